@@ -1,0 +1,420 @@
+//! The hash table proper: main buckets, their locks, and chain walking.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::lock_api::RawMutex as _;
+
+use crate::bucket::{
+    alloc_zeroed_buckets, entry, is_link, link, tag, tag_of, Bucket, EMPTY, LAST, REF_MASK,
+};
+use crate::overflow::{OverflowArena, MAX_CHUNKS};
+use crate::{IndexFull, SLOTS_PER_BUCKET};
+
+/// A bucket of the table: a main bucket by its index, or an overflow bucket by its arena index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BucketId {
+    Main(usize),
+    Overflow(u64),
+}
+
+/// The position of one entry: a bucket (main or overflow) and a slot index in it.
+///
+/// A `Slot` is only meaningful to the `BucketGuard` that produced it, while
+/// that guard is held. An `insert` on the guard may move the entry in the
+/// last slot of the chain's last bucket into a new overflow bucket, so a
+/// `Slot` obtained before an `insert` should be looked up again afterwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    bucket: BucketId,
+    index: u8,
+}
+
+/// The master's hash table: key hash → 48-bit log reference. See the crate documentation.
+pub struct HashTable {
+    /// The main buckets; a hash's main bucket is chosen by its top bits.
+    buckets: Box<[Bucket]>,
+    /// One writer lock per main bucket, covering its whole overflow chain.
+    ///
+    /// Kept apart from the buckets so that a bucket stays exactly one cache line.
+    locks: Box<[parking_lot::RawMutex]>,
+    /// `64 - log2(bucket_count)`; 64 when there is a single bucket.
+    shift: u32,
+    overflow: OverflowArena,
+    /// Number of entries, maintained by insert and remove.
+    len: AtomicUsize,
+}
+
+impl HashTable {
+    /// A table with `bucket_count` main buckets, rounded up to a power of two (at least 1).
+    pub fn new(bucket_count: usize) -> Self {
+        Self::with_overflow_chunks(bucket_count, MAX_CHUNKS)
+    }
+
+    /// A table sized for `expected_entries`: one bucket per four entries, so
+    /// that buckets are on average half full and chains are rare.
+    pub fn with_capacity(expected_entries: usize) -> Self {
+        Self::new(expected_entries / 4)
+    }
+
+    /// `new`, with a limit on the number of overflow chunks (tests use a small one to reach `IndexFull`).
+    pub(crate) fn with_overflow_chunks(bucket_count: usize, max_chunks: usize) -> Self {
+        let bucket_count = bucket_count.max(1).next_power_of_two();
+        let buckets = match alloc_zeroed_buckets(bucket_count) {
+            Some(buckets) => buckets,
+            None => panic!("cannot allocate a hash table of {bucket_count} buckets"),
+        };
+        let locks = (0..bucket_count)
+            .map(|_| parking_lot::RawMutex::INIT)
+            .collect::<Box<[_]>>();
+        HashTable {
+            buckets,
+            locks,
+            shift: 64 - bucket_count.trailing_zeros(),
+            overflow: OverflowArena::new(bucket_count, max_chunks),
+            len: AtomicUsize::new(0),
+        }
+    }
+
+    /// The number of main buckets (a power of two).
+    pub fn bucket_count(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Bytes used by the main buckets, their locks and the allocated overflow chunks.
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of_val::<[Bucket]>(&self.buckets)
+            + std::mem::size_of_val::<[parking_lot::RawMutex]>(&self.locks)
+            + self.overflow.memory_bytes()
+    }
+
+    /// Number of overflow buckets in use (they are never given back).
+    pub fn overflow_bucket_count(&self) -> usize {
+        self.overflow.used()
+    }
+
+    /// Number of entries. Under concurrent writers this is only a snapshot.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    /// Whether the table holds no entries (a snapshot under concurrent writers).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The main bucket of `hash`: its top `log2(bucket_count)` bits.
+    ///
+    /// Taking the top bits keeps hash order: a contiguous range of hashes (a
+    /// tablet) maps to a contiguous range of buckets.
+    #[inline]
+    pub fn bucket_of(&self, hash: u64) -> usize {
+        // With a single bucket the shift would be 64, which `>>` does not allow.
+        if self.shift >= 64 {
+            0
+        } else {
+            (hash >> self.shift) as usize
+        }
+    }
+
+    /// The inclusive range `[first, last]` of hashes whose main bucket is `bucket`.
+    ///
+    /// The ranges of buckets `0..bucket_count` are contiguous and together cover `[0, u64::MAX]`.
+    pub fn bucket_hash_range(&self, bucket: usize) -> (u64, u64) {
+        assert!(
+            bucket < self.bucket_count(),
+            "bucket {bucket} out of range (bucket count {})",
+            self.bucket_count()
+        );
+        if self.shift >= 64 {
+            return (0, u64::MAX);
+        }
+        let first = (bucket as u64) << self.shift;
+        (first, first | ((1u64 << self.shift) - 1))
+    }
+
+    /// Lock-free lookup.
+    ///
+    /// Calls `is_match(reference)` for each reference whose tag matches
+    /// `hash`, in chain order, and returns the first reference for which it
+    /// returns true. `is_match` is where the caller reads the log to compare
+    /// keys; it may be called for references that are concurrently being
+    /// replaced or removed, so it must cope with reading any reference that
+    /// was recently in the table.
+    #[inline]
+    pub fn lookup(&self, hash: u64, mut is_match: impl FnMut(u64) -> bool) -> Option<u64> {
+        let want = tag_of(hash);
+        self.walk(self.bucket_of(hash), |_, value| {
+            let reference = value & REF_MASK;
+            (tag(value) == want && is_match(reference)).then_some(reference)
+        })
+        .map(|(_, reference)| reference)
+    }
+
+    /// Lock-free: calls `f(reference)` for every entry of main bucket `bucket`
+    /// (which must be below `bucket_count()`) and its chain.
+    ///
+    /// This reads slot by slot, not an atomic snapshot: an entry present for
+    /// the whole call is visited exactly once (with its old or new reference
+    /// if it is replaced meanwhile), while an entry inserted or removed during
+    /// the call may or may not be visited.
+    pub fn for_each_in_bucket(&self, bucket: usize, mut f: impl FnMut(u64)) {
+        self.walk::<()>(bucket, |_, value| {
+            f(value & REF_MASK);
+            None
+        });
+    }
+
+    /// Locks main bucket of `hash` (and with it its whole chain) for writing.
+    ///
+    /// The guard's `find`, `find_ref` and `insert` use the tag of `hash`.
+    /// Holding two guards for the same main bucket in one thread deadlocks;
+    /// callers that hold several guards must lock buckets in a consistent order.
+    pub fn lock(&self, hash: u64) -> BucketGuard<'_> {
+        let main = self.bucket_of(hash);
+        self.locks[main].lock();
+        BucketGuard {
+            table: self,
+            main,
+            hash,
+            tag: tag_of(hash),
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The bucket named by `id`.
+    #[inline]
+    fn bucket(&self, id: BucketId) -> &Bucket {
+        match id {
+            BucketId::Main(index) => &self.buckets[index],
+            BucketId::Overflow(index) => self.overflow.get(index),
+        }
+    }
+
+    /// Walks the chain of main bucket `main`, calling `visit(slot, value)` for
+    /// every slot holding an entry, until `visit` returns `Some`.
+    ///
+    /// Slots are loaded with `Acquire`, which pairs with the `Release` stores
+    /// of writers: a reader that loads a chain link also sees the contents of
+    /// the overflow bucket written before the link was published.
+    #[inline]
+    fn walk<R>(
+        &self,
+        main: usize,
+        mut visit: impl FnMut(Slot, u64) -> Option<R>,
+    ) -> Option<(Slot, R)> {
+        let mut id = BucketId::Main(main);
+        loop {
+            let bucket = self.bucket(id);
+            for index in 0..LAST {
+                let value = bucket.slots[index].load(Ordering::Acquire);
+                if value != EMPTY {
+                    let slot = Slot {
+                        bucket: id,
+                        index: index as u8,
+                    };
+                    if let Some(found) = visit(slot, value) {
+                        return Some((slot, found));
+                    }
+                }
+            }
+            // Only the last slot can hold a link, and only when more buckets follow.
+            let value = bucket.slots[LAST].load(Ordering::Acquire);
+            if value == EMPTY {
+                return None;
+            }
+            if is_link(value) {
+                id = BucketId::Overflow(value & REF_MASK);
+                continue;
+            }
+            let slot = Slot {
+                bucket: id,
+                index: LAST as u8,
+            };
+            return visit(slot, value).map(|found| (slot, found));
+        }
+    }
+}
+
+impl fmt::Debug for HashTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HashTable")
+            .field("bucket_count", &self.bucket_count())
+            .field("len", &self.len())
+            .field("overflow_buckets", &self.overflow_bucket_count())
+            .finish()
+    }
+}
+
+/// Exclusive write access to one main bucket and its overflow chain; unlocks on drop.
+pub struct BucketGuard<'a> {
+    table: &'a HashTable,
+    main: usize,
+    hash: u64,
+    tag: u64,
+    /// parking_lot's raw mutex may only be unlocked by the thread that locked
+    /// it (unless its `send_guard` feature is on), so the guard is `Send`
+    /// exactly when parking_lot's own guards are.
+    _not_send: PhantomData<<parking_lot::RawMutex as parking_lot::lock_api::RawMutex>::GuardMarker>,
+}
+
+impl BucketGuard<'_> {
+    /// The hash this guard was locked with.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// The main bucket this guard holds.
+    pub fn bucket(&self) -> usize {
+        self.main
+    }
+
+    /// Like `HashTable::lookup`, but under the lock, returning the slot too.
+    pub fn find(&self, mut is_match: impl FnMut(u64) -> bool) -> Option<(Slot, u64)> {
+        let want = self.tag;
+        self.table.walk(self.main, |_, value| {
+            let reference = value & REF_MASK;
+            (tag(value) == want && is_match(reference)).then_some(reference)
+        })
+    }
+
+    /// The slot currently holding exactly `reference` with this guard's tag, if any.
+    ///
+    /// The log cleaner uses this to decide whether an object it is relocating is still live.
+    pub fn find_ref(&self, reference: u64) -> Option<Slot> {
+        if reference == 0 || reference > REF_MASK {
+            return None;
+        }
+        let want = entry(self.tag, reference);
+        self.table
+            .walk(self.main, |_, value| (value == want).then_some(()))
+            .map(|(slot, ())| slot)
+    }
+
+    /// Overwrites the reference in `slot` in place, keeping its tag.
+    ///
+    /// The entry never moves, which lets enumeration by bucket proceed while
+    /// the cleaner relocates objects. Lock-free readers see either the old or
+    /// the new reference, as a single 64-bit store cannot tear.
+    pub fn replace(&mut self, slot: Slot, new_reference: u64) {
+        let cell = self.cell(slot);
+        let old = cell.load(Ordering::Relaxed);
+        assert!(
+            old != EMPTY && !is_link(old),
+            "replace of an empty slot {slot:?}"
+        );
+        debug_assert_eq!(
+            tag(old),
+            self.tag,
+            "replace of slot {slot:?} of another hash"
+        );
+        cell.store(entry(self.tag, new_reference), Ordering::Release);
+    }
+
+    /// Inserts `reference` with this guard's tag into the first empty slot of
+    /// the chain, extending the chain with an overflow bucket if it is full.
+    ///
+    /// Does not check for an existing entry for the same key: callers `find`
+    /// first and `replace` if there is one.
+    ///
+    /// Fails only when the overflow arena is exhausted (or cannot allocate).
+    pub fn insert(&mut self, reference: u64) -> Result<Slot, IndexFull> {
+        let value = entry(self.tag, reference);
+        let table = self.table;
+        let mut id = BucketId::Main(self.main);
+        // Relaxed loads suffice below: every store to this chain is made under
+        // the lock we hold, and acquiring the lock ordered us after them.
+        loop {
+            let bucket = table.bucket(id);
+            for index in 0..SLOTS_PER_BUCKET {
+                let current = bucket.slots[index].load(Ordering::Relaxed);
+                if current == EMPTY {
+                    bucket.slots[index].store(value, Ordering::Release);
+                    table.len.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Slot {
+                        bucket: id,
+                        index: index as u8,
+                    });
+                }
+            }
+            let last = bucket.slots[LAST].load(Ordering::Relaxed);
+            if is_link(last) {
+                id = BucketId::Overflow(last & REF_MASK);
+                continue;
+            }
+
+            // Every slot of the chain holds an entry: link a new overflow bucket
+            // into the last slot, moving that slot's entry into the new bucket.
+            //
+            // A concurrent reader must never miss an entry that is present for
+            // the whole of its lookup. The new bucket is fresh from the arena
+            // (never linked before, so no reader can be looking at it) and all
+            // zero. We first fill its slot 0 with the moved entry and slot 1
+            // with the new one, then publish the link with a single Release
+            // store into the last slot. A reader loads that slot once: either
+            // before the link store, seeing the moved entry where it was, or
+            // after, seeing the link; its Acquire load then makes both filled
+            // slots of the new bucket visible, where it finds the moved entry.
+            // Either way it sees the entry exactly once.
+            let overflow_index = table.overflow.alloc()?;
+            let fresh = table.overflow.get(overflow_index);
+            fresh.slots[0].store(last, Ordering::Release);
+            fresh.slots[1].store(value, Ordering::Release);
+            bucket.slots[LAST].store(link(overflow_index), Ordering::Release);
+            table.len.fetch_add(1, Ordering::Relaxed);
+            return Ok(Slot {
+                bucket: BucketId::Overflow(overflow_index),
+                index: 1,
+            });
+        }
+    }
+
+    /// Empties `slot`.
+    ///
+    /// The slot is left in place (chains are never compacted), so no other
+    /// entry moves and readers walking the chain are unaffected.
+    pub fn remove(&mut self, slot: Slot) {
+        let cell = self.cell(slot);
+        let old = cell.load(Ordering::Relaxed);
+        assert!(
+            old != EMPTY && !is_link(old),
+            "remove of an empty slot {slot:?}"
+        );
+        debug_assert_eq!(
+            tag(old),
+            self.tag,
+            "remove of slot {slot:?} of another hash"
+        );
+        cell.store(EMPTY, Ordering::Release);
+        self.table.len.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The atomic cell behind `slot`.
+    fn cell(&self, slot: Slot) -> &std::sync::atomic::AtomicU64 {
+        debug_assert!(
+            !matches!(slot.bucket, BucketId::Main(b) if b != self.main),
+            "{slot:?} belongs to another main bucket than {}",
+            self.main
+        );
+        &self.table.bucket(slot.bucket).slots[usize::from(slot.index)]
+    }
+}
+
+impl Drop for BucketGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: this guard locked `locks[main]` in `HashTable::lock` and
+        // unlocks it exactly once, here; the guard's marker makes it `Send` only
+        // if parking_lot allows unlocking from another thread.
+        unsafe { self.table.locks[self.main].unlock() };
+    }
+}
+
+impl fmt::Debug for BucketGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BucketGuard")
+            .field("bucket", &self.main)
+            .field("hash", &format_args!("{:#018x}", self.hash))
+            .finish()
+    }
+}

@@ -1,0 +1,420 @@
+//! Unit tests of the table through its public API (plus the test-only overflow limit).
+
+use std::collections::HashSet;
+
+use crate::{HashTable, IndexFull, REF_BITS, SLOTS_PER_BUCKET};
+
+/// Inserts `reference` under `hash`, failing the test if the table is full.
+fn put(table: &HashTable, hash: u64, reference: u64) {
+    table
+        .lock(hash)
+        .insert(reference)
+        .expect("table unexpectedly full");
+}
+
+/// All references in the table, bucket by bucket.
+fn all_refs(table: &HashTable) -> Vec<u64> {
+    let mut refs = Vec::new();
+    for bucket in 0..table.bucket_count() {
+        table.for_each_in_bucket(bucket, |r| refs.push(r));
+    }
+    refs
+}
+
+/// Inserts `n` entries with distinct references into the single bucket of a
+/// one-bucket table, all with the same hash, and checks every one is found.
+fn fill_one_bucket(n: u64) -> HashTable {
+    let table = HashTable::new(1);
+    let hash = 0x1234_5678_9ABC_DEF0;
+    for r in 1..=n {
+        put(&table, hash, r);
+    }
+    assert_eq!(table.len(), n as usize);
+    for r in 1..=n {
+        assert_eq!(table.lookup(hash, |c| c == r), Some(r), "entry {r} lost");
+        let guard = table.lock(hash);
+        let (slot, found) = guard.find(|c| c == r).expect("find");
+        assert_eq!(found, r);
+        assert_eq!(guard.find_ref(r), Some(slot));
+    }
+    let mut refs = all_refs(&table);
+    refs.sort_unstable();
+    assert_eq!(refs, (1..=n).collect::<Vec<_>>());
+    table
+}
+
+#[test]
+fn bucket_is_one_cache_line() {
+    assert_eq!(std::mem::size_of::<crate::bucket::Bucket>(), 64);
+    assert_eq!(std::mem::align_of::<crate::bucket::Bucket>(), 64);
+    assert_eq!(std::mem::size_of::<parking_lot::RawMutex>(), 1);
+}
+
+#[test]
+fn hash_table_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<HashTable>();
+}
+
+#[test]
+fn insert_then_lookup_finds_reference() {
+    let table = HashTable::new(16);
+    assert!(table.is_empty());
+    put(&table, 42, 7);
+    assert_eq!(table.len(), 1);
+    assert!(!table.is_empty());
+    assert_eq!(table.lookup(42, |r| r == 7), Some(7));
+    // The closure decides: a rejected candidate is not returned.
+    assert_eq!(table.lookup(42, |_| false), None);
+    // A different tag is filtered out without calling the closure.
+    assert_eq!(table.lookup(43, |_| panic!("tag should not match")), None);
+}
+
+#[test]
+fn insert_then_find_returns_slot() {
+    let table = HashTable::new(4);
+    let mut guard = table.lock(99);
+    let slot = guard.insert(5).unwrap();
+    assert_eq!(guard.find(|r| r == 5), Some((slot, 5)));
+    assert_eq!(guard.find_ref(5), Some(slot));
+    assert_eq!(guard.find_ref(6), None);
+    assert_eq!(guard.find(|_| false), None);
+}
+
+#[test]
+fn insert_accepts_tag_zero_and_max_reference() {
+    let table = HashTable::new(2);
+    let max_ref = (1u64 << REF_BITS) - 1;
+    put(&table, 0, 1);
+    put(&table, 0x1_0000, max_ref);
+    assert_eq!(table.lookup(0, |r| r == 1), Some(1));
+    assert_eq!(table.lookup(0, |r| r == max_ref), Some(max_ref));
+}
+
+#[test]
+fn lookup_calls_closure_in_chain_order_until_match() {
+    let table = HashTable::new(1);
+    for r in 1..=20 {
+        put(&table, 7, r);
+    }
+    let mut seen = Vec::new();
+    let found = table.lookup(7, |r| {
+        seen.push(r);
+        r == 12
+    });
+    assert_eq!(found, Some(12));
+    assert_eq!(seen.len(), 12);
+    let mut all = Vec::new();
+    table.lookup(7, |r| {
+        all.push(r);
+        false
+    });
+    assert_eq!(all.len(), 20);
+    assert_eq!(&all[..12], &seen[..]);
+}
+
+#[test]
+fn lookup_filters_by_tag_within_bucket() {
+    let table = HashTable::new(1);
+    put(&table, 1, 10);
+    put(&table, 2, 20);
+    put(&table, 1, 11);
+    let mut candidates = Vec::new();
+    table.lookup(1, |r| {
+        candidates.push(r);
+        false
+    });
+    assert_eq!(candidates, vec![10, 11]);
+}
+
+#[test]
+fn replace_keeps_slot_and_tag() {
+    let table = HashTable::new(8);
+    let hash = 0xABCD_0000_0000_1111;
+    let mut guard = table.lock(hash);
+    let slot = guard.insert(100).unwrap();
+    guard.replace(slot, 200);
+    assert_eq!(guard.find_ref(100), None);
+    assert_eq!(guard.find_ref(200), Some(slot));
+    drop(guard);
+    assert_eq!(table.lookup(hash, |r| r == 200), Some(200));
+    assert_eq!(table.lookup(hash, |r| r == 100), None);
+    assert_eq!(table.len(), 1);
+}
+
+#[test]
+fn replace_in_overflow_bucket_keeps_slot() {
+    let table = fill_one_bucket(30);
+    let mut guard = table.lock(0x1234_5678_9ABC_DEF0);
+    let slot = guard.find_ref(25).unwrap();
+    guard.replace(slot, 1000);
+    assert_eq!(guard.find_ref(1000), Some(slot));
+    assert_eq!(table.len(), 30);
+}
+
+#[test]
+fn remove_empties_slot() {
+    let table = HashTable::new(8);
+    let mut guard = table.lock(5);
+    let a = guard.insert(1).unwrap();
+    guard.insert(2).unwrap();
+    guard.remove(a);
+    assert_eq!(guard.find_ref(1), None);
+    assert_eq!(guard.find(|r| r == 2).map(|(_, r)| r), Some(2));
+    drop(guard);
+    assert_eq!(table.len(), 1);
+    assert_eq!(table.lookup(5, |r| r == 1), None);
+    assert_eq!(table.lookup(5, |r| r == 2), Some(2));
+}
+
+#[test]
+fn remove_then_insert_reuses_slot() {
+    let table = fill_one_bucket(40);
+    let overflow_before = table.overflow_bucket_count();
+    let hash = 0x1234_5678_9ABC_DEF0;
+    let mut guard = table.lock(hash);
+    let freed: Vec<_> = [3, 17, 33]
+        .iter()
+        .map(|&r| {
+            let slot = guard.find_ref(r).unwrap();
+            guard.remove(slot);
+            slot
+        })
+        .collect();
+    let reused: Vec<_> = (41..=43).map(|r| guard.insert(r).unwrap()).collect();
+    assert_eq!(
+        freed, reused,
+        "inserts fill the first empty slots of the chain"
+    );
+    drop(guard);
+    assert_eq!(table.overflow_bucket_count(), overflow_before);
+    assert_eq!(table.len(), 40);
+}
+
+#[test]
+fn remove_all_then_reinsert_reuses_overflow_buckets() {
+    let table = fill_one_bucket(100);
+    let overflow_before = table.overflow_bucket_count();
+    let hash = 0x1234_5678_9ABC_DEF0;
+    let mut guard = table.lock(hash);
+    for r in 1..=100 {
+        let slot = guard.find_ref(r).unwrap();
+        guard.remove(slot);
+    }
+    drop(guard);
+    assert!(table.is_empty());
+    assert!(all_refs(&table).is_empty());
+    for r in 101..=200 {
+        put(&table, hash, r);
+    }
+    assert_eq!(table.overflow_bucket_count(), overflow_before);
+    assert_eq!(table.len(), 100);
+}
+
+#[test]
+fn insert_extends_chain_past_8() {
+    let table = fill_one_bucket(SLOTS_PER_BUCKET as u64 + 1);
+    assert_eq!(table.overflow_bucket_count(), 1);
+}
+
+#[test]
+fn insert_extends_chain_past_16() {
+    let table = fill_one_bucket(17);
+    // 7 entries per full bucket (the last slot is a link) and up to 8 in the last.
+    assert_eq!(table.overflow_bucket_count(), 2);
+}
+
+#[test]
+fn insert_extends_chain_to_100_entries() {
+    let table = fill_one_bucket(100);
+    // Buckets hold 7 + 7 + ... + 8: 14 buckets hold 99, so 100 needs 15 (14 overflow).
+    assert_eq!(table.overflow_bucket_count(), 14);
+}
+
+#[test]
+fn insert_moves_last_entry_into_new_overflow_bucket() {
+    let table = HashTable::new(1);
+    let mut guard = table.lock(3);
+    let slots: Vec<_> = (1..=8).map(|r| guard.insert(r).unwrap()).collect();
+    let ninth = guard.insert(9).unwrap();
+    // Entry 8 moved out of the last slot into the new bucket's slot 0.
+    let moved = guard.find_ref(8).unwrap();
+    assert_ne!(moved, slots[7]);
+    assert_ne!(moved, ninth);
+    for (r, slot) in (1..=7).zip(&slots) {
+        assert_eq!(guard.find_ref(r), Some(*slot));
+    }
+}
+
+#[test]
+fn insert_returns_index_full_when_arena_exhausted() {
+    // One chunk of 64 overflow buckets: 1 main + 64 overflow buckets hold 64*7 + 8 entries.
+    let table = HashTable::with_overflow_chunks(1, 1);
+    let capacity = 64 * 7 + 8;
+    let mut guard = table.lock(0);
+    for r in 1..=capacity {
+        guard.insert(r).expect("within capacity");
+    }
+    assert_eq!(guard.insert(capacity + 1), Err(IndexFull));
+    // A failed insert leaves the table unchanged, and freed slots can still be used.
+    assert_eq!(table.len(), capacity as usize);
+    let slot = guard.find_ref(10).unwrap();
+    guard.remove(slot);
+    assert_eq!(guard.insert(capacity + 1), Ok(slot));
+    drop(guard);
+    for r in (1..=capacity + 1).filter(|&r| r != 10) {
+        assert_eq!(table.lookup(0, |c| c == r), Some(r));
+    }
+    assert_eq!(
+        IndexFull.to_string(),
+        "hash table full: no overflow bucket available"
+    );
+}
+
+#[test]
+fn tag_ffff_is_remapped_to_fffe() {
+    let table = HashTable::new(1);
+    let hash_ffff = 0x0123_4567_89AB_FFFF;
+    let hash_fffe = 0x0123_4567_89AB_FFFE;
+    // Fill well past one bucket so that entries tagged like links sit next to real links.
+    for r in 1..=30 {
+        put(&table, hash_ffff, r);
+    }
+    for r in 1..=30 {
+        assert_eq!(table.lookup(hash_ffff, |c| c == r), Some(r));
+    }
+    // 0xFFFE and the remapped 0xFFFF share a tag, so both see all 30 candidates.
+    let mut candidates = 0;
+    table.lookup(hash_fffe, |_| {
+        candidates += 1;
+        false
+    });
+    assert_eq!(candidates, 30);
+    let slot_tag = table.lock(hash_fffe).find_ref(5);
+    assert!(slot_tag.is_some());
+    let mut refs = all_refs(&table);
+    refs.sort_unstable();
+    assert_eq!(refs, (1..=30).collect::<Vec<_>>());
+}
+
+#[test]
+fn bucket_hash_range_covers_all_hashes_contiguously() {
+    for count in [1, 2, 4, 8, 1024] {
+        let table = HashTable::new(count);
+        let mut next = 0u64;
+        for bucket in 0..count {
+            let (first, last) = table.bucket_hash_range(bucket);
+            assert_eq!(first, next, "gap before bucket {bucket} of {count}");
+            assert!(first <= last);
+            assert_eq!(table.bucket_of(first), bucket);
+            assert_eq!(table.bucket_of(last), bucket);
+            next = last.wrapping_add(1);
+            if bucket + 1 == count {
+                assert_eq!(last, u64::MAX);
+            }
+        }
+    }
+}
+
+#[test]
+fn bucket_of_uses_top_bits() {
+    let table = HashTable::new(4);
+    assert_eq!(table.bucket_of(0), 0);
+    assert_eq!(table.bucket_of(0x3FFF_FFFF_FFFF_FFFF), 0);
+    assert_eq!(table.bucket_of(0x4000_0000_0000_0000), 1);
+    assert_eq!(table.bucket_of(0xC000_0000_0000_0000), 3);
+    assert_eq!(table.bucket_of(u64::MAX), 3);
+}
+
+#[test]
+fn bucket_of_single_bucket_is_zero() {
+    let table = HashTable::new(1);
+    assert_eq!(table.bucket_count(), 1);
+    assert_eq!(table.bucket_of(0), 0);
+    assert_eq!(table.bucket_of(u64::MAX), 0);
+    assert_eq!(table.bucket_hash_range(0), (0, u64::MAX));
+    put(&table, u64::MAX, 1);
+    put(&table, 0, 2);
+    assert_eq!(table.lookup(u64::MAX, |r| r == 1), Some(1));
+    assert_eq!(table.lookup(0, |r| r == 2), Some(2));
+}
+
+#[test]
+#[should_panic(expected = "out of range")]
+fn bucket_hash_range_panics_past_bucket_count() {
+    HashTable::new(4).bucket_hash_range(4);
+}
+
+#[test]
+fn new_rounds_up_to_power_of_two() {
+    assert_eq!(HashTable::new(0).bucket_count(), 1);
+    assert_eq!(HashTable::new(1).bucket_count(), 1);
+    assert_eq!(HashTable::new(3).bucket_count(), 4);
+    assert_eq!(HashTable::new(1000).bucket_count(), 1024);
+    assert_eq!(HashTable::new(1024).bucket_count(), 1024);
+}
+
+#[test]
+fn with_capacity_uses_one_bucket_per_four_entries() {
+    assert_eq!(HashTable::with_capacity(0).bucket_count(), 1);
+    assert_eq!(HashTable::with_capacity(3).bucket_count(), 1);
+    assert_eq!(HashTable::with_capacity(4000).bucket_count(), 1024);
+    assert_eq!(HashTable::with_capacity(4096).bucket_count(), 1024);
+    assert_eq!(HashTable::with_capacity(1_000_000).bucket_count(), 262_144);
+}
+
+#[test]
+fn memory_bytes_counts_buckets_locks_and_overflow_chunks() {
+    let table = HashTable::new(1024);
+    assert_eq!(table.memory_bytes(), 1024 * 64 + 1024);
+    // Chain one bucket past 8 entries: chunk 0 of max(64, 1024 / 8) = 128 buckets appears.
+    for r in 1..=9 {
+        put(&table, 0, r);
+    }
+    assert_eq!(table.memory_bytes(), 1024 * 64 + 1024 + 128 * 64);
+}
+
+#[test]
+fn for_each_in_bucket_visits_only_its_bucket() {
+    let table = HashTable::new(4);
+    let mut expected = vec![HashSet::new(); 4];
+    for r in 1..=200u64 {
+        let hash = r.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        put(&table, hash, r);
+        expected[table.bucket_of(hash)].insert(r);
+    }
+    for (bucket, want) in expected.iter().enumerate() {
+        let mut got = Vec::new();
+        table.for_each_in_bucket(bucket, |r| got.push(r));
+        assert_eq!(got.len(), want.len(), "duplicates in bucket {bucket}");
+        assert_eq!(&got.into_iter().collect::<HashSet<_>>(), want);
+    }
+}
+
+#[test]
+fn find_ref_ignores_other_tags_and_invalid_refs() {
+    let table = HashTable::new(1);
+    put(&table, 1, 10);
+    let guard = table.lock(2);
+    assert_eq!(guard.find_ref(10), None, "same reference under another tag");
+    assert_eq!(guard.find_ref(0), None);
+    assert_eq!(guard.find_ref(1 << REF_BITS), None);
+}
+
+#[test]
+fn lock_serialises_writers_of_one_bucket() {
+    let table = HashTable::new(2);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let table = &table;
+            s.spawn(move || {
+                for i in 0..500u64 {
+                    // All threads hit bucket 0 with different tags.
+                    put(table, t << 8 | (i & 0xFF), t * 1000 + i + 1);
+                }
+            });
+        }
+    });
+    assert_eq!(table.len(), 2000);
+    assert_eq!(all_refs(&table).len(), 2000);
+}

@@ -1,0 +1,125 @@
+//! The balancer: when to clean, and which cleaner to run (L§5.2). Pure functions of
+//! a few fractions, so the policy is tested without a log.
+
+/// Which cleaner a pass should run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CleanKind {
+    /// No cleaning is needed now.
+    None,
+    /// Segment compaction: in memory only, no backup I/O (L§4.1).
+    Compaction,
+    /// Combined cleaning: memory and disk together (L§4.2).
+    Combined,
+}
+
+/// The facts the balancer decides from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BalancerInput {
+    /// F: fraction of memory in seglets that ordinary writes may still take.
+    pub free_fraction: f64,
+    /// L: fraction of memory holding live objects.
+    pub live_fraction: f64,
+    /// T: fraction of memory holding tombstones.
+    pub tombstone_fraction: f64,
+    /// Bytes of the log on backups.
+    pub disk_log_bytes: u64,
+    /// Most bytes the on-disk log may use (expansion factor × memory).
+    pub disk_limit_bytes: u64,
+    /// Whether compaction is enabled (two-level cleaning).
+    pub compaction: bool,
+}
+
+/// Tombstones force combined cleaning once they are this share of freeable space
+/// (L§5.2: chosen empirically there).
+pub const TOMBSTONE_SHARE_FOR_COMBINED: f64 = 0.4;
+/// Combined cleaning runs when the on-disk log exceeds this share of its limit.
+pub const DISK_SHARE_FOR_COMBINED: f64 = 0.9;
+/// Cleaning starts once free memory is at most this fraction of all memory.
+pub const MAX_FREE_FRACTION_TO_CLEAN: f64 = 0.1;
+
+/// Decides whether to clean and with which cleaner (L§5.2): clean when
+/// F ≤ min(0.1, (1−L)/2); prefer compaction unless tombstones are ≥ 40% of freeable
+/// space or the disk log is near its limit.
+pub fn choose(input: &BalancerInput) -> CleanKind {
+    let freeable = (1.0 - input.live_fraction).max(0.0);
+    let threshold = MAX_FREE_FRACTION_TO_CLEAN.min(freeable / 2.0);
+    if input.free_fraction > threshold && input.free_fraction > 0.0 {
+        return CleanKind::None;
+    }
+    if !input.compaction || needs_combined(input) {
+        CleanKind::Combined
+    } else {
+        CleanKind::Compaction
+    }
+}
+
+/// Whether combined cleaning is required regardless of free memory pressure kind.
+pub fn needs_combined(input: &BalancerInput) -> bool {
+    let freeable = (1.0 - input.live_fraction).max(f64::MIN_POSITIVE);
+    input.tombstone_fraction / freeable >= TOMBSTONE_SHARE_FOR_COMBINED
+        || input.disk_log_bytes as f64 >= DISK_SHARE_FOR_COMBINED * input.disk_limit_bytes as f64
+}
+
+/// The cost-benefit score of cleaning a segment on disk (L§7.3, RAMCloud's variant of
+/// LFS): (1−u)·segmentAge/u, with u the live fraction of the segment's bytes on disk.
+/// Higher is better. An empty segment scores infinitely high.
+pub fn cost_benefit(utilization: f64, segment_age: u64) -> f64 {
+    if utilization <= 0.0 {
+        return f64::INFINITY;
+    }
+    (1.0 - utilization).max(0.0) * (segment_age as f64 + 1.0) / utilization
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(f: f64, l: f64, t: f64) -> BalancerInput {
+        BalancerInput {
+            free_fraction: f,
+            live_fraction: l,
+            tombstone_fraction: t,
+            disk_log_bytes: 0,
+            disk_limit_bytes: 100,
+            compaction: true,
+        }
+    }
+
+    #[test]
+    fn choose_waits_while_memory_is_free() {
+        assert_eq!(choose(&input(0.5, 0.3, 0.0)), CleanKind::None);
+        // 10% free but L = 0.9: (1−L)/2 = 5%, so not yet.
+        assert_eq!(choose(&input(0.1, 0.9, 0.0)), CleanKind::None);
+    }
+
+    #[test]
+    fn choose_compacts_when_memory_is_low() {
+        assert_eq!(choose(&input(0.05, 0.5, 0.0)), CleanKind::Compaction);
+        assert_eq!(choose(&input(0.0, 0.99, 0.0)), CleanKind::Compaction);
+    }
+
+    #[test]
+    fn choose_combines_when_tombstones_pile_up() {
+        // T/(1−L) = 0.2/0.5 = 40%.
+        assert_eq!(choose(&input(0.05, 0.5, 0.2)), CleanKind::Combined);
+        assert_eq!(choose(&input(0.05, 0.5, 0.19)), CleanKind::Compaction);
+    }
+
+    #[test]
+    fn choose_combines_when_disk_log_is_near_limit() {
+        let mut i = input(0.05, 0.5, 0.0);
+        i.disk_log_bytes = 90;
+        assert_eq!(choose(&i), CleanKind::Combined);
+        i.compaction = false;
+        i.disk_log_bytes = 0;
+        assert_eq!(choose(&i), CleanKind::Combined);
+    }
+
+    #[test]
+    fn cost_benefit_prefers_emptier_and_older() {
+        assert!(cost_benefit(0.5, 10) > cost_benefit(0.9, 10));
+        assert!(cost_benefit(0.5, 100) > cost_benefit(0.5, 10));
+        assert_eq!(cost_benefit(0.0, 0), f64::INFINITY);
+        assert_eq!(cost_benefit(1.0, 1000), 0.0);
+    }
+}

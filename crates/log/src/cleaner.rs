@@ -1,0 +1,499 @@
+//! The two-level cleaner: segment compaction and combined cleaning (L§4–7).
+//!
+//! Both copy live entries out of old memory and then retire it through epochs. The
+//! log decides what is live only for tombstones (a tombstone lives while the segment
+//! of the object it kills is still in the log, L§3); for objects it asks the
+//! [`Relocator`], which owns the hash table (L§6.2).
+//!
+//! Every pass takes all the seglets it may need from the pool *before* it copies
+//! anything, from the cleaner's reserve if need be, so a pass never stops half-way
+//! and the cleaner can always run (L§7). Passes may run on several threads at once:
+//! a segment being cleaned is marked `Cleaning` and no other pass picks it.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+use crate::balancer::{self, BalancerInput, CleanKind};
+use crate::entry::EntryType;
+use crate::log::{Log, ObjectView, SegmentMeta, SegmentState};
+use crate::pool::{AllocClass, SegletPool};
+use crate::segment::SegmentWriter;
+use crate::{LogRef, SEGLET_BYTES};
+
+/// The owner of the hash table, as the cleaner sees it.
+pub trait Relocator: Send + Sync {
+    /// Lock-free hint: does the hash table still refer to this object entry?
+    fn is_live(&self, object: &ObjectView<'_>) -> bool;
+
+    /// Under the object's bucket lock: if the hash table refers to exactly this entry,
+    /// call `copy` (which writes the entry to its new place and returns the new
+    /// reference), point the hash table at the copy and return true; otherwise return
+    /// false without calling `copy`.
+    fn relocate(&self, object: &ObjectView<'_>, copy: &mut dyn FnMut() -> LogRef) -> bool;
+}
+
+/// Most segments one combined pass cleans; bounds the pass's memory and latency.
+pub const MAX_SEGMENTS_PER_COMBINED_PASS: usize = 32;
+/// Segments live above this fraction (on disk) are not worth combined cleaning.
+pub const MAX_UTILIZATION_TO_CLEAN: f64 = 0.98;
+
+/// What one cleaning pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassOutcome {
+    /// Segments compacted or cleaned.
+    pub segments: usize,
+    /// Bytes of live entries copied.
+    pub bytes_copied: u64,
+    /// Seglets handed to the epoch mechanism for reuse.
+    pub seglets_retired: usize,
+    /// Survivor segments written (combined cleaning only).
+    pub survivors: usize,
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec; the call only writes it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One entry found by scanning a segment.
+#[derive(Clone, Copy)]
+struct Found {
+    at: LogRef,
+    len: usize,
+    kind: EntryType,
+}
+
+impl Log {
+    /// The balancer's view of the log right now.
+    pub fn balancer_input(&self) -> BalancerInput {
+        let memory = self.pool.bytes() as f64;
+        let stats_disk: u64 = {
+            let table = self.segments.lock();
+            table.by_id.values().map(|m| m.disk_length as u64).sum()
+        };
+        BalancerInput {
+            free_fraction: (self.pool.available(AllocClass::Write) * SEGLET_BYTES) as f64 / memory,
+            live_fraction: self.live_object_bytes() as f64 / memory,
+            tombstone_fraction: self.tombstone_bytes_total() as f64 / memory,
+            disk_log_bytes: stats_disk,
+            disk_limit_bytes: (self.config.disk_expansion_factor * memory) as u64,
+            compaction: self.config.compaction,
+        }
+    }
+
+    /// Which cleaner the balancer would run now.
+    pub fn cleaning_needed(&self) -> CleanKind {
+        balancer::choose(&self.balancer_input())
+    }
+
+    /// Runs one pass of whichever cleaner the balancer picks; `None` if no cleaning
+    /// was needed or nothing could be cleaned.
+    pub fn clean(&self, relocator: &dyn Relocator) -> Option<(CleanKind, PassOutcome)> {
+        self.reclaim();
+        let kind = self.cleaning_needed();
+        let outcome = match kind {
+            CleanKind::None => return None,
+            CleanKind::Compaction => self
+                .compact(relocator)
+                .map(|o| (CleanKind::Compaction, o))
+                .or_else(|| {
+                    self.clean_combined(relocator)
+                        .map(|o| (CleanKind::Combined, o))
+                }),
+            CleanKind::Combined => self
+                .clean_combined(relocator)
+                .map(|o| (CleanKind::Combined, o))
+                .or_else(|| {
+                    if self.config.compaction {
+                        self.compact(relocator).map(|o| (CleanKind::Compaction, o))
+                    } else {
+                        None
+                    }
+                }),
+        };
+        self.reclaim();
+        outcome
+    }
+
+    /// Ids of the segments in the log: tombstones naming any other segment are dead.
+    fn live_segment_ids(&self, leaving: &[u64]) -> HashSet<u64> {
+        let table = self.segments.lock();
+        table
+            .by_id
+            .values()
+            .filter(|m| m.state != SegmentState::Emergency && !leaving.contains(&m.id))
+            .map(|m| m.id)
+            .collect()
+    }
+
+    /// Calls `f` for every entry of a closed segment's in-memory chain, in order.
+    /// Stops at the first entry that does not parse (which would mean memory
+    /// corruption: everything before it is still handled).
+    fn scan(&self, meta: &SegmentMeta, mut f: impl FnMut(Found)) {
+        let mut offset = 0;
+        while offset < meta.mem_length {
+            let at =
+                SegletPool::log_ref(meta.seglets[offset / SEGLET_BYTES], offset % SEGLET_BYTES);
+            let Ok(header) = self.entry_header(at) else {
+                debug_assert!(false, "unparsable entry in segment {} at {offset}", meta.id);
+                return;
+            };
+            f(Found {
+                at,
+                len: header.total_len,
+                kind: header.entry_type,
+            });
+            offset += header.total_len;
+        }
+    }
+
+    /// Copies the entry at `from` (of `len` bytes) to the end of `w`.
+    fn copy_entry(&self, from: LogRef, len: usize, w: &mut SegmentWriter) -> LogRef {
+        let at = w.ref_at(w.length);
+        let pool = &self.pool;
+        pool.for_each_piece(from, len, |piece| w.write(pool, piece));
+        at
+    }
+
+    /// Segment compaction (L§4.1): rewrites the closed segment with the most freeable
+    /// seglets into fewer seglets, keeping its id, so its replicas on disk are
+    /// untouched. Returns `None` when no segment has a seglet to gain.
+    pub fn compact(&self, relocator: &dyn Relocator) -> Option<PassOutcome> {
+        let cpu_start = thread_cpu_ns();
+        let head_id = self.head_id();
+        let meta = {
+            let mut table = self.segments.lock();
+            let best = table
+                .by_id
+                .values()
+                .filter(|m| m.state == SegmentState::Closed && m.id != head_id)
+                .map(|m| {
+                    let c = &self.slots[m.slot as usize];
+                    let keep = c.live_bytes.load(Ordering::Relaxed)
+                        + c.tombstone_bytes.load(Ordering::Relaxed)
+                        + 64;
+                    let need = (keep as usize).div_ceil(SEGLET_BYTES);
+                    (m.seglets.len().saturating_sub(need), m.created_at, m.id)
+                })
+                .filter(|&(gain, _, _)| gain >= 1)
+                // Most seglets gained; among equals the oldest.
+                .max_by_key(|&(gain, created, _)| (gain, u64::MAX - created))?;
+            let m = table.by_id.get_mut(&best.2)?;
+            m.state = SegmentState::Cleaning;
+            m.clone()
+        };
+        let c = &self.slots[meta.slot as usize];
+        let need = (c.live_bytes.load(Ordering::Relaxed)
+            + c.tombstone_bytes.load(Ordering::Relaxed)) as usize
+            + 64;
+        let mut w = SegmentWriter::new(meta.id, meta.slot, self.config.segment_bytes);
+        if !self.cleaner_reserve(&mut w, need.min(meta.mem_length)) {
+            self.release_victims(std::slice::from_ref(&meta));
+            return None;
+        }
+        let live_ids = self.live_segment_ids(&[]);
+        let mut copied = 0u64;
+        self.scan(&meta, |e| match e.kind {
+            EntryType::SegmentHeader => {
+                self.copy_entry(e.at, e.len, &mut w);
+            }
+            EntryType::Object => {
+                if let Ok(view) = self.object(e.at) {
+                    let moved =
+                        relocator.relocate(&view, &mut || self.copy_entry(e.at, e.len, &mut w));
+                    if moved {
+                        copied += e.len as u64;
+                    }
+                }
+            }
+            EntryType::Tombstone => match self.tombstone(e.at) {
+                Ok(t) if live_ids.contains(&t.segment_id) => {
+                    self.copy_entry(e.at, e.len, &mut w);
+                    copied += e.len as u64;
+                }
+                _ => {
+                    self.tombstone_dropped(meta.slot, e.len);
+                    self.counters
+                        .tombstones_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            // Digests, safe versions and tablet statistics matter only in the head
+            // (the newest ones win in recovery), and a closed segment is never the head.
+            EntryType::LogDigest | EntryType::SafeVersion | EntryType::TabletStats => {}
+        });
+        let spare = w.trim_unused();
+        if !spare.is_empty() {
+            self.pool.release(&spare);
+        }
+        let old = {
+            let mut table = self.segments.lock();
+            let m = table.by_id.get_mut(&meta.id)?;
+            m.state = SegmentState::Closed;
+            m.mem_length = w.length;
+            std::mem::replace(&mut m.seglets, std::mem::take(&mut w.seglets))
+        };
+        let retired = old.len();
+        self.retire(old, None);
+        let n = &self.counters;
+        n.compactions.fetch_add(1, Ordering::Relaxed);
+        n.compaction_bytes_copied
+            .fetch_add(copied, Ordering::Relaxed);
+        n.cpu_ns
+            .fetch_add(thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
+        Some(PassOutcome {
+            segments: 1,
+            bytes_copied: copied,
+            seglets_retired: retired,
+            survivors: 0,
+        })
+    }
+
+    /// Combined cleaning (L§4.2, §6.1, §6.4): picks segments by cost-benefit, copies
+    /// their live entries sorted by age into new survivor segments, makes the
+    /// survivors part of the log with a new digest, then frees the cleaned segments.
+    pub fn clean_combined(&self, relocator: &dyn Relocator) -> Option<PassOutcome> {
+        let cpu_start = thread_cpu_ns();
+        let head_id = self.head_id();
+        let budget_seglets = self.pool.available(AllocClass::Cleaner);
+        let victims = self.pick_for_combined(head_id, budget_seglets)?;
+        let victim_ids: Vec<u64> = victims.iter().map(|m| m.id).collect();
+        let live_ids = self.live_segment_ids(&victim_ids);
+
+        // Live entries, oldest first: segregating old from young data makes later
+        // cleaning cheaper (L§4.3).
+        let mut found: Vec<(u64, Found)> = Vec::new();
+        for m in &victims {
+            self.scan(m, |e| match e.kind {
+                EntryType::Object => {
+                    if let Ok(view) = self.object(e.at) {
+                        if relocator.is_live(&view) {
+                            found.push((view.birth(), e));
+                        }
+                    }
+                }
+                EntryType::Tombstone => {
+                    if matches!(self.tombstone(e.at), Ok(t) if live_ids.contains(&t.segment_id)) {
+                        found.push((m.created_at, e));
+                    }
+                }
+                _ => {}
+            });
+        }
+        found.sort_by_key(|&(birth, _)| birth);
+
+        let total: usize = found.iter().map(|(_, e)| e.len).sum();
+        let stash_seglets = self.survivor_seglets_bound(total);
+        let mut stash = Vec::with_capacity(stash_seglets);
+        if !self
+            .pool
+            .allocate(stash_seglets, AllocClass::Cleaner, &mut stash)
+        {
+            self.release_victims(&victims);
+            return None;
+        }
+
+        let mut survivors: Vec<SegmentWriter> = Vec::new();
+        let mut copied = 0u64;
+        for (_, e) in &found {
+            let need_new = survivors.last().is_none_or(|w| w.room() < e.len);
+            if need_new {
+                let Some(w) = self.open_survivor() else {
+                    break;
+                };
+                survivors.push(w);
+            }
+            let Some(w) = survivors.last_mut() else { break };
+            self.attach_from_stash(w, e.len, &mut stash);
+            match e.kind {
+                EntryType::Object => {
+                    let Ok(view) = self.object(e.at) else {
+                        continue;
+                    };
+                    if relocator.relocate(&view, &mut || self.copy_entry(e.at, e.len, w)) {
+                        self.survivor_bytes_added(w.slot, e.len, false);
+                        copied += e.len as u64;
+                    }
+                }
+                _ => {
+                    self.copy_entry(e.at, e.len, w);
+                    self.survivor_bytes_added(w.slot, e.len, true);
+                    copied += e.len as u64;
+                }
+            }
+        }
+        for w in &mut survivors {
+            stash.extend(w.trim_unused());
+        }
+        self.pool.release(&stash);
+
+        // Join the survivors to the log and drop the victims from it, then write a
+        // digest that says so (L§6.4: survivors are replicated before the digest).
+        let now = self.clock();
+        let survivor_ids: Vec<u64> = survivors.iter().map(|w| w.id).collect();
+        {
+            let mut table = self.segments.lock();
+            for w in &mut survivors {
+                table.by_id.insert(
+                    w.id,
+                    SegmentMeta {
+                        id: w.id,
+                        slot: w.slot,
+                        seglets: std::mem::take(&mut w.seglets),
+                        mem_length: w.length,
+                        disk_length: w.length,
+                        created_at: now,
+                        state: SegmentState::Closed,
+                    },
+                );
+            }
+            for id in &victim_ids {
+                table.by_id.remove(id);
+            }
+        }
+        for w in &survivors {
+            self.config.replicas.replicate(w.id, 0, w.length);
+            self.config.replicas.close(w.id);
+        }
+        self.roll_head_for_cleaner();
+        self.config.replicas.cleaned(&survivor_ids, &victim_ids);
+
+        let mut retired = 0;
+        for m in victims {
+            let c = &self.slots[m.slot as usize];
+            let live = c.live_bytes.swap(0, Ordering::Relaxed);
+            let tomb = c.tombstone_bytes.swap(0, Ordering::Relaxed);
+            self.forget_counted(live, tomb);
+            retired += m.seglets.len();
+            self.retire(m.seglets, Some(m.slot));
+        }
+        let n = &self.counters;
+        n.combined_passes.fetch_add(1, Ordering::Relaxed);
+        n.segments_cleaned
+            .fetch_add(victim_ids.len() as u64, Ordering::Relaxed);
+        n.combined_bytes_copied.fetch_add(copied, Ordering::Relaxed);
+        n.cpu_ns
+            .fetch_add(thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
+        Some(PassOutcome {
+            segments: victim_ids.len(),
+            bytes_copied: copied,
+            seglets_retired: retired,
+            survivors: survivor_ids.len(),
+        })
+    }
+
+    /// Chooses victims for combined cleaning by cost-benefit and marks them
+    /// `Cleaning`; their live bytes fit in `budget_seglets` with room for survivor
+    /// fragmentation.
+    fn pick_for_combined(&self, head_id: u64, budget_seglets: usize) -> Option<Vec<SegmentMeta>> {
+        let now = self.clock();
+        let mut table = self.segments.lock();
+        let mut scored: Vec<(f64, u64, usize)> = table
+            .by_id
+            .values()
+            .filter(|m| m.state == SegmentState::Closed && m.id != head_id && m.disk_length > 0)
+            .filter_map(|m| {
+                let c = &self.slots[m.slot as usize];
+                let keep = (c.live_bytes.load(Ordering::Relaxed)
+                    + c.tombstone_bytes.load(Ordering::Relaxed))
+                    as usize;
+                let u = keep as f64 / m.disk_length.max(1) as f64;
+                (u < MAX_UTILIZATION_TO_CLEAN).then(|| {
+                    let age = now.saturating_sub(m.created_at);
+                    (balancer::cost_benefit(u, age), m.id, keep)
+                })
+            })
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let mut chosen = Vec::new();
+        let mut keep_total = 0usize;
+        for (_, id, keep) in scored {
+            if chosen.len() == MAX_SEGMENTS_PER_COMBINED_PASS {
+                break;
+            }
+            if self.survivor_seglets_bound(keep_total + keep) > budget_seglets {
+                continue;
+            }
+            keep_total += keep;
+            chosen.push(id);
+        }
+        if chosen.is_empty() {
+            return None;
+        }
+        let victims = chosen
+            .iter()
+            .filter_map(|id| {
+                table.by_id.get_mut(id).map(|m| {
+                    m.state = SegmentState::Cleaning;
+                    m.clone()
+                })
+            })
+            .collect();
+        Some(victims)
+    }
+
+    /// Seglets that survivors holding `live_bytes` of entries can need: the bytes
+    /// themselves, plus per survivor its header and a partly filled last seglet. A
+    /// survivor closes only when the next entry does not fit, so each is at least
+    /// `segment_bytes − max entry` full (L§7).
+    fn survivor_seglets_bound(&self, live_bytes: usize) -> usize {
+        let min_fill = self
+            .config
+            .segment_bytes
+            .saturating_sub(self.max_entry_bytes())
+            .max(SEGLET_BYTES);
+        let survivors = live_bytes.div_ceil(min_fill) + 1;
+        live_bytes.div_ceil(SEGLET_BYTES) + 2 * survivors + 1
+    }
+
+    fn release_victims(&self, victims: &[SegmentMeta]) {
+        let mut table = self.segments.lock();
+        for v in victims {
+            if let Some(m) = table.by_id.get_mut(&v.id) {
+                m.state = SegmentState::Closed;
+            }
+        }
+    }
+
+    /// A new survivor segment with its header written; `None` if no slot is free.
+    fn open_survivor(&self) -> Option<SegmentWriter> {
+        let (id, slot) = {
+            let mut table = self.segments.lock();
+            let slot = table.free_slots.pop()?;
+            let id = table.next_id;
+            table.next_id += 1;
+            (id, slot)
+        };
+        let c = &self.slots[slot as usize];
+        c.segment_id.store(id, Ordering::Release);
+        c.live_bytes.store(0, Ordering::Relaxed);
+        c.tombstone_bytes.store(0, Ordering::Relaxed);
+        Some(SegmentWriter::new(id, slot, self.config.segment_bytes))
+    }
+
+    /// Attaches seglets from the pass's stash so `w` can take `extra` more bytes (and
+    /// writes the segment header first if `w` is new).
+    fn attach_from_stash(&self, w: &mut SegmentWriter, extra: usize, stash: &mut Vec<u32>) {
+        let mut header = Vec::new();
+        if w.length == 0 {
+            crate::entry::encode_segment_header(self.config.master_id, w.id, &mut header);
+        }
+        let n = w.seglets_needed(header.len() + extra);
+        assert!(n <= stash.len(), "combined cleaning stash too small");
+        let taken = stash.split_off(stash.len() - n);
+        let before = w.seglets.len();
+        w.attach(&self.pool, &taken);
+        self.map_seglets(&w.seglets[before..], w.slot);
+        if !header.is_empty() {
+            w.write(&self.pool, &header);
+        }
+    }
+}

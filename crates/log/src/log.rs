@@ -1,0 +1,979 @@
+//! The log of one master: head, segment table, appends, reads and accounting
+//! (R§4.1–4.3, L§3–5).
+//!
+//! Lock order (outermost first): a hash-table bucket lock (held by the caller) →
+//! `head` → `segments` → the pool's free list. The cleaner never holds `head` or
+//! `segments` while it takes a bucket lock.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::entry::{
+    self, EntryError, EntryHeader, ObjectLayout, TabletStat, TombstoneLayout, MAX_HEADER_BYTES,
+};
+use crate::epoch::{EpochGuard, Epochs};
+use crate::pool::{AllocClass, PoolError, Reserves, SegletPool};
+use crate::replica::ReplicaSink;
+use crate::segment::SegmentWriter;
+use crate::{LogRef, SEGLET_BYTES, SEGMENT_BYTES};
+
+/// Facts the log writes at the start of every head segment besides the digest.
+pub trait HeadMetadata: Send + Sync {
+    /// The master's safe version: higher than any version it ever gave out for an
+    /// object that no longer exists (R§3.1). Written into every head so versions stay
+    /// monotonic across crashes even after tombstones are cleaned.
+    fn safe_version(&self) -> u64;
+    /// Per-tablet statistics (recovery partitions by them, R§7.5).
+    fn tablet_stats(&self, out: &mut Vec<TabletStat>);
+}
+
+/// Head metadata for a log without tablets (tests, benchmarks of the log alone).
+#[derive(Debug, Default)]
+pub struct NoMetadata;
+
+impl HeadMetadata for NoMetadata {
+    fn safe_version(&self) -> u64 {
+        0
+    }
+    fn tablet_stats(&self, _out: &mut Vec<TabletStat>) {}
+}
+
+/// Configuration of one log.
+#[derive(Clone)]
+pub struct LogConfig {
+    /// Bytes of log memory (the seglet pool), allocated once at start-up.
+    pub memory_bytes: usize,
+    /// Bytes in a full segment; a multiple of the seglet size. Entries larger than a
+    /// segment minus its metadata are refused as too large.
+    pub segment_bytes: usize,
+    /// The master that owns this log (written in every segment header).
+    pub master_id: u64,
+    /// The on-disk log may grow to this multiple of the memory size before combined
+    /// cleaning is forced (L§5.2).
+    pub disk_expansion_factor: f64,
+    /// Two-level cleaning (compaction + combined) when true; combined only when false.
+    pub compaction: bool,
+    /// Fraction of the pool kept for tombstones only, so deletes succeed when writes
+    /// no longer do (L§7).
+    pub delete_reserve_fraction: f64,
+    /// Where bytes to replicate are reported.
+    pub replicas: Arc<dyn ReplicaSink>,
+    /// Where head metadata comes from.
+    pub metadata: Arc<dyn HeadMetadata>,
+}
+
+impl LogConfig {
+    /// A configuration with defaults for everything but the memory size.
+    pub fn new(memory_bytes: usize) -> Self {
+        Self {
+            memory_bytes,
+            segment_bytes: SEGMENT_BYTES,
+            master_id: 0,
+            disk_expansion_factor: 2.0,
+            compaction: true,
+            delete_reserve_fraction: 0.01,
+            replicas: Arc::new(crate::replica::NoReplicas),
+            metadata: Arc::new(NoMetadata),
+        }
+    }
+}
+
+impl std::fmt::Debug for LogConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogConfig")
+            .field("memory_bytes", &self.memory_bytes)
+            .field("segment_bytes", &self.segment_bytes)
+            .field("master_id", &self.master_id)
+            .field("disk_expansion_factor", &self.disk_expansion_factor)
+            .field("compaction", &self.compaction)
+            .field("delete_reserve_fraction", &self.delete_reserve_fraction)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Errors creating a log.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogConfigError {
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    #[error(
+        "segment size {0} must be a multiple of {SEGLET_BYTES} and between 2 seglets and 256 MiB"
+    )]
+    BadSegmentSize(usize),
+    #[error("disk expansion factor {0} must be at least 1")]
+    BadExpansionFactor(f64),
+    #[error("delete reserve fraction {0} must be between 0 and 0.5")]
+    BadDeleteReserve(f64),
+}
+
+/// Why an append did not happen. Nothing was written in either case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    /// The log is full for this kind of append; retry after the cleaner has run.
+    #[error("log memory is full; retry later")]
+    NoSpace,
+    /// The entry can never fit in a segment.
+    #[error("entry of {0} bytes does not fit in a segment")]
+    TooLarge(usize),
+}
+
+/// Where an append landed, for replication.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    pub segment_id: u64,
+    pub offset: usize,
+    pub len: usize,
+    /// The reference of the appended object or tombstone (the last entry appended).
+    pub entry: LogRef,
+}
+
+/// An object to append.
+#[derive(Debug, Clone, Copy)]
+pub struct NewObject<'a> {
+    pub table_id: u64,
+    pub key: &'a [u8],
+    pub version: u64,
+    pub value: &'a [u8],
+}
+
+/// The object a tombstone kills.
+#[derive(Debug, Clone, Copy)]
+pub struct DeadObject {
+    pub version: u64,
+    /// Where the dead object is in the log.
+    pub location: LogRef,
+}
+
+/// State of a segment in the segment table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SegmentState {
+    /// The head: being appended to.
+    Head,
+    /// An emergency head: holds only a digest and is never named by the next digest.
+    Emergency,
+    /// Immutable and in the log.
+    Closed,
+    /// Being cleaned by a cleaner thread.
+    Cleaning,
+}
+
+/// What the log knows about a segment that is part of it.
+#[derive(Debug, Clone)]
+pub(crate) struct SegmentMeta {
+    pub id: u64,
+    pub slot: u32,
+    /// Seglets in memory (empty for the head, whose seglets the head writer holds).
+    pub seglets: Vec<u32>,
+    /// Bytes in memory (smaller than `disk_length` after compaction).
+    pub mem_length: usize,
+    /// Bytes of the segment's replicas on backups.
+    pub disk_length: usize,
+    /// Log clock when the segment was created (for the cost-benefit age, L§4.3).
+    pub created_at: u64,
+    pub state: SegmentState,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct SegmentTable {
+    pub by_id: std::collections::BTreeMap<u64, SegmentMeta>,
+    pub next_id: u64,
+    pub free_slots: Vec<u32>,
+}
+
+/// Per-segment counters, indexed by slot; updated by writers without a lock.
+#[derive(Debug, Default)]
+pub(crate) struct SlotCounters {
+    pub segment_id: AtomicU64,
+    pub live_bytes: AtomicU64,
+    pub tombstone_bytes: AtomicU64,
+}
+
+/// (epoch, seglets, segment slot) handed back once no operation pinned before `epoch`
+/// remains.
+type Retired = (u64, Vec<u32>, Option<u32>);
+
+struct Head {
+    writer: SegmentWriter,
+    emergency: bool,
+    meta_buf: Vec<u8>,
+    stats_buf: Vec<TabletStat>,
+    digest_ids: Vec<u64>,
+}
+
+/// Cumulative cleaner counters.
+#[derive(Debug, Default)]
+pub(crate) struct CleanerCounters {
+    pub compactions: AtomicU64,
+    pub combined_passes: AtomicU64,
+    pub segments_cleaned: AtomicU64,
+    pub compaction_bytes_copied: AtomicU64,
+    pub combined_bytes_copied: AtomicU64,
+    pub seglets_freed: AtomicU64,
+    pub tombstones_dropped: AtomicU64,
+    pub cpu_ns: AtomicU64,
+    pub emergency_heads: AtomicU64,
+}
+
+/// A snapshot of the log's statistics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LogStats {
+    pub memory_bytes: usize,
+    pub seglets_total: usize,
+    pub seglets_free: usize,
+    /// Bytes of live object entries.
+    pub live_object_bytes: u64,
+    /// Bytes of tombstone entries not yet cleaned away.
+    pub tombstone_bytes: u64,
+    /// Bytes of memory in seglets that hold neither live objects nor tombstones.
+    pub dead_bytes: u64,
+    pub segments: usize,
+    /// Bytes of the log on backups (every segment at its pre-compaction length).
+    pub disk_log_bytes: u64,
+    /// Bytes ever appended to the head.
+    pub appended_bytes: u64,
+    pub compactions: u64,
+    pub combined_passes: u64,
+    pub segments_cleaned: u64,
+    pub compaction_bytes_copied: u64,
+    pub combined_bytes_copied: u64,
+    pub seglets_freed: u64,
+    pub tombstones_dropped: u64,
+    pub cleaner_cpu_ns: u64,
+    pub emergency_heads: u64,
+}
+
+/// The log of one master. Thread-safe (see the crate doc).
+pub struct Log {
+    pub(crate) config: LogConfig,
+    pub(crate) pool: SegletPool,
+    pub(crate) epochs: Epochs,
+    head: Mutex<Head>,
+    pub(crate) segments: Mutex<SegmentTable>,
+    pub(crate) slots: Box<[SlotCounters]>,
+    /// Which slot (segment) each seglet currently belongs to.
+    seglet_slot: Box<[AtomicU32]>,
+    /// Seglets (and the slot, for whole segments) waiting for their epoch to pass.
+    retired: Mutex<Vec<Retired>>,
+    live_object_bytes: AtomicU64,
+    tombstone_bytes: AtomicU64,
+    appended_bytes: AtomicU64,
+    pub(crate) counters: CleanerCounters,
+    /// Largest entry an append accepts (a segment minus room for its metadata).
+    max_entry_bytes: usize,
+}
+
+fn digest_bound_bytes(seglets: usize) -> usize {
+    // Header, digest of up to one id per seglet, safe version: varints of ≤ 10 bytes.
+    64 + 10 * (seglets + 16)
+}
+
+impl Log {
+    /// Creates a log and its first head segment.
+    pub fn new(config: LogConfig) -> Result<Self, LogConfigError> {
+        let seg = config.segment_bytes;
+        if !seg.is_multiple_of(SEGLET_BYTES) || !(2 * SEGLET_BYTES..=256 << 20).contains(&seg) {
+            return Err(LogConfigError::BadSegmentSize(seg));
+        }
+        if config.disk_expansion_factor.is_nan() || config.disk_expansion_factor < 1.0 {
+            return Err(LogConfigError::BadExpansionFactor(
+                config.disk_expansion_factor,
+            ));
+        }
+        if !(0.0..=0.5).contains(&config.delete_reserve_fraction) {
+            return Err(LogConfigError::BadDeleteReserve(
+                config.delete_reserve_fraction,
+            ));
+        }
+        let seglets = config.memory_bytes / SEGLET_BYTES;
+        let segment_seglets = seg / SEGLET_BYTES;
+        let digest_seglets = digest_bound_bytes(seglets).div_ceil(SEGLET_BYTES);
+        let reserves = Reserves {
+            emergency_seglets: 2 * digest_seglets,
+            // Enough to compact any one segment, plus slack for the seglet left
+            // partly empty at the end of each survivor (L§7).
+            cleaner_seglets: segment_seglets + 2,
+            delete_seglets: ((seglets as f64 * config.delete_reserve_fraction) as usize).max(1),
+        };
+        let pool = SegletPool::new(config.memory_bytes, reserves)?;
+        // Every segment holds at least one seglet, so there are never more segments
+        // (head, survivors in flight and emergency heads included) than seglets.
+        let slot_count = pool.seglet_count() + 4;
+        let slots: Box<[SlotCounters]> = (0..slot_count).map(|_| SlotCounters::default()).collect();
+        let seglet_slot = (0..pool.seglet_count())
+            .map(|_| AtomicU32::new(u32::MAX))
+            .collect();
+        let metadata_room = digest_bound_bytes(pool.seglet_count())
+            + 64 * 1024 // tablet statistics
+            + entry::MAX_HEADER_BYTES;
+        let max_entry_bytes = seg.saturating_sub(metadata_room) / 2;
+        let table = SegmentTable {
+            by_id: Default::default(),
+            next_id: 1,
+            free_slots: (0..slot_count as u32).rev().collect(),
+        };
+        let log = Self {
+            pool,
+            epochs: Epochs::new(),
+            head: Mutex::new(Head {
+                writer: SegmentWriter::new(0, u32::MAX, seg),
+                emergency: true,
+                meta_buf: Vec::new(),
+                stats_buf: Vec::new(),
+                digest_ids: Vec::new(),
+            }),
+            segments: Mutex::new(table),
+            slots,
+            seglet_slot,
+            retired: Mutex::new(Vec::new()),
+            live_object_bytes: AtomicU64::new(0),
+            tombstone_bytes: AtomicU64::new(0),
+            appended_bytes: AtomicU64::new(0),
+            counters: CleanerCounters::default(),
+            max_entry_bytes,
+            config,
+        };
+        {
+            let mut head = log.head.lock();
+            // A fresh pool always has room for the first head; if not, the memory is
+            // too small to be useful.
+            if !log.roll_head(&mut head, AllocClass::Write, false) {
+                return Err(PoolError::TooSmall {
+                    bytes: log.config.memory_bytes,
+                    min_bytes: log.config.memory_bytes + SEGLET_BYTES,
+                }
+                .into());
+            }
+        }
+        Ok(log)
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// The seglet pool (for statistics and tests).
+    pub fn pool(&self) -> &SegletPool {
+        &self.pool
+    }
+
+    /// Pins the current epoch for an operation that reads log memory.
+    pub fn pin(&self) -> EpochGuard<'_> {
+        self.epochs.pin()
+    }
+
+    /// Largest object/tombstone entry (all bytes) an append accepts.
+    pub fn max_entry_bytes(&self) -> usize {
+        self.max_entry_bytes
+    }
+
+    /// The log clock: 64 KiB units of bytes appended to the head. Object entries are
+    /// stamped with it so the cleaner can sort survivors by age (L§4.3).
+    pub fn clock(&self) -> u64 {
+        self.appended_bytes.load(Ordering::Relaxed) >> 16
+    }
+
+    fn adopt(&self, w: &mut SegmentWriter, extra: usize, class: AllocClass) -> bool {
+        let before = w.seglets.len();
+        if !w.reserve(&self.pool, extra, class) {
+            return false;
+        }
+        self.map_seglets(&w.seglets[before..], w.slot);
+        true
+    }
+
+    /// Records that `seglets` now belong to the segment in `slot`; done before any
+    /// entry in them is published.
+    pub(crate) fn map_seglets(&self, seglets: &[u32], slot: u32) {
+        for &s in seglets {
+            self.seglet_slot[s as usize].store(slot, Ordering::Release);
+        }
+    }
+
+    /// Removes a cleaned segment's remaining counts from the totals.
+    pub(crate) fn forget_counted(&self, live_bytes: u64, tombstone_bytes: u64) {
+        self.live_object_bytes
+            .fetch_sub(live_bytes, Ordering::Relaxed);
+        self.tombstone_bytes
+            .fetch_sub(tombstone_bytes, Ordering::Relaxed);
+    }
+
+    /// Reserves seglets for a cleaner-private writer (survivor or compaction copy).
+    pub(crate) fn cleaner_reserve(&self, w: &mut SegmentWriter, extra: usize) -> bool {
+        self.adopt(w, extra, AllocClass::Cleaner)
+    }
+
+    pub(crate) fn slot_of(&self, r: LogRef) -> u32 {
+        self.seglet_slot[SegletPool::seglet_of(r) as usize].load(Ordering::Acquire)
+    }
+
+    /// The id of the segment holding the entry at `r`.
+    pub fn segment_id_of(&self, r: LogRef) -> u64 {
+        self.slots[self.slot_of(r) as usize]
+            .segment_id
+            .load(Ordering::Acquire)
+    }
+
+    /// Opens a new head: header, digest naming every segment of the log, safe version
+    /// and tablet statistics (R§7.4). The old head is closed. Returns false when
+    /// `class` may not take the seglets (and `allow_emergency` is false or even the
+    /// emergency reserve is gone).
+    fn roll_head(&self, head: &mut Head, class: AllocClass, allow_emergency: bool) -> bool {
+        let mut table = self.segments.lock();
+        let new_id = table.next_id;
+        let Some(&slot) = table.free_slots.last() else {
+            // Cannot happen: there are more slots than seglets (see `new`).
+            return false;
+        };
+        let safe_version = self.config.metadata.safe_version();
+        head.stats_buf.clear();
+        self.config.metadata.tablet_stats(&mut head.stats_buf);
+        let mut emergency = false;
+        let mut writer = SegmentWriter::new(new_id, slot, self.config.segment_bytes);
+        loop {
+            head.digest_ids.clear();
+            head.digest_ids.extend(
+                table
+                    .by_id
+                    .values()
+                    .filter(|m| m.state != SegmentState::Emergency)
+                    .map(|m| m.id),
+            );
+            head.digest_ids.push(new_id);
+            head.meta_buf.clear();
+            entry::encode_segment_header(self.config.master_id, new_id, &mut head.meta_buf);
+            entry::encode_log_digest(&head.digest_ids, &mut head.meta_buf);
+            entry::encode_safe_version(safe_version, &mut head.meta_buf);
+            if !emergency && !head.stats_buf.is_empty() {
+                entry::encode_tablet_stats(&head.stats_buf, &mut head.meta_buf);
+            }
+            let need = head.meta_buf.len();
+            let class_now = if emergency {
+                AllocClass::Emergency
+            } else {
+                class
+            };
+            if self.adopt(&mut writer, need, class_now) {
+                break;
+            }
+            if emergency || !allow_emergency {
+                return false;
+            }
+            emergency = true;
+        }
+        table.free_slots.pop();
+        table.next_id += 1;
+        writer.write(&self.pool, &head.meta_buf);
+        let counters = &self.slots[slot as usize];
+        counters.segment_id.store(new_id, Ordering::Release);
+        counters.live_bytes.store(0, Ordering::Relaxed);
+        counters.tombstone_bytes.store(0, Ordering::Relaxed);
+        let now = self.clock();
+        table.by_id.insert(
+            new_id,
+            SegmentMeta {
+                id: new_id,
+                slot,
+                seglets: Vec::new(),
+                mem_length: 0,
+                disk_length: 0,
+                created_at: now,
+                state: if emergency {
+                    SegmentState::Emergency
+                } else {
+                    SegmentState::Head
+                },
+            },
+        );
+        let mut old = std::mem::replace(&mut head.writer, writer);
+        let old_emergency = std::mem::replace(&mut head.emergency, emergency);
+        if old.slot != u32::MAX {
+            let spare = old.trim_unused();
+            if !spare.is_empty() {
+                self.pool.release(&spare);
+            }
+            if old_emergency {
+                // An emergency head holds no object or tombstone and is not named by
+                // the new digest: it leaves the log at once (L§7).
+                table.by_id.remove(&old.id);
+                self.retire_locked(std::mem::take(&mut old.seglets), Some(old.slot));
+            } else if let Some(meta) = table.by_id.get_mut(&old.id) {
+                meta.seglets = std::mem::take(&mut old.seglets);
+                meta.mem_length = old.length;
+                meta.disk_length = old.length;
+                meta.state = SegmentState::Closed;
+            }
+        }
+        drop(table);
+        if emergency {
+            self.counters
+                .emergency_heads
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if old.slot != u32::MAX {
+            self.config.replicas.close(old.id);
+        }
+        self.config
+            .replicas
+            .replicate(new_id, 0, head.meta_buf.len());
+        true
+    }
+
+    /// Closes the current head and opens a new one whose digest reflects the current
+    /// segment table. Used after combined cleaning so survivors join the log and
+    /// cleaned segments leave it; falls back to an emergency head (L§7).
+    pub(crate) fn roll_head_for_cleaner(&self) -> bool {
+        let mut head = self.head.lock();
+        self.roll_head(&mut head, AllocClass::Cleaner, true)
+    }
+
+    /// Appends `object`, preceded by a tombstone for the version it replaces, as one
+    /// unit in the head. Returns where it landed; the object's reference is
+    /// `Appended::entry`.
+    pub fn append_object(
+        &self,
+        object: &NewObject<'_>,
+        replaces: Option<DeadObject>,
+    ) -> Result<Appended, AppendError> {
+        let birth = self.clock();
+        let obj_header = entry::object_header(
+            object.table_id,
+            object.version,
+            birth,
+            object.key.len(),
+            object.value.len(),
+        );
+        let obj_len = obj_header.as_bytes().len() + object.key.len() + object.value.len() + 4;
+        let tomb = replaces.map(|dead| {
+            let seg = self.segment_id_of(dead.location);
+            entry::tombstone_header(object.table_id, dead.version, seg, object.key.len())
+        });
+        let tomb_len = tomb.map_or(0, |h| h.as_bytes().len() + object.key.len() + 4);
+        let total = obj_len + tomb_len;
+        if obj_len > self.max_entry_bytes {
+            return Err(AppendError::TooLarge(obj_len));
+        }
+        let obj_crc = entry::entry_crc(&[obj_header.as_bytes(), object.key, object.value]);
+        let tomb_crc = tomb.map(|h| entry::entry_crc(&[h.as_bytes(), object.key]));
+
+        let mut head = self.head.lock();
+        let start = self.make_room(&mut head, total, AllocClass::Write)?;
+        let w = &mut head.writer;
+        if let (Some(h), Some(crc)) = (tomb, tomb_crc) {
+            w.write(&self.pool, h.as_bytes());
+            w.write(&self.pool, object.key);
+            w.write(&self.pool, &crc.to_le_bytes());
+        }
+        let obj_offset = w.length;
+        w.write(&self.pool, obj_header.as_bytes());
+        w.write(&self.pool, object.key);
+        w.write(&self.pool, object.value);
+        w.write(&self.pool, &obj_crc.to_le_bytes());
+        let appended = Appended {
+            segment_id: w.id,
+            offset: start,
+            len: total,
+            entry: w.ref_at(obj_offset),
+        };
+        let counters = &self.slots[w.slot as usize];
+        counters
+            .live_bytes
+            .fetch_add(obj_len as u64, Ordering::Relaxed);
+        counters
+            .tombstone_bytes
+            .fetch_add(tomb_len as u64, Ordering::Relaxed);
+        drop(head);
+        self.live_object_bytes
+            .fetch_add(obj_len as u64, Ordering::Relaxed);
+        self.tombstone_bytes
+            .fetch_add(tomb_len as u64, Ordering::Relaxed);
+        self.appended_bytes
+            .fetch_add(total as u64, Ordering::Relaxed);
+        Ok(appended)
+    }
+
+    /// Appends a tombstone for the object at `dead.location` (a delete). May use the
+    /// room kept for deletes.
+    pub fn append_tombstone(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        dead: DeadObject,
+    ) -> Result<Appended, AppendError> {
+        let seg = self.segment_id_of(dead.location);
+        let header = entry::tombstone_header(table_id, dead.version, seg, key.len());
+        let len = header.as_bytes().len() + key.len() + 4;
+        if len > self.max_entry_bytes {
+            return Err(AppendError::TooLarge(len));
+        }
+        let crc = entry::entry_crc(&[header.as_bytes(), key]);
+        let mut head = self.head.lock();
+        let start = self.make_room(&mut head, len, AllocClass::Delete)?;
+        let w = &mut head.writer;
+        w.write(&self.pool, header.as_bytes());
+        w.write(&self.pool, key);
+        w.write(&self.pool, &crc.to_le_bytes());
+        let appended = Appended {
+            segment_id: w.id,
+            offset: start,
+            len,
+            entry: w.ref_at(start),
+        };
+        self.slots[w.slot as usize]
+            .tombstone_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
+        drop(head);
+        self.tombstone_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
+        self.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(appended)
+    }
+
+    /// Makes sure the head can take `len` more bytes, rolling to a new head if it is
+    /// full or an emergency head; returns the offset where they will go.
+    fn make_room(
+        &self,
+        head: &mut Head,
+        len: usize,
+        class: AllocClass,
+    ) -> Result<usize, AppendError> {
+        if head.emergency || head.writer.room() < len {
+            self.reclaim();
+            if !self.roll_head(head, class, false) {
+                return Err(AppendError::NoSpace);
+            }
+        }
+        if !self.adopt(&mut head.writer, len, class) {
+            self.reclaim();
+            if !self.adopt(&mut head.writer, len, class) {
+                return Err(AppendError::NoSpace);
+            }
+        }
+        Ok(head.writer.length)
+    }
+
+    /// Reports an append to the replica sink; call after releasing bucket locks and
+    /// before acknowledging the operation.
+    pub fn replicate(&self, appended: &Appended) {
+        self.config
+            .replicas
+            .replicate(appended.segment_id, appended.offset, appended.len);
+    }
+
+    /// Records that the object entry at `r` (of `len` bytes) is no longer live: it was
+    /// overwritten, deleted or its tablet dropped.
+    pub fn object_died(&self, r: LogRef, len: usize) {
+        let slot = self.slot_of(r);
+        let c = &self.slots[slot as usize].live_bytes;
+        let before = c.fetch_sub(len as u64, Ordering::Relaxed);
+        debug_assert!(
+            before >= len as u64,
+            "live bytes of slot {slot} went negative"
+        );
+        self.live_object_bytes
+            .fetch_sub(len as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn tombstone_dropped(&self, slot: u32, len: usize) {
+        self.slots[slot as usize]
+            .tombstone_bytes
+            .fetch_sub(len as u64, Ordering::Relaxed);
+        self.tombstone_bytes
+            .fetch_sub(len as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn survivor_bytes_added(&self, slot: u32, len: usize, tombstone: bool) {
+        let c = &self.slots[slot as usize];
+        if tombstone {
+            c.tombstone_bytes.fetch_add(len as u64, Ordering::Relaxed);
+            self.tombstone_bytes
+                .fetch_add(len as u64, Ordering::Relaxed);
+        } else {
+            c.live_bytes.fetch_add(len as u64, Ordering::Relaxed);
+            self.live_object_bytes
+                .fetch_add(len as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Hands seglets (and a slot) back once no operation can still see them.
+    pub(crate) fn retire(&self, seglets: Vec<u32>, slot: Option<u32>) {
+        let epoch = self.epochs.advance();
+        self.retired.lock().push((epoch, seglets, slot));
+    }
+
+    fn retire_locked(&self, seglets: Vec<u32>, slot: Option<u32>) {
+        // Same as `retire`; `segments` is held but `retired` is a leaf lock.
+        self.retire(seglets, slot)
+    }
+
+    /// Frees retired seglets whose epoch has passed. Returns how many were freed.
+    pub fn reclaim(&self) -> usize {
+        let mut retired = self.retired.lock();
+        if retired.is_empty() {
+            return 0;
+        }
+        let oldest = self.epochs.oldest_pinned();
+        let mut freed = 0;
+        let mut slots = Vec::new();
+        retired.retain_mut(|(epoch, seglets, slot)| {
+            if *epoch > oldest {
+                return true;
+            }
+            self.pool.release(seglets);
+            freed += seglets.len();
+            if let Some(s) = slot {
+                slots.push(*s);
+            }
+            false
+        });
+        drop(retired);
+        if !slots.is_empty() {
+            let mut table = self.segments.lock();
+            for s in slots {
+                self.slots[s as usize]
+                    .segment_id
+                    .store(0, Ordering::Relaxed);
+                table.free_slots.push(s);
+            }
+        }
+        self.counters
+            .seglets_freed
+            .fetch_add(freed as u64, Ordering::Relaxed);
+        freed
+    }
+
+    /// Waits until every operation that was pinned when this was called has finished.
+    /// Must not be called while holding a pin.
+    pub fn wait_for_operations(&self) {
+        let epoch = self.epochs.advance();
+        while !self.epochs.safe(epoch) {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Seglets waiting for their epoch to pass.
+    pub fn retired_seglets(&self) -> usize {
+        self.retired.lock().iter().map(|(_, s, _)| s.len()).sum()
+    }
+
+    /// Reads the first bytes of the entry at `r` (enough to parse its header).
+    fn prefix<'a>(&'a self, r: LogRef, buf: &'a mut [u8; MAX_HEADER_BYTES]) -> &'a [u8] {
+        let seglet = SegletPool::seglet_of(r);
+        let offset = (r.0 % SEGLET_BYTES as u64) as usize;
+        let tail = self.pool.seglet_tail(seglet, offset);
+        if tail.len() >= MAX_HEADER_BYTES {
+            // Bytes past the end of the entry may belong to a later, unpublished entry;
+            // the parser reads only as far as the entry's own lengths say.
+            &tail[..MAX_HEADER_BYTES]
+        } else {
+            let n = self.pool.copy_out(r, buf);
+            &buf[..n]
+        }
+    }
+
+    /// Parses the header of the entry at `r`.
+    pub fn entry_header(&self, r: LogRef) -> Result<EntryHeader, EntryError> {
+        let mut buf = [0u8; MAX_HEADER_BYTES];
+        entry::parse_header(self.prefix(r, &mut buf))
+    }
+
+    /// A view of the object entry at `r`. The caller holds an epoch pin and got `r`
+    /// from the hash table (or a segment scan).
+    pub fn object(&self, r: LogRef) -> Result<ObjectView<'_>, EntryError> {
+        let mut buf = [0u8; MAX_HEADER_BYTES];
+        let layout = entry::parse_object_layout(self.prefix(r, &mut buf))?;
+        let offset = (r.0 % SEGLET_BYTES as u64) as usize;
+        let contiguous = if offset + layout.total_len <= SEGLET_BYTES {
+            Some(&self.pool.seglet_tail(SegletPool::seglet_of(r), offset)[..layout.total_len])
+        } else {
+            None
+        };
+        Ok(ObjectView {
+            log: self,
+            r,
+            layout,
+            contiguous,
+        })
+    }
+
+    /// Parses the tombstone at `r`.
+    pub fn tombstone(&self, r: LogRef) -> Result<TombstoneLayout, EntryError> {
+        let mut buf = [0u8; MAX_HEADER_BYTES];
+        entry::parse_tombstone_layout(self.prefix(r, &mut buf))
+    }
+
+    /// `r` advanced by `n` bytes along its seglet chain.
+    pub(crate) fn advance(&self, r: LogRef, n: usize) -> LogRef {
+        let mut seglet = SegletPool::seglet_of(r);
+        let mut offset = (r.0 % SEGLET_BYTES as u64) as usize + n;
+        while offset >= SEGLET_BYTES {
+            match self.pool.next_seglet(seglet) {
+                Some(next) => {
+                    seglet = next;
+                    offset -= SEGLET_BYTES;
+                }
+                // Only reachable with a corrupt length; the piecewise readers then
+                // stop early and checksums fail.
+                None => return SegletPool::log_ref(seglet, SEGLET_BYTES - 1),
+            }
+        }
+        SegletPool::log_ref(seglet, offset)
+    }
+
+    /// A snapshot of the statistics.
+    pub fn stats(&self) -> LogStats {
+        let table = self.segments.lock();
+        let disk_log_bytes = table
+            .by_id
+            .values()
+            .map(|m| m.disk_length as u64)
+            .sum::<u64>()
+            + self.head.try_lock().map_or(0, |h| h.writer.length as u64);
+        let segments = table.by_id.len();
+        drop(table);
+        let seglets_total = self.pool.seglet_count() - 1;
+        let seglets_free = self.pool.free_seglets();
+        let live = self.live_object_bytes.load(Ordering::Relaxed);
+        let tomb = self.tombstone_bytes.load(Ordering::Relaxed);
+        let used = ((seglets_total - seglets_free) * SEGLET_BYTES) as u64;
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LogStats {
+            memory_bytes: self.pool.bytes(),
+            seglets_total,
+            seglets_free,
+            live_object_bytes: live,
+            tombstone_bytes: tomb,
+            dead_bytes: used.saturating_sub(live + tomb),
+            segments,
+            disk_log_bytes,
+            appended_bytes: get(&self.appended_bytes),
+            compactions: get(&c.compactions),
+            combined_passes: get(&c.combined_passes),
+            segments_cleaned: get(&c.segments_cleaned),
+            compaction_bytes_copied: get(&c.compaction_bytes_copied),
+            combined_bytes_copied: get(&c.combined_bytes_copied),
+            seglets_freed: get(&c.seglets_freed),
+            tombstones_dropped: get(&c.tombstones_dropped),
+            cleaner_cpu_ns: get(&c.cpu_ns),
+            emergency_heads: get(&c.emergency_heads),
+        }
+    }
+
+    pub(crate) fn live_object_bytes(&self) -> u64 {
+        self.live_object_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn tombstone_bytes_total(&self) -> u64 {
+        self.tombstone_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn head_id(&self) -> u64 {
+        self.head.lock().writer.id
+    }
+}
+
+/// A published object entry in the log, possibly spanning seglets.
+pub struct ObjectView<'a> {
+    log: &'a Log,
+    r: LogRef,
+    layout: ObjectLayout,
+    /// The whole entry when it lies in one seglet (the common case: no copies).
+    contiguous: Option<&'a [u8]>,
+}
+
+impl<'a> ObjectView<'a> {
+    pub fn table_id(&self) -> u64 {
+        self.layout.table_id
+    }
+    pub fn version(&self) -> u64 {
+        self.layout.version
+    }
+    pub fn birth(&self) -> u64 {
+        self.layout.birth
+    }
+    pub fn key_len(&self) -> usize {
+        self.layout.key_len
+    }
+    pub fn value_len(&self) -> usize {
+        self.layout.value_len
+    }
+    /// All bytes of the entry, header and checksum included.
+    pub fn entry_len(&self) -> usize {
+        self.layout.total_len
+    }
+    pub fn location(&self) -> LogRef {
+        self.r
+    }
+
+    fn pieces(&self, offset: usize, len: usize, mut f: impl FnMut(&[u8])) {
+        match self.contiguous {
+            Some(bytes) => f(&bytes[offset..offset + len]),
+            None => {
+                let start = self.log.advance(self.r, offset);
+                self.log.pool.for_each_piece(start, len, f);
+            }
+        }
+    }
+
+    /// Whether the key equals `key` (compared in place).
+    pub fn key_eq(&self, key: &[u8]) -> bool {
+        if self.layout.key_len != key.len() {
+            return false;
+        }
+        if let Some(bytes) = self.contiguous {
+            let o = self.layout.key_offset;
+            return &bytes[o..o + key.len()] == key;
+        }
+        let mut rest = key;
+        let mut equal = true;
+        self.pieces(self.layout.key_offset, key.len(), |p| {
+            if equal {
+                equal = rest.len() >= p.len() && &rest[..p.len()] == p;
+                rest = &rest[p.len().min(rest.len())..];
+            }
+        });
+        equal
+    }
+
+    /// The key, when it lies in one piece.
+    pub fn key_slice(&self) -> Option<&'a [u8]> {
+        self.contiguous
+            .map(|b| &b[self.layout.key_offset..self.layout.key_offset + self.layout.key_len])
+    }
+
+    /// Appends the key to `out`.
+    pub fn copy_key(&self, out: &mut Vec<u8>) {
+        self.pieces(self.layout.key_offset, self.layout.key_len, |p| {
+            out.extend_from_slice(p)
+        });
+    }
+
+    /// Calls `f` with the consecutive pieces of the value (scatter-gather: no copy).
+    pub fn value_pieces(&self, f: impl FnMut(&[u8])) {
+        self.pieces(self.layout.value_offset, self.layout.value_len, f);
+    }
+
+    /// Appends the value to `out`.
+    pub fn copy_value(&self, out: &mut Vec<u8>) {
+        out.reserve(self.layout.value_len);
+        self.value_pieces(|p| out.extend_from_slice(p));
+    }
+
+    /// Whether the stored checksum matches the entry's bytes.
+    pub fn checksum_ok(&self) -> bool {
+        let body = self.layout.total_len - entry::CRC_BYTES;
+        let mut crc = 0u32;
+        self.pieces(0, body, |p| crc = crc32c::crc32c_append(crc, p));
+        let mut stored = [0u8; 4];
+        let mut at = 0;
+        self.pieces(body, entry::CRC_BYTES, |p| {
+            stored[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        });
+        crc == u32::from_le_bytes(stored)
+    }
+}

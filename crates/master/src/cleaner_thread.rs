@@ -1,0 +1,79 @@
+//! The background cleaner: threads that run cleaning passes whenever the balancer
+//! asks for them, concurrently with reads and writes (L§6).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::object_store::Inner;
+
+/// How long an idle cleaner sleeps before it asks the balancer again.
+pub const CLEANER_POLL_INTERVAL_MS: u64 = 2;
+
+struct Signal {
+    stop: AtomicBool,
+    lock: Mutex<bool>,
+    cond: Condvar,
+}
+
+/// Handle to the running cleaner threads; stops them on `stop`.
+pub(crate) struct CleanerThread {
+    signal: Arc<Signal>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl CleanerThread {
+    pub fn start(inner: Arc<Inner>, threads: usize) -> Self {
+        let signal = Arc::new(Signal {
+            stop: AtomicBool::new(false),
+            lock: Mutex::new(false),
+            cond: Condvar::new(),
+        });
+        let threads = (0..threads)
+            .map(|i| {
+                let inner = inner.clone();
+                let signal = signal.clone();
+                std::thread::Builder::new()
+                    .name(format!("ramstore-cleaner-{i}"))
+                    .spawn(move || run(&inner, &signal))
+                    // Thread creation fails only when the process is out of resources
+                    // at start-up; there is nothing sensible to continue with.
+                    .expect("spawn cleaner thread")
+            })
+            .collect();
+        Self { signal, threads }
+    }
+
+    /// Asks the cleaner to look at the log now (a writer ran out of space).
+    pub fn wake(&self) {
+        let mut woken = self.signal.lock.lock();
+        *woken = true;
+        self.signal.cond.notify_all();
+    }
+
+    pub fn stop(mut self) {
+        self.signal.stop.store(true, Ordering::SeqCst);
+        self.wake();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(inner: &Inner, signal: &Signal) {
+    while !signal.stop.load(Ordering::SeqCst) {
+        if inner.log.clean(inner).is_some() {
+            continue;
+        }
+        let mut woken = signal.lock.lock();
+        if !*woken {
+            signal
+                .cond
+                .wait_for(&mut woken, Duration::from_millis(CLEANER_POLL_INTERVAL_MS));
+        }
+        *woken = false;
+    }
+}

@@ -1,0 +1,82 @@
+//! Configuration of one master's object store.
+
+use std::sync::Arc;
+
+use ramstore_log::{NoReplicas, ReplicaSink, SEGMENT_BYTES};
+
+/// How the cleaner runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CleanerMode {
+    /// On its own threads, concurrently with reads and writes (L§6). The default.
+    Background { threads: usize },
+    /// Only when [`crate::ObjectStore::clean_now`] is called (deterministic tests).
+    Manual,
+}
+
+/// Configuration of an [`crate::ObjectStore`].
+#[derive(Clone)]
+pub struct StoreConfig {
+    /// This master's id (written in segment headers).
+    pub master_id: u64,
+    /// Bytes of log memory, allocated at start-up.
+    pub memory_bytes: usize,
+    /// Bytes in a full segment (default 8 MiB).
+    pub segment_bytes: usize,
+    /// Hash table buckets (8 entries each); default: one per 512 bytes of memory.
+    pub hash_table_buckets: Option<usize>,
+    /// Two-level cleaning when true; combined cleaning only when false.
+    pub compaction: bool,
+    /// On-disk log limit as a multiple of memory (L§5.2); default 2.
+    pub disk_expansion_factor: f64,
+    /// Share of memory only deletes may use (default 1%).
+    pub delete_reserve_fraction: f64,
+    pub cleaner: CleanerMode,
+    /// Where appended bytes are reported for replication.
+    pub replicas: Arc<dyn ReplicaSink>,
+}
+
+impl StoreConfig {
+    /// Defaults for everything but the memory size.
+    pub fn new(memory_bytes: usize) -> Self {
+        Self {
+            master_id: 0,
+            memory_bytes,
+            segment_bytes: SEGMENT_BYTES,
+            hash_table_buckets: None,
+            compaction: true,
+            disk_expansion_factor: 2.0,
+            delete_reserve_fraction: 0.01,
+            cleaner: CleanerMode::Background { threads: 1 },
+            replicas: Arc::new(NoReplicas),
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("master_id", &self.master_id)
+            .field("memory_bytes", &self.memory_bytes)
+            .field("segment_bytes", &self.segment_bytes)
+            .field("hash_table_buckets", &self.hash_table_buckets)
+            .field("compaction", &self.compaction)
+            .field("disk_expansion_factor", &self.disk_expansion_factor)
+            .field("delete_reserve_fraction", &self.delete_reserve_fraction)
+            .field("cleaner", &self.cleaner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Errors in configuration or tablet assignment.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error(transparent)]
+    Log(#[from] ramstore_log::LogConfigError),
+    #[error("tablet {table_id}:[{start_hash:#x}, {end_hash:#x}] is empty or overlaps another tablet of the table")]
+    BadTablet {
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+    },
+}

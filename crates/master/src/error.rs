@@ -1,0 +1,63 @@
+//! Errors of the object operations, one enum per family. Each variant is an outcome a
+//! caller must handle; `NoSpace` is the only retryable one.
+
+/// Why a read (or enumeration) returned no object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// This master does not own the tablet holding the key (or cursor).
+    #[error("unknown tablet: this master does not own that key")]
+    UnknownTablet,
+    /// No object with that key exists.
+    #[error("object doesn't exist")]
+    ObjectDoesntExist,
+    /// The key is longer than the largest key ever stored.
+    #[error("key of {0} bytes is longer than the limit of {max} bytes", max = ramstore_log::MAX_KEY_BYTES)]
+    KeyTooLarge(usize),
+}
+
+/// Why a write, delete or increment did not happen. Nothing was changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    #[error("unknown tablet: this master does not own that key")]
+    UnknownTablet,
+    /// A reject rule required the object to exist.
+    #[error("object doesn't exist")]
+    ObjectDoesntExist,
+    /// A reject rule required the object not to exist.
+    #[error("object exists")]
+    ObjectExists,
+    /// A version reject rule failed; `current` is the object's version.
+    #[error("wrong version: the object's version is {current}")]
+    WrongVersion { current: u64 },
+    #[error("key of {0} bytes is longer than the limit of {max} bytes", max = ramstore_log::MAX_KEY_BYTES)]
+    KeyTooLarge(usize),
+    #[error("value of {0} bytes is longer than the limit")]
+    ValueTooLarge(usize),
+    /// Increment of a value that is not an 8-byte number.
+    #[error("value is not a number: an increment needs an 8-byte value, found {0} bytes")]
+    NotNumeric(usize),
+    /// Increment overflowed (i64) or produced a non-finite float.
+    #[error("increment overflows the value")]
+    Overflow,
+    /// Log memory is full: retry after the cleaner has run (retryable).
+    #[error("log memory is full; retry later")]
+    NoSpace,
+}
+
+impl WriteError {
+    /// Whether retrying the same operation later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, WriteError::NoSpace)
+    }
+}
+
+impl From<ramstore_log::AppendError> for WriteError {
+    fn from(e: ramstore_log::AppendError) -> Self {
+        match e {
+            ramstore_log::AppendError::TooLarge(n) => WriteError::ValueTooLarge(n),
+            _ => WriteError::NoSpace,
+        }
+    }
+}

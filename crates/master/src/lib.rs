@@ -1,0 +1,32 @@
+//! The object store of one ramstore master: tablets and RAMCloud's object operations
+//! (read, write, delete, conditional write by reject rules, increment, multi-ops,
+//! enumeration) over the log-structured memory of `ramstore-log` and the hash table
+//! of `ramstore-index` (R§3–4, L§3–7).
+//!
+//! Invariants:
+//! - Versions of a (table, key) only grow, also across delete and re-create: a new
+//!   object starts at the master's safe version, which every delete raises above
+//!   the deleted version (R§3.1).
+//! - The hash table refers to at most one object per (table, key), and only to a
+//!   complete, checksummed entry.
+//! - A full log refuses writes with `NoSpace` (retryable) and never loses an object;
+//!   deletes keep working after writes are refused (the delete reserve).
+//!
+//! Thread-safety: `ObjectStore` is `Send + Sync`; reads take no lock; writes serialise
+//! per hash bucket and on the log head; the cleaner runs on its own thread(s).
+//!
+//! Durability: writes are reported to the configured replica sink before they return;
+//! with the default sink nothing is replicated (DRAM only).
+
+mod cleaner_thread;
+pub mod config;
+pub mod error;
+pub mod object_store;
+pub mod reject;
+pub mod tablets;
+
+pub use config::{CleanerMode, ConfigError, StoreConfig};
+pub use error::{ReadError, WriteError};
+pub use object_store::{key_hash, EnumeratedObject, MultiWrite, ObjectStore, StoreStats};
+pub use reject::RejectRules;
+pub use tablets::{Tablet, TabletMap};

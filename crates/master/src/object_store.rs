@@ -1,0 +1,704 @@
+//! The object store of one master: RAMCloud's object operations over the log and
+//! the hash table (R§3, R§4.1, R Fig. 2).
+//!
+//! Every operation pins a log epoch for its duration, so cleaned memory is never
+//! reused under it (L§6.3). Reads take no lock. A write holds the key's bucket lock
+//! from reading the current version to publishing the new reference, so versions of
+//! a key only grow and the log order of a key's entries matches their versions.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use ramstore_index::HashTable;
+use ramstore_log::entry::TabletStat;
+use ramstore_log::{
+    Appended, DeadObject, HeadMetadata, Log, LogConfig, LogRef, NewObject, ObjectView,
+    MAX_KEY_BYTES, MAX_VALUE_BYTES,
+};
+
+use crate::cleaner_thread::CleanerThread;
+use crate::config::{CleanerMode, StoreConfig};
+use crate::error::{ReadError, WriteError};
+use crate::reject::RejectRules;
+use crate::tablets::{Tablet, TabletMap};
+use crate::ConfigError;
+
+/// The 64-bit hash of a key that places it in a tablet and a hash bucket (DESIGN §4).
+pub fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+/// State the log reads when it opens a head segment.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// Higher than every version of an object that was deleted (R§3.1).
+    pub safe_version: AtomicU64,
+    pub tablets: ArcSwap<TabletMap>,
+}
+
+impl HeadMetadata for Shared {
+    fn safe_version(&self) -> u64 {
+        self.safe_version.load(Ordering::SeqCst)
+    }
+
+    fn tablet_stats(&self, out: &mut Vec<TabletStat>) {
+        out.extend(self.tablets.load().tablets.iter().map(|t| TabletStat {
+            table_id: t.table_id,
+            start_hash: t.start_hash,
+            end_hash: t.end_hash,
+            entry_count: t.entries(),
+            bytes: t.bytes(),
+        }));
+    }
+}
+
+/// Everything the cleaner thread shares with request threads.
+pub(crate) struct Inner {
+    pub log: Log,
+    pub index: HashTable,
+    pub shared: Arc<Shared>,
+}
+
+/// The current entry of a key, found under its bucket lock.
+struct Current {
+    slot: ramstore_index::Slot,
+    at: LogRef,
+    version: u64,
+    len: usize,
+}
+
+/// The value a write stores: borrowed from the caller, or computed (increments).
+enum NewValue<'a> {
+    Borrowed(&'a [u8]),
+    Number([u8; 8]),
+}
+
+impl NewValue<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            NewValue::Borrowed(b) => b,
+            NewValue::Number(n) => n,
+        }
+    }
+}
+
+/// One object returned by [`ObjectStore::enumerate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnumeratedObject {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub version: u64,
+}
+
+/// Statistics of a store.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoreStats {
+    pub log: ramstore_log::LogStats,
+    /// Objects in the hash table.
+    pub objects: usize,
+    /// Bytes of hash table (buckets, locks, overflow).
+    pub hash_table_bytes: usize,
+    /// Per-tablet live objects and bytes.
+    pub tablets: Vec<TabletStat>,
+}
+
+/// A master's object store. Thread-safe: share it with `Arc` and call from any number
+/// of threads. Durability: an acknowledged write has been reported to the replica sink
+/// of its `StoreConfig` (a no-op until replication exists: then writes live in DRAM
+/// only).
+pub struct ObjectStore {
+    inner: Arc<Inner>,
+    cleaner: Option<CleanerThread>,
+}
+
+impl ObjectStore {
+    /// Creates a store: allocates all log memory and the hash table now.
+    pub fn new(config: StoreConfig) -> Result<Self, ConfigError> {
+        let shared = Arc::new(Shared {
+            safe_version: AtomicU64::new(1),
+            tablets: ArcSwap::from_pointee(TabletMap::default()),
+        });
+        let log_config = LogConfig {
+            memory_bytes: config.memory_bytes,
+            segment_bytes: config.segment_bytes,
+            master_id: config.master_id,
+            disk_expansion_factor: config.disk_expansion_factor,
+            compaction: config.compaction,
+            delete_reserve_fraction: config.delete_reserve_fraction,
+            replicas: config.replicas.clone(),
+            metadata: shared.clone(),
+        };
+        let log = Log::new(log_config)?;
+        let buckets = config
+            .hash_table_buckets
+            .unwrap_or(config.memory_bytes / 512)
+            .max(1);
+        let inner = Arc::new(Inner {
+            log,
+            index: HashTable::new(buckets),
+            shared,
+        });
+        let cleaner = match config.cleaner {
+            CleanerMode::Background { threads } => {
+                Some(CleanerThread::start(inner.clone(), threads.max(1)))
+            }
+            CleanerMode::Manual => None,
+        };
+        Ok(Self { inner, cleaner })
+    }
+
+    /// The log (statistics, tests).
+    pub fn log(&self) -> &Log {
+        &self.inner.log
+    }
+
+    /// Takes ownership of a tablet. Idempotent: taking an owned tablet again is a
+    /// no-op. Fails if it overlaps a different tablet of the same table.
+    pub fn add_tablet(
+        &self,
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+    ) -> Result<(), ConfigError> {
+        if start_hash > end_hash {
+            return Err(ConfigError::BadTablet {
+                table_id,
+                start_hash,
+                end_hash,
+            });
+        }
+        let map = self.inner.shared.tablets.load();
+        if let Some(t) = map.overlaps(table_id, start_hash, end_hash) {
+            if t.start_hash == start_hash && t.end_hash == end_hash {
+                return Ok(());
+            }
+            return Err(ConfigError::BadTablet {
+                table_id,
+                start_hash,
+                end_hash,
+            });
+        }
+        self.inner.shared.tablets.store(Arc::new(
+            map.with(Tablet::new(table_id, start_hash, end_hash)),
+        ));
+        Ok(())
+    }
+
+    /// Gives up a tablet and frees its objects. Idempotent.
+    pub fn drop_tablet(&self, table_id: u64, start_hash: u64, end_hash: u64) {
+        let map = self.inner.shared.tablets.load();
+        if !map
+            .tablets
+            .iter()
+            .any(|t| t.table_id == table_id && t.start_hash == start_hash && t.end_hash == end_hash)
+        {
+            return;
+        }
+        self.inner
+            .shared
+            .tablets
+            .store(Arc::new(map.without(table_id, start_hash, end_hash)));
+        // Writers check ownership under their epoch pin; once every operation that
+        // could have seen the old map is done, no new object of the tablet appears.
+        self.inner.log.wait_for_operations();
+        self.remove_range(table_id, start_hash, end_hash);
+    }
+
+    fn remove_range(&self, table_id: u64, start_hash: u64, end_hash: u64) {
+        let index = &self.inner.index;
+        let log = &self.inner.log;
+        let mut victims = Vec::new();
+        let mut bucket = index.bucket_of(start_hash);
+        loop {
+            let _pin = log.pin();
+            victims.clear();
+            index.for_each_in_bucket(bucket, |r| victims.push(LogRef(r)));
+            for &r in &victims {
+                let Ok(view) = log.object(r) else { continue };
+                if view.table_id() != table_id {
+                    continue;
+                }
+                let mut key = Vec::with_capacity(view.key_len());
+                view.copy_key(&mut key);
+                let hash = key_hash(&key);
+                if !(start_hash..=end_hash).contains(&hash) {
+                    continue;
+                }
+                let mut guard = index.lock(hash);
+                if let Some(slot) = guard.find_ref(r.0) {
+                    guard.remove(slot);
+                    log.object_died(r, view.entry_len());
+                }
+            }
+            let (_, last) = index.bucket_hash_range(bucket);
+            if last >= end_hash || bucket + 1 == index.bucket_count() {
+                break;
+            }
+            bucket += 1;
+        }
+    }
+
+    /// The tablets owned now.
+    pub fn tablets(&self) -> Arc<TabletMap> {
+        self.inner.shared.tablets.load_full()
+    }
+
+    /// Reads an object: calls `f` with a view of it (value pieces are read in place,
+    /// without a copy) and returns what `f` returns.
+    pub fn read_with<R>(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        f: impl FnOnce(&ObjectView<'_>) -> R,
+    ) -> Result<R, ReadError> {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(ReadError::KeyTooLarge(key.len()));
+        }
+        let hash = key_hash(key);
+        if self
+            .inner
+            .shared
+            .tablets
+            .load()
+            .find(table_id, hash)
+            .is_none()
+        {
+            return Err(ReadError::UnknownTablet);
+        }
+        let log = &self.inner.log;
+        let _pin = log.pin();
+        let mut found = None;
+        self.inner
+            .index
+            .lookup(hash, |r| match log.object(LogRef(r)) {
+                Ok(view) if view.table_id() == table_id && view.key_eq(key) => {
+                    found = Some(view);
+                    true
+                }
+                _ => false,
+            });
+        let view = found.ok_or(ReadError::ObjectDoesntExist)?;
+        debug_assert!(view.checksum_ok(), "object entry checksum mismatch");
+        Ok(f(&view))
+    }
+
+    /// Reads an object's value into `value` (replacing its contents) and returns its
+    /// version. Reuses `value`'s capacity: no allocation when it is large enough.
+    pub fn read(&self, table_id: u64, key: &[u8], value: &mut Vec<u8>) -> Result<u64, ReadError> {
+        self.read_with(table_id, key, |view| {
+            value.clear();
+            view.copy_value(value);
+            view.version()
+        })
+    }
+
+    /// Writes an object; returns its new version.
+    pub fn write(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        rules: &RejectRules,
+    ) -> Result<u64, WriteError> {
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(WriteError::ValueTooLarge(value.len()));
+        }
+        self.update(table_id, key, rules, |_| Ok(NewValue::Borrowed(value)))
+            .map(|(version, _)| version)
+    }
+
+    /// Adds `delta` to an object whose value is an 8-byte little-endian i64 (a missing
+    /// object counts as 0 and is created). Returns the new value and version.
+    pub fn increment_i64(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        delta: i64,
+        rules: &RejectRules,
+    ) -> Result<(i64, u64), WriteError> {
+        let (version, bytes) = self.update(table_id, key, rules, |current| {
+            let old = match current {
+                Some(view) => i64::from_le_bytes(read_number(view)?),
+                None => 0,
+            };
+            let new = old.checked_add(delta).ok_or(WriteError::Overflow)?;
+            Ok(NewValue::Number(new.to_le_bytes()))
+        })?;
+        Ok((i64::from_le_bytes(bytes), version))
+    }
+
+    /// Adds `delta` to an object whose value is an 8-byte little-endian f64 (a missing
+    /// object counts as 0.0). A non-finite result is refused as an overflow.
+    pub fn increment_f64(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        delta: f64,
+        rules: &RejectRules,
+    ) -> Result<(f64, u64), WriteError> {
+        let (version, bytes) = self.update(table_id, key, rules, |current| {
+            let old = match current {
+                Some(view) => f64::from_le_bytes(read_number(view)?),
+                None => 0.0,
+            };
+            let new = old + delta;
+            if !new.is_finite() {
+                return Err(WriteError::Overflow);
+            }
+            Ok(NewValue::Number(new.to_le_bytes()))
+        })?;
+        Ok((f64::from_le_bytes(bytes), version))
+    }
+
+    /// The write path shared by writes and increments: under the key's bucket lock,
+    /// find the current object, check the rules, compute the value, append it with a
+    /// tombstone for the old version, and publish it. Returns the new version and the
+    /// first 8 bytes of the value written (for increments).
+    fn update<'v>(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        rules: &RejectRules,
+        compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
+    ) -> Result<(u64, [u8; 8]), WriteError> {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(WriteError::KeyTooLarge(key.len()));
+        }
+        let hash = key_hash(key);
+        let inner = &*self.inner;
+        let log = &inner.log;
+        let _pin = log.pin();
+        let (appended, version, head_bytes) = {
+            let mut guard = inner.index.lock(hash);
+            let tablets = inner.shared.tablets.load();
+            let tablet = tablets
+                .find(table_id, hash)
+                .ok_or(WriteError::UnknownTablet)?;
+            let mut current_view = None;
+            let current = guard
+                .find(|r| match log.object(LogRef(r)) {
+                    Ok(view) if view.table_id() == table_id && view.key_eq(key) => {
+                        current_view = Some(view);
+                        true
+                    }
+                    _ => false,
+                })
+                .and_then(|(slot, r)| {
+                    current_view.as_ref().map(|v| Current {
+                        slot,
+                        at: LogRef(r),
+                        version: v.version(),
+                        len: v.entry_len(),
+                    })
+                });
+            rules.check(current.as_ref().map(|c| c.version))?;
+            let value = compute(current_view.as_ref())?;
+            let value = value.bytes();
+            let version = match &current {
+                Some(c) => c.version + 1,
+                None => inner.shared.safe_version.load(Ordering::SeqCst),
+            };
+            let appended = log.append_object(
+                &NewObject {
+                    table_id,
+                    key,
+                    version,
+                    value,
+                },
+                current.as_ref().map(|c| DeadObject {
+                    version: c.version,
+                    location: c.at,
+                }),
+            );
+            let appended = match appended {
+                Ok(a) => a,
+                Err(e) => {
+                    self.kick_cleaner();
+                    return Err(e.into());
+                }
+            };
+            let new_len = object_len(log, appended.entry);
+            match &current {
+                Some(c) => {
+                    guard.replace(c.slot, appended.entry.0);
+                    log.object_died(c.at, c.len);
+                    tablet.object_removed(c.len);
+                }
+                None => {
+                    if guard.insert(appended.entry.0).is_err() {
+                        // The hash table's overflow arena is exhausted: the appended
+                        // object was never visible and is simply dead.
+                        log.object_died(appended.entry, new_len);
+                        return Err(WriteError::NoSpace);
+                    }
+                }
+            }
+            tablet.object_added(new_len);
+            let mut head = [0u8; 8];
+            let n = value.len().min(8);
+            head[..n].copy_from_slice(&value[..n]);
+            (appended, version, head)
+        };
+        log.replicate(&appended);
+        Ok((version, head_bytes))
+    }
+
+    /// Deletes an object; returns the version it had, or `None` if there was none.
+    pub fn remove(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        rules: &RejectRules,
+    ) -> Result<Option<u64>, WriteError> {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(WriteError::KeyTooLarge(key.len()));
+        }
+        let hash = key_hash(key);
+        let inner = &*self.inner;
+        let log = &inner.log;
+        let _pin = log.pin();
+        let (appended, version): (Appended, u64) = {
+            let mut guard = inner.index.lock(hash);
+            let tablets = inner.shared.tablets.load();
+            let tablet = tablets
+                .find(table_id, hash)
+                .ok_or(WriteError::UnknownTablet)?;
+            let mut current = None;
+            let found = guard.find(|r| match log.object(LogRef(r)) {
+                Ok(view) if view.table_id() == table_id && view.key_eq(key) => {
+                    current = Some((view.version(), view.entry_len()));
+                    true
+                }
+                _ => false,
+            });
+            rules.check(current.map(|(v, _)| v))?;
+            let (Some((slot, r)), Some((version, len))) = (found, current) else {
+                return Ok(None);
+            };
+            // Raise the safe version before the tombstone exists, so that any head
+            // opened from now on records it (R§3.1): versions of this key stay
+            // monotonic even after the tombstone is cleaned.
+            inner
+                .shared
+                .safe_version
+                .fetch_max(version + 1, Ordering::SeqCst);
+            let appended = match log.append_tombstone(
+                table_id,
+                key,
+                DeadObject {
+                    version,
+                    location: LogRef(r),
+                },
+            ) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.kick_cleaner();
+                    return Err(e.into());
+                }
+            };
+            guard.remove(slot);
+            log.object_died(LogRef(r), len);
+            tablet.object_removed(len);
+            (appended, version)
+        };
+        log.replicate(&appended);
+        Ok(Some(version))
+    }
+
+    /// Reads several objects; one result per key, in order.
+    pub fn multi_read(&self, items: &[(u64, &[u8])]) -> Vec<Result<(Vec<u8>, u64), ReadError>> {
+        items
+            .iter()
+            .map(|&(table_id, key)| {
+                let mut value = Vec::new();
+                self.read(table_id, key, &mut value).map(|v| (value, v))
+            })
+            .collect()
+    }
+
+    /// Writes several objects; one result per item, in order.
+    pub fn multi_write(&self, items: &[MultiWrite<'_>]) -> Vec<Result<u64, WriteError>> {
+        items
+            .iter()
+            .map(|w| self.write(w.table_id, w.key, w.value, &w.rules))
+            .collect()
+    }
+
+    /// Deletes several objects; one result per item, in order.
+    pub fn multi_remove(
+        &self,
+        items: &[(u64, &[u8], RejectRules)],
+    ) -> Vec<Result<Option<u64>, WriteError>> {
+        items
+            .iter()
+            .map(|(table_id, key, rules)| self.remove(*table_id, key, rules))
+            .collect()
+    }
+
+    /// Returns the next batch of objects of `table_id` in the tablet holding hash
+    /// `cursor`, starting at that hash, and the cursor to continue from (`None` when
+    /// the end of the key-hash space is reached; the next cursor may belong to
+    /// another master). Batches end at hash-bucket boundaries after at least
+    /// `max_bytes` of keys and values, so every object that exists for the whole
+    /// enumeration is returned exactly once, even while writes and cleaning go on:
+    /// such an object never leaves its bucket, and a bucket is read whole.
+    pub fn enumerate(
+        &self,
+        table_id: u64,
+        cursor: u64,
+        max_bytes: usize,
+        out: &mut Vec<EnumeratedObject>,
+    ) -> Result<Option<u64>, ReadError> {
+        let tablets = self.inner.shared.tablets.load();
+        let tablet = tablets
+            .find(table_id, cursor)
+            .ok_or(ReadError::UnknownTablet)?;
+        let end = tablet.end_hash;
+        let index = &self.inner.index;
+        let log = &self.inner.log;
+        let _pin = log.pin();
+        let mut bytes = 0usize;
+        let mut bucket = index.bucket_of(cursor);
+        let mut refs = Vec::new();
+        loop {
+            refs.clear();
+            index.for_each_in_bucket(bucket, |r| refs.push(LogRef(r)));
+            for &r in &refs {
+                let Ok(view) = log.object(r) else { continue };
+                if view.table_id() != table_id {
+                    continue;
+                }
+                let mut key = Vec::with_capacity(view.key_len());
+                view.copy_key(&mut key);
+                let hash = key_hash(&key);
+                if hash < cursor || hash > end {
+                    continue;
+                }
+                let mut value = Vec::with_capacity(view.value_len());
+                view.copy_value(&mut value);
+                bytes += key.len() + value.len();
+                out.push(EnumeratedObject {
+                    key,
+                    value,
+                    version: view.version(),
+                });
+            }
+            let (_, last) = index.bucket_hash_range(bucket);
+            if last >= end {
+                return Ok(end.checked_add(1));
+            }
+            if bytes >= max_bytes {
+                return Ok(Some(last + 1));
+            }
+            bucket += 1;
+        }
+    }
+
+    /// Runs one cleaning pass on the calling thread: `kind` picks the cleaner, or the
+    /// balancer decides when `None`. Returns what was done, if anything.
+    pub fn clean_now(
+        &self,
+        kind: Option<ramstore_log::CleanKind>,
+    ) -> Option<(ramstore_log::CleanKind, ramstore_log::PassOutcome)> {
+        use ramstore_log::CleanKind;
+        let inner = &*self.inner;
+        inner.log.reclaim();
+        let result = match kind {
+            None => inner.log.clean(inner),
+            Some(CleanKind::Compaction) => {
+                inner.log.compact(inner).map(|o| (CleanKind::Compaction, o))
+            }
+            Some(CleanKind::Combined) => inner
+                .log
+                .clean_combined(inner)
+                .map(|o| (CleanKind::Combined, o)),
+            Some(CleanKind::None) => None,
+        };
+        inner.log.reclaim();
+        result
+    }
+
+    fn kick_cleaner(&self) {
+        if let Some(c) = &self.cleaner {
+            c.wake();
+        }
+    }
+
+    /// A snapshot of the statistics.
+    pub fn stats(&self) -> StoreStats {
+        let mut tablets = Vec::new();
+        self.inner.shared.tablet_stats(&mut tablets);
+        StoreStats {
+            log: self.inner.log.stats(),
+            objects: self.inner.index.len(),
+            hash_table_bytes: self.inner.index.memory_bytes(),
+            tablets,
+        }
+    }
+}
+
+/// One item of [`ObjectStore::multi_write`].
+#[derive(Debug, Clone, Copy)]
+pub struct MultiWrite<'a> {
+    pub table_id: u64,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub rules: RejectRules,
+}
+
+fn read_number(view: &ObjectView<'_>) -> Result<[u8; 8], WriteError> {
+    if view.value_len() != 8 {
+        return Err(WriteError::NotNumeric(view.value_len()));
+    }
+    let mut bytes = Vec::with_capacity(8);
+    view.copy_value(&mut bytes);
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&bytes);
+    Ok(out)
+}
+
+fn object_len(log: &Log, at: LogRef) -> usize {
+    // The entry was just appended by this thread: it parses.
+    log.object(at).map_or(0, |v| v.entry_len())
+}
+
+impl ramstore_log::Relocator for Inner {
+    fn is_live(&self, object: &ObjectView<'_>) -> bool {
+        let hash = hash_of(object);
+        let at = object.location().0;
+        self.index.lookup(hash, |r| r == at).is_some()
+    }
+
+    fn relocate(&self, object: &ObjectView<'_>, copy: &mut dyn FnMut() -> LogRef) -> bool {
+        let hash = hash_of(object);
+        let mut guard = self.index.lock(hash);
+        match guard.find_ref(object.location().0) {
+            Some(slot) => {
+                let new = copy();
+                guard.replace(slot, new.0);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+fn hash_of(object: &ObjectView<'_>) -> u64 {
+    match object.key_slice() {
+        Some(key) => key_hash(key),
+        None => {
+            let mut key = Vec::with_capacity(object.key_len());
+            object.copy_key(&mut key);
+            key_hash(&key)
+        }
+    }
+}
+
+impl Drop for ObjectStore {
+    fn drop(&mut self) {
+        if let Some(c) = self.cleaner.take() {
+            c.stop();
+        }
+    }
+}
