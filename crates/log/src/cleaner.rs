@@ -306,12 +306,11 @@ impl Log {
         for (_, e) in &found {
             let need_new = survivors.last().is_none_or(|w| w.room() < e.len);
             if need_new {
-                let Some(w) = self.open_survivor() else {
-                    break;
-                };
-                survivors.push(w);
+                survivors.push(self.open_survivor());
             }
-            let Some(w) = survivors.last_mut() else { break };
+            let Some(w) = survivors.last_mut() else {
+                unreachable!("a survivor was just opened")
+            };
             self.attach_from_stash(w, e.len, &mut stash);
             match e.kind {
                 EntryType::Object => {
@@ -463,11 +462,19 @@ impl Log {
         }
     }
 
-    /// A new survivor segment with its header written; `None` if no slot is free.
-    fn open_survivor(&self) -> Option<SegmentWriter> {
+    /// A new survivor segment (its header is written when its first seglet is
+    /// attached).
+    fn open_survivor(&self) -> SegmentWriter {
         let (id, slot) = {
             let mut table = self.segments.lock();
-            let slot = table.free_slots.pop()?;
+            // Every slot in use belongs to a segment holding at least one seglet that
+            // is not free (survivors get theirs at once from the stash), and there
+            // are more slots than seglets: a slot is always free here. Running out
+            // would mean lost accounting, and continuing would free live data.
+            let slot = table
+                .free_slots
+                .pop()
+                .expect("segment slots exhausted: more segments than seglets");
             let id = table.next_id;
             table.next_id += 1;
             (id, slot)
@@ -476,7 +483,7 @@ impl Log {
         c.segment_id.store(id, Ordering::Release);
         c.live_bytes.store(0, Ordering::Relaxed);
         c.tombstone_bytes.store(0, Ordering::Relaxed);
-        Some(SegmentWriter::new(id, slot, self.config.segment_bytes))
+        SegmentWriter::new(id, slot, self.config.segment_bytes)
     }
 
     /// Attaches seglets from the pass's stash so `w` can take `extra` more bytes (and

@@ -266,6 +266,11 @@ pub struct Log {
     max_entry_bytes: usize,
 }
 
+/// Bytes every head sets aside for its tablet statistics entry.
+const TABLET_STATS_ROOM_BYTES: usize = 64 * 1024;
+/// Tablets described in one head: each costs at most 10+8+8+10+10 bytes.
+const MAX_TABLET_STATS_PER_HEAD: usize = (TABLET_STATS_ROOM_BYTES - 32) / 46;
+
 fn digest_bound_bytes(seglets: usize) -> usize {
     // Header, digest of up to one id per seglet, safe version: varints of ≤ 10 bytes.
     64 + 10 * (seglets + 16)
@@ -307,7 +312,7 @@ impl Log {
             .map(|_| AtomicU32::new(u32::MAX))
             .collect();
         let metadata_room = digest_bound_bytes(pool.seglet_count())
-            + 64 * 1024 // tablet statistics
+            + TABLET_STATS_ROOM_BYTES
             + entry::MAX_HEADER_BYTES;
         let max_entry_bytes = seg.saturating_sub(metadata_room) / 2;
         let table = SegmentTable {
@@ -431,6 +436,9 @@ impl Log {
         let safe_version = self.config.metadata.safe_version();
         head.stats_buf.clear();
         self.config.metadata.tablet_stats(&mut head.stats_buf);
+        // Statistics are hints for partitioning recovery; keep the entry within the
+        // room every segment sets aside for it.
+        head.stats_buf.truncate(MAX_TABLET_STATS_PER_HEAD);
         let mut emergency = false;
         let mut writer = SegmentWriter::new(new_id, slot, self.config.segment_bytes);
         loop {
