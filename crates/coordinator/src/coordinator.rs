@@ -1,0 +1,510 @@
+//! [`CoordinatorCore`]: the coordinator's operations on its state, each persisted to
+//! external storage before it is applied or acted on (R§9).
+//!
+//! Every mutating operation works on a copy of the state, writes the copy to storage,
+//! and only then replaces the in-memory state and returns the [`Action`]s the network
+//! layer must carry out. So:
+//! - a failed write changes nothing (the caller gets the error and no actions);
+//! - a coordinator that crashes after the write but before the actions were carried
+//!   out finds the change in storage on restart and reissues the notifications
+//!   ([`CoordinatorCore::reissue_actions`]); every action is idempotent at its
+//!   receiver ("take this tablet; if you already own it, do nothing"), so reissuing is
+//!   always safe (R§9).
+//!
+//! An operation that changes nothing (creating an existing table, splitting at an
+//! existing boundary, crashing an already crashed server) writes nothing and returns
+//! no actions, which is what makes retried requests harmless.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::error::CoordinatorError;
+use crate::server_list::{ServerEntry, ServerId, ServerStatus, MAX_ADDRESS_BYTES};
+use crate::state::{CoordinatorState, PersistedState, STATE_FORMAT, STATE_KEY};
+use crate::storage::{ExternalStorage, StorageError};
+use crate::tables::{split_hash_space, validate_table_name, Table, TabletEntry, MAX_SERVER_SPAN};
+
+/// Something the network layer must do after an operation returned, in order.
+/// Every action is idempotent at its receiver, so it may be repeated (after a
+/// coordinator restart, or a retry); a receiver that is no longer UP ("server not up")
+/// counts as done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Tell the master at `address` to own this tablet (empty, if it has no data for
+    /// it); if it already owns it, nothing happens.
+    TakeTablet {
+        server_id: ServerId,
+        address: String,
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+    },
+    /// Tell the master at `address` to drop this tablet and its objects; if it does
+    /// not own it, nothing happens.
+    DropTablet {
+        server_id: ServerId,
+        address: String,
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+    },
+    /// Tell the master at `address` that its tablet of `table_id` containing
+    /// `split_hash` is now two tablets, `[start, split_hash - 1]` and
+    /// `[split_hash, end]`; if `split_hash` already starts a tablet, nothing happens.
+    SplitTablet {
+        server_id: ServerId,
+        address: String,
+        table_id: u64,
+        split_hash: u64,
+    },
+    /// Send the current server list ([`CoordinatorCore::server_list`]) to every UP
+    /// server.
+    PushServerList,
+}
+
+/// The coordinator's state and its persistence; no networking.
+///
+/// Not internally synchronised: mutating operations take `&mut self`, and the caller
+/// keeps the core behind one `Mutex`. Storage writes happen while that lock is held,
+/// so the order of the documents in storage is the order the changes were applied.
+pub struct CoordinatorCore {
+    state: CoordinatorState,
+    /// Sequence number of the last document written (or read at start-up).
+    sequence: u64,
+    storage: Arc<dyn ExternalStorage>,
+}
+
+// The caller shares the core between RPC handler threads behind a Mutex, which needs
+// `Send`; `Sync` lets read-only accessors run under a read lock if it prefers one.
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<CoordinatorCore>();
+};
+
+impl std::fmt::Debug for CoordinatorCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoordinatorCore")
+            .field("state", &self.state)
+            .field("sequence", &self.sequence)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CoordinatorCore {
+    /// Restores the state from `storage`, or starts empty if it holds none. A stored
+    /// document that cannot be parsed or breaks an invariant is an error: starting
+    /// empty instead would forget tables and reuse ids.
+    pub fn open(storage: Arc<dyn ExternalStorage>) -> Result<Self, CoordinatorError> {
+        let (state, sequence) = match storage.get(STATE_KEY)? {
+            None => (CoordinatorState::default(), 0),
+            Some(bytes) => {
+                let corrupt = |reason: String| StorageError::Corrupt {
+                    key: STATE_KEY.to_owned(),
+                    reason,
+                };
+                let doc: PersistedState = serde_json::from_slice(&bytes)
+                    .map_err(|e| corrupt(format!("not a state document: {e}")))?;
+                if doc.format != STATE_FORMAT {
+                    return Err(corrupt(format!(
+                        "format {} is not the supported format {STATE_FORMAT}",
+                        doc.format
+                    ))
+                    .into());
+                }
+                doc.state.validate().map_err(corrupt)?;
+                (doc.state, doc.sequence)
+            }
+        };
+        Ok(Self {
+            state,
+            sequence,
+            storage,
+        })
+    }
+
+    /// The whole current state.
+    pub fn state(&self) -> &CoordinatorState {
+        &self.state
+    }
+
+    /// Sequence number of the last persisted state document (0: none yet).
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
+    /// Adds an UP server at `address` offering `services` ([`crate::SERVICE_MASTER`],
+    /// [`crate::SERVICE_BACKUP`]) and returns its new id.
+    ///
+    /// A server that restarts comes back with a new id (R§7.3). Its old entry is found
+    /// by `replaces` (if it names a server not yet removed) or, failing that, by an UP
+    /// server with the same address; that entry becomes Removed and every tablet it
+    /// owned moves to the new server (if the new server is a master) with a
+    /// `TakeTablet` each. The objects of those tablets were only in the old process's
+    /// DRAM and are lost: until replication and crash recovery exist, the new owner
+    /// starts them empty. Tablets still owned by any removed server after that (for
+    /// example because the new server is not a master) go to the least-loaded UP
+    /// masters. A `replaces` id that is unknown or already removed is ignored.
+    pub fn enlist(
+        &mut self,
+        address: &str,
+        services: u32,
+        memory_bytes: u64,
+        replaces: Option<ServerId>,
+    ) -> Result<(ServerId, Vec<Action>), CoordinatorError> {
+        if address.is_empty() || address.len() > MAX_ADDRESS_BYTES {
+            return Err(CoordinatorError::BadAddress {
+                address: address.to_owned(),
+            });
+        }
+        let mut next = self.state.clone();
+        let mut replaced = BTreeSet::new();
+        if let Some(old) = replaces {
+            if next
+                .servers()
+                .get(old)
+                .is_some_and(|e| e.status != ServerStatus::Removed)
+            {
+                replaced.insert(old);
+            }
+        }
+        replaced.extend(
+            next.servers()
+                .entries()
+                .iter()
+                .filter(|e| e.is_up() && e.address == address)
+                .map(|e| e.id),
+        );
+        let id = next.servers_mut().add(address, services, memory_bytes);
+        for &old in &replaced {
+            next.servers_mut().set_status(old, ServerStatus::Removed);
+        }
+        let mut moved = Vec::new();
+        if next.servers().get(id).is_some_and(ServerEntry::is_master) {
+            for t in next.tables_mut().tablets_mut() {
+                if replaced.contains(&t.server_id) {
+                    t.server_id = id;
+                    moved.push(*t);
+                }
+            }
+        }
+        moved.extend(place_orphans(&mut next));
+        let mut actions = take_actions(&next, &moved);
+        actions.push(Action::PushServerList);
+        self.commit(next)?;
+        Ok((id, actions))
+    }
+
+    /// Creates table `name` split into `server_span` tablets (0 counts as 1) and
+    /// returns its id; an existing table's id is returned with no actions (creation is
+    /// idempotent by name, whatever the span).
+    ///
+    /// The key-hash space is split into `server_span` equal contiguous ranges covering
+    /// `[0, u64::MAX]` (the last absorbs the remainder), dealt round-robin to the UP
+    /// masters ordered by (tablets owned, id), so the new table's tablets differ by at
+    /// most one between masters and the least-loaded masters get the extra ones.
+    pub fn create_table(
+        &mut self,
+        name: &str,
+        server_span: u32,
+    ) -> Result<(u64, Vec<Action>), CoordinatorError> {
+        validate_table_name(name).map_err(CoordinatorError::BadName)?;
+        if server_span > MAX_SERVER_SPAN {
+            return Err(CoordinatorError::BadServerSpan(server_span));
+        }
+        if let Some(table) = self.state.tables().get(name) {
+            return Ok((table.id, Vec::new()));
+        }
+        let masters = masters_by_load(&self.state);
+        if masters.is_empty() {
+            return Err(CoordinatorError::NoMasters);
+        }
+        let placed: Vec<_> = split_hash_space(server_span)
+            .into_iter()
+            .zip(masters.iter().copied().cycle())
+            .collect();
+        let mut next = self.state.clone();
+        let id = next.tables_mut().create(name, &placed);
+        let tablets: Vec<_> = next
+            .tables()
+            .get(name)
+            .map(|t| t.tablets.clone())
+            .unwrap_or_default();
+        let actions = take_actions(&next, &tablets);
+        self.commit(next)?;
+        Ok((id, actions))
+    }
+
+    /// Drops table `name`: one `DropTablet` per tablet, to its owner. The id is never
+    /// given to another table.
+    pub fn drop_table(&mut self, name: &str) -> Result<Vec<Action>, CoordinatorError> {
+        let mut next = self.state.clone();
+        let table = next
+            .tables_mut()
+            .remove(name)
+            .ok_or_else(|| CoordinatorError::TableDoesntExist(name.to_owned()))?;
+        let actions = table
+            .tablets
+            .iter()
+            .map(|t| Action::DropTablet {
+                server_id: t.server_id,
+                address: address_of(&next, t.server_id),
+                table_id: t.table_id,
+                start_hash: t.start_hash,
+                end_hash: t.end_hash,
+            })
+            .collect();
+        self.commit(next)?;
+        Ok(actions)
+    }
+
+    /// The id of table `name`.
+    pub fn get_table_id(&self, name: &str) -> Result<u64, CoordinatorError> {
+        self.state
+            .tables()
+            .get(name)
+            .map(|t| t.id)
+            .ok_or_else(|| CoordinatorError::TableDoesntExist(name.to_owned()))
+    }
+
+    /// Splits the tablet of `name` containing `split_hash` into `[start,
+    /// split_hash - 1]` and `[split_hash, end]`, both on the same server, which learns
+    /// of it through a `SplitTablet` action. If `split_hash` already starts a tablet
+    /// (including 0) nothing changes and no action is returned.
+    pub fn split_tablet(
+        &mut self,
+        name: &str,
+        split_hash: u64,
+    ) -> Result<Vec<Action>, CoordinatorError> {
+        let mut next = self.state.clone();
+        let table = next
+            .tables_mut()
+            .get_mut(name)
+            .ok_or_else(|| CoordinatorError::TableDoesntExist(name.to_owned()))?;
+        if table.tablets.iter().any(|t| t.start_hash == split_hash) {
+            return Ok(Vec::new());
+        }
+        // The tablets cover [0, u64::MAX] starting at 0 (checked at load, kept by
+        // every operation) and split_hash is not 0 (0 starts a tablet), so the tablet
+        // before the partition point exists and strictly contains split_hash.
+        let Some(i) = table
+            .tablets
+            .partition_point(|t| t.start_hash <= split_hash)
+            .checked_sub(1)
+        else {
+            return Ok(Vec::new());
+        };
+        let old = table.tablets[i];
+        table.tablets[i].end_hash = split_hash - 1;
+        table.tablets.insert(
+            i + 1,
+            TabletEntry {
+                start_hash: split_hash,
+                ..old
+            },
+        );
+        let action = Action::SplitTablet {
+            server_id: old.server_id,
+            address: address_of(&next, old.server_id),
+            table_id: old.table_id,
+            split_hash,
+        };
+        self.commit(next)?;
+        Ok(vec![action])
+    }
+
+    /// Marks server `id` Crashed (R§7.3) and asks for the new list to be pushed. Its
+    /// tablets stay assigned to it: moving them is crash recovery's job (a later
+    /// issue). Crashing a server that is already Crashed or Removed changes nothing.
+    pub fn server_crashed(&mut self, id: ServerId) -> Result<Vec<Action>, CoordinatorError> {
+        let entry = self
+            .state
+            .servers()
+            .get(id)
+            .ok_or(CoordinatorError::UnknownServer(id))?;
+        if entry.status != ServerStatus::Up {
+            return Ok(Vec::new());
+        }
+        let mut next = self.state.clone();
+        next.servers_mut().set_status(id, ServerStatus::Crashed);
+        self.commit(next)?;
+        Ok(vec![Action::PushServerList])
+    }
+
+    /// Marks server `id` Removed for good. Tablets it still owned go to the
+    /// least-loaded UP masters, starting empty (their objects were only in the removed
+    /// server's DRAM); with no UP master they stay with the removed id until a master
+    /// enlists. Removing a removed server changes nothing.
+    pub fn remove_server(&mut self, id: ServerId) -> Result<Vec<Action>, CoordinatorError> {
+        let entry = self
+            .state
+            .servers()
+            .get(id)
+            .ok_or(CoordinatorError::UnknownServer(id))?;
+        if entry.status == ServerStatus::Removed {
+            return Ok(Vec::new());
+        }
+        let mut next = self.state.clone();
+        next.servers_mut().set_status(id, ServerStatus::Removed);
+        let moved = place_orphans(&mut next);
+        let mut actions = take_actions(&next, &moved);
+        actions.push(Action::PushServerList);
+        self.commit(next)?;
+        Ok(actions)
+    }
+
+    /// The server list's version and every entry (crashed and removed ones too),
+    /// sorted by id.
+    pub fn server_list(&self) -> (u64, Vec<ServerEntry>) {
+        let servers = self.state.servers();
+        (servers.version(), servers.entries().to_vec())
+    }
+
+    /// The tablet map's version and every tablet with its owner's address, sorted by
+    /// (table id, start hash).
+    pub fn tablet_map(&self) -> (u64, Vec<(TabletEntry, String)>) {
+        let mut map: Vec<_> = self
+            .state
+            .tables()
+            .tablets()
+            .map(|t| (*t, address_of(&self.state, t.server_id)))
+            .collect();
+        map.sort_by_key(|(t, _)| (t.table_id, t.start_hash));
+        (self.state.tables().version(), map)
+    }
+
+    /// Every table, sorted by name.
+    pub fn tables(&self) -> impl Iterator<Item = &Table> {
+        self.state.tables().iter()
+    }
+
+    pub fn server(&self, id: ServerId) -> Option<&ServerEntry> {
+        self.state.servers().get(id)
+    }
+
+    /// The notifications a newly started coordinator must (re)issue because its
+    /// predecessor may have crashed between persisting a change and carrying it out
+    /// (R§9): a `TakeTablet` for every tablet whose owner is UP, and a server-list
+    /// push. All are idempotent. Dropped tables leave no trace in the state, so a
+    /// `DropTablet` lost in such a crash is not reissued; the orphaned tablet holds
+    /// only memory, as its table id is never reused.
+    pub fn reissue_actions(&self) -> Vec<Action> {
+        let owned: Vec<TabletEntry> = self
+            .state
+            .tables()
+            .tablets()
+            .filter(|t| {
+                self.state
+                    .servers()
+                    .get(t.server_id)
+                    .is_some_and(ServerEntry::is_up)
+            })
+            .copied()
+            .collect();
+        let mut actions = take_actions(&self.state, &owned);
+        actions.push(Action::PushServerList);
+        actions
+    }
+
+    /// Persists `next` and then makes it the current state (R§9: write to external
+    /// storage before acting). Bumps the server-list and tablet-map versions if they
+    /// changed; writes nothing if nothing changed.
+    fn commit(&mut self, mut next: CoordinatorState) -> Result<(), CoordinatorError> {
+        let servers_changed = next.servers() != self.state.servers();
+        let tablets_changed = next.tables() != self.state.tables();
+        if !servers_changed && !tablets_changed {
+            return Ok(());
+        }
+        if servers_changed {
+            next.servers_mut().bump_version();
+        }
+        if tablets_changed {
+            next.tables_mut().bump_version();
+        }
+        let doc = PersistedState {
+            format: STATE_FORMAT,
+            sequence: self.sequence + 1,
+            state: next,
+        };
+        // Cannot fail: the state holds only integers, strings, sequences and maps with
+        // string keys, and no type has a hand-written Serialize that could refuse.
+        let bytes = serde_json::to_vec(&doc).expect("coordinator state always serialises");
+        self.storage.put(STATE_KEY, &bytes)?;
+        self.sequence = doc.sequence;
+        self.state = doc.state;
+        Ok(())
+    }
+}
+
+/// The address of server `id`. Every tablet owner is in the server list (checked at
+/// load; servers are never deleted from it), so the empty fallback is never used.
+fn address_of(state: &CoordinatorState, id: ServerId) -> String {
+    state
+        .servers()
+        .get(id)
+        .map(|e| e.address.clone())
+        .unwrap_or_default()
+}
+
+fn take_actions(state: &CoordinatorState, tablets: &[TabletEntry]) -> Vec<Action> {
+    tablets
+        .iter()
+        .map(|t| Action::TakeTablet {
+            server_id: t.server_id,
+            address: address_of(state, t.server_id),
+            table_id: t.table_id,
+            start_hash: t.start_hash,
+            end_hash: t.end_hash,
+        })
+        .collect()
+}
+
+/// Tablets owned by each UP master.
+fn master_loads(state: &CoordinatorState) -> BTreeMap<ServerId, usize> {
+    let mut load: BTreeMap<ServerId, usize> =
+        state.servers().up_masters().map(|e| (e.id, 0)).collect();
+    for t in state.tables().tablets() {
+        if let Some(n) = load.get_mut(&t.server_id) {
+            *n += 1;
+        }
+    }
+    load
+}
+
+/// UP masters ordered by (tablets owned, id): the round-robin order of
+/// `create_table`.
+fn masters_by_load(state: &CoordinatorState) -> Vec<ServerId> {
+    let mut masters: Vec<(usize, ServerId)> = master_loads(state)
+        .into_iter()
+        .map(|(id, n)| (n, id))
+        .collect();
+    masters.sort_unstable();
+    masters.into_iter().map(|(_, id)| id).collect()
+}
+
+/// Moves every tablet owned by a Removed server to the UP master with the fewest
+/// tablets at that moment (ties by id) and returns the moved tablets. With no UP
+/// master, nothing moves.
+fn place_orphans(state: &mut CoordinatorState) -> Vec<TabletEntry> {
+    let removed: BTreeSet<ServerId> = state
+        .servers()
+        .entries()
+        .iter()
+        .filter(|e| e.status == ServerStatus::Removed)
+        .map(|e| e.id)
+        .collect();
+    let mut load = master_loads(state);
+    let mut moved = Vec::new();
+    for t in state.tables_mut().tablets_mut() {
+        if !removed.contains(&t.server_id) {
+            continue;
+        }
+        let Some((&id, n)) = load.iter_mut().min_by_key(|(id, n)| (**n, **id)) else {
+            break;
+        };
+        *n += 1;
+        t.server_id = id;
+        moved.push(*t);
+    }
+    moved
+}

@@ -1,0 +1,42 @@
+//! Errors of the coordinator's operations. Every error leaves the coordinator's state
+//! exactly as it was (an operation either persists and applies all of its change or
+//! none of it).
+
+use crate::server_list::{ServerId, MAX_ADDRESS_BYTES};
+use crate::storage::StorageError;
+use crate::tables::MAX_SERVER_SPAN;
+
+/// Why a coordinator operation (or opening the coordinator) did not happen.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoordinatorError {
+    /// No table has that name.
+    #[error("table {0:?} doesn't exist")]
+    TableDoesntExist(String),
+    /// The table name is empty or too long.
+    #[error("bad table name: {0}")]
+    BadName(&'static str),
+    /// The server address is empty or longer than [`MAX_ADDRESS_BYTES`].
+    #[error("bad server address {address:?}: must be 1 to {MAX_ADDRESS_BYTES} bytes")]
+    BadAddress { address: String },
+    /// More tablets were asked for than [`MAX_SERVER_SPAN`].
+    #[error("server span {0} is larger than the limit of {MAX_SERVER_SPAN}")]
+    BadServerSpan(u32),
+    /// No master is UP to take the new table's tablets; retry after one enlists.
+    #[error("no master server is up; retry later")]
+    NoMasters,
+    /// No server ever had that id.
+    #[error("unknown {0}")]
+    UnknownServer(ServerId),
+    /// External storage failed (the change was not applied), or the stored state could
+    /// not be read back (at start-up).
+    #[error("external storage: {0}")]
+    Storage(#[from] StorageError),
+}
+
+impl CoordinatorError {
+    /// Whether the same request may succeed later without changes by the caller.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, CoordinatorError::NoMasters)
+    }
+}

@@ -1,0 +1,168 @@
+//! The cluster's server list: every server that ever enlisted, with its state (R§7.3).
+//!
+//! The coordinator keeps the master copy and pushes it to every server after each
+//! change; the version lets servers order the pushes they receive. A server's id is
+//! never reused: once a server is CRASHED or removed it can only come back with a new
+//! id (R§7.3, "once a server has been marked CRASHED, it will never again be UP"),
+//! which is what lets peers fence a zombie by id alone.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// `services` bit: the server runs a master (holds tablets in DRAM).
+pub const SERVICE_MASTER: u32 = 1 << 0;
+/// `services` bit: the server runs a backup (stores segment replicas on disk).
+pub const SERVICE_BACKUP: u32 = 1 << 1;
+
+/// The longest server address accepted, in bytes (a host name of 253 bytes plus a
+/// port fits comfortably).
+pub const MAX_ADDRESS_BYTES: usize = 300;
+
+/// A server's identity in the cluster; the first is 1 and none is ever reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ServerId(pub u64);
+
+impl fmt::Display for ServerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "server {}", self.0)
+    }
+}
+
+/// Where a server is in its life (R§7.3). Transitions only go forward:
+/// Up → Crashed → Removed, or Up → Removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServerStatus {
+    /// Enlisted and believed alive; serves its tablets.
+    Up,
+    /// Declared dead by the coordinator; its tablets await recovery.
+    Crashed,
+    /// Gone for good (recovered, replaced by a restart, or decommissioned). Kept in
+    /// the list so servers that see the id learn it is dead.
+    Removed,
+}
+
+/// One server in the list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerEntry {
+    pub id: ServerId,
+    /// Where the server accepts RPCs (`host:port`).
+    pub address: String,
+    /// [`SERVICE_MASTER`] | [`SERVICE_BACKUP`] bits.
+    pub services: u32,
+    /// DRAM the master offers for its log, in bytes.
+    pub memory_bytes: u64,
+    pub status: ServerStatus,
+}
+
+impl ServerEntry {
+    pub fn is_up(&self) -> bool {
+        self.status == ServerStatus::Up
+    }
+
+    pub fn is_master(&self) -> bool {
+        self.services & SERVICE_MASTER != 0
+    }
+
+    pub fn is_backup(&self) -> bool {
+        self.services & SERVICE_BACKUP != 0
+    }
+}
+
+/// Every server that ever enlisted, sorted by id, with the list's version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerList {
+    /// Incremented by the coordinator on every operation that changes an entry.
+    version: u64,
+    /// The id the next enlisting server gets; persisted so ids are never reused,
+    /// also across coordinator restarts.
+    next_id: u64,
+    servers: Vec<ServerEntry>,
+}
+
+impl Default for ServerList {
+    fn default() -> Self {
+        Self {
+            version: 0,
+            next_id: 1,
+            servers: Vec::new(),
+        }
+    }
+}
+
+impl ServerList {
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The id the next enlisting server will get.
+    pub fn next_id(&self) -> ServerId {
+        ServerId(self.next_id)
+    }
+
+    /// Every entry, sorted by id, including crashed and removed servers.
+    pub fn entries(&self) -> &[ServerEntry] {
+        &self.servers
+    }
+
+    pub fn get(&self, id: ServerId) -> Option<&ServerEntry> {
+        self.servers
+            .binary_search_by_key(&id, |e| e.id)
+            .ok()
+            .map(|i| &self.servers[i])
+    }
+
+    /// UP servers offering the master service.
+    pub fn up_masters(&self) -> impl Iterator<Item = &ServerEntry> {
+        self.servers.iter().filter(|e| e.is_up() && e.is_master())
+    }
+
+    /// Adds an UP server under the next id.
+    pub(crate) fn add(&mut self, address: &str, services: u32, memory_bytes: u64) -> ServerId {
+        let id = ServerId(self.next_id);
+        self.next_id += 1;
+        // Ids only grow, so pushing keeps the list sorted.
+        self.servers.push(ServerEntry {
+            id,
+            address: address.to_owned(),
+            services,
+            memory_bytes,
+            status: ServerStatus::Up,
+        });
+        id
+    }
+
+    /// Sets `id`'s status; returns false if there is no such server.
+    pub(crate) fn set_status(&mut self, id: ServerId, status: ServerStatus) -> bool {
+        match self.servers.binary_search_by_key(&id, |e| e.id) {
+            Ok(i) => {
+                self.servers[i].status = status;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub(crate) fn bump_version(&mut self) {
+        self.version += 1;
+    }
+
+    /// Checks the invariants a restored list must satisfy.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.next_id == 0 {
+            return Err("next server id is 0".to_owned());
+        }
+        let mut prev = 0;
+        for e in &self.servers {
+            if e.id.0 <= prev || e.id.0 >= self.next_id {
+                return Err(format!(
+                    "{} out of order or not below the next id {}",
+                    e.id, self.next_id
+                ));
+            }
+            prev = e.id.0;
+        }
+        Ok(())
+    }
+}

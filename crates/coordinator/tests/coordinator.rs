@@ -1,0 +1,568 @@
+//! CoordinatorCore: table placement, server lifecycle, versions, persistence.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use ramstore_coordinator::{
+    Action, CoordinatorCore, CoordinatorError, ExternalStorage, FileStorage, MemoryStorage,
+    ServerId, ServerStatus, StorageError, TabletEntry, MAX_SERVER_SPAN, SERVICE_BACKUP,
+    SERVICE_MASTER, STATE_KEY,
+};
+
+const BOTH: u32 = SERVICE_MASTER | SERVICE_BACKUP;
+const GIB: u64 = 1 << 30;
+
+fn memory_core() -> (Arc<MemoryStorage>, CoordinatorCore) {
+    let storage = Arc::new(MemoryStorage::new());
+    let core = CoordinatorCore::open(storage.clone()).unwrap();
+    (storage, core)
+}
+
+/// Enlists `n` masters at host1:1, host2:1, …
+fn with_masters(core: &mut CoordinatorCore, n: usize) -> Vec<ServerId> {
+    (1..=n)
+        .map(|i| {
+            core.enlist(&format!("host{i}:1"), BOTH, GIB, None)
+                .unwrap()
+                .0
+        })
+        .collect()
+}
+
+fn tablets_of(core: &CoordinatorCore, name: &str) -> Vec<TabletEntry> {
+    core.tables()
+        .find(|t| t.name == name)
+        .map(|t| t.tablets.clone())
+        .unwrap_or_default()
+}
+
+fn assert_covers_hash_space(tablets: &[TabletEntry]) {
+    assert!(!tablets.is_empty());
+    assert_eq!(tablets[0].start_hash, 0);
+    assert_eq!(tablets[tablets.len() - 1].end_hash, u64::MAX);
+    for t in tablets {
+        assert!(t.start_hash <= t.end_hash, "{t:?}");
+    }
+    for w in tablets.windows(2) {
+        assert_eq!(w[0].end_hash.checked_add(1), Some(w[1].start_hash), "{w:?}");
+    }
+}
+
+/// A storage whose puts fail while `fail` is set, to check write-before-apply.
+struct FailingStorage {
+    inner: MemoryStorage,
+    fail: AtomicBool,
+}
+
+impl ExternalStorage for FailingStorage {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        self.inner.get(key)
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<(), StorageError> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(StorageError::Io {
+                op: "write",
+                path: "failing-storage".into(),
+                source: std::io::Error::other("injected failure"),
+            });
+        }
+        self.inner.put(key, value)
+    }
+    fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.inner.delete(key)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+        self.inner.list(prefix)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn create_table_covers_hash_space_balanced(span in 1u32..64, masters in 1usize..10, backups in 0usize..3) {
+        let (_s, mut core) = memory_core();
+        let ids = with_masters(&mut core, masters);
+        for i in 0..backups {
+            core.enlist(&format!("backup{i}:1"), SERVICE_BACKUP, 0, None).unwrap();
+        }
+        let (table_id, actions) = core.create_table("t", span).unwrap();
+        let tablets = tablets_of(&core, "t");
+        prop_assert_eq!(tablets.len(), span as usize);
+        assert_covers_hash_space(&tablets);
+        let mut counts: BTreeMap<ServerId, usize> = ids.iter().map(|&id| (id, 0)).collect();
+        for t in &tablets {
+            prop_assert_eq!(t.table_id, table_id);
+            // Only masters get tablets.
+            *counts.get_mut(&t.server_id).expect("owner is a master") += 1;
+        }
+        let max = counts.values().max().copied().unwrap_or(0);
+        let min = counts.values().min().copied().unwrap_or(0);
+        prop_assert!(max - min <= 1, "unbalanced: {:?}", counts);
+        // One TakeTablet per tablet, addressed to its owner.
+        prop_assert_eq!(actions.len(), tablets.len());
+        for (a, t) in actions.iter().zip(&tablets) {
+            let expected = Action::TakeTablet {
+                server_id: t.server_id,
+                address: core.server(t.server_id).unwrap().address.clone(),
+                table_id,
+                start_hash: t.start_hash,
+                end_hash: t.end_hash,
+            };
+            prop_assert_eq!(a, &expected);
+        }
+    }
+}
+
+#[test]
+fn create_table_starts_round_robin_at_least_loaded_master() {
+    let (_s, mut core) = memory_core();
+    let ids = with_masters(&mut core, 3);
+    core.create_table("a", 2).unwrap(); // servers 1 and 2 get one tablet each
+    core.create_table("b", 4).unwrap();
+    let owners: Vec<_> = tablets_of(&core, "b").iter().map(|t| t.server_id).collect();
+    // Server 3 owns nothing, so it goes first; then 1 and 2 (tied, by id); then 3.
+    assert_eq!(owners, vec![ids[2], ids[0], ids[1], ids[2]]);
+}
+
+#[test]
+fn create_table_is_idempotent() {
+    let (_s, mut core) = memory_core();
+    with_masters(&mut core, 2);
+    let (id, actions) = core.create_table("users", 4).unwrap();
+    assert_eq!(id, 1);
+    assert_eq!(actions.len(), 4);
+    let seq = core.sequence();
+    let version = core.tablet_map().0;
+    let (again, actions) = core.create_table("users", 9).unwrap();
+    assert_eq!(again, id);
+    assert!(actions.is_empty());
+    assert_eq!(core.sequence(), seq, "nothing written");
+    assert_eq!(core.tablet_map().0, version);
+    assert_eq!(tablets_of(&core, "users").len(), 4);
+    let (other, _) = core.create_table("orders", 0).unwrap();
+    assert_eq!(other, 2);
+    assert_eq!(tablets_of(&core, "orders").len(), 1, "span 0 counts as 1");
+}
+
+#[test]
+fn create_table_rejects_bad_arguments() {
+    let (_s, mut core) = memory_core();
+    with_masters(&mut core, 1);
+    assert!(matches!(
+        core.create_table("", 1),
+        Err(CoordinatorError::BadName(_))
+    ));
+    assert!(matches!(
+        core.create_table(&"n".repeat(256), 1),
+        Err(CoordinatorError::BadName(_))
+    ));
+    core.create_table(&"é".repeat(127), 1).unwrap(); // 254 bytes
+    assert!(matches!(
+        core.create_table("t", MAX_SERVER_SPAN + 1),
+        Err(CoordinatorError::BadServerSpan(_))
+    ));
+    let (_, actions) = core.create_table("t", MAX_SERVER_SPAN).unwrap();
+    assert_eq!(actions.len(), MAX_SERVER_SPAN as usize);
+    assert_covers_hash_space(&tablets_of(&core, "t"));
+}
+
+#[test]
+fn create_table_without_masters_is_retryable() {
+    let (_s, mut core) = memory_core();
+    let err = core.create_table("t", 1).unwrap_err();
+    assert!(matches!(err, CoordinatorError::NoMasters) && err.is_retryable());
+    // Backups and crashed masters do not count.
+    core.enlist("backup:1", SERVICE_BACKUP, 0, None).unwrap();
+    let (m, _) = core.enlist("master:1", BOTH, GIB, None).unwrap();
+    core.server_crashed(m).unwrap();
+    assert!(matches!(
+        core.create_table("t", 1),
+        Err(CoordinatorError::NoMasters)
+    ));
+    assert!(core.tables().next().is_none());
+}
+
+#[test]
+fn drop_table_returns_drop_for_every_tablet() {
+    let (_s, mut core) = memory_core();
+    with_masters(&mut core, 3);
+    core.create_table("t", 5).unwrap();
+    let tablets = tablets_of(&core, "t");
+    let actions = core.drop_table("t").unwrap();
+    assert_eq!(actions.len(), tablets.len());
+    for (a, t) in actions.iter().zip(&tablets) {
+        assert_eq!(
+            a,
+            &Action::DropTablet {
+                server_id: t.server_id,
+                address: core.server(t.server_id).unwrap().address.clone(),
+                table_id: t.table_id,
+                start_hash: t.start_hash,
+                end_hash: t.end_hash,
+            }
+        );
+    }
+    assert!(matches!(
+        core.get_table_id("t"),
+        Err(CoordinatorError::TableDoesntExist(_))
+    ));
+    assert!(matches!(
+        core.drop_table("t"),
+        Err(CoordinatorError::TableDoesntExist(_))
+    ));
+    assert!(core.tablet_map().1.is_empty());
+    // The dropped table's id is never given out again.
+    let (id, _) = core.create_table("t", 1).unwrap();
+    assert_eq!(id, 2);
+}
+
+#[test]
+fn get_table_id_finds_tables() {
+    let (_s, mut core) = memory_core();
+    with_masters(&mut core, 1);
+    let (a, _) = core.create_table("a", 1).unwrap();
+    let (b, _) = core.create_table("b", 1).unwrap();
+    assert_eq!(core.get_table_id("a").unwrap(), a);
+    assert_eq!(core.get_table_id("b").unwrap(), b);
+    assert!(matches!(
+        core.get_table_id("c"),
+        Err(CoordinatorError::TableDoesntExist(name)) if name == "c"
+    ));
+}
+
+#[test]
+fn enlist_assigns_increasing_ids_and_pushes_list() {
+    let (_s, mut core) = memory_core();
+    let (a, actions) = core.enlist("a:1", BOTH, GIB, None).unwrap();
+    assert_eq!(a, ServerId(1));
+    assert_eq!(actions, vec![Action::PushServerList]);
+    let (b, _) = core.enlist("b:1", SERVICE_BACKUP, 0, None).unwrap();
+    assert_eq!(b, ServerId(2));
+    let entry = core.server(b).unwrap();
+    assert!(entry.is_backup() && !entry.is_master() && entry.is_up());
+    assert!(matches!(
+        core.enlist("", BOTH, 0, None),
+        Err(CoordinatorError::BadAddress { .. })
+    ));
+}
+
+#[test]
+fn enlist_replacement_reassigns_tablets() {
+    let (_s, mut core) = memory_core();
+    let ids = with_masters(&mut core, 2);
+    core.create_table("t", 4).unwrap();
+    let before = tablets_of(&core, "t");
+    let old = ids[0];
+    let old_tablets: Vec<_> = before
+        .iter()
+        .filter(|t| t.server_id == old)
+        .copied()
+        .collect();
+    assert_eq!(old_tablets.len(), 2);
+
+    // The restarted process names its old identity and has a new address.
+    let (new, actions) = core.enlist("host1:2", BOTH, GIB, Some(old)).unwrap();
+    assert_eq!(new, ServerId(3));
+    assert_eq!(core.server(old).unwrap().status, ServerStatus::Removed);
+    let after = tablets_of(&core, "t");
+    assert_covers_hash_space(&after);
+    for (b, a) in before.iter().zip(&after) {
+        let expected = if b.server_id == old { new } else { b.server_id };
+        assert_eq!(a.server_id, expected);
+        assert_eq!((a.start_hash, a.end_hash), (b.start_hash, b.end_hash));
+    }
+    let mut expected: Vec<_> = old_tablets
+        .iter()
+        .map(|t| Action::TakeTablet {
+            server_id: new,
+            address: "host1:2".to_owned(),
+            table_id: t.table_id,
+            start_hash: t.start_hash,
+            end_hash: t.end_hash,
+        })
+        .collect();
+    expected.push(Action::PushServerList);
+    assert_eq!(actions, expected);
+}
+
+#[test]
+fn enlist_same_address_replaces_up_server() {
+    let (_s, mut core) = memory_core();
+    let ids = with_masters(&mut core, 2);
+    core.create_table("t", 2).unwrap();
+    let (new, actions) = core.enlist("host2:1", BOTH, GIB, None).unwrap();
+    assert_eq!(core.server(ids[1]).unwrap().status, ServerStatus::Removed);
+    assert_eq!(core.server(ids[0]).unwrap().status, ServerStatus::Up);
+    let owners: Vec<_> = tablets_of(&core, "t").iter().map(|t| t.server_id).collect();
+    assert_eq!(owners, vec![ids[0], new]);
+    assert_eq!(actions.len(), 2);
+    assert!(matches!(actions[0], Action::TakeTablet { server_id, .. } if server_id == new));
+    // An unknown `replaces` is ignored.
+    let (_, actions) = core
+        .enlist("host9:1", BOTH, GIB, Some(ServerId(99)))
+        .unwrap();
+    assert_eq!(actions, vec![Action::PushServerList]);
+}
+
+#[test]
+fn enlist_non_master_replacement_spreads_tablets_to_masters() {
+    let (_s, mut core) = memory_core();
+    let ids = with_masters(&mut core, 3);
+    core.create_table("t", 3).unwrap();
+    let (new, actions) = core.enlist("host1:1", SERVICE_BACKUP, 0, None).unwrap();
+    let owners: Vec<_> = tablets_of(&core, "t").iter().map(|t| t.server_id).collect();
+    assert!(!owners.contains(&ids[0]) && !owners.contains(&new));
+    assert_eq!(actions.len(), 2, "one TakeTablet and the push");
+}
+
+#[test]
+fn remove_server_moves_tablets_or_waits_for_a_master() {
+    let (_s, mut core) = memory_core();
+    let ids = with_masters(&mut core, 2);
+    core.create_table("t", 4).unwrap();
+    let actions = core.remove_server(ids[0]).unwrap();
+    assert_eq!(actions.len(), 3, "two TakeTablets and the push");
+    assert!(tablets_of(&core, "t").iter().all(|t| t.server_id == ids[1]));
+    assert!(core.remove_server(ids[0]).unwrap().is_empty(), "idempotent");
+
+    // With no master left, the tablets wait for the next master to enlist.
+    core.remove_server(ids[1]).unwrap();
+    assert!(tablets_of(&core, "t").iter().all(|t| t.server_id == ids[1]));
+    let (new, actions) = core.enlist("fresh:1", BOTH, GIB, None).unwrap();
+    assert!(tablets_of(&core, "t").iter().all(|t| t.server_id == new));
+    assert_eq!(actions.len(), 5);
+    assert!(matches!(
+        core.remove_server(ServerId(42)),
+        Err(CoordinatorError::UnknownServer(ServerId(42)))
+    ));
+}
+
+#[test]
+fn split_tablet_splits_on_same_server() {
+    let (_s, mut core) = memory_core();
+    with_masters(&mut core, 2);
+    let (table_id, _) = core.create_table("t", 2).unwrap();
+    let before = tablets_of(&core, "t");
+    let split = 1000;
+    let actions = core.split_tablet("t", split).unwrap();
+    assert_eq!(
+        actions,
+        vec![Action::SplitTablet {
+            server_id: before[0].server_id,
+            address: core.server(before[0].server_id).unwrap().address.clone(),
+            table_id,
+            split_hash: split,
+        }]
+    );
+    let after = tablets_of(&core, "t");
+    assert_eq!(after.len(), 3);
+    assert_covers_hash_space(&after);
+    assert_eq!((after[0].start_hash, after[0].end_hash), (0, split - 1));
+    assert_eq!(
+        (after[1].start_hash, after[1].end_hash),
+        (split, before[0].end_hash)
+    );
+    assert_eq!(after[0].server_id, after[1].server_id);
+    assert_eq!(after[2], before[1]);
+
+    // Splitting at an existing boundary (including 0) changes nothing.
+    let seq = core.sequence();
+    assert!(core.split_tablet("t", split).unwrap().is_empty());
+    assert!(core.split_tablet("t", 0).unwrap().is_empty());
+    assert!(core
+        .split_tablet("t", before[1].start_hash)
+        .unwrap()
+        .is_empty());
+    assert_eq!(core.sequence(), seq);
+    // The last hash is a valid split point.
+    core.split_tablet("t", u64::MAX).unwrap();
+    let last = *tablets_of(&core, "t").last().unwrap();
+    assert_eq!((last.start_hash, last.end_hash), (u64::MAX, u64::MAX));
+    assert!(matches!(
+        core.split_tablet("nope", 5),
+        Err(CoordinatorError::TableDoesntExist(_))
+    ));
+}
+
+#[test]
+fn server_crashed_marks_crashed_and_keeps_tablets() {
+    let (_s, mut core) = memory_core();
+    let ids = with_masters(&mut core, 2);
+    core.create_table("t", 2).unwrap();
+    let tablets = tablets_of(&core, "t");
+    assert_eq!(
+        core.server_crashed(ids[0]).unwrap(),
+        vec![Action::PushServerList]
+    );
+    assert_eq!(core.server(ids[0]).unwrap().status, ServerStatus::Crashed);
+    assert_eq!(tablets_of(&core, "t"), tablets);
+    assert!(
+        core.server_crashed(ids[0]).unwrap().is_empty(),
+        "idempotent"
+    );
+    assert!(matches!(
+        core.server_crashed(ServerId(7)),
+        Err(CoordinatorError::UnknownServer(_))
+    ));
+    // A crashed master gets no new tablets.
+    core.create_table("u", 3).unwrap();
+    assert!(tablets_of(&core, "u").iter().all(|t| t.server_id == ids[1]));
+}
+
+#[test]
+fn versions_increase_on_each_change() {
+    let (_s, mut core) = memory_core();
+    let versions = |c: &CoordinatorCore| (c.server_list().0, c.tablet_map().0, c.sequence());
+    assert_eq!(versions(&core), (0, 0, 0));
+    let ids = with_masters(&mut core, 2);
+    assert_eq!(versions(&core), (2, 0, 2));
+    core.create_table("t", 2).unwrap();
+    assert_eq!(versions(&core), (2, 1, 3));
+    core.create_table("t", 2).unwrap();
+    assert_eq!(versions(&core), (2, 1, 3), "no change, no bump");
+    core.split_tablet("t", 77).unwrap();
+    assert_eq!(versions(&core), (2, 2, 4));
+    core.server_crashed(ids[0]).unwrap();
+    assert_eq!(versions(&core), (3, 2, 5));
+    core.server_crashed(ids[0]).unwrap();
+    assert_eq!(versions(&core), (3, 2, 5));
+    // Removal moves the crashed server's tablets: both lists change.
+    core.remove_server(ids[0]).unwrap();
+    assert_eq!(versions(&core), (4, 3, 6));
+    core.drop_table("t").unwrap();
+    assert_eq!(versions(&core), (4, 4, 7));
+    core.enlist("new:1", BOTH, GIB, None).unwrap();
+    assert_eq!(versions(&core), (5, 4, 8), "no tablets moved");
+}
+
+#[test]
+fn open_restores_identical_state_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, sequence, server_list, tablet_map) = {
+        let storage = Arc::new(FileStorage::open(dir.path()).unwrap());
+        let mut core = CoordinatorCore::open(storage).unwrap();
+        let ids = with_masters(&mut core, 3);
+        core.create_table("users", 6).unwrap();
+        core.create_table("orders", 2).unwrap();
+        core.create_table("gone", 1).unwrap();
+        core.split_tablet("users", 12345).unwrap();
+        core.drop_table("gone").unwrap();
+        core.server_crashed(ids[2]).unwrap();
+        core.enlist("host1:1", BOTH, GIB, None).unwrap(); // replaces server 1
+        core.remove_server(ids[1]).unwrap();
+        (
+            core.state().clone(),
+            core.sequence(),
+            core.server_list(),
+            core.tablet_map(),
+        )
+        // core and storage drop here, releasing the directory lock.
+    };
+    let storage = Arc::new(FileStorage::open(dir.path()).unwrap());
+    let mut core = CoordinatorCore::open(storage).unwrap();
+    assert_eq!(core.state(), &state);
+    assert_eq!(core.sequence(), sequence);
+    assert_eq!(core.server_list(), server_list);
+    assert_eq!(core.tablet_map(), tablet_map);
+    assert_eq!(core.get_table_id("users").unwrap(), 1);
+    assert_eq!(core.get_table_id("orders").unwrap(), 2);
+
+    // Ids are never reused after a restart.
+    let (server, _) = core.enlist("host9:1", BOTH, GIB, None).unwrap();
+    assert_eq!(server, ServerId(5));
+    let (table, _) = core.create_table("gone", 1).unwrap();
+    assert_eq!(table, 4);
+    assert_eq!(core.sequence(), sequence + 2);
+}
+
+#[test]
+fn reissue_actions_cover_every_tablet_of_up_servers() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut core = CoordinatorCore::open(storage.clone()).unwrap();
+    let ids = with_masters(&mut core, 2);
+    let (_, created) = core.create_table("t", 4).unwrap();
+    drop(core);
+    let core = CoordinatorCore::open(storage).unwrap();
+    let reissued = core.reissue_actions();
+    assert_eq!(reissued[..4], created[..]);
+    assert_eq!(reissued[4], Action::PushServerList);
+
+    let mut core = core;
+    core.server_crashed(ids[0]).unwrap();
+    let takes = core
+        .reissue_actions()
+        .iter()
+        .filter(|a| matches!(a, Action::TakeTablet { .. }))
+        .count();
+    assert_eq!(takes, 2, "a crashed server's tablets await recovery");
+}
+
+#[test]
+fn failing_put_leaves_state_unchanged() {
+    let storage = Arc::new(FailingStorage {
+        inner: MemoryStorage::new(),
+        fail: AtomicBool::new(false),
+    });
+    let mut core = CoordinatorCore::open(storage.clone()).unwrap();
+    let ids = with_masters(&mut core, 2);
+    core.create_table("t", 2).unwrap();
+    let before = core.state().clone();
+    let seq = core.sequence();
+
+    storage.fail.store(true, Ordering::SeqCst);
+    let is_storage = |e: CoordinatorError| matches!(e, CoordinatorError::Storage(_));
+    assert!(is_storage(core.create_table("u", 3).unwrap_err()));
+    assert!(is_storage(
+        core.enlist("x:1", BOTH, GIB, Some(ids[0])).unwrap_err()
+    ));
+    assert!(is_storage(core.drop_table("t").unwrap_err()));
+    assert!(is_storage(core.split_tablet("t", 9).unwrap_err()));
+    assert!(is_storage(core.server_crashed(ids[1]).unwrap_err()));
+    assert!(is_storage(core.remove_server(ids[1]).unwrap_err()));
+    assert_eq!(core.state(), &before);
+    assert_eq!(core.sequence(), seq);
+    // No-ops need no write, so they still succeed.
+    assert_eq!(core.create_table("t", 2).unwrap().0, 1);
+
+    storage.fail.store(false, Ordering::SeqCst);
+    let (u, _) = core.create_table("u", 3).unwrap();
+    assert_eq!(u, 2, "the failed attempt consumed no id");
+    let reopened = CoordinatorCore::open(storage).unwrap();
+    assert_eq!(reopened.state(), core.state());
+}
+
+#[test]
+fn open_corrupt_state_is_an_error() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut core = CoordinatorCore::open(storage.clone()).unwrap();
+    with_masters(&mut core, 1);
+    core.create_table("t", 1).unwrap();
+    let good = String::from_utf8(storage.get(STATE_KEY).unwrap().unwrap()).unwrap();
+    let refused = |text: &str| {
+        storage.put(STATE_KEY, text.as_bytes()).unwrap();
+        matches!(
+            CoordinatorCore::open(storage.clone()),
+            Err(CoordinatorError::Storage(StorageError::Corrupt { .. }))
+        )
+    };
+
+    // Not JSON (a torn write through a storage without atomic replace).
+    assert!(refused(&good[..good.len() / 2]));
+    // Parses, but a tablet names a server that never existed.
+    let bad_owner = good.replace("\"server_id\":1", "\"server_id\":9");
+    assert_ne!(bad_owner, good);
+    assert!(refused(&bad_owner));
+    // An unknown format version.
+    let future = good.replace("\"format\":1", "\"format\":2");
+    assert_ne!(future, good);
+    assert!(refused(&future));
+
+    storage.put(STATE_KEY, good.as_bytes()).unwrap();
+    assert_eq!(
+        CoordinatorCore::open(storage).unwrap().state(),
+        core.state()
+    );
+}

@@ -1,0 +1,65 @@
+//! ramstore's RPC transport (DESIGN §6, R§5.2, R§11.4).
+//!
+//! Frames are length-prefixed (`u32` LE length of the rest) and carry a 16-byte header
+//! whose bytes 8..16 (after the prefix) are the request id; everything else about
+//! frames belongs to `ramstore-wire`. This crate moves frames:
+//!
+//! - [`server::serve`]: accepts TCP connections and hands each request frame to a
+//!   [`Service`] *on the task that read it* (no hand-off on the fast path). Responses
+//!   to pipelined requests are batched into one write. Requests the service marks slow
+//!   run on their own task, so long work never holds up pings or reads.
+//! - [`Transport`]: the client-side seam. [`TcpTransport`] keeps one connection per
+//!   server with many requests in flight, answered out of order and matched by
+//!   request id, each with its own deadline. [`LocalTransport`] calls services in
+//!   process, for tests (RAMCloud's BindTransport).
+//!
+//! Invariants: a connection that sends a frame whose length prefix is out of bounds
+//! is closed (the stream cannot be re-synchronised); every other malformed request is
+//! the service's to answer. Thread-safety: everything here is `Send + Sync`.
+//! Durability: none.
+
+pub mod local;
+pub mod server;
+pub mod tcp;
+pub mod transport;
+
+pub use local::LocalTransport;
+pub use server::{serve, Handled, Service};
+pub use tcp::TcpTransport;
+pub use transport::{RpcError, Transport};
+
+/// Bytes of the length prefix.
+pub const LEN_PREFIX_BYTES: usize = 4;
+/// Bytes of the frame header after the length prefix.
+pub const HEADER_BYTES: usize = 16;
+/// Largest frame accepted (prefix excluded).
+pub const MAX_FRAME_BYTES: usize = 8 << 20;
+/// Offset of the request id within a frame (prefix included).
+const REQUEST_ID_OFFSET: usize = LEN_PREFIX_BYTES + 8;
+
+/// Length of the first frame in `buf` (prefix included): `Ok(None)` until the prefix
+/// has arrived, an error if the length is out of bounds.
+pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, RpcError> {
+    let Some(prefix) = buf.get(..LEN_PREFIX_BYTES) else {
+        return Ok(None);
+    };
+    let mut le = [0u8; 4];
+    le.copy_from_slice(prefix);
+    let len = u32::from_le_bytes(le) as usize;
+    if !(HEADER_BYTES..=MAX_FRAME_BYTES).contains(&len) {
+        return Err(RpcError::BadFrameLength(len));
+    }
+    Ok(Some(LEN_PREFIX_BYTES + len))
+}
+
+/// The request id of a whole frame (caller checked its length).
+pub fn request_id(frame: &[u8]) -> u64 {
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&frame[REQUEST_ID_OFFSET..REQUEST_ID_OFFSET + 8]);
+    u64::from_le_bytes(id)
+}
+
+/// Overwrites the request id of a whole frame.
+pub fn set_request_id(frame: &mut [u8], id: u64) {
+    frame[REQUEST_ID_OFFSET..REQUEST_ID_OFFSET + 8].copy_from_slice(&id.to_le_bytes());
+}

@@ -1,0 +1,58 @@
+//! An in-process transport: calls services directly (like RAMCloud's BindTransport),
+//! so clusters of services can be tested without sockets.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::server::{Handled, Service};
+use crate::transport::{CallFuture, RpcError, Transport};
+
+type Dispatch = Arc<dyn Fn(Vec<u8>) -> CallFuture<'static> + Send + Sync>;
+
+/// A [`Transport`] that delivers frames to services registered by address.
+#[derive(Default, Clone)]
+pub struct LocalTransport {
+    services: Arc<parking_lot::RwLock<HashMap<String, Dispatch>>>,
+}
+
+impl LocalTransport {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes `service` reachable at `addr` (replacing any earlier one).
+    pub fn register<S: Service>(&self, addr: &str, service: Arc<S>) {
+        let dispatch: Dispatch = Arc::new(move |frame: Vec<u8>| {
+            let service = service.clone();
+            Box::pin(async move {
+                let mut out = Vec::new();
+                let response = match service.handle(&frame, &mut out) {
+                    Handled::Done => out,
+                    Handled::Slow => service.handle_slow(frame).await,
+                };
+                Ok(Bytes::from(response))
+            }) as CallFuture<'static>
+        });
+        self.services.write().insert(addr.to_string(), dispatch);
+    }
+
+    /// Makes `addr` unreachable (a crashed server).
+    pub fn unregister(&self, addr: &str) {
+        self.services.write().remove(addr);
+    }
+}
+
+impl Transport for LocalTransport {
+    fn call<'a>(&'a self, addr: &'a str, frame: Vec<u8>, deadline: Duration) -> CallFuture<'a> {
+        let dispatch = self.services.read().get(addr).cloned();
+        Box::pin(async move {
+            let dispatch = dispatch.ok_or_else(|| RpcError::NoSuchService(addr.to_string()))?;
+            tokio::time::timeout(deadline, dispatch(frame))
+                .await
+                .map_err(|_| RpcError::DeadlineExceeded)?
+        })
+    }
+}

@@ -1,0 +1,111 @@
+//! The server side: accept connections and serve request frames (R§5, R§11.3).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Mutex;
+
+use crate::frame_len;
+
+/// What [`Service::handle`] did with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// The whole response frame was appended to `out`.
+    Done,
+    /// The request is long work: call [`Service::handle_slow`] on its own task.
+    Slow,
+}
+
+/// A future producing a response frame.
+pub type SlowFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send + 'static>>;
+
+/// Something that answers request frames.
+pub trait Service: Send + Sync + 'static {
+    /// Answers `frame` (one whole request frame, prefix included) by appending one
+    /// whole response frame to `out`, or returns `Slow`. Runs on the task that read
+    /// the request, so it must be quick: no blocking, no waiting on other servers.
+    fn handle(&self, frame: &[u8], out: &mut Vec<u8>) -> Handled;
+
+    /// Answers a request `handle` called slow; runs on its own task.
+    fn handle_slow(self: Arc<Self>, frame: Vec<u8>) -> SlowFuture;
+}
+
+/// Initial read buffer per connection; it grows to the largest frame seen.
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Serves connections accepted on `listener` until the task is dropped.
+pub async fn serve<S: Service>(listener: TcpListener, service: Arc<S>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let service = service.clone();
+                tokio::spawn(async move { serve_connection(stream, peer, service).await });
+            }
+            // Out of file descriptors and the like: back off instead of spinning.
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+        }
+    }
+}
+
+async fn serve_connection<S: Service>(stream: TcpStream, _peer: SocketAddr, service: Arc<S>) {
+    // Small frames must not wait for Nagle's algorithm (R§5: latency first).
+    let _ = stream.set_nodelay(true);
+    let (mut reader, writer) = stream.into_split();
+    let writer = Arc::new(Mutex::new(writer));
+    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let mut out = Vec::with_capacity(READ_BUFFER_BYTES);
+    loop {
+        // Serve every whole frame already buffered, then write their responses in one
+        // go: pipelined requests cost one write.
+        let mut consumed = 0;
+        loop {
+            let rest = &buf[consumed..];
+            let len = match frame_len(rest) {
+                Ok(Some(len)) if rest.len() >= len => len,
+                Ok(_) => break,
+                // A bad length prefix leaves no way to find the next frame: close.
+                Err(_) => return,
+            };
+            let frame = &rest[..len];
+            if service.handle(frame, &mut out) == Handled::Slow {
+                let frame = frame.to_vec();
+                let service = service.clone();
+                let writer = writer.clone();
+                tokio::spawn(async move {
+                    let response = service.handle_slow(frame).await;
+                    let _ = write_all(&writer, &response).await;
+                });
+            }
+            consumed += len;
+        }
+        buf.advance(consumed);
+        if !out.is_empty() {
+            if write_all(&writer, &out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+        // Make room for the rest of a partly received frame in one step.
+        let want = match frame_len(&buf) {
+            Ok(Some(len)) => len.saturating_sub(buf.len()).max(READ_BUFFER_BYTES / 4),
+            _ => READ_BUFFER_BYTES / 4,
+        };
+        if buf.capacity() - buf.len() < want {
+            buf.reserve(want);
+        }
+        match reader.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+async fn write_all(writer: &Mutex<OwnedWriteHalf>, bytes: &[u8]) -> std::io::Result<()> {
+    writer.lock().await.write_all(bytes).await
+}

@@ -1,0 +1,161 @@
+//! The TCP transport: one connection per server, many requests in flight on it,
+//! responses matched to requests by id (R§5.2).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, Mutex};
+
+use crate::transport::{CallFuture, RpcError, Transport};
+use crate::{frame_len, request_id, set_request_id};
+
+/// How long connecting to a server may take before the call fails.
+pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
+
+type Pending = parking_lot::Mutex<HashMap<u64, oneshot::Sender<Bytes>>>;
+
+/// One TCP connection to a server.
+struct Connection {
+    addr: String,
+    writer: Mutex<OwnedWriteHalf>,
+    pending: Arc<Pending>,
+    closed: Arc<AtomicBool>,
+    next_id: AtomicU64,
+}
+
+impl Connection {
+    async fn open(addr: &str) -> Result<Arc<Self>, RpcError> {
+        let connect = TcpStream::connect(addr);
+        let stream = tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect)
+            .await
+            .map_err(|_| RpcError::ConnectFailed {
+                addr: addr.to_string(),
+                reason: "timed out".into(),
+            })?
+            .map_err(|e| RpcError::ConnectFailed {
+                addr: addr.to_string(),
+                reason: e.to_string(),
+            })?;
+        let _ = stream.set_nodelay(true);
+        let (reader, writer) = stream.into_split();
+        let pending: Arc<Pending> = Arc::default();
+        let closed = Arc::new(AtomicBool::new(false));
+        tokio::spawn(read_responses(reader, pending.clone(), closed.clone()));
+        Ok(Arc::new(Self {
+            addr: addr.to_string(),
+            writer: Mutex::new(writer),
+            pending,
+            closed,
+            next_id: AtomicU64::new(1),
+        }))
+    }
+
+    async fn call(&self, mut frame: Vec<u8>, deadline: Duration) -> Result<Bytes, RpcError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        set_request_id(&mut frame, id);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().insert(id, tx);
+        let sent = tokio::time::timeout(deadline, async {
+            self.writer.lock().await.write_all(&frame).await
+        })
+        .await;
+        match sent {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                self.pending.lock().remove(&id);
+                self.closed.store(true, Ordering::SeqCst);
+                return Err(RpcError::ConnectionClosed(self.addr.clone()));
+            }
+            Err(_) => {
+                self.pending.lock().remove(&id);
+                return Err(RpcError::DeadlineExceeded);
+            }
+        }
+        match tokio::time::timeout(deadline, rx).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(_)) => Err(RpcError::ConnectionClosed(self.addr.clone())),
+            Err(_) => {
+                self.pending.lock().remove(&id);
+                Err(RpcError::DeadlineExceeded)
+            }
+        }
+    }
+}
+
+/// Reads response frames and completes the matching calls. When the connection
+/// ends, every call still waiting fails with `ConnectionClosed`.
+async fn read_responses(mut reader: OwnedReadHalf, pending: Arc<Pending>, closed: Arc<AtomicBool>) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    'read: loop {
+        loop {
+            let len = match frame_len(&buf) {
+                Ok(Some(len)) if buf.len() >= len => len,
+                Ok(_) => break,
+                Err(_) => break 'read,
+            };
+            let frame = buf.split_to(len).freeze();
+            let id = request_id(&frame);
+            if let Some(tx) = pending.lock().remove(&id) {
+                // The caller may have given up (deadline): nothing to do then.
+                let _ = tx.send(frame);
+            }
+        }
+        if let Ok(Some(len)) = frame_len(&buf) {
+            buf.reserve(len.saturating_sub(buf.len()));
+        } else if buf.capacity() - buf.len() < 16 * 1024 {
+            buf.reserve(64 * 1024);
+        }
+        match reader.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    closed.store(true, Ordering::SeqCst);
+    // Dropping the senders wakes every waiting call with an error.
+    pending.lock().clear();
+}
+
+/// A [`Transport`] over TCP with one cached connection per server address.
+#[derive(Default)]
+pub struct TcpTransport {
+    connections: parking_lot::Mutex<HashMap<String, Arc<Connection>>>,
+}
+
+impl TcpTransport {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    async fn connection(&self, addr: &str) -> Result<Arc<Connection>, RpcError> {
+        if let Some(c) = self.connections.lock().get(addr) {
+            if !c.closed.load(Ordering::SeqCst) {
+                return Ok(c.clone());
+            }
+        }
+        let c = Connection::open(addr).await?;
+        self.connections.lock().insert(addr.to_string(), c.clone());
+        Ok(c)
+    }
+}
+
+impl Transport for TcpTransport {
+    fn call<'a>(&'a self, addr: &'a str, frame: Vec<u8>, deadline: Duration) -> CallFuture<'a> {
+        Box::pin(async move {
+            let connection = self.connection(addr).await?;
+            let result = connection.call(frame, deadline).await;
+            if connection.closed.load(Ordering::SeqCst) {
+                let mut map = self.connections.lock();
+                if map.get(addr).is_some_and(|c| Arc::ptr_eq(c, &connection)) {
+                    map.remove(addr);
+                }
+            }
+            result
+        })
+    }
+}

@@ -1,0 +1,176 @@
+//! The TCP transport against a real socket on 127.0.0.1.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ramstore_rpc::server::SlowFuture;
+use ramstore_rpc::{
+    frame_len, request_id, serve, Handled, RpcError, Service, TcpTransport, Transport,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// Echoes the body back; a body starting with b"slow" is answered after 200 ms on
+/// its own task, b"hang" is never answered.
+struct Echo;
+
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&((16 + body.len()) as u32).to_le_bytes());
+    f.extend_from_slice(&[0u8; 16]);
+    f.extend_from_slice(body);
+    f
+}
+
+impl Service for Echo {
+    fn handle(&self, frame: &[u8], out: &mut Vec<u8>) -> Handled {
+        let body = &frame[20..];
+        if body.starts_with(b"slow") {
+            return Handled::Slow;
+        }
+        if !body.starts_with(b"hang") {
+            out.extend_from_slice(frame);
+        }
+        Handled::Done
+    }
+
+    fn handle_slow(self: Arc<Self>, frame: Vec<u8>) -> SlowFuture {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            frame
+        })
+    }
+}
+
+async fn start() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(serve(listener, Arc::new(Echo)));
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_returns_matching_response() {
+    let addr = start().await;
+    let t = TcpTransport::new();
+    let r = t
+        .call(&addr, frame(b"hello"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(&r[20..], b"hello");
+    assert_eq!(frame_len(&r).unwrap(), Some(r.len()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_many_in_flight_are_matched_by_id() {
+    let addr = start().await;
+    let t = Arc::new(TcpTransport::new());
+    let mut tasks = Vec::new();
+    for i in 0..200u32 {
+        let t = t.clone();
+        let addr = addr.clone();
+        tasks.push(tokio::spawn(async move {
+            let body = format!("msg-{i}");
+            let r = t
+                .call(&addr, frame(body.as_bytes()), Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert_eq!(&r[20..], body.as_bytes());
+            request_id(&r)
+        }));
+    }
+    let mut ids = Vec::new();
+    for task in tasks {
+        ids.push(task.await.unwrap());
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 200, "every call got its own request id");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_request_does_not_delay_fast_ones_on_the_same_connection() {
+    let addr = start().await;
+    let t = Arc::new(TcpTransport::new());
+    // Warm the connection so both calls share it.
+    t.call(&addr, frame(b"warm"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let slow = {
+        let t = t.clone();
+        let addr = addr.clone();
+        tokio::spawn(async move { t.call(&addr, frame(b"slow"), Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let started = Instant::now();
+    let fast = t
+        .call(&addr, frame(b"fast"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(&fast[20..], b"fast");
+    assert!(!slow.is_finished(), "the fast answer overtook the slow one");
+    assert!(started.elapsed() < Duration::from_millis(150));
+    assert_eq!(&slow.await.unwrap().unwrap()[20..], b"slow");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_without_answer_hits_its_deadline() {
+    let addr = start().await;
+    let t = TcpTransport::new();
+    let r = t
+        .call(&addr, frame(b"hang"), Duration::from_millis(100))
+        .await;
+    assert_eq!(r, Err(RpcError::DeadlineExceeded));
+    // The connection still works afterwards.
+    let ok = t
+        .call(&addr, frame(b"after"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(&ok[20..], b"after");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_to_closed_port_fails_to_connect() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let t = TcpTransport::new();
+    let r = t.call(&addr, frame(b"x"), Duration::from_secs(1)).await;
+    assert!(matches!(r, Err(RpcError::ConnectFailed { .. })), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_length_prefix_closes_only_that_connection() {
+    let addr = start().await;
+    let mut raw = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    raw.write_all(&u32::MAX.to_le_bytes()).await.unwrap();
+    let mut byte = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), raw.read(&mut byte))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, 0, "server closed the connection");
+    let t = TcpTransport::new();
+    let ok = t
+        .call(&addr, frame(b"still here"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(&ok[20..], b"still here");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_frames_in_one_write_are_all_answered() {
+    let addr = start().await;
+    let mut raw = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut batch = Vec::new();
+    for i in 0..50u8 {
+        batch.extend_from_slice(&frame(&[b'p', i]));
+    }
+    raw.write_all(&batch).await.unwrap();
+    let mut got = vec![0u8; batch.len()];
+    tokio::time::timeout(Duration::from_secs(5), raw.read_exact(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, batch);
+}

@@ -1,0 +1,116 @@
+//! ramstore's RPC wire format (DESIGN §6): frames, opcodes, status codes, and the
+//! encoding of every request and response body. This crate does no I/O; transports
+//! cut frames out of a byte stream with [`frame_len`] and hand them here.
+//!
+//! # Frame
+//!
+//! Every message is one frame: a length prefix, a 16-byte header, then the body. All
+//! integers are little-endian.
+//!
+//! ```text
+//! byte  0       4       6       8               12                              20
+//!       +-------+-------+-------+---------------+-------------------------------+------
+//!       |  len  |opcode |status |     flags     |          request_id           | body
+//!       |  u32  |  u16  |  u16  |      u32      |              u64              | ...
+//!       +-------+-------+-------+---------------+-------------------------------+------
+//!               |<------------------ len bytes: header (16) + body ------------------->|
+//! ```
+//!
+//! - `len`: bytes after the prefix, from 16 ([`HEADER_BYTES`], empty body) to
+//!   [`MAX_FRAME_BYTES`].
+//! - `opcode`: the operation ([`Opcode`]); a response carries its request's opcode.
+//! - `status`: [`Status::Ok`] (0) in every request; the outcome in a response.
+//! - `flags`: bit 0 = [`FLAG_RESPONSE`], set on responses only; other bits must be 0.
+//! - `request_id`: chosen by the client, echoed in the response, so responses to the
+//!   many requests in flight on one connection can come back in any order.
+//!
+//! # Bodies
+//!
+//! Fixed fields first, then variable bytes. Keys are `u16 len + bytes`; values are
+//! `u32 len + bytes`, at most [`MAX_VALUE_BYTES`]; names, addresses and messages are
+//! `u16 len + UTF-8`; reject rules are `u64 given_version + u8 bits`
+//! ([`WireRejectRules`]); lists are `u32 count + items` ([`List`]), multi-operations
+//! at most [`MAX_MULTI_OPS`] items. OK bodies depend on the opcode ([`Request`],
+//! [`Response`]); error bodies depend on the status only ([`ErrorBody`]).
+//!
+//! # Invariants
+//!
+//! - Decoding never panics and never reads past the frame, whatever the input: every
+//!   length is checked against the bytes present and its limit before use.
+//! - Decoding is strict: unknown opcodes, statuses, flag bits, rule bits and enum
+//!   values, invalid UTF-8, and trailing bytes are errors. So a frame that decodes has
+//!   exactly one encoding, and re-encoding a decoded message gives back its bytes.
+//! - Decoding is zero-copy: keys, values, strings and lists borrow the frame buffer;
+//!   lists are validated once, so iterating them cannot fail.
+//! - Encoding appends whole frames or nothing: on error the output buffer is left as
+//!   it was (the one exception by design is [`encode_read_response_header`], whose
+//!   frame is complete once the caller appends the value).
+
+mod codec;
+pub mod encoder;
+mod error;
+mod fields;
+mod frame;
+mod list;
+mod opcode;
+mod request;
+mod response;
+mod rules;
+mod status;
+
+pub use encoder::{
+    EnumerateResponseEncoder, MultiReadRequestEncoder, MultiReadResponseEncoder,
+    MultiRemoveRequestEncoder, MultiRemoveResponseEncoder, MultiWriteRequestEncoder,
+    MultiWriteResponseEncoder, ServerListUpdateEncoder, TabletMapEncoder,
+};
+pub use error::WireError;
+pub use fields::{NumberKind, ServerStatus, Services, SERVICE_BACKUP, SERVICE_MASTER};
+pub use frame::{decode_header, decode_raw_header, frame_len, Header, RawHeader};
+pub use list::{
+    EnumeratedObject, EnumeratedObjects, Iter, List, ListItem, MultiReadItem, MultiReadItems,
+    MultiReadResult, MultiReadResults, MultiRemoveItem, MultiRemoveItems, MultiRemoveResult,
+    MultiRemoveResults, MultiWriteItem, MultiWriteItems, MultiWriteResult, MultiWriteResults,
+    ServerListEntries, ServerListEntry, TabletMapEntries, TabletMapEntry,
+};
+pub use opcode::Opcode;
+pub use request::{decode_request, encode_request, Request};
+pub use response::{
+    decode_response, encode_error_response, encode_read_response_header, encode_response,
+    ErrorBody, Response,
+};
+pub use rules::{
+    WireRejectRules, RULES_BYTES, RULE_DOESNT_EXIST, RULE_EXISTS, RULE_VERSION_GT_GIVEN,
+    RULE_VERSION_LE_GIVEN, RULE_VERSION_NE_GIVEN,
+};
+pub use status::Status;
+
+/// Bytes of the length prefix that starts every frame.
+pub const LEN_PREFIX_BYTES: usize = 4;
+/// Bytes of the header that follows the length prefix.
+pub const HEADER_BYTES: usize = 16;
+/// Largest length prefix accepted (header + body), so a peer cannot make the receiver
+/// buffer an unbounded frame.
+pub const MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
+/// Longest key, in bytes: the most a `u16` length can say; equals
+/// `ramstore_log::MAX_KEY_BYTES` (the server asserts this, as `wire` depends on no
+/// other ramstore crate).
+pub const MAX_KEY_BYTES: usize = u16::MAX as usize;
+/// Longest value, in bytes; equals `ramstore_log::MAX_VALUE_BYTES`.
+pub const MAX_VALUE_BYTES: usize = 1024 * 1024;
+/// Longest name, address or message, in bytes: the most a `u16` length can say.
+pub const MAX_STRING_BYTES: usize = u16::MAX as usize;
+/// Most items in one MultiRead, MultiWrite or MultiRemove (request or response).
+pub const MAX_MULTI_OPS: usize = 4096;
+
+/// Flag bit 0: the frame is a response.
+pub const FLAG_RESPONSE: u32 = 1;
+/// Every flag bit this version knows; frames with other bits set are rejected.
+pub const KNOWN_FLAGS: u32 = FLAG_RESPONSE;
+
+// The largest single object (key and value with the largest fixed fields of a
+// Write request or Read response) must fit in one frame.
+const _: () = assert!(HEADER_BYTES + 64 + MAX_KEY_BYTES + MAX_VALUE_BYTES <= MAX_FRAME_BYTES);
+// The frame length must fit the u32 prefix.
+const _: () = assert!(MAX_FRAME_BYTES <= u32::MAX as usize);
+// Item counts must fit the u32 count field.
+const _: () = assert!(MAX_MULTI_OPS <= u32::MAX as usize);

@@ -1,0 +1,88 @@
+//! Opcodes: which operation a frame asks for (requests) or answers (responses).
+
+use crate::error::WireError;
+
+/// The operation of a frame, as carried in the header's opcode field (`u16` LE).
+/// A response carries the opcode of the request it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum Opcode {
+    Ping = 1,
+    CreateTable = 2,
+    GetTableId = 3,
+    DropTable = 4,
+    Read = 5,
+    Write = 6,
+    Remove = 7,
+    Increment = 8,
+    MultiRead = 9,
+    MultiWrite = 10,
+    MultiRemove = 11,
+    Enumerate = 12,
+    SplitTablet = 13,
+    Enlist = 14,
+    ServerListUpdate = 15,
+    TakeTabletOwnership = 16,
+    DropTabletOwnership = 17,
+    GetTabletMap = 18,
+    GetServerStats = 19,
+}
+
+impl Opcode {
+    /// Every opcode, in code order (for tests and tables).
+    pub const ALL: [Opcode; 19] = [
+        Opcode::Ping,
+        Opcode::CreateTable,
+        Opcode::GetTableId,
+        Opcode::DropTable,
+        Opcode::Read,
+        Opcode::Write,
+        Opcode::Remove,
+        Opcode::Increment,
+        Opcode::MultiRead,
+        Opcode::MultiWrite,
+        Opcode::MultiRemove,
+        Opcode::Enumerate,
+        Opcode::SplitTablet,
+        Opcode::Enlist,
+        Opcode::ServerListUpdate,
+        Opcode::TakeTabletOwnership,
+        Opcode::DropTabletOwnership,
+        Opcode::GetTabletMap,
+        Opcode::GetServerStats,
+    ];
+
+    /// The code sent on the wire.
+    pub fn code(self) -> u16 {
+        self as u16
+    }
+}
+
+impl TryFrom<u16> for Opcode {
+    type Error = WireError;
+
+    fn try_from(code: u16) -> Result<Self, WireError> {
+        // `ALL` is in code order starting at 1, so the code minus one is the index;
+        // code 0 wraps to an index far out of range.
+        Opcode::ALL
+            .get(usize::from(code.wrapping_sub(1)))
+            .copied()
+            .ok_or(WireError::UnknownOpcode(code))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_match_their_index() {
+        for (i, op) in Opcode::ALL.iter().enumerate() {
+            assert_eq!(usize::from(op.code()), i + 1);
+            assert_eq!(Opcode::try_from(op.code()), Ok(*op));
+        }
+        for bad in [0, 20, u16::MAX] {
+            assert_eq!(Opcode::try_from(bad), Err(WireError::UnknownOpcode(bad)));
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! Requests: one variant per opcode, decoded zero-copy from a frame and encoded into
+//! one. Byte strings borrow the frame; lists are validated [`List`]s.
+
+use crate::codec::{put_key, put_rules, put_string, put_u32, put_u64, put_u8, put_value, Reader};
+use crate::error::WireError;
+use crate::fields::{NumberKind, Services};
+use crate::frame::{atomically, begin_frame, end_frame, split_frame, Header};
+use crate::list::{List, MultiReadItems, MultiRemoveItems, MultiWriteItems, ServerListEntries};
+use crate::opcode::Opcode;
+use crate::rules::WireRejectRules;
+use crate::status::Status;
+
+/// A request, borrowed from the frame it was decoded from (or from the caller's data
+/// when encoding). Multi-op and server lists can only come from a decoded frame; build
+/// new ones with the encoders in [`crate::encoder`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// Liveness check; the server echoes `nonce`.
+    Ping {
+        nonce: u64,
+    },
+    /// Create a table spread over `server_span` masters (no-op if it exists).
+    CreateTable {
+        server_span: u32,
+        name: &'a str,
+    },
+    GetTableId {
+        name: &'a str,
+    },
+    DropTable {
+        name: &'a str,
+    },
+    Read {
+        table_id: u64,
+        rules: WireRejectRules,
+        key: &'a [u8],
+    },
+    Write {
+        table_id: u64,
+        rules: WireRejectRules,
+        key: &'a [u8],
+        value: &'a [u8],
+    },
+    Remove {
+        table_id: u64,
+        rules: WireRejectRules,
+        key: &'a [u8],
+    },
+    /// Add `delta` (8 little-endian bytes of `kind`) to the object's number; bytes
+    /// rather than `i64`/`f64` so every bit pattern (NaNs included) round-trips.
+    Increment {
+        table_id: u64,
+        rules: WireRejectRules,
+        kind: NumberKind,
+        delta: [u8; 8],
+        key: &'a [u8],
+    },
+    MultiRead(MultiReadItems<'a>),
+    MultiWrite(MultiWriteItems<'a>),
+    MultiRemove(MultiRemoveItems<'a>),
+    /// Objects of `table_id` from key hash `cursor` on, about `max_bytes` of them.
+    Enumerate {
+        table_id: u64,
+        cursor: u64,
+        max_bytes: u32,
+    },
+    /// Make `split_hash` the first key hash of a tablet of table `name`.
+    SplitTablet {
+        name: &'a str,
+        split_hash: u64,
+    },
+    /// A server joins the cluster; `replaces_server_id` is 0 for none (server ids
+    /// start at 1).
+    Enlist {
+        replaces_server_id: u64,
+        services: Services,
+        memory_bytes: u64,
+        address: &'a str,
+    },
+    /// The coordinator's server list at `list_version`.
+    ServerListUpdate {
+        list_version: u64,
+        servers: ServerListEntries<'a>,
+    },
+    /// The tablet `[start_hash, end_hash]` of `table_id` is now the receiver's.
+    TakeTabletOwnership {
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+    },
+    /// The tablet `[start_hash, end_hash]` of `table_id` is no longer the receiver's.
+    DropTabletOwnership {
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+    },
+    GetTabletMap,
+    GetServerStats,
+}
+
+impl Request<'_> {
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            Request::Ping { .. } => Opcode::Ping,
+            Request::CreateTable { .. } => Opcode::CreateTable,
+            Request::GetTableId { .. } => Opcode::GetTableId,
+            Request::DropTable { .. } => Opcode::DropTable,
+            Request::Read { .. } => Opcode::Read,
+            Request::Write { .. } => Opcode::Write,
+            Request::Remove { .. } => Opcode::Remove,
+            Request::Increment { .. } => Opcode::Increment,
+            Request::MultiRead(_) => Opcode::MultiRead,
+            Request::MultiWrite(_) => Opcode::MultiWrite,
+            Request::MultiRemove(_) => Opcode::MultiRemove,
+            Request::Enumerate { .. } => Opcode::Enumerate,
+            Request::SplitTablet { .. } => Opcode::SplitTablet,
+            Request::Enlist { .. } => Opcode::Enlist,
+            Request::ServerListUpdate { .. } => Opcode::ServerListUpdate,
+            Request::TakeTabletOwnership { .. } => Opcode::TakeTabletOwnership,
+            Request::DropTabletOwnership { .. } => Opcode::DropTabletOwnership,
+            Request::GetTabletMap => Opcode::GetTabletMap,
+            Request::GetServerStats => Opcode::GetServerStats,
+        }
+    }
+}
+
+/// Decodes one whole request frame (length prefix included, nothing after it).
+///
+/// Checks every length against the bytes present and the limits, every enumeration
+/// and flag bit, UTF-8 of every string, and that no byte is left over. On error, a
+/// server answers with [`WireError::status`], taking the request id from
+/// [`crate::decode_raw_header`].
+pub fn decode_request(frame: &[u8]) -> Result<(Header, Request<'_>), WireError> {
+    let (header, body) = split_frame(frame)?;
+    if header.is_response() {
+        return Err(WireError::BadFlags(header.flags));
+    }
+    if header.status != Status::Ok {
+        return Err(WireError::Malformed("a request's status must be OK"));
+    }
+    let mut r = Reader::new(body);
+    let request = decode_body(header.opcode, &mut r)?;
+    r.finish()?;
+    Ok((header, request))
+}
+
+fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, WireError> {
+    Ok(match opcode {
+        Opcode::Ping => Request::Ping { nonce: r.u64()? },
+        Opcode::CreateTable => Request::CreateTable {
+            server_span: r.u32()?,
+            name: r.string()?,
+        },
+        Opcode::GetTableId => Request::GetTableId { name: r.string()? },
+        Opcode::DropTable => Request::DropTable { name: r.string()? },
+        Opcode::Read => Request::Read {
+            table_id: r.u64()?,
+            rules: r.rules()?,
+            key: r.key()?,
+        },
+        Opcode::Write => Request::Write {
+            table_id: r.u64()?,
+            rules: r.rules()?,
+            key: r.key()?,
+            value: r.value()?,
+        },
+        Opcode::Remove => Request::Remove {
+            table_id: r.u64()?,
+            rules: r.rules()?,
+            key: r.key()?,
+        },
+        Opcode::Increment => Request::Increment {
+            table_id: r.u64()?,
+            rules: r.rules()?,
+            kind: NumberKind::try_from(r.u8()?)?,
+            delta: r.array()?,
+            key: r.key()?,
+        },
+        Opcode::MultiRead => Request::MultiRead(List::read(r)?),
+        Opcode::MultiWrite => Request::MultiWrite(List::read(r)?),
+        Opcode::MultiRemove => Request::MultiRemove(List::read(r)?),
+        Opcode::Enumerate => Request::Enumerate {
+            table_id: r.u64()?,
+            cursor: r.u64()?,
+            max_bytes: r.u32()?,
+        },
+        Opcode::SplitTablet => Request::SplitTablet {
+            name: r.string()?,
+            split_hash: r.u64()?,
+        },
+        Opcode::Enlist => Request::Enlist {
+            replaces_server_id: r.u64()?,
+            services: Services::from_bits(r.u32()?)?,
+            memory_bytes: r.u64()?,
+            address: r.string()?,
+        },
+        Opcode::ServerListUpdate => Request::ServerListUpdate {
+            list_version: r.u64()?,
+            servers: List::read(r)?,
+        },
+        Opcode::TakeTabletOwnership => Request::TakeTabletOwnership {
+            table_id: r.u64()?,
+            start_hash: r.u64()?,
+            end_hash: r.u64()?,
+        },
+        Opcode::DropTabletOwnership => Request::DropTabletOwnership {
+            table_id: r.u64()?,
+            start_hash: r.u64()?,
+            end_hash: r.u64()?,
+        },
+        Opcode::GetTabletMap => Request::GetTabletMap,
+        Opcode::GetServerStats => Request::GetServerStats,
+    })
+}
+
+/// Appends one whole request frame (length prefix included) to `out`.
+///
+/// Fails, appending nothing, if a key, value or string exceeds its limit or the
+/// frame exceeds [`crate::MAX_FRAME_BYTES`].
+pub fn encode_request(
+    request_id: u64,
+    req: &Request<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    atomically(out, |out| {
+        let start = begin_frame(out, req.opcode().code(), Status::Ok, 0, request_id);
+        encode_body(req, out)?;
+        end_frame(out, start, 0)
+    })
+}
+
+fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
+    match req {
+        Request::Ping { nonce } => put_u64(out, *nonce),
+        Request::CreateTable { server_span, name } => {
+            put_u32(out, *server_span);
+            put_string(out, name)?;
+        }
+        Request::GetTableId { name } | Request::DropTable { name } => put_string(out, name)?,
+        Request::Read {
+            table_id,
+            rules,
+            key,
+        }
+        | Request::Remove {
+            table_id,
+            rules,
+            key,
+        } => {
+            put_u64(out, *table_id);
+            put_rules(out, rules);
+            put_key(out, key)?;
+        }
+        Request::Write {
+            table_id,
+            rules,
+            key,
+            value,
+        } => {
+            put_u64(out, *table_id);
+            put_rules(out, rules);
+            put_key(out, key)?;
+            put_value(out, value)?;
+        }
+        Request::Increment {
+            table_id,
+            rules,
+            kind,
+            delta,
+            key,
+        } => {
+            put_u64(out, *table_id);
+            put_rules(out, rules);
+            put_u8(out, *kind as u8);
+            out.extend_from_slice(delta);
+            put_key(out, key)?;
+        }
+        Request::MultiRead(items) => items.write(out),
+        Request::MultiWrite(items) => items.write(out),
+        Request::MultiRemove(items) => items.write(out),
+        Request::Enumerate {
+            table_id,
+            cursor,
+            max_bytes,
+        } => {
+            put_u64(out, *table_id);
+            put_u64(out, *cursor);
+            put_u32(out, *max_bytes);
+        }
+        Request::SplitTablet { name, split_hash } => {
+            put_string(out, name)?;
+            put_u64(out, *split_hash);
+        }
+        Request::Enlist {
+            replaces_server_id,
+            services,
+            memory_bytes,
+            address,
+        } => {
+            put_u64(out, *replaces_server_id);
+            put_u32(out, services.bits());
+            put_u64(out, *memory_bytes);
+            put_string(out, address)?;
+        }
+        Request::ServerListUpdate {
+            list_version,
+            servers,
+        } => {
+            put_u64(out, *list_version);
+            servers.write(out);
+        }
+        Request::TakeTabletOwnership {
+            table_id,
+            start_hash,
+            end_hash,
+        }
+        | Request::DropTabletOwnership {
+            table_id,
+            start_hash,
+            end_hash,
+        } => {
+            put_u64(out, *table_id);
+            put_u64(out, *start_hash);
+            put_u64(out, *end_hash);
+        }
+        Request::GetTabletMap | Request::GetServerStats => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,365 @@
+//! Responses: one OK variant per opcode plus [`Response::Error`], decoded zero-copy
+//! from a frame and encoded into one. A response's header carries the opcode of the
+//! request it answers and the status; the body layout depends on both.
+
+use crate::codec::{
+    check_value_len, put_bool, put_long_string, put_string, put_u32, put_u64, put_value, Reader,
+};
+use crate::error::WireError;
+use crate::frame::{atomically, begin_frame, end_frame, split_frame, Header};
+use crate::list::{
+    EnumeratedObjects, List, MultiReadResults, MultiRemoveResults, MultiWriteResults,
+    TabletMapEntries,
+};
+use crate::opcode::Opcode;
+use crate::status::Status;
+use crate::FLAG_RESPONSE;
+
+/// A response, borrowed from the frame it was decoded from (or from the caller's data
+/// when encoding). Lists can only come from a decoded frame; build new ones with the
+/// encoders in [`crate::encoder`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Response<'a> {
+    Ping {
+        nonce: u64,
+        server_id: u64,
+    },
+    CreateTable {
+        table_id: u64,
+    },
+    GetTableId {
+        table_id: u64,
+    },
+    DropTable,
+    /// See [`encode_read_response_header`] to send the value without copying it.
+    Read {
+        version: u64,
+        value: &'a [u8],
+    },
+    Write {
+        version: u64,
+    },
+    /// Whether the object existed and its removed version (0 if none).
+    Remove {
+        existed: bool,
+        version: u64,
+    },
+    /// The new version and the new value (8 little-endian bytes of the request's
+    /// number kind).
+    Increment {
+        version: u64,
+        value: [u8; 8],
+    },
+    MultiRead(MultiReadResults<'a>),
+    MultiWrite(MultiWriteResults<'a>),
+    MultiRemove(MultiRemoveResults<'a>),
+    /// A batch of objects; continue from `next_cursor` if `has_next`.
+    Enumerate {
+        has_next: bool,
+        next_cursor: u64,
+        objects: EnumeratedObjects<'a>,
+    },
+    SplitTablet,
+    Enlist {
+        server_id: u64,
+    },
+    ServerListUpdate,
+    TakeTabletOwnership,
+    DropTabletOwnership,
+    GetTabletMap {
+        map_version: u64,
+        tablets: TabletMapEntries<'a>,
+    },
+    /// `key=value` lines of UTF-8 text.
+    GetServerStats {
+        text: &'a str,
+    },
+    /// Any status other than OK, for any opcode.
+    Error(ErrorBody<'a>),
+}
+
+/// The body of a response whose status is not OK. Its layout depends on the status:
+/// WRONG_VERSION carries the current version, RETRY a delay, every other status a
+/// (possibly empty) message for humans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorBody<'a> {
+    /// `u64 LE current_version`.
+    WrongVersion { current_version: u64 },
+    /// `u32 LE delay_ms`: try again after this long.
+    Retry { delay_ms: u32 },
+    /// `u16 LE len + UTF-8 message`; `status` is neither OK, WRONG_VERSION nor RETRY.
+    Message { status: Status, message: &'a str },
+}
+
+impl ErrorBody<'_> {
+    /// The status this body is sent under.
+    pub fn status(&self) -> Status {
+        match self {
+            ErrorBody::WrongVersion { .. } => Status::WrongVersion,
+            ErrorBody::Retry { .. } => Status::Retry,
+            ErrorBody::Message { status, .. } => *status,
+        }
+    }
+}
+
+impl<'a> ErrorBody<'a> {
+    /// The body for `err`, a request that failed to decode: its status and its
+    /// description as the message.
+    pub fn for_wire_error(err: &WireError, message: &'a str) -> Self {
+        ErrorBody::Message {
+            status: err.status(),
+            message,
+        }
+    }
+}
+
+impl Response<'_> {
+    /// The opcode whose OK layout this is; `None` for [`Response::Error`], which any
+    /// opcode may answer.
+    pub fn opcode(&self) -> Option<Opcode> {
+        Some(match self {
+            Response::Ping { .. } => Opcode::Ping,
+            Response::CreateTable { .. } => Opcode::CreateTable,
+            Response::GetTableId { .. } => Opcode::GetTableId,
+            Response::DropTable => Opcode::DropTable,
+            Response::Read { .. } => Opcode::Read,
+            Response::Write { .. } => Opcode::Write,
+            Response::Remove { .. } => Opcode::Remove,
+            Response::Increment { .. } => Opcode::Increment,
+            Response::MultiRead(_) => Opcode::MultiRead,
+            Response::MultiWrite(_) => Opcode::MultiWrite,
+            Response::MultiRemove(_) => Opcode::MultiRemove,
+            Response::Enumerate { .. } => Opcode::Enumerate,
+            Response::SplitTablet => Opcode::SplitTablet,
+            Response::Enlist { .. } => Opcode::Enlist,
+            Response::ServerListUpdate => Opcode::ServerListUpdate,
+            Response::TakeTabletOwnership => Opcode::TakeTabletOwnership,
+            Response::DropTabletOwnership => Opcode::DropTabletOwnership,
+            Response::GetTabletMap { .. } => Opcode::GetTabletMap,
+            Response::GetServerStats { .. } => Opcode::GetServerStats,
+            Response::Error(_) => return None,
+        })
+    }
+
+    /// The status the header carries.
+    pub fn status(&self) -> Status {
+        match self {
+            Response::Error(e) => e.status(),
+            _ => Status::Ok,
+        }
+    }
+}
+
+/// Decodes one whole response frame (length prefix included, nothing after it).
+/// Checks as [`crate::decode_request`] does; the RESPONSE flag must be set.
+pub fn decode_response(frame: &[u8]) -> Result<(Header, Response<'_>), WireError> {
+    let (header, body) = split_frame(frame)?;
+    if !header.is_response() {
+        return Err(WireError::BadFlags(header.flags));
+    }
+    let mut r = Reader::new(body);
+    let response = match header.status {
+        Status::Ok => decode_ok_body(header.opcode, &mut r)?,
+        Status::WrongVersion => Response::Error(ErrorBody::WrongVersion {
+            current_version: r.u64()?,
+        }),
+        Status::Retry => Response::Error(ErrorBody::Retry { delay_ms: r.u32()? }),
+        status => Response::Error(ErrorBody::Message {
+            status,
+            message: r.string()?,
+        }),
+    };
+    r.finish()?;
+    Ok((header, response))
+}
+
+fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>, WireError> {
+    Ok(match opcode {
+        Opcode::Ping => Response::Ping {
+            nonce: r.u64()?,
+            server_id: r.u64()?,
+        },
+        Opcode::CreateTable => Response::CreateTable { table_id: r.u64()? },
+        Opcode::GetTableId => Response::GetTableId { table_id: r.u64()? },
+        Opcode::DropTable => Response::DropTable,
+        Opcode::Read => Response::Read {
+            version: r.u64()?,
+            value: r.value()?,
+        },
+        Opcode::Write => Response::Write { version: r.u64()? },
+        Opcode::Remove => Response::Remove {
+            existed: r.bool("existed")?,
+            version: r.u64()?,
+        },
+        Opcode::Increment => Response::Increment {
+            version: r.u64()?,
+            value: r.array()?,
+        },
+        Opcode::MultiRead => Response::MultiRead(List::read(r)?),
+        Opcode::MultiWrite => Response::MultiWrite(List::read(r)?),
+        Opcode::MultiRemove => Response::MultiRemove(List::read(r)?),
+        Opcode::Enumerate => Response::Enumerate {
+            has_next: r.bool("has_next")?,
+            next_cursor: r.u64()?,
+            objects: List::read(r)?,
+        },
+        Opcode::SplitTablet => Response::SplitTablet,
+        Opcode::Enlist => Response::Enlist {
+            server_id: r.u64()?,
+        },
+        Opcode::ServerListUpdate => Response::ServerListUpdate,
+        Opcode::TakeTabletOwnership => Response::TakeTabletOwnership,
+        Opcode::DropTabletOwnership => Response::DropTabletOwnership,
+        Opcode::GetTabletMap => Response::GetTabletMap {
+            map_version: r.u64()?,
+            tablets: List::read(r)?,
+        },
+        Opcode::GetServerStats => Response::GetServerStats {
+            text: r.long_string()?,
+        },
+    })
+}
+
+/// Appends one whole response frame (length prefix included) to `out`, answering a
+/// request with `opcode`.
+///
+/// Fails, appending nothing, if an OK body is for another opcode
+/// ([`WireError::OpcodeMismatch`]), an error body is malformed (see
+/// [`encode_error_response`]), or a field or the frame exceeds its limit.
+pub fn encode_response(
+    request_id: u64,
+    opcode: Opcode,
+    resp: &Response<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    match resp {
+        Response::Error(body) => encode_error_response(request_id, opcode.code(), body, out),
+        ok => {
+            if let Some(body_opcode) = ok.opcode().filter(|o| *o != opcode) {
+                return Err(WireError::OpcodeMismatch {
+                    header: opcode.code(),
+                    body: body_opcode.code(),
+                });
+            }
+            atomically(out, |out| {
+                let start = begin_frame(out, opcode.code(), Status::Ok, FLAG_RESPONSE, request_id);
+                encode_ok_body(ok, out)?;
+                end_frame(out, start, 0)
+            })
+        }
+    }
+}
+
+/// Appends one whole error response frame. The opcode is raw, so a server can answer
+/// a request whose opcode it does not know (with `UNKNOWN_OPCODE`) or could not
+/// decode, echoing what the request's header said.
+///
+/// Fails, appending nothing, if a [`ErrorBody::Message`] carries OK, WRONG_VERSION
+/// or RETRY (those have their own layouts) or a message over the string limit.
+pub fn encode_error_response(
+    request_id: u64,
+    opcode: u16,
+    body: &ErrorBody<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    atomically(out, |out| {
+        let start = begin_frame(out, opcode, body.status(), FLAG_RESPONSE, request_id);
+        match body {
+            ErrorBody::WrongVersion { current_version } => put_u64(out, *current_version),
+            ErrorBody::Retry { delay_ms } => put_u32(out, *delay_ms),
+            ErrorBody::Message { status, message } => {
+                if matches!(status, Status::Ok | Status::WrongVersion | Status::Retry) {
+                    return Err(WireError::Malformed(
+                        "an error message under OK, WRONG_VERSION or RETRY",
+                    ));
+                }
+                put_string(out, message)?;
+            }
+        }
+        end_frame(out, start, 0)
+    })
+}
+
+/// Appends the start of an OK Read response — length prefix, header, version and
+/// value length — for a value of `value_len` bytes that the caller appends right
+/// after, from one slice or several (scatter-gather, e.g. straight from the log's
+/// seglets or as separate I/O vectors).
+///
+/// The length prefix already counts those `value_len` bytes: the frame is complete,
+/// and valid, only once exactly `value_len` more bytes follow in the stream.
+pub fn encode_read_response_header(
+    request_id: u64,
+    version: u64,
+    value_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    atomically(out, |out| {
+        let len = check_value_len(value_len)?;
+        let start = begin_frame(
+            out,
+            Opcode::Read.code(),
+            Status::Ok,
+            FLAG_RESPONSE,
+            request_id,
+        );
+        put_u64(out, version);
+        put_u32(out, len);
+        end_frame(out, start, value_len)
+    })
+}
+
+fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
+    match resp {
+        Response::Ping { nonce, server_id } => {
+            put_u64(out, *nonce);
+            put_u64(out, *server_id);
+        }
+        Response::CreateTable { table_id } | Response::GetTableId { table_id } => {
+            put_u64(out, *table_id)
+        }
+        Response::Read { version, value } => {
+            put_u64(out, *version);
+            put_value(out, value)?;
+        }
+        Response::Write { version } => put_u64(out, *version),
+        Response::Remove { existed, version } => {
+            put_bool(out, *existed);
+            put_u64(out, *version);
+        }
+        Response::Increment { version, value } => {
+            put_u64(out, *version);
+            out.extend_from_slice(value);
+        }
+        Response::MultiRead(items) => items.write(out),
+        Response::MultiWrite(items) => items.write(out),
+        Response::MultiRemove(items) => items.write(out),
+        Response::Enumerate {
+            has_next,
+            next_cursor,
+            objects,
+        } => {
+            put_bool(out, *has_next);
+            put_u64(out, *next_cursor);
+            objects.write(out);
+        }
+        Response::Enlist { server_id } => put_u64(out, *server_id),
+        Response::GetTabletMap {
+            map_version,
+            tablets,
+        } => {
+            put_u64(out, *map_version);
+            tablets.write(out);
+        }
+        Response::GetServerStats { text } => put_long_string(out, text)?,
+        Response::DropTable
+        | Response::SplitTablet
+        | Response::ServerListUpdate
+        | Response::TakeTabletOwnership
+        | Response::DropTabletOwnership => {}
+        // Handled by `encode_error_response`; an error body never reaches here.
+        Response::Error(_) => {
+            return Err(WireError::Malformed("an error body under status OK"));
+        }
+    }
+    Ok(())
+}

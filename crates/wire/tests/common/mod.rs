@@ -1,0 +1,457 @@
+//! Fixed sample messages shared by the golden-vector and round-trip tests: at least
+//! one request per opcode, one OK response per opcode, and error responses of each
+//! body layout. Values are distinct and multi-byte, so byte order shows in the hex.
+
+#![allow(dead_code)] // Each test binary uses a different part of this module.
+
+use ramstore_wire::*;
+
+/// The request id of every sample: its bytes on the wire read 01 02 … 08.
+pub const ID: u64 = 0x0807_0605_0403_0201;
+
+pub const TABLE: u64 = 42;
+
+pub fn rules_cas(version: u64) -> WireRejectRules {
+    WireRejectRules {
+        given_version: version,
+        doesnt_exist: true,
+        version_ne_given: true,
+        ..Default::default()
+    }
+}
+
+pub fn request_frame(req: &Request<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_request(ID, req, &mut out).expect("sample request encodes");
+    out
+}
+
+pub fn response_frame(opcode: Opcode, resp: &Response<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_response(ID, opcode, resp, &mut out).expect("sample response encodes");
+    out
+}
+
+/// Requests that are plain values (no lists), by golden-file name.
+pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
+    vec![
+        (
+            "ping_request",
+            Request::Ping {
+                nonce: 0x1122_3344_5566_7788,
+            },
+        ),
+        (
+            "create_table_request",
+            Request::CreateTable {
+                server_span: 3,
+                name: "users",
+            },
+        ),
+        (
+            "get_table_id_request",
+            Request::GetTableId { name: "users" },
+        ),
+        ("drop_table_request", Request::DropTable { name: "users" }),
+        (
+            "read_request",
+            Request::Read {
+                table_id: TABLE,
+                rules: WireRejectRules::default(),
+                key: b"k1",
+            },
+        ),
+        (
+            "write_request",
+            Request::Write {
+                table_id: TABLE,
+                rules: rules_cas(5),
+                key: b"k1",
+                value: b"hello",
+            },
+        ),
+        (
+            "remove_request",
+            Request::Remove {
+                table_id: TABLE,
+                rules: WireRejectRules {
+                    doesnt_exist: true,
+                    ..Default::default()
+                },
+                key: b"k1",
+            },
+        ),
+        (
+            "increment_request",
+            Request::Increment {
+                table_id: TABLE,
+                rules: WireRejectRules::default(),
+                kind: NumberKind::I64,
+                delta: 5i64.to_le_bytes(),
+                key: b"ctr",
+            },
+        ),
+        (
+            "increment_f64_request",
+            Request::Increment {
+                table_id: TABLE,
+                rules: WireRejectRules::default(),
+                kind: NumberKind::F64,
+                delta: 1.5f64.to_le_bytes(),
+                key: b"ctr",
+            },
+        ),
+        (
+            "enumerate_request",
+            Request::Enumerate {
+                table_id: TABLE,
+                cursor: 0x8000_0000_0000_0000,
+                max_bytes: 65536,
+            },
+        ),
+        (
+            "split_tablet_request",
+            Request::SplitTablet {
+                name: "users",
+                split_hash: 0x4000_0000_0000_0000,
+            },
+        ),
+        (
+            "enlist_request",
+            Request::Enlist {
+                replaces_server_id: 0,
+                services: Services::BOTH,
+                memory_bytes: 1 << 30,
+                address: "10.0.0.1:7000",
+            },
+        ),
+        (
+            "take_tablet_ownership_request",
+            Request::TakeTabletOwnership {
+                table_id: TABLE,
+                start_hash: 0,
+                end_hash: 0x7fff_ffff_ffff_ffff,
+            },
+        ),
+        (
+            "drop_tablet_ownership_request",
+            Request::DropTabletOwnership {
+                table_id: TABLE,
+                start_hash: 0x8000_0000_0000_0000,
+                end_hash: u64::MAX,
+            },
+        ),
+        ("get_tablet_map_request", Request::GetTabletMap),
+        ("get_server_stats_request", Request::GetServerStats),
+    ]
+}
+
+/// The items of the multi-op and list samples, as owned data to compare against.
+pub const MULTI_READ: [(u64, &[u8]); 2] = [(TABLE, b"a"), (TABLE + 1, b"bc")];
+
+pub fn multi_write() -> Vec<(u64, WireRejectRules, &'static [u8], &'static [u8])> {
+    vec![
+        (TABLE, WireRejectRules::default(), b"a", b"x"),
+        (
+            TABLE + 1,
+            WireRejectRules {
+                exists: true,
+                ..Default::default()
+            },
+            b"b",
+            b"",
+        ),
+    ]
+}
+
+pub fn multi_remove() -> Vec<(u64, WireRejectRules, &'static [u8])> {
+    vec![
+        (TABLE, WireRejectRules::default(), b"a"),
+        (
+            TABLE + 1,
+            WireRejectRules {
+                given_version: 7,
+                version_le_given: true,
+                ..Default::default()
+            },
+            b"b",
+        ),
+    ]
+}
+
+pub const SERVER_LIST_VERSION: u64 = 9;
+
+pub fn server_list() -> Vec<(u64, ServerStatus, Services, &'static str)> {
+    vec![
+        (1, ServerStatus::Up, Services::BOTH, "10.0.0.1:7000"),
+        (
+            2,
+            ServerStatus::Crashed,
+            Services {
+                master: true,
+                backup: false,
+            },
+            "10.0.0.2:7000",
+        ),
+    ]
+}
+
+/// Requests carrying lists, built with the encoders, by golden-file name.
+pub fn list_request_frames() -> Vec<(&'static str, Vec<u8>)> {
+    let mut frames = Vec::new();
+
+    let mut out = Vec::new();
+    let mut e = MultiReadRequestEncoder::new(ID, &mut out);
+    for (t, k) in MULTI_READ {
+        e.push(t, k).expect("push");
+    }
+    e.finish().expect("finish");
+    frames.push(("multi_read_request", out));
+
+    let mut out = Vec::new();
+    let mut e = MultiWriteRequestEncoder::new(ID, &mut out);
+    for (t, r, k, v) in multi_write() {
+        e.push(t, r, k, v).expect("push");
+    }
+    e.finish().expect("finish");
+    frames.push(("multi_write_request", out));
+
+    let mut out = Vec::new();
+    let mut e = MultiRemoveRequestEncoder::new(ID, &mut out);
+    for (t, r, k) in multi_remove() {
+        e.push(t, r, k).expect("push");
+    }
+    e.finish().expect("finish");
+    frames.push(("multi_remove_request", out));
+
+    let mut out = Vec::new();
+    let mut e = ServerListUpdateEncoder::new(ID, SERVER_LIST_VERSION, &mut out);
+    for (id, st, sv, a) in server_list() {
+        e.push(id, st, sv, a).expect("push");
+    }
+    e.finish().expect("finish");
+    frames.push(("server_list_update_request", out));
+
+    let mut out = Vec::new();
+    MultiReadRequestEncoder::new(ID, &mut out)
+        .finish()
+        .expect("finish");
+    frames.push(("multi_read_empty_request", out));
+
+    frames
+}
+
+/// Responses that are plain values (no lists), by golden-file name, with the opcode
+/// of the request they answer.
+pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
+    vec![
+        (
+            "ping_response",
+            Opcode::Ping,
+            Response::Ping {
+                nonce: 0x1122_3344_5566_7788,
+                server_id: 3,
+            },
+        ),
+        (
+            "create_table_response",
+            Opcode::CreateTable,
+            Response::CreateTable { table_id: TABLE },
+        ),
+        (
+            "get_table_id_response",
+            Opcode::GetTableId,
+            Response::GetTableId { table_id: TABLE },
+        ),
+        (
+            "drop_table_response",
+            Opcode::DropTable,
+            Response::DropTable,
+        ),
+        (
+            "read_response",
+            Opcode::Read,
+            Response::Read {
+                version: 6,
+                value: b"hello",
+            },
+        ),
+        (
+            "write_response",
+            Opcode::Write,
+            Response::Write { version: 6 },
+        ),
+        (
+            "remove_response",
+            Opcode::Remove,
+            Response::Remove {
+                existed: true,
+                version: 6,
+            },
+        ),
+        (
+            "increment_response",
+            Opcode::Increment,
+            Response::Increment {
+                version: 7,
+                value: 12i64.to_le_bytes(),
+            },
+        ),
+        (
+            "split_tablet_response",
+            Opcode::SplitTablet,
+            Response::SplitTablet,
+        ),
+        (
+            "enlist_response",
+            Opcode::Enlist,
+            Response::Enlist { server_id: 3 },
+        ),
+        (
+            "server_list_update_response",
+            Opcode::ServerListUpdate,
+            Response::ServerListUpdate,
+        ),
+        (
+            "take_tablet_ownership_response",
+            Opcode::TakeTabletOwnership,
+            Response::TakeTabletOwnership,
+        ),
+        (
+            "drop_tablet_ownership_response",
+            Opcode::DropTabletOwnership,
+            Response::DropTabletOwnership,
+        ),
+        (
+            "get_server_stats_response",
+            Opcode::GetServerStats,
+            Response::GetServerStats {
+                text: "objects=3\nlog_bytes=1024\n",
+            },
+        ),
+        (
+            "wrong_version_response",
+            Opcode::Write,
+            Response::Error(ErrorBody::WrongVersion { current_version: 9 }),
+        ),
+        (
+            "retry_response",
+            Opcode::Write,
+            Response::Error(ErrorBody::Retry { delay_ms: 100 }),
+        ),
+        (
+            "object_doesnt_exist_response",
+            Opcode::Read,
+            Response::Error(ErrorBody::Message {
+                status: Status::ObjectDoesntExist,
+                message: "",
+            }),
+        ),
+        (
+            "table_doesnt_exist_response",
+            Opcode::GetTableId,
+            Response::Error(ErrorBody::Message {
+                status: Status::TableDoesntExist,
+                message: "no table users",
+            }),
+        ),
+    ]
+}
+
+pub const ENUMERATE_NEXT_CURSOR: u64 = 0x123;
+
+pub fn enumerated() -> Vec<(u64, &'static [u8], &'static [u8])> {
+    vec![(6, b"a", b"x"), (7, b"bc", b"")]
+}
+
+pub const TABLET_MAP_VERSION: u64 = 4;
+
+pub fn tablet_map() -> Vec<(u64, u64, u64, u64, &'static str)> {
+    vec![
+        (TABLE, 0, 0x7fff_ffff_ffff_ffff, 3, "10.0.0.3:7000"),
+        (TABLE, 0x8000_0000_0000_0000, u64::MAX, 4, "10.0.0.4:7000"),
+    ]
+}
+
+/// Responses carrying lists (built with the encoders), the zero-copy read response,
+/// and an error answer to an unknown opcode, by golden-file name.
+pub fn other_response_frames() -> Vec<(&'static str, Vec<u8>)> {
+    let mut frames = Vec::new();
+
+    let mut out = Vec::new();
+    let mut e = MultiReadResponseEncoder::new(ID, &mut out);
+    e.push_ok(6, b"x").expect("push");
+    e.push_error(Status::ObjectDoesntExist).expect("push");
+    e.finish().expect("finish");
+    frames.push(("multi_read_response", out));
+
+    let mut out = Vec::new();
+    let mut e = MultiWriteResponseEncoder::new(ID, &mut out);
+    e.push(Status::Ok, 6).expect("push");
+    e.push(Status::WrongVersion, 9).expect("push");
+    e.finish().expect("finish");
+    frames.push(("multi_write_response", out));
+
+    let mut out = Vec::new();
+    let mut e = MultiRemoveResponseEncoder::new(ID, &mut out);
+    e.push(Status::Ok, true, 6).expect("push");
+    e.push(Status::ObjectDoesntExist, false, 0).expect("push");
+    e.finish().expect("finish");
+    frames.push(("multi_remove_response", out));
+
+    let mut out = Vec::new();
+    let mut e = EnumerateResponseEncoder::new(ID, &mut out);
+    for (v, k, val) in enumerated() {
+        e.push(v, k, val).expect("push");
+    }
+    e.finish(true, ENUMERATE_NEXT_CURSOR).expect("finish");
+    frames.push(("enumerate_response", out));
+
+    let mut out = Vec::new();
+    let mut e = TabletMapEncoder::new(ID, TABLET_MAP_VERSION, &mut out);
+    for (t, s, end, id, a) in tablet_map() {
+        e.push(t, s, end, id, a).expect("push");
+    }
+    e.finish().expect("finish");
+    frames.push(("get_tablet_map_response", out));
+
+    let mut out = Vec::new();
+    encode_error_response(
+        ID,
+        999,
+        &ErrorBody::Message {
+            status: Status::UnknownOpcode,
+            message: "unknown opcode 999",
+        },
+        &mut out,
+    )
+    .expect("encode");
+    frames.push(("unknown_opcode_response", out));
+
+    frames
+}
+
+/// Every sample request frame, by golden-file name.
+pub fn all_request_frames() -> Vec<(&'static str, Vec<u8>)> {
+    let mut frames: Vec<_> = simple_requests()
+        .into_iter()
+        .map(|(name, req)| (name, request_frame(&req)))
+        .collect();
+    frames.extend(list_request_frames());
+    frames
+}
+
+/// Every sample response frame that decodes (the unknown-opcode answer does not:
+/// its opcode is unknown to this version too), by golden-file name.
+pub fn all_response_frames() -> Vec<(&'static str, Vec<u8>)> {
+    let mut frames: Vec<_> = simple_responses()
+        .into_iter()
+        .map(|(name, op, resp)| (name, response_frame(op, &resp)))
+        .collect();
+    frames.extend(
+        other_response_frames()
+            .into_iter()
+            .filter(|(name, _)| *name != "unknown_opcode_response"),
+    );
+    frames
+}

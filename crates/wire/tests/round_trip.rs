@@ -1,0 +1,590 @@
+//! Round trips of every request and response (including every error status), and the
+//! error cases a peer can provoke: truncation, oversize fields, unknown opcodes,
+//! wrong direction, trailing bytes.
+
+mod common;
+
+use common::*;
+use ramstore_wire::*;
+
+#[test]
+fn every_simple_request_round_trips() {
+    for (name, req) in simple_requests() {
+        let frame = request_frame(&req);
+        assert_eq!(frame_len(&frame), Ok(Some(frame.len())), "{name}");
+        let (header, decoded) = decode_request(&frame).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(header.opcode, req.opcode(), "{name}");
+        assert_eq!(header.status, Status::Ok);
+        assert_eq!(header.request_id, ID);
+        assert!(!header.is_response());
+        assert_eq!(decoded, req, "{name}");
+    }
+}
+
+#[test]
+fn every_simple_response_round_trips() {
+    for (name, op, resp) in simple_responses() {
+        let frame = response_frame(op, &resp);
+        let (header, decoded) = decode_response(&frame).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(header.opcode, op, "{name}");
+        assert_eq!(header.status, resp.status(), "{name}");
+        assert!(header.is_response());
+        assert_eq!(decoded, resp, "{name}");
+    }
+}
+
+#[test]
+fn every_error_status_round_trips_under_every_opcode() {
+    for op in Opcode::ALL {
+        for status in Status::ALL.into_iter().filter(|s| *s != Status::Ok) {
+            let body = match status {
+                Status::WrongVersion => ErrorBody::WrongVersion {
+                    current_version: 77,
+                },
+                Status::Retry => ErrorBody::Retry { delay_ms: 5 },
+                _ => ErrorBody::Message {
+                    status,
+                    message: "why ✓",
+                },
+            };
+            let resp = Response::Error(body);
+            let frame = response_frame(op, &resp);
+            let (header, decoded) = decode_response(&frame).expect("decodes");
+            assert_eq!((header.opcode, header.status), (op, status));
+            assert_eq!(decoded, resp);
+        }
+    }
+}
+
+#[test]
+fn multi_op_requests_round_trip_item_by_item() {
+    let frames = list_request_frames();
+    let get = |name: &str| {
+        frames
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, f)| f.clone())
+            .expect("sample")
+    };
+
+    let frame = get("multi_read_request");
+    let (_, Request::MultiRead(items)) = decode_request(&frame).expect("decodes") else {
+        panic!("not a MultiRead");
+    };
+    assert_eq!(items.len(), MULTI_READ.len());
+    let got: Vec<_> = items.iter().map(|i| (i.table_id, i.key)).collect();
+    assert_eq!(got, MULTI_READ.to_vec());
+
+    let frame = get("multi_write_request");
+    let (_, Request::MultiWrite(items)) = decode_request(&frame).expect("decodes") else {
+        panic!("not a MultiWrite");
+    };
+    let got: Vec<_> = items
+        .iter()
+        .map(|i| (i.table_id, i.rules, i.key, i.value))
+        .collect();
+    assert_eq!(got, multi_write());
+
+    let frame = get("multi_remove_request");
+    let (_, Request::MultiRemove(items)) = decode_request(&frame).expect("decodes") else {
+        panic!("not a MultiRemove");
+    };
+    let got: Vec<_> = items.iter().map(|i| (i.table_id, i.rules, i.key)).collect();
+    assert_eq!(got, multi_remove());
+
+    let frame = get("server_list_update_request");
+    let (
+        _,
+        Request::ServerListUpdate {
+            list_version,
+            servers,
+        },
+    ) = decode_request(&frame).expect("decodes")
+    else {
+        panic!("not a ServerListUpdate");
+    };
+    assert_eq!(list_version, SERVER_LIST_VERSION);
+    let got: Vec<_> = servers
+        .iter()
+        .map(|s| (s.server_id, s.status, s.services, s.address))
+        .collect();
+    assert_eq!(got, server_list());
+
+    let frame = get("multi_read_empty_request");
+    let (_, Request::MultiRead(items)) = decode_request(&frame).expect("decodes") else {
+        panic!("not a MultiRead");
+    };
+    assert!(items.is_empty());
+    assert_eq!(items.iter().count(), 0);
+
+    // Re-encoding a decoded list request gives back the frame.
+    for (name, frame) in &frames {
+        let (_, req) = decode_request(frame).expect("decodes");
+        let mut out = Vec::new();
+        encode_request(ID, &req, &mut out).expect("re-encodes");
+        assert_eq!(&out, frame, "{name}");
+    }
+}
+
+#[test]
+fn list_responses_round_trip_item_by_item() {
+    let frames = other_response_frames();
+    let get = |name: &str| {
+        frames
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, f)| f.clone())
+            .expect("sample")
+    };
+
+    let frame = get("multi_read_response");
+    let (_, Response::MultiRead(results)) = decode_response(&frame).expect("decodes") else {
+        panic!("not a MultiRead");
+    };
+    let got: Vec<_> = results.iter().collect();
+    assert_eq!(
+        got,
+        vec![
+            MultiReadResult {
+                status: Status::Ok,
+                version: 6,
+                value: b"x"
+            },
+            MultiReadResult {
+                status: Status::ObjectDoesntExist,
+                version: 0,
+                value: b""
+            },
+        ]
+    );
+
+    let frame = get("multi_write_response");
+    let (_, Response::MultiWrite(results)) = decode_response(&frame).expect("decodes") else {
+        panic!("not a MultiWrite");
+    };
+    let got: Vec<_> = results.iter().map(|r| (r.status, r.version)).collect();
+    assert_eq!(got, vec![(Status::Ok, 6), (Status::WrongVersion, 9)]);
+
+    let frame = get("multi_remove_response");
+    let (_, Response::MultiRemove(results)) = decode_response(&frame).expect("decodes") else {
+        panic!("not a MultiRemove");
+    };
+    let got: Vec<_> = results
+        .iter()
+        .map(|r| (r.status, r.existed, r.version))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(Status::Ok, true, 6), (Status::ObjectDoesntExist, false, 0)]
+    );
+
+    let frame = get("enumerate_response");
+    let (
+        _,
+        Response::Enumerate {
+            has_next,
+            next_cursor,
+            objects,
+        },
+    ) = decode_response(&frame).expect("decodes")
+    else {
+        panic!("not an Enumerate");
+    };
+    assert!(has_next);
+    assert_eq!(next_cursor, ENUMERATE_NEXT_CURSOR);
+    let got: Vec<_> = objects
+        .iter()
+        .map(|o| (o.version, o.key, o.value))
+        .collect();
+    assert_eq!(got, enumerated());
+
+    let frame = get("get_tablet_map_response");
+    let (
+        _,
+        Response::GetTabletMap {
+            map_version,
+            tablets,
+        },
+    ) = decode_response(&frame).expect("decodes")
+    else {
+        panic!("not a GetTabletMap");
+    };
+    assert_eq!(map_version, TABLET_MAP_VERSION);
+    let got: Vec<_> = tablets
+        .iter()
+        .map(|t| (t.table_id, t.start_hash, t.end_hash, t.server_id, t.address))
+        .collect();
+    assert_eq!(got, tablet_map());
+
+    for (name, frame) in frames
+        .iter()
+        .filter(|(n, _)| *n != "unknown_opcode_response")
+    {
+        let (header, resp) = decode_response(frame).expect("decodes");
+        let mut out = Vec::new();
+        encode_response(ID, header.opcode, &resp, &mut out).expect("re-encodes");
+        assert_eq!(&out, frame, "{name}");
+    }
+}
+
+#[test]
+fn value_parts_encode_like_one_value() {
+    let mut joined = Vec::new();
+    let mut e = MultiReadResponseEncoder::new(ID, &mut joined);
+    e.push_ok(3, b"hello world").expect("push");
+    e.finish().expect("finish");
+    let mut parts = Vec::new();
+    let mut e = MultiReadResponseEncoder::new(ID, &mut parts);
+    e.push_ok_parts(3, &[b"hello", b" ", b"world"])
+        .expect("push");
+    e.finish().expect("finish");
+    assert_eq!(joined, parts);
+
+    let mut joined = Vec::new();
+    let mut e = EnumerateResponseEncoder::new(ID, &mut joined);
+    e.push(3, b"k", b"hello world").expect("push");
+    e.finish(false, 0).expect("finish");
+    let mut parts = Vec::new();
+    let mut e = EnumerateResponseEncoder::new(ID, &mut parts);
+    e.push_parts(3, b"k", &[b"hello", b" world"]).expect("push");
+    e.finish(false, 0).expect("finish");
+    assert_eq!(joined, parts);
+}
+
+#[test]
+fn every_truncation_is_an_error() {
+    let mut frames = all_request_frames();
+    frames.extend(all_response_frames());
+    for (name, frame) in &frames {
+        for cut in 0..frame.len() {
+            let short = &frame[..cut];
+            assert!(decode_request(short).is_err(), "{name} cut at {cut}");
+            assert!(decode_response(short).is_err(), "{name} cut at {cut}");
+            // The same cut with a length prefix that agrees: the body itself is short.
+            if cut >= 20 {
+                let mut patched = short.to_vec();
+                patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
+                assert!(
+                    decode_request(&patched).is_err(),
+                    "{name} body cut at {cut}"
+                );
+                assert!(
+                    decode_response(&patched).is_err(),
+                    "{name} body cut at {cut}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn trailing_bytes_are_an_error() {
+    let frame = request_frame(&Request::Ping { nonce: 1 });
+    // After the frame the prefix announces.
+    let mut long = frame.clone();
+    long.push(0);
+    assert_eq!(decode_request(&long), Err(WireError::TrailingBytes(1)));
+    // Inside the frame, after the body.
+    let mut padded = frame.clone();
+    padded.extend_from_slice(&[0, 0]);
+    let len = padded.len() as u32 - 4;
+    padded[..4].copy_from_slice(&len.to_le_bytes());
+    assert_eq!(decode_request(&padded), Err(WireError::TrailingBytes(2)));
+}
+
+#[test]
+fn direction_and_header_fields_are_checked() {
+    let req = request_frame(&Request::Ping { nonce: 1 });
+    let resp = response_frame(
+        Opcode::Ping,
+        &Response::Ping {
+            nonce: 1,
+            server_id: 2,
+        },
+    );
+    assert_eq!(decode_response(&req), Err(WireError::BadFlags(0)));
+    assert_eq!(
+        decode_request(&resp),
+        Err(WireError::BadFlags(FLAG_RESPONSE))
+    );
+
+    let mut with_status = req.clone();
+    with_status[6] = Status::Retry.code() as u8;
+    assert!(matches!(
+        decode_request(&with_status),
+        Err(WireError::Malformed(_))
+    ));
+
+    let mut unknown_status = resp.clone();
+    unknown_status[6] = 200;
+    assert_eq!(
+        decode_response(&unknown_status),
+        Err(WireError::UnknownStatus(200))
+    );
+}
+
+#[test]
+fn unknown_opcode_is_reported_with_its_status() {
+    let mut frame = request_frame(&Request::GetTabletMap);
+    frame[4..6].copy_from_slice(&999u16.to_le_bytes());
+    let err = decode_request(&frame).expect_err("unknown opcode");
+    assert_eq!(err, WireError::UnknownOpcode(999));
+    assert_eq!(err.status(), Status::UnknownOpcode);
+    // The server can still answer it, with the request's id and opcode.
+    let raw = decode_raw_header(&frame).expect("raw header");
+    assert_eq!((raw.opcode, raw.request_id), (999, ID));
+    let message = err.to_string();
+    let mut out = Vec::new();
+    encode_error_response(
+        raw.request_id,
+        raw.opcode,
+        &ErrorBody::for_wire_error(&err, &message),
+        &mut out,
+    )
+    .expect("encodes");
+    let raw = decode_raw_header(&out).expect("raw header");
+    assert_eq!(raw.status, Status::UnknownOpcode.code());
+}
+
+#[test]
+fn oversize_keys_fail_to_encode_and_the_largest_key_round_trips() {
+    let key = vec![7u8; MAX_KEY_BYTES + 1];
+    assert_eq!(key.len(), 65536);
+    let mut out = vec![0xaa];
+    let err = encode_request(
+        ID,
+        &Request::Read {
+            table_id: 1,
+            rules: WireRejectRules::default(),
+            key: &key,
+        },
+        &mut out,
+    )
+    .expect_err("key too large");
+    assert_eq!(err, WireError::KeyTooLarge(65536));
+    assert_eq!(err.status(), Status::TooLarge);
+    assert_eq!(out, vec![0xaa], "a failed encode appends nothing");
+
+    let mut e = MultiReadRequestEncoder::new(ID, &mut out);
+    assert_eq!(e.push(1, &key), Err(WireError::KeyTooLarge(65536)));
+    assert!(e.is_empty());
+    drop(e);
+    assert_eq!(
+        out,
+        vec![0xaa],
+        "an unfinished encoder leaves nothing behind"
+    );
+
+    // A 16-bit length cannot describe a longer key, so the largest key decodes.
+    let req = Request::Write {
+        table_id: 1,
+        rules: WireRejectRules::default(),
+        key: &key[..MAX_KEY_BYTES],
+        value: &[1; MAX_VALUE_BYTES],
+    };
+    let frame = request_frame(&req);
+    assert_eq!(decode_request(&frame).expect("decodes").1, req);
+}
+
+#[test]
+fn oversize_values_fail_to_encode_and_to_decode() {
+    let value = vec![1u8; MAX_VALUE_BYTES + 1];
+    let req = Request::Write {
+        table_id: 1,
+        rules: WireRejectRules::default(),
+        key: b"k",
+        value: &value,
+    };
+    let mut out = Vec::new();
+    assert_eq!(
+        encode_request(ID, &req, &mut out),
+        Err(WireError::ValueTooLarge(MAX_VALUE_BYTES + 1))
+    );
+    assert!(out.is_empty());
+    assert_eq!(
+        encode_read_response_header(ID, 1, MAX_VALUE_BYTES + 1, &mut out),
+        Err(WireError::ValueTooLarge(MAX_VALUE_BYTES + 1))
+    );
+    assert!(out.is_empty());
+
+    // Hand-build the frame a buggy or hostile peer might send: a valid Write whose
+    // value length exceeds the limit (and whose bytes are all present).
+    let ok = request_frame(&Request::Write {
+        table_id: 1,
+        rules: WireRejectRules::default(),
+        key: b"k",
+        value: &value[..MAX_VALUE_BYTES],
+    });
+    let mut frame = ok.clone();
+    frame.push(1);
+    let len = frame.len() as u32 - 4;
+    frame[..4].copy_from_slice(&len.to_le_bytes());
+    // Body: table_id (8), rules (9), key len (2) + "k" (1), then the value length.
+    let at = 20 + 8 + 9 + 2 + 1;
+    frame[at..at + 4].copy_from_slice(&(MAX_VALUE_BYTES as u32 + 1).to_le_bytes());
+    let err = decode_request(&frame).expect_err("value too large");
+    assert_eq!(err, WireError::ValueTooLarge(MAX_VALUE_BYTES + 1));
+    assert_eq!(err.status(), Status::TooLarge);
+}
+
+#[test]
+fn frame_limits_are_enforced_when_encoding() {
+    // Eight 1 MiB values do not fit an 8 MiB frame: the push that would cross the
+    // limit fails and the frame stays valid.
+    let value = vec![0u8; MAX_VALUE_BYTES];
+    let mut out = Vec::new();
+    let mut e = MultiWriteRequestEncoder::new(ID, &mut out);
+    let mut pushed = 0;
+    let err = loop {
+        match e.push(1, WireRejectRules::default(), b"k", &value) {
+            Ok(()) => pushed += 1,
+            Err(err) => break err,
+        }
+    };
+    assert!(matches!(err, WireError::FrameTooLarge(_)), "{err:?}");
+    assert_eq!(pushed, 7);
+    e.finish().expect("finish");
+    let (_, Request::MultiWrite(items)) = decode_request(&out).expect("decodes") else {
+        panic!("not a MultiWrite");
+    };
+    assert_eq!(items.len(), 7);
+
+    // At most MAX_MULTI_OPS items.
+    let mut out = Vec::new();
+    let mut e = MultiReadRequestEncoder::new(ID, &mut out);
+    for _ in 0..MAX_MULTI_OPS {
+        e.push(1, b"").expect("push");
+    }
+    assert_eq!(
+        e.push(1, b""),
+        Err(WireError::TooManyItems(MAX_MULTI_OPS + 1))
+    );
+    e.finish().expect("finish");
+    let (_, Request::MultiRead(items)) = decode_request(&out).expect("decodes") else {
+        panic!("not a MultiRead");
+    };
+    assert_eq!(items.len(), MAX_MULTI_OPS);
+
+    // A count over the limit is rejected on decode, before the items are looked at.
+    let count_at = 20;
+    out[count_at..count_at + 4].copy_from_slice(&(MAX_MULTI_OPS as u32 + 1).to_le_bytes());
+    assert_eq!(
+        decode_request(&out),
+        Err(WireError::TooManyItems(MAX_MULTI_OPS + 1))
+    );
+}
+
+#[test]
+fn malformed_fields_are_rejected() {
+    let base = request_frame(&Request::Increment {
+        table_id: 1,
+        rules: WireRejectRules::default(),
+        kind: NumberKind::I64,
+        delta: [0; 8],
+        key: b"k",
+    });
+    // Rules bits sit after table_id; kind after the rules.
+    let rules_at = 20 + 8 + 8;
+    let mut bad = base.clone();
+    bad[rules_at] = 0x20;
+    assert_eq!(
+        decode_request(&bad),
+        Err(WireError::BadEnum {
+            field: "reject rules",
+            value: 0x20
+        })
+    );
+    let mut bad = base.clone();
+    bad[rules_at + 1] = 2;
+    assert_eq!(
+        decode_request(&bad),
+        Err(WireError::BadEnum {
+            field: "number kind",
+            value: 2
+        })
+    );
+
+    let name = request_frame(&Request::GetTableId { name: "ab" });
+    let mut bad = name.clone();
+    bad[22] = 0xff;
+    assert_eq!(decode_request(&bad), Err(WireError::BadUtf8));
+
+    let removed = response_frame(
+        Opcode::Remove,
+        &Response::Remove {
+            existed: true,
+            version: 1,
+        },
+    );
+    let mut bad = removed.clone();
+    bad[20] = 2;
+    assert_eq!(
+        decode_response(&bad),
+        Err(WireError::BadEnum {
+            field: "existed",
+            value: 2
+        })
+    );
+
+    // A failed multi-read item must not carry a value.
+    let mut out = Vec::new();
+    let mut e = MultiReadResponseEncoder::new(ID, &mut out);
+    e.push_ok(1, b"v").expect("push");
+    e.finish().expect("finish");
+    out[24] = Status::ObjectDoesntExist.code() as u8;
+    assert!(matches!(
+        decode_response(&out),
+        Err(WireError::Malformed(_))
+    ));
+}
+
+#[test]
+fn encoders_reject_inconsistent_responses() {
+    let mut out = Vec::new();
+    assert_eq!(
+        encode_response(ID, Opcode::Read, &Response::Write { version: 1 }, &mut out),
+        Err(WireError::OpcodeMismatch {
+            header: Opcode::Read.code(),
+            body: Opcode::Write.code()
+        })
+    );
+    for status in [Status::Ok, Status::WrongVersion, Status::Retry] {
+        let body = ErrorBody::Message {
+            status,
+            message: "",
+        };
+        assert!(matches!(
+            encode_response(ID, Opcode::Read, &Response::Error(body), &mut out),
+            Err(WireError::Malformed(_))
+        ));
+    }
+    let mut e = MultiReadResponseEncoder::new(ID, &mut out);
+    assert!(e.push_error(Status::Ok).is_err());
+    drop(e);
+    assert!(out.is_empty());
+}
+
+#[test]
+fn frame_len_cuts_a_stream_into_frames() {
+    let mut stream = Vec::new();
+    let mut frames = all_request_frames();
+    frames.extend(all_response_frames());
+    for (_, f) in &frames {
+        stream.extend_from_slice(f);
+    }
+    let mut rest = &stream[..];
+    let mut n = 0;
+    while let Some(len) = frame_len(rest).expect("valid prefix") {
+        let (frame, tail) = rest.split_at(len);
+        let header = decode_header(frame).expect("header");
+        if header.is_response() {
+            decode_response(frame).expect("response");
+        } else {
+            decode_request(frame).expect("request");
+        }
+        rest = tail;
+        n += 1;
+    }
+    assert!(rest.is_empty());
+    assert_eq!(n, frames.len());
+}
