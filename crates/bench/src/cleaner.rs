@@ -71,6 +71,10 @@ pub struct CleanerArgs {
     /// Most seconds of measurement. Default 10, or 1.5 with --quick.
     #[arg(long)]
     pub measure_secs: Option<f64>,
+    /// Give up on a run after this many seconds without a successful write
+    /// (default 30, or 10 with --quick, so a stuck point does not eat the budget).
+    #[arg(long)]
+    pub stall_secs: Option<f64>,
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
     /// Where to write the JSON report.
@@ -222,6 +226,7 @@ struct Budget {
     backup_mbps: u64,
     warmup: Duration,
     measure: Duration,
+    stall: Duration,
     seed: u64,
 }
 
@@ -292,12 +297,10 @@ fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> anyhow::Resul
     let expected = (spec.utilization * m as f64) as u64 / entry_estimate;
     config.hash_table_buckets = Some((expected / 4).max(1) as usize);
     let store = ObjectStore::new(config).context("create store")?;
-    store
-        .add_tablet(TABLE, 0, u64::MAX)
-        .context("add tablet")?;
+    store.add_tablet(TABLE, 0, u64::MAX).context("add tablet")?;
     let value: Vec<u8> = (0..spec.value_size).map(|i| (i % 251) as u8).collect();
     let mut key_buf = [0u8; 16];
-    let mut bp = Backpressure::default();
+    let mut bp = Backpressure::with_limit(budget.stall);
 
     // Preload objects with sequential keys (L§8.1) until live entries reach u × M.
     let t = Instant::now();
@@ -312,7 +315,8 @@ fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> anyhow::Resul
         // lock), and one at a time near the end so the target is not overshot.
         let batch = ((target - live) / entry_estimate / 2).max(1);
         for _ in 0..batch {
-            put(&store, &mut bp, n, &value, &mut key_buf).with_context(|| format!("preload: {}", crate::memory::diagnostics(&store)))?;
+            put(&store, &mut bp, n, &value, &mut key_buf)
+                .with_context(|| format!("preload: {}", crate::memory::diagnostics(&store)))?;
             n += 1;
         }
     }
@@ -358,8 +362,7 @@ fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> anyhow::Resul
         written += put(&store, &mut bp, picker.pick(&mut rng), &value, &mut key_buf)
             .with_context(|| format!("measure: {}", crate::memory::diagnostics(&store)))?;
         ops += 1;
-        if ops.is_multiple_of(CHECK_EVERY) && (written >= two_m || t.elapsed() >= budget.measure)
-        {
+        if ops.is_multiple_of(CHECK_EVERY) && (written >= two_m || t.elapsed() >= budget.measure) {
             break;
         }
     }
@@ -418,17 +421,26 @@ struct Check {
 pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut machine = Machine::probe();
-    let memory_bytes = args.memory_mib.unwrap_or(if args.quick { 128 } else { 1024 }) * MIB;
+    let memory_bytes = args
+        .memory_mib
+        .unwrap_or(if args.quick { 128 } else { 1024 })
+        * MIB;
     let budget = Budget {
         memory_bytes,
         backup_mbps: args.backup_mbps,
-        warmup: Duration::from_secs_f64(
-            args.warmup_secs
-                .unwrap_or(if args.quick { 2.0 } else { 15.0 }),
-        ),
-        measure: Duration::from_secs_f64(
-            args.measure_secs
-                .unwrap_or(if args.quick { 1.5 } else { 10.0 }),
+        warmup: Duration::from_secs_f64(args.warmup_secs.unwrap_or(if args.quick {
+            2.0
+        } else {
+            15.0
+        })),
+        measure: Duration::from_secs_f64(args.measure_secs.unwrap_or(if args.quick {
+            1.5
+        } else {
+            10.0
+        })),
+        stall: Duration::from_secs_f64(
+            args.stall_secs
+                .unwrap_or(if args.quick { 10.0 } else { 30.0 }),
         ),
         seed: args.seed,
     };

@@ -53,8 +53,10 @@ pub struct MemoryArgs {
     /// Live key + value bytes, in MiB (overrides the default / --quick).
     #[arg(long)]
     pub live_mib: Option<u64>,
-    /// Segment size in MiB. Default 8, or 1 with --quick: a 64 MiB run cannot keep a
-    /// whole 8 MiB segment as the cleaner's reserve and still reach 90%.
+    /// Segment size in MiB. Default 8, or 4 with --quick: a 78 MiB log cannot keep a
+    /// whole 8 MiB segment as the cleaner's reserve and still reach 90%, and with 1 or
+    /// 2 MiB segments the engine's combined cleaner cannot fit a victim in its reserve
+    /// once memory is full (it deadlocks; see the report).
     #[arg(long)]
     pub segment_mib: Option<u64>,
     #[arg(long, default_value_t = 42)]
@@ -357,9 +359,7 @@ pub fn run_ramstore_child(args: &ChildArgs) -> anyhow::Result<()> {
     let buckets = (args.max_objects / 4).max(1);
     config.hash_table_buckets = Some(buckets as usize);
     let store = ObjectStore::new(config).context("create store")?;
-    store
-        .add_tablet(TABLE, 0, u64::MAX)
-        .context("add tablet")?;
+    store.add_tablet(TABLE, 0, u64::MAX).context("add tablet")?;
 
     let mut exec = RamExec {
         store: &store,
@@ -420,17 +420,31 @@ pub fn run_ramstore_child(args: &ChildArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The log's state, for a run that stopped making progress.
+/// The log's state, for a run that stopped making progress: statistics, the
+/// balancer's view, and what manual cleaning passes (run on this thread, next to the
+/// background cleaner) achieve from here. The store is left changed: call this only
+/// once the run is over.
 pub fn diagnostics(store: &ObjectStore) -> String {
+    use ramstore_log::CleanKind;
     let log = store.log();
-    format!(
-        "stats: {:?}; balancer input: {:?}; cleaning needed: {:?}; retired seglets: {}; reserves: {:?}",
+    let mut text = format!(
+        "stats: {:?}; balancer input: {:?}; cleaning needed: {:?}; retired seglets: {}; \
+         reserves: {:?}; manual passes:",
         log.stats(),
         log.balancer_input(),
         log.cleaning_needed(),
         log.retired_seglets(),
         log.pool().reserves()
-    )
+    );
+    for kind in [CleanKind::Compaction, CleanKind::Combined, CleanKind::Combined] {
+        let before = log.pool().free_seglets();
+        let outcome = store.clean_now(Some(kind));
+        text.push_str(&format!(
+            " [{kind:?}: {outcome:?}, free seglets {before} -> {}]",
+            log.pool().free_seglets()
+        ));
+    }
+    text
 }
 
 fn fill_counts(out: &mut RamstoreChild, c: &Counts) {
@@ -629,10 +643,7 @@ pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
     };
     // L§2: 50 GB allocated per phase for 10 GB live, i.e. 5×.
     let alloc_bytes = 5 * live_target;
-    let segment_bytes = args
-        .segment_mib
-        .unwrap_or(if args.quick { 1 } else { 8 })
-        * MIB;
+    let segment_bytes = args.segment_mib.unwrap_or(if args.quick { 4 } else { 8 }) * MIB;
     let specs: Vec<&WorkloadSpec> = if args.workloads.is_empty() {
         workload::WORKLOADS.iter().collect()
     } else {
@@ -759,11 +770,13 @@ fn workload_report(
     ram: RamstoreChild,
     base: Option<BaselineChild>,
 ) -> WorkloadReport {
-    let live = ram.live_kv_bytes.max(1) as f64;
+    // The same seed gives the same live set at the end in the sizing pass and both
+    // children, so this denominator is also right for a run that stopped early.
+    let live = sizing.final_live_kv_bytes.max(1) as f64;
     let mem = ram.memory_bytes.max(1) as f64;
-    let malloc = base
-        .as_ref()
-        .map_or(f64::NAN, |b| b.peak_rss.saturating_sub(b.rss_before) as f64 / live);
+    let malloc = base.as_ref().map_or(f64::NAN, |b| {
+        b.peak_rss.saturating_sub(b.rss_before) as f64 / live
+    });
     WorkloadReport {
         name: spec.name.to_string(),
         before: spec.before.describe(),
@@ -780,7 +793,7 @@ fn workload_report(
         baseline_ops_per_sec: base
             .as_ref()
             .map_or(0.0, |b| (b.writes + b.deletes) as f64 / b.seconds.max(1e-9)),
-        live_bytes: ram.live_kv_bytes,
+        live_bytes: sizing.final_live_kv_bytes,
         live_objects: ram.live_objects,
         memory_bytes: ram.memory_bytes,
         segment_bytes: ram.segment_bytes,

@@ -4,7 +4,7 @@
 //! `WriteError::NoSpace` is the store's back-pressure: the log is full until the
 //! cleaner frees seglets. A benchmark must not count it as a failure, but it must not
 //! spin forever either: an operation that has not gone through after
-//! [`STALL_LIMIT`] is reported as a stall (the run is then `completed: false`).
+//! a limit ([`STALL_LIMIT`] unless set) is reported as a stall (the run is then `completed: false`).
 
 use std::time::{Duration, Instant};
 
@@ -21,8 +21,8 @@ const BACKOFF: Duration = Duration::from_micros(50);
 /// Why an operation did not complete.
 #[derive(Debug)]
 pub enum Abort {
-    /// `NoSpace` for longer than [`STALL_LIMIT`].
-    Stalled,
+    /// `NoSpace` for longer than the limit.
+    Stalled(Duration),
     /// Any other error: a bug in the benchmark or the engine.
     Failed(WriteError),
 }
@@ -30,15 +30,19 @@ pub enum Abort {
 impl std::fmt::Display for Abort {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Abort::Stalled => write!(f, "no progress for {}s (NoSpace)", STALL_LIMIT.as_secs()),
+            Abort::Stalled(limit) => {
+                write!(f, "no progress for {:.0}s (NoSpace)", limit.as_secs_f64())
+            }
             Abort::Failed(e) => write!(f, "operation failed: {e}"),
         }
     }
 }
 
 /// Counts of `NoSpace` back-pressure seen by one thread.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct Backpressure {
+    /// How long one operation may keep getting `NoSpace`.
+    pub limit: Duration,
     /// `NoSpace` answers (each followed by a retry).
     pub nospace: u64,
     /// Operations that saw at least one `NoSpace`.
@@ -49,12 +53,25 @@ pub struct Backpressure {
     pub max_stall_ns: u64,
 }
 
+impl Default for Backpressure {
+    fn default() -> Self {
+        Self::with_limit(STALL_LIMIT)
+    }
+}
+
 impl Backpressure {
+    pub fn with_limit(limit: Duration) -> Self {
+        Self {
+            limit,
+            nospace: 0,
+            stalled_ops: 0,
+            stalled_ns: 0,
+            max_stall_ns: 0,
+        }
+    }
+
     /// Runs `op` until it succeeds, retrying `NoSpace` with back-off.
-    pub fn retry<T>(
-        &mut self,
-        mut op: impl FnMut() -> Result<T, WriteError>,
-    ) -> Result<T, Abort> {
+    pub fn retry<T>(&mut self, mut op: impl FnMut() -> Result<T, WriteError>) -> Result<T, Abort> {
         let mut first_fail: Option<Instant> = None;
         let mut attempts = 0u32;
         loop {
@@ -71,8 +88,8 @@ impl Backpressure {
                 Err(e) if e.is_retryable() => {
                     self.nospace += 1;
                     let since = *first_fail.get_or_insert_with(Instant::now);
-                    if since.elapsed() > STALL_LIMIT {
-                        return Err(Abort::Stalled);
+                    if since.elapsed() > self.limit {
+                        return Err(Abort::Stalled(self.limit));
                     }
                     attempts += 1;
                     if attempts <= YIELDS_BEFORE_SLEEP {

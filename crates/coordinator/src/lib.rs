@@ -35,7 +35,9 @@
 pub mod coordinator;
 pub mod error;
 pub mod file_storage;
+pub mod process;
 pub mod server_list;
+pub mod service;
 pub mod state;
 pub mod storage;
 pub mod tables;
@@ -43,6 +45,8 @@ pub mod tables;
 pub use coordinator::{Action, CoordinatorCore};
 pub use error::CoordinatorError;
 pub use file_storage::FileStorage;
+pub use process::{start, StartError, StartedCoordinator, StoreSpec};
+pub use service::CoordinatorService;
 pub use server_list::{
     ServerEntry, ServerId, ServerList, ServerStatus, MAX_ADDRESS_BYTES, SERVICE_BACKUP,
     SERVICE_MASTER,

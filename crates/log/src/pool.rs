@@ -10,7 +10,6 @@
 //! first (NO_SPACE) while tombstones can still be appended, and the cleaner always
 //! has seglets to copy survivors into.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -73,7 +72,7 @@ pub enum PoolError {
 /// The seglet pool. Thread-safe; see the module doc.
 pub struct SegletPool {
     base: NonNull<u8>,
-    layout: Layout,
+    bytes: usize,
     seglet_count: u32,
     /// Next seglet of the same segment, or `NO_SEGLET`. Written before any entry that
     /// spans into the next seglet is published, read by lock-free readers.
@@ -106,11 +105,24 @@ impl SegletPool {
         if total as u64 > crate::MAX_LOG_REF || seglet_count >= NO_SEGLET as usize {
             return Err(PoolError::TooLarge(bytes));
         }
-        let layout =
-            Layout::from_size_align(total, 4096).map_err(|_| PoolError::TooLarge(bytes))?;
-        // SAFETY: layout has non-zero size (seglet_count >= 2).
-        let ptr = unsafe { alloc_zeroed(layout) };
-        let base = NonNull::new(ptr).ok_or(PoolError::AllocationFailed(total))?;
+        // An anonymous private mapping: page-aligned, and the kernel supplies zero
+        // pages on first touch, so start-up does not write the whole pool (a zeroing
+        // allocator asked for page alignment would memset every byte).
+        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(PoolError::AllocationFailed(total));
+        }
+        let base = NonNull::new(ptr.cast::<u8>()).ok_or(PoolError::AllocationFailed(total))?;
         let next = (0..seglet_count)
             .map(|_| AtomicU32::new(NO_SEGLET))
             .collect();
@@ -119,7 +131,7 @@ impl SegletPool {
         let free: Vec<u32> = (1..seglet_count as u32).rev().collect();
         Ok(Self {
             base,
-            layout,
+            bytes: total,
             seglet_count: seglet_count as u32,
             next,
             free_count: AtomicUsize::new(free.len()),
@@ -135,7 +147,7 @@ impl SegletPool {
 
     /// Bytes of log memory.
     pub fn bytes(&self) -> usize {
-        self.layout.size()
+        self.bytes
     }
 
     /// Seglets not in any segment (including reserves).
@@ -282,8 +294,11 @@ impl SegletPool {
 
 impl Drop for SegletPool {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.base.as_ptr(), self.layout) }
+        // SAFETY: mapped in `new` with this length; nothing borrowed from the pool
+        // outlives it.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.bytes);
+        }
     }
 }
 

@@ -58,6 +58,8 @@ pub(crate) struct Inner {
     pub log: Log,
     pub index: HashTable,
     pub shared: Arc<Shared>,
+    /// Serialises changes of the tablet map (never taken by object operations).
+    pub tablet_changes: parking_lot::Mutex<()>,
 }
 
 /// The current entry of a key, found under its bucket lock.
@@ -138,6 +140,7 @@ impl ObjectStore {
             log,
             index: HashTable::new(buckets),
             shared,
+            tablet_changes: parking_lot::Mutex::new(()),
         });
         let cleaner = match config.cleaner {
             CleanerMode::Background { threads } => {
@@ -168,25 +171,92 @@ impl ObjectStore {
                 end_hash,
             });
         }
+        let _changing = self.inner.tablet_changes.lock();
         let map = self.inner.shared.tablets.load();
-        if let Some(t) = map.overlaps(table_id, start_hash, end_hash) {
-            if t.start_hash == start_hash && t.end_hash == end_hash {
-                return Ok(());
-            }
+        let bad = ConfigError::BadTablet {
+            table_id,
+            start_hash,
+            end_hash,
+        };
+        let Some(t) = map.overlaps(table_id, start_hash, end_hash) else {
+            let tablet = Tablet::new(table_id, start_hash, end_hash);
+            self.inner.shared.tablets.store(Arc::new(map.with(tablet)));
+            return Ok(());
+        };
+        if t.start_hash == start_hash && t.end_hash == end_hash {
+            return Ok(());
+        }
+        if !(t.start_hash <= start_hash && end_hash <= t.end_hash) {
+            return Err(bad);
+        }
+        // A range inside an owned tablet: the coordinator split the tablet (R§3).
+        // Split ours to match; the objects stay where they are.
+        let (outer_start, outer_end) = (t.start_hash, t.end_hash);
+        let mut pieces = vec![(start_hash, end_hash)];
+        if outer_start < start_hash {
+            pieces.push((outer_start, start_hash - 1));
+        }
+        if end_hash < outer_end {
+            pieces.push((end_hash + 1, outer_end));
+        }
+        let mut next = map.without(table_id, outer_start, outer_end);
+        for (s, e) in pieces {
+            let tablet = Tablet::new(table_id, s, e);
+            let (entries, bytes) = self.count_range(table_id, s, e);
+            tablet.set_counts(entries, bytes);
+            next = next.with(tablet);
+        }
+        self.inner.shared.tablets.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// Splits the owned tablet holding `split_hash` so that a tablet starts there.
+    /// Idempotent; `BadTablet` if no owned tablet holds the hash.
+    pub fn split_tablet(&self, table_id: u64, split_hash: u64) -> Result<(), ConfigError> {
+        let map = self.inner.shared.tablets.load_full();
+        let Some(t) = map.find(table_id, split_hash) else {
             return Err(ConfigError::BadTablet {
                 table_id,
-                start_hash,
-                end_hash,
+                start_hash: split_hash,
+                end_hash: split_hash,
             });
+        };
+        if t.start_hash == split_hash {
+            return Ok(());
         }
-        self.inner.shared.tablets.store(Arc::new(
-            map.with(Tablet::new(table_id, start_hash, end_hash)),
-        ));
-        Ok(())
+        self.add_tablet(table_id, split_hash, t.end_hash)
+    }
+
+    /// Live objects and their entry bytes in a hash range of a table (a scan of the
+    /// range's buckets; used when tablets split, which is rare).
+    fn count_range(&self, table_id: u64, start_hash: u64, end_hash: u64) -> (u64, u64) {
+        let index = &self.inner.index;
+        let log = &self.inner.log;
+        let _pin = log.pin();
+        let (mut entries, mut bytes) = (0u64, 0u64);
+        let mut bucket = index.bucket_of(start_hash);
+        loop {
+            index.for_each_in_bucket(bucket, |r| {
+                let Ok(view) = log.object(LogRef(r)) else {
+                    return;
+                };
+                if view.table_id() == table_id && (start_hash..=end_hash).contains(&hash_of(&view))
+                {
+                    entries += 1;
+                    bytes += view.entry_len() as u64;
+                }
+            });
+            let (_, last) = index.bucket_hash_range(bucket);
+            if last >= end_hash || bucket + 1 == index.bucket_count() {
+                return (entries, bytes);
+            }
+            bucket += 1;
+        }
     }
 
     /// Gives up a tablet and frees its objects. Idempotent.
     pub fn drop_tablet(&self, table_id: u64, start_hash: u64, end_hash: u64) {
+        let _changing = self.inner.tablet_changes.lock();
         let map = self.inner.shared.tablets.load();
         if !map
             .tablets

@@ -42,6 +42,11 @@ impl Tablet {
         self.bytes.load(Ordering::Relaxed)
     }
 
+    pub(crate) fn set_counts(&self, entries: u64, bytes: u64) {
+        self.entries.store(entries, Ordering::Relaxed);
+        self.bytes.store(bytes, Ordering::Relaxed);
+    }
+
     pub(crate) fn object_added(&self, bytes: usize) {
         self.entries.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);

@@ -174,7 +174,11 @@ enum Op {
     Verify,
     /// Overwrites (and sometimes deletes) `n` ballast objects from `start` on: lots of
     /// appended bytes without more live data, so the cleaner has work in every case.
-    Churn { start: usize, n: usize, seed: u8 },
+    Churn {
+        start: usize,
+        n: usize,
+        seed: u8,
+    },
 }
 
 fn key_ref() -> impl Strategy<Value = KeyRef> {
@@ -361,7 +365,12 @@ impl Model {
         Ok((version, value))
     }
 
-    fn remove(&self, table: u64, key: &[u8], rules: &RejectRules) -> Result<Option<u64>, WriteError> {
+    fn remove(
+        &self,
+        table: u64,
+        key: &[u8],
+        rules: &RejectRules,
+    ) -> Result<Option<u64>, WriteError> {
         if !owned(table, key) {
             return Err(WriteError::UnknownTablet);
         }
@@ -388,7 +397,10 @@ impl Model {
     }
 
     fn live_bytes(&self) -> usize {
-        self.objects.iter().map(|((_, k), (v, _))| k.len() + v.len()).sum()
+        self.objects
+            .iter()
+            .map(|((_, k), (v, _))| k.len() + v.len())
+            .sum()
     }
 }
 
@@ -425,6 +437,8 @@ fn inc_f64(old: Option<&[u8]>, delta: f64) -> Result<Vec<u8>, WriteError> {
 struct Mode {
     compaction: bool,
     background: bool,
+    /// Hash table buckets (`None`: the default, one per 512 bytes of memory).
+    buckets: Option<usize>,
 }
 
 struct Harness {
@@ -445,6 +459,7 @@ impl Harness {
         let mut cfg = StoreConfig::new(MEMORY_BYTES);
         cfg.segment_bytes = SEGMENT_BYTES;
         cfg.compaction = mode.compaction;
+        cfg.hash_table_buckets = mode.buckets;
         cfg.cleaner = if mode.background {
             CleanerMode::Background { threads: 1 }
         } else {
@@ -484,7 +499,7 @@ impl Harness {
         for j in 0..n {
             let i = (start + j) % BALLAST_OBJECTS;
             let key = ballast_key(i);
-            if (i + seed as usize) % 9 == 0 {
+            if (i + seed as usize).is_multiple_of(9) {
                 self.remove(BALLAST_TABLE, &key, &RejectRules::default())?;
             } else {
                 let value = ballast_value(i, seed);
@@ -502,7 +517,10 @@ impl Harness {
         let given = |g: Given| match g {
             Given::Abs(v) => v,
             Given::Rel(d) => {
-                let base = self.model.current(table, key).map_or(self.model.safe, |c| c.1);
+                let base = self
+                    .model
+                    .current(table, key)
+                    .map_or(self.model.safe, |c| c.1);
                 base.saturating_add_signed(d as i64)
             }
         };
@@ -624,7 +642,9 @@ impl Harness {
             .clone()
             .map(|(v, bytes)| (i64::from_le_bytes(bytes.try_into().unwrap()), v));
         let what = || format!("increment_i64 {table}:{key:?} by {delta} {rules:?}");
-        if self.mutate(&what, &expect, |s| s.increment_i64(table, key, delta, rules))? {
+        if self.mutate(&what, &expect, |s| {
+            s.increment_i64(table, key, delta, rules)
+        })? {
             let (version, bytes) = outcome.unwrap();
             self.model.apply_write(table, key, bytes, version);
         }
@@ -642,12 +662,9 @@ impl Harness {
             .model
             .update(table, key, rules, |old| inc_f64(old, delta));
         // Compare floats by their bits: the stored bytes must be exactly the model's.
-        let expect = outcome.clone().map(|(v, bytes)| {
-            (
-                u64::from_le_bytes(bytes.as_slice().try_into().unwrap()),
-                v,
-            )
-        });
+        let expect = outcome
+            .clone()
+            .map(|(v, bytes)| (u64::from_le_bytes(bytes.as_slice().try_into().unwrap()), v));
         let what = || format!("increment_f64 {table}:{key:?} by {delta} {rules:?}");
         if self.mutate(&what, &expect, |s| {
             s.increment_f64(table, key, delta, rules)
@@ -693,13 +710,24 @@ impl Harness {
         let mut calls = 0u64;
         loop {
             calls += 1;
-            prop_assert!(calls < 1 << 20, "enumeration of table {} does not end", table);
+            prop_assert!(
+                calls < 1 << 20,
+                "enumeration of table {} does not end",
+                table
+            );
             let next = self
                 .store
                 .enumerate(table, cursor, max_bytes, &mut out)
-                .map_err(|e| TestCaseError::fail(format!("enumerate {table} at {cursor:#x}: {e}")))?;
+                .map_err(|e| {
+                    TestCaseError::fail(format!("enumerate {table} at {cursor:#x}: {e}"))
+                })?;
             let Some(next) = next else { break };
-            prop_assert!(next > cursor, "enumeration cursor went back: {} -> {}", cursor, next);
+            prop_assert!(
+                next > cursor,
+                "enumeration cursor went back: {} -> {}",
+                cursor,
+                next
+            );
             if tablets.iter().any(|&(s, e)| s <= next && next <= e) {
                 cursor = next;
             } else {
@@ -712,16 +740,25 @@ impl Harness {
                 break;
             }
         }
-        let mut got: Vec<(Vec<u8>, Vec<u8>, u64)> =
-            out.into_iter().map(|o| (o.key, o.value, o.version)).collect();
+        let mut got: Vec<(Vec<u8>, Vec<u8>, u64)> = out
+            .into_iter()
+            .map(|o| (o.key, o.value, o.version))
+            .collect();
         got.sort();
         let n = got.len();
         got.dedup_by(|a, b| a.0 == b.0);
-        prop_assert_eq!(got.len(), n, "enumeration of table {} returned a key twice", table);
+        prop_assert_eq!(
+            got.len(),
+            n,
+            "enumeration of table {} returned a key twice",
+            table
+        );
         let want = self.model.table(table);
         if got != want {
             let keys = |v: &[(Vec<u8>, Vec<u8>, u64)]| {
-                v.iter().map(|o| (o.0.clone(), o.2, o.1.len())).collect::<Vec<_>>()
+                v.iter()
+                    .map(|o| (o.0.clone(), o.2, o.1.len()))
+                    .collect::<Vec<_>>()
             };
             return fail(format!(
                 "enumeration of table {table} (max_bytes {max_bytes}) differs:\n got  {:?}\n want {:?}",
@@ -734,7 +771,7 @@ impl Harness {
 
     /// Checks the whole store against the model.
     fn verify(&self) -> Result<(), TestCaseError> {
-        for ((table, key), _) in &self.model.objects {
+        for (table, key) in self.model.objects.keys() {
             self.read(*table, key)?;
         }
         for (t, &table) in TABLES.iter().enumerate() {
@@ -803,7 +840,8 @@ impl Harness {
             }
             Op::MultiRead(ks) => {
                 let keys: Vec<(u64, Vec<u8>)> = ks.iter().map(|k| self.key(*k)).collect();
-                let items: Vec<(u64, &[u8])> = keys.iter().map(|(t, k)| (*t, k.as_slice())).collect();
+                let items: Vec<(u64, &[u8])> =
+                    keys.iter().map(|(t, k)| (*t, k.as_slice())).collect();
                 let got = self.store.multi_read(&items);
                 prop_assert_eq!(got.len(), items.len());
                 for ((table, key), got) in keys.iter().zip(got) {
@@ -1001,6 +1039,7 @@ fn operations_match_model_two_level_cleaning() {
         Mode {
             compaction: true,
             background: false,
+            buckets: None,
         },
         40,
         300,
@@ -1015,6 +1054,7 @@ fn operations_match_model_one_level_cleaning() {
         Mode {
             compaction: false,
             background: false,
+            buckets: None,
         },
         24,
         300,
@@ -1029,6 +1069,23 @@ fn operations_match_model_background_cleaner() {
         Mode {
             compaction: true,
             background: true,
+            buckets: None,
+        },
+        16,
+        300,
+    );
+}
+
+/// As `operations_match_model_two_level_cleaning`, with a hash table of only 16
+/// buckets: every bucket has a long overflow chain, which writes, deletes, cleaner
+/// relocations and enumeration batches must all handle.
+#[test]
+fn operations_match_model_overflow_chains() {
+    run_property(
+        Mode {
+            compaction: true,
+            background: false,
+            buckets: Some(16),
         },
         16,
         300,
@@ -1069,12 +1126,15 @@ fn reject_rules_constructors_match_documented_fields() {
             ..Default::default()
         }
     );
-    assert_eq!(RejectRules::default(), RejectRules {
-        given_version: 0,
-        doesnt_exist: false,
-        exists: false,
-        version_le_given: false,
-        version_ne_given: false,
-        version_gt_given: false,
-    });
+    assert_eq!(
+        RejectRules::default(),
+        RejectRules {
+            given_version: 0,
+            doesnt_exist: false,
+            exists: false,
+            version_le_given: false,
+            version_ne_given: false,
+            version_gt_given: false,
+        }
+    );
 }

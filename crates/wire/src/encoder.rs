@@ -131,6 +131,7 @@ macro_rules! encoder_finish {
 }
 
 /// Builds a MultiRead request frame item by item.
+#[must_use = "an encoder discards its frame unless `finish` is called"]
 pub struct MultiReadRequestEncoder<'o>(ListFrame<'o>);
 encoder_common!(MultiReadRequestEncoder);
 encoder_finish!(MultiReadRequestEncoder);
@@ -154,6 +155,7 @@ impl<'o> MultiReadRequestEncoder<'o> {
 }
 
 /// Builds a MultiWrite request frame item by item.
+#[must_use = "an encoder discards its frame unless `finish` is called"]
 pub struct MultiWriteRequestEncoder<'o>(ListFrame<'o>);
 encoder_common!(MultiWriteRequestEncoder);
 encoder_finish!(MultiWriteRequestEncoder);
@@ -190,6 +192,7 @@ impl<'o> MultiWriteRequestEncoder<'o> {
 }
 
 /// Builds a MultiRemove request frame item by item.
+#[must_use = "an encoder discards its frame unless `finish` is called"]
 pub struct MultiRemoveRequestEncoder<'o>(ListFrame<'o>);
 encoder_common!(MultiRemoveRequestEncoder);
 encoder_finish!(MultiRemoveRequestEncoder);
@@ -224,6 +227,7 @@ impl<'o> MultiRemoveRequestEncoder<'o> {
 }
 
 /// Builds a ServerListUpdate request frame server by server.
+#[must_use = "an encoder discards its frame unless `finish` is called"]
 pub struct ServerListUpdateEncoder<'o>(ListFrame<'o>);
 encoder_common!(ServerListUpdateEncoder);
 encoder_finish!(ServerListUpdateEncoder);
@@ -260,6 +264,7 @@ impl<'o> ServerListUpdateEncoder<'o> {
 }
 
 /// Builds an OK MultiRead response frame item by item.
+#[must_use = "an encoder discards its frame unless `finish` is called"]
 pub struct MultiReadResponseEncoder<'o>(ListFrame<'o>);
 encoder_common!(MultiReadResponseEncoder);
 encoder_finish!(MultiReadResponseEncoder);
@@ -309,6 +314,7 @@ impl<'o> MultiReadResponseEncoder<'o> {
 }
 
 /// Builds an OK MultiWrite response frame item by item.
+#[must_use = "an encoder discards its frame unless `finish` is called"]
 pub struct MultiWriteResponseEncoder<'o>(ListFrame<'o>);
 encoder_common!(MultiWriteResponseEncoder);
 encoder_finish!(MultiWriteResponseEncoder);
@@ -334,6 +340,7 @@ impl<'o> MultiWriteResponseEncoder<'o> {
 }
 
 /// Builds an OK MultiRemove response frame item by item.
+#[must_use = "an encoder discards its frame unless `finish` is called"]
 pub struct MultiRemoveResponseEncoder<'o>(ListFrame<'o>);
 encoder_common!(MultiRemoveResponseEncoder);
 encoder_finish!(MultiRemoveResponseEncoder);
@@ -367,6 +374,7 @@ impl<'o> MultiRemoveResponseEncoder<'o> {
 /// Builds an OK Enumerate response frame object by object; `has_next` and
 /// `next_cursor` are given at [`EnumerateResponseEncoder::finish`], when the scan
 /// knows them.
+#[must_use = "an encoder discards its frame unless `finish` is called"]
 pub struct EnumerateResponseEncoder<'o>(ListFrame<'o>);
 encoder_common!(EnumerateResponseEncoder);
 
@@ -424,6 +432,7 @@ impl<'o> EnumerateResponseEncoder<'o> {
 }
 
 /// Builds an OK GetTabletMap response frame tablet by tablet.
+#[must_use = "an encoder discards its frame unless `finish` is called"]
 pub struct TabletMapEncoder<'o>(ListFrame<'o>);
 encoder_common!(TabletMapEncoder);
 encoder_finish!(TabletMapEncoder);

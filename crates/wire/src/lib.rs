@@ -67,7 +67,7 @@ pub use error::WireError;
 pub use fields::{NumberKind, ServerStatus, Services, SERVICE_BACKUP, SERVICE_MASTER};
 pub use frame::{decode_header, decode_raw_header, frame_len, Header, RawHeader};
 pub use list::{
-    EnumeratedObject, EnumeratedObjects, Iter, List, ListItem, MultiReadItem, MultiReadItems,
+    EnumeratedObject, EnumeratedObjects, List, ListItem, ListIter, MultiReadItem, MultiReadItems,
     MultiReadResult, MultiReadResults, MultiRemoveItem, MultiRemoveItems, MultiRemoveResult,
     MultiRemoveResults, MultiWriteItem, MultiWriteItems, MultiWriteResult, MultiWriteResults,
     ServerListEntries, ServerListEntry, TabletMapEntries, TabletMapEntry,

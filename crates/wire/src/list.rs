@@ -87,8 +87,8 @@ impl<'a, T: ListItem<'a>> List<'a, T> {
     }
 
     /// The items, in wire order.
-    pub fn iter(&self) -> Iter<'a, T> {
-        Iter {
+    pub fn iter(&self) -> ListIter<'a, T> {
+        ListIter {
             reader: Reader::new(self.bytes),
             left: self.len(),
             item: PhantomData,
@@ -103,18 +103,18 @@ impl<'a, T: ListItem<'a>> List<'a, T> {
 
 impl<'a, T: ListItem<'a>> IntoIterator for List<'a, T> {
     type Item = T;
-    type IntoIter = Iter<'a, T>;
+    type IntoIter = ListIter<'a, T>;
 
-    fn into_iter(self) -> Iter<'a, T> {
+    fn into_iter(self) -> ListIter<'a, T> {
         self.iter()
     }
 }
 
 impl<'a, T: ListItem<'a>> IntoIterator for &List<'a, T> {
     type Item = T;
-    type IntoIter = Iter<'a, T>;
+    type IntoIter = ListIter<'a, T>;
 
-    fn into_iter(self) -> Iter<'a, T> {
+    fn into_iter(self) -> ListIter<'a, T> {
         self.iter()
     }
 }
@@ -145,13 +145,13 @@ impl<'a, T: ListItem<'a> + fmt::Debug> fmt::Debug for List<'a, T> {
 }
 
 /// Iterator over the items of a [`List`].
-pub struct Iter<'a, T> {
+pub struct ListIter<'a, T> {
     reader: Reader<'a>,
     left: usize,
     item: PhantomData<fn() -> T>,
 }
 
-impl<'a, T: ListItem<'a>> Iterator for Iter<'a, T> {
+impl<'a, T: ListItem<'a>> Iterator for ListIter<'a, T> {
     type Item = T;
 
     fn next(&mut self) -> Option<T> {
@@ -173,7 +173,7 @@ impl<'a, T: ListItem<'a>> Iterator for Iter<'a, T> {
     }
 }
 
-impl<'a, T: ListItem<'a>> ExactSizeIterator for Iter<'a, T> {}
+impl<'a, T: ListItem<'a>> ExactSizeIterator for ListIter<'a, T> {}
 
 macro_rules! list_item {
     ($t:ident $(<$l:lifetime>)?, min = $min:expr, max = $max:expr,

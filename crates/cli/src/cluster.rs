@@ -1,0 +1,127 @@
+//! `ramstore dev`, `ramstore coordinator` and `ramstore server`: the processes.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use ramstore_coordinator::StoreSpec;
+use ramstore_server::ServerOptions;
+
+/// Waits for Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Options of `ramstore dev`.
+pub struct DevOptions {
+    pub dir: Option<PathBuf>,
+    pub servers: usize,
+    pub memory_bytes: usize,
+    pub port: u16,
+}
+
+/// Runs a coordinator and `servers` storage servers in this process until stopped.
+pub async fn dev(o: DevOptions) -> Result<()> {
+    anyhow::ensure!(o.servers >= 1, "--servers must be at least 1");
+    let dir = o
+        .dir
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("ramstore-dev-{}", o.port)));
+    let coordinator_addr = format!("127.0.0.1:{}", o.port);
+    let coordinator =
+        ramstore_coordinator::start(&coordinator_addr, &StoreSpec::File(dir.join("coordinator")))
+            .await
+            .with_context(|| format!("starting the coordinator on {coordinator_addr}"))?;
+    let mut servers = Vec::new();
+    for i in 0..o.servers {
+        let port = o.port as usize + 1 + i;
+        anyhow::ensure!(
+            port <= u16::MAX as usize,
+            "--port is too high for {} servers",
+            o.servers
+        );
+        let listen = format!("127.0.0.1:{port}");
+        let server = ramstore_server::start(ServerOptions {
+            listen: listen.clone(),
+            advertise: None,
+            coordinator: coordinator_addr.clone(),
+            memory_bytes: o.memory_bytes,
+            metrics_listen: None,
+        })
+        .await
+        .with_context(|| format!("starting storage server {} on {listen}", i + 1))?;
+        servers.push(server);
+    }
+    let addrs: Vec<String> = servers.iter().map(|s| s.addr.to_string()).collect();
+    println!(
+        "ramstore dev: coordinator on {coordinator_addr} (state in {}), {} storage server(s) on {}, {} MiB of log memory each.",
+        dir.display(),
+        servers.len(),
+        addrs.join(", "),
+        o.memory_bytes >> 20
+    );
+    println!("WARNING: replication is not built yet: data lives in DRAM only and is lost when this process stops.");
+    println!("Try, in another terminal:");
+    println!("  export RAMSTORE_COORDINATOR={coordinator_addr}");
+    println!("  ramstore create-table demo");
+    println!("  ramstore put demo hello world");
+    println!("  ramstore get demo hello");
+    println!("  ramstore status");
+    println!("Press Ctrl-C to stop.");
+    shutdown_signal().await;
+    println!("stopping");
+    for s in servers {
+        s.stop();
+    }
+    coordinator.stop();
+    Ok(())
+}
+
+/// Runs a coordinator until stopped.
+pub async fn coordinator(listen: String, store: StoreSpec) -> Result<()> {
+    let c = ramstore_coordinator::start(&listen, &store)
+        .await
+        .with_context(|| format!("starting the coordinator on {listen}"))?;
+    println!(
+        "ramstore coordinator listening on {} (store {store:?})",
+        c.addr
+    );
+    shutdown_signal().await;
+    c.stop();
+    Ok(())
+}
+
+/// Runs a storage server until stopped.
+pub async fn server(options: ServerOptions) -> Result<()> {
+    let listen = options.listen.clone();
+    let s = ramstore_server::start(options)
+        .await
+        .with_context(|| format!("starting the storage server on {listen}"))?;
+    println!(
+        "ramstore server {} listening on {}{} (DRAM only: replication is not built yet)",
+        s.service.server_id(),
+        s.addr,
+        s.metrics_addr
+            .map(|m| format!(", metrics on http://{m}/metrics"))
+            .unwrap_or_default()
+    );
+    shutdown_signal().await;
+    s.stop();
+    Ok(())
+}

@@ -1,0 +1,99 @@
+//! ramstore's client library (DESIGN §2, R Fig. 2): tables, single-object reads,
+//! writes, removes and increments, conditional operations, multi-operations and
+//! enumeration, over an async [`Client`] and a blocking facade
+//! ([`BlockingClient`]).
+//!
+//! ```no_run
+//! use ramstore_client::{Client, ClientError, ClientOptions, MultiWriteOp, RejectRules};
+//!
+//! # async fn demo() -> Result<(), ClientError> {
+//! let client = Client::connect(ClientOptions::new("127.0.0.1:11100")).await?;
+//! let users = client.create_table("users", 2).await?;
+//!
+//! let v1 = client.write(users, b"alice", b"30").await?;
+//! let (value, version) = client.read(users, b"alice").await?;
+//! assert_eq!((value.as_slice(), version), (&b"30"[..], v1));
+//!
+//! // Compare-and-swap: only if nobody wrote "alice" since we read it.
+//! match client
+//!     .write_with_rules(users, b"alice", b"31", &RejectRules::version_must_equal(version))
+//!     .await
+//! {
+//!     Ok(_) | Err(ClientError::WrongVersion { .. }) => {}
+//!     Err(e) => return Err(e),
+//! }
+//!
+//! // Many objects at once: grouped by master, masters asked in parallel.
+//! let ops = [MultiWriteOp::new(users, b"bob", b"25"), MultiWriteOp::new(users, b"carol", b"41")];
+//! for result in client.multi_write(&ops).await {
+//!     result?;
+//! }
+//!
+//! // Every object of the table, as a stream.
+//! let mut objects = client.enumerate(users);
+//! while let Some(object) = objects.next().await {
+//!     let object = object?;
+//!     println!("{:?} = {:?}", object.key, object.value);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Routing
+//!
+//! The client caches the coordinator's tablet map (table id + key-hash range →
+//! master) and sends each request straight to the owning master: with a warm map a
+//! single-object operation is one RPC. The key hash is xxh3-64 of the key
+//! ([`key_hash`]), the same as the masters'. The map is refreshed when a master says
+//! it does not own a key (UNKNOWN_TABLET) or cannot be reached; concurrent refreshes
+//! are coalesced into one GetTabletMap, and the cached map never goes back to an
+//! older version.
+//!
+//! # Retries and deadlines (R§11.4)
+//!
+//! Errors are only the outcomes a caller must handle ([`ClientError`]). Everything
+//! else is retried inside, with exponential backoff and jitter, until
+//! [`ClientOptions::operation_deadline`] (30 s by default): RETRY (after the delay
+//! the server asked for), NO_SPACE (a master's log is full until its cleaner runs),
+//! UNKNOWN_TABLET (after refreshing the map), SERVER_NOT_UP and transport errors
+//! (after refreshing the map, with backoff). Each attempt may take at most
+//! [`ClientOptions::rpc_deadline`] (2 s). When the operation deadline passes the
+//! result is [`ClientError::DeadlineExceeded`], whose message says what was tried
+//! last and why it failed.
+//!
+//! # Delivery: at-least-once
+//!
+//! A retried request may have been executed by the server already (its response
+//! was lost, or it timed out just after taking effect). Until exactly-once RPCs land
+//! (DESIGN §9: RIFL-style completion records), retried writes, removes and
+//! increments are **at-least-once**: an increment may be applied twice, a
+//! conditional write may fail with [`ClientError::WrongVersion`] because its own
+//! first attempt succeeded, and a retried remove may report `None`.
+//!
+//! # Threads
+//!
+//! [`Client`] is `Send + Sync` and cheap to clone; share it freely across tasks.
+//! [`BlockingClient`] owns a small runtime and must not be used from inside an
+//! async runtime.
+
+#[cfg(not(madsim))]
+mod blocking;
+mod client;
+mod enumerate;
+mod error;
+mod join;
+mod multi;
+mod options;
+mod retry;
+mod rules;
+mod tablet_map;
+
+#[cfg(not(madsim))]
+pub use blocking::{BlockingClient, BlockingEnumeration, BLOCKING_RUNTIME_THREADS};
+pub use client::{key_hash, Client, PingReply};
+pub use enumerate::{EnumeratedObject, Enumeration, ENUMERATE_BATCH_BYTES};
+pub use error::ClientError;
+pub use multi::{MultiRemoveOp, MultiWriteOp};
+pub use options::{ClientOptions, DEFAULT_OPERATION_DEADLINE_MS, DEFAULT_RPC_DEADLINE_MS};
+pub use retry::{BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, RETRY_DELAY_MAX_MS};
+pub use rules::RejectRules;
+pub use tablet_map::TabletInfo;

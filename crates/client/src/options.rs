@@ -1,0 +1,51 @@
+//! How a client finds the cluster and how long it keeps trying.
+
+use std::time::Duration;
+
+/// Default per-attempt deadline ([`ClientOptions::rpc_deadline`]).
+pub const DEFAULT_RPC_DEADLINE_MS: u64 = 2_000;
+/// Default overall deadline ([`ClientOptions::operation_deadline`]).
+pub const DEFAULT_OPERATION_DEADLINE_MS: u64 = 30_000;
+
+const _: () = assert!(DEFAULT_RPC_DEADLINE_MS <= DEFAULT_OPERATION_DEADLINE_MS);
+
+/// Where the coordinator is and how long operations may take.
+///
+/// ```
+/// use std::time::Duration;
+/// use ramstore_client::ClientOptions;
+///
+/// let options = ClientOptions {
+///     operation_deadline: Duration::from_secs(5),
+///     ..ClientOptions::new("10.0.0.1:11100")
+/// };
+/// assert_eq!(options.rpc_deadline, Duration::from_secs(2));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// The coordinator's address (`host:port`).
+    pub coordinator: String,
+    /// How long one attempt (one RPC) may take before it counts as failed and is
+    /// retried (default 2 s).
+    pub rpc_deadline: Duration,
+    /// How long a whole operation may take, retries included, before it fails with
+    /// [`crate::ClientError::DeadlineExceeded`] (default 30 s).
+    pub operation_deadline: Duration,
+}
+
+impl ClientOptions {
+    /// Options with the default deadlines for the coordinator at `coordinator`.
+    ///
+    /// ```
+    /// # use ramstore_client::ClientOptions;
+    /// let options = ClientOptions::new("127.0.0.1:11100");
+    /// assert_eq!(options.coordinator, "127.0.0.1:11100");
+    /// ```
+    pub fn new(coordinator: impl Into<String>) -> Self {
+        Self {
+            coordinator: coordinator.into(),
+            rpc_deadline: Duration::from_millis(DEFAULT_RPC_DEADLINE_MS),
+            operation_deadline: Duration::from_millis(DEFAULT_OPERATION_DEADLINE_MS),
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Running a coordinator: open external storage, restore state, serve.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use ramstore_rpc::{serve, TcpTransport};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::coordinator::CoordinatorCore;
+use crate::error::CoordinatorError;
+use crate::file_storage::FileStorage;
+use crate::service::CoordinatorService;
+use crate::storage::{ExternalStorage, MemoryStorage};
+
+/// Where the coordinator keeps its state, parsed from `--store`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSpec {
+    /// `file:DIR`: the embedded store in a directory.
+    File(std::path::PathBuf),
+    /// `memory:`: nothing survives a restart (tests).
+    Memory,
+}
+
+impl std::str::FromStr for StoreSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(dir) = s.strip_prefix("file:") {
+            if dir.is_empty() {
+                return Err("file: needs a directory, e.g. file:/var/lib/ramstore".into());
+            }
+            return Ok(StoreSpec::File(dir.into()));
+        }
+        if s == "memory:" {
+            return Ok(StoreSpec::Memory);
+        }
+        Err(format!(
+            "unknown store {s:?}: use file:DIR (etcd comes later)"
+        ))
+    }
+}
+
+/// Why a coordinator could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Coordinator(#[from] CoordinatorError),
+}
+
+/// A running coordinator.
+pub struct StartedCoordinator {
+    pub addr: SocketAddr,
+    pub service: Arc<CoordinatorService>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl StartedCoordinator {
+    pub fn stop(self) {
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Opens the store, restores the state and starts serving on `listen`.
+pub async fn start(listen: &str, store: &StoreSpec) -> Result<StartedCoordinator, StartError> {
+    let storage: Arc<dyn ExternalStorage> = match store {
+        StoreSpec::File(dir) => Arc::new(FileStorage::open(dir).map_err(CoordinatorError::from)?),
+        StoreSpec::Memory => Arc::new(MemoryStorage::new()),
+    };
+    let core = CoordinatorCore::open(storage)?;
+    let service = CoordinatorService::new(core, Arc::new(TcpTransport::new()));
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| StartError::Listen {
+            addr: listen.to_string(),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Listen {
+        addr: listen.to_string(),
+        source,
+    })?;
+    let tasks = vec![
+        tokio::spawn(serve(listener, service.clone())),
+        tokio::spawn(service.clone().retry_loop()),
+    ];
+    Ok(StartedCoordinator {
+        addr,
+        service,
+        tasks,
+    })
+}

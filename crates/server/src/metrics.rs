@@ -1,0 +1,229 @@
+//! Operation counters and latency histograms, lock-free, exported as Prometheus
+//! text. Recording costs two relaxed atomic adds: no lock, no allocation.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ramstore_wire::Opcode;
+
+/// The operation families counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    Write,
+    Remove,
+    Increment,
+    MultiRead,
+    MultiWrite,
+    MultiRemove,
+    Enumerate,
+    Ping,
+    Admin,
+    Invalid,
+}
+
+const OPS: [(Op, &str); 11] = [
+    (Op::Read, "read"),
+    (Op::Write, "write"),
+    (Op::Remove, "remove"),
+    (Op::Increment, "increment"),
+    (Op::MultiRead, "multi_read"),
+    (Op::MultiWrite, "multi_write"),
+    (Op::MultiRemove, "multi_remove"),
+    (Op::Enumerate, "enumerate"),
+    (Op::Ping, "ping"),
+    (Op::Admin, "admin"),
+    (Op::Invalid, "invalid"),
+];
+
+impl From<Opcode> for Op {
+    fn from(op: Opcode) -> Self {
+        match op {
+            Opcode::Read => Op::Read,
+            Opcode::Write => Op::Write,
+            Opcode::Remove => Op::Remove,
+            Opcode::Increment => Op::Increment,
+            Opcode::MultiRead => Op::MultiRead,
+            Opcode::MultiWrite => Op::MultiWrite,
+            Opcode::MultiRemove => Op::MultiRemove,
+            Opcode::Enumerate => Op::Enumerate,
+            Opcode::Ping => Op::Ping,
+            _ => Op::Admin,
+        }
+    }
+}
+
+/// Latency buckets: upper bounds in microseconds, powers of two up to ~1 s.
+const BUCKETS: usize = 21;
+
+fn bucket_upper_us(i: usize) -> u64 {
+    1u64 << i
+}
+
+#[derive(Default)]
+struct Histogram {
+    counts: [AtomicU64; BUCKETS + 1],
+    sum_ns: AtomicU64,
+}
+
+/// Counters for one server. Thread-safe.
+#[derive(Default)]
+pub struct Metrics {
+    per_op: [Histogram; OPS.len()],
+}
+
+impl Metrics {
+    /// Records one operation of `op` that took `elapsed`.
+    pub fn record(&self, op: Op, elapsed: Duration) {
+        let i = OPS
+            .iter()
+            .position(|(o, _)| *o == op)
+            .unwrap_or(OPS.len() - 1);
+        let h = &self.per_op[i];
+        let us = elapsed.as_micros() as u64;
+        let bucket = if us <= 1 {
+            0
+        } else {
+            (64 - (us - 1).leading_zeros()) as usize
+        };
+        h.counts[bucket.min(BUCKETS)].fetch_add(1, Ordering::Relaxed);
+        h.sum_ns
+            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Operations of `op` recorded so far.
+    pub fn count(&self, op: Op) -> u64 {
+        let i = OPS
+            .iter()
+            .position(|(o, _)| *o == op)
+            .unwrap_or(OPS.len() - 1);
+        self.per_op[i]
+            .counts
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Appends the Prometheus text exposition of these metrics.
+    pub fn render(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP ramstore_op_latency_seconds Server-side latency of operations."
+        );
+        let _ = writeln!(out, "# TYPE ramstore_op_latency_seconds histogram");
+        for ((_, name), h) in OPS.iter().zip(&self.per_op) {
+            let mut cumulative = 0;
+            for i in 0..BUCKETS {
+                cumulative += h.counts[i].load(Ordering::Relaxed);
+                let le = bucket_upper_us(i) as f64 / 1e6;
+                let _ = writeln!(
+                    out,
+                    "ramstore_op_latency_seconds_bucket{{op=\"{name}\",le=\"{le}\"}} {cumulative}"
+                );
+            }
+            cumulative += h.counts[BUCKETS].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "ramstore_op_latency_seconds_bucket{{op=\"{name}\",le=\"+Inf\"}} {cumulative}"
+            );
+            let sum = h.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+            let _ = writeln!(
+                out,
+                "ramstore_op_latency_seconds_sum{{op=\"{name}\"}} {sum}"
+            );
+            let _ = writeln!(
+                out,
+                "ramstore_op_latency_seconds_count{{op=\"{name}\"}} {cumulative}"
+            );
+        }
+    }
+}
+
+/// Appends log and cleaner gauges of a store in Prometheus text.
+pub fn render_store(stats: &ramstore_master::StoreStats, out: &mut String) {
+    let l = &stats.log;
+    let gauges: [(&str, &str, f64); 12] = [
+        (
+            "ramstore_log_memory_bytes",
+            "Bytes of log memory.",
+            l.memory_bytes as f64,
+        ),
+        (
+            "ramstore_log_live_object_bytes",
+            "Bytes of live objects in the log.",
+            l.live_object_bytes as f64,
+        ),
+        (
+            "ramstore_log_tombstone_bytes",
+            "Bytes of tombstones in the log.",
+            l.tombstone_bytes as f64,
+        ),
+        (
+            "ramstore_log_free_seglets",
+            "Seglets not in any segment.",
+            l.seglets_free as f64,
+        ),
+        (
+            "ramstore_log_utilization",
+            "Live object bytes over log memory.",
+            l.live_object_bytes as f64 / l.memory_bytes.max(1) as f64,
+        ),
+        ("ramstore_objects", "Objects stored.", stats.objects as f64),
+        (
+            "ramstore_cleaner_compactions_total",
+            "Segment compactions.",
+            l.compactions as f64,
+        ),
+        (
+            "ramstore_cleaner_combined_passes_total",
+            "Combined cleaning passes.",
+            l.combined_passes as f64,
+        ),
+        (
+            "ramstore_cleaner_bytes_copied_total",
+            "Bytes copied by the cleaner.",
+            (l.compaction_bytes_copied + l.combined_bytes_copied) as f64,
+        ),
+        (
+            "ramstore_cleaner_cpu_seconds_total",
+            "CPU time spent cleaning.",
+            l.cleaner_cpu_ns as f64 / 1e9,
+        ),
+        (
+            "ramstore_log_appended_bytes_total",
+            "Bytes appended to the log head.",
+            l.appended_bytes as f64,
+        ),
+        (
+            "ramstore_hash_table_bytes",
+            "Bytes of hash table.",
+            stats.hash_table_bytes as f64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_counts_and_renders_cumulative_buckets() {
+        let m = Metrics::default();
+        m.record(Op::Read, Duration::from_micros(3));
+        m.record(Op::Read, Duration::from_micros(100));
+        m.record(Op::Write, Duration::from_secs(5));
+        assert_eq!(m.count(Op::Read), 2);
+        let mut text = String::new();
+        m.render(&mut text);
+        assert!(text.contains("ramstore_op_latency_seconds_count{op=\"read\"} 2"));
+        assert!(text.contains("ramstore_op_latency_seconds_bucket{op=\"write\",le=\"+Inf\"} 1"));
+        assert!(text.contains("ramstore_op_latency_seconds_bucket{op=\"read\",le=\"0.000004\"} 1"));
+    }
+}

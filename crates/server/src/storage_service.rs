@@ -1,0 +1,519 @@
+//! The storage server's RPC service: wire requests in, object store calls, wire
+//! responses out (R§3, R Fig. 2).
+//!
+//! The fast path (read, write, remove, increment, multi-ops, ping) runs on the task
+//! that read the request and does not allocate: requests are decoded in place,
+//! values are copied once from the log straight into the connection's output buffer,
+//! and responses are encoded into that buffer. Enumeration and dropping a tablet are
+//! long work and run off the fast path.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use ramstore_master::{ObjectStore, ReadError, RejectRules, WriteError};
+use ramstore_rpc::server::SlowFuture;
+use ramstore_rpc::{Handled, Service};
+use ramstore_wire::{
+    decode_raw_header, decode_request, encode_error_response, encode_read_response_header,
+    encode_response, EnumerateResponseEncoder, ErrorBody, MultiReadResponseEncoder,
+    MultiRemoveResponseEncoder, MultiWriteResponseEncoder, NumberKind, Opcode, Request, Response,
+    Status, WireError, WireRejectRules,
+};
+
+use crate::metrics::{Metrics, Op};
+
+const _: () = assert!(ramstore_wire::MAX_KEY_BYTES == ramstore_log::MAX_KEY_BYTES);
+const _: () = assert!(ramstore_wire::MAX_VALUE_BYTES == ramstore_log::MAX_VALUE_BYTES);
+
+/// Largest batch an enumeration response carries; with whole hash buckets on top it
+/// stays far below the frame limit.
+pub const MAX_ENUMERATE_BATCH_BYTES: usize = 2 << 20;
+/// A multi-read stops adding values past this many bytes and answers the rest RETRY,
+/// so the response fits in one frame; the client asks again for those.
+pub const MAX_MULTI_READ_RESPONSE_BYTES: usize = 6 << 20;
+
+/// One entry of the server list the coordinator pushed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownServer {
+    pub server_id: u64,
+    pub up: bool,
+    pub address: String,
+}
+
+/// The storage server's service. Thread-safe; shared by every connection.
+pub struct StorageService {
+    store: ObjectStore,
+    server_id: AtomicU64,
+    server_list: Mutex<(u64, Vec<KnownServer>)>,
+    metrics: Metrics,
+}
+
+fn rules(w: &WireRejectRules) -> RejectRules {
+    RejectRules {
+        given_version: w.given_version,
+        doesnt_exist: w.doesnt_exist,
+        exists: w.exists,
+        version_le_given: w.version_le_given,
+        version_ne_given: w.version_ne_given,
+        version_gt_given: w.version_gt_given,
+    }
+}
+
+fn read_status(e: ReadError) -> Status {
+    match e {
+        ReadError::UnknownTablet => Status::UnknownTablet,
+        ReadError::ObjectDoesntExist => Status::ObjectDoesntExist,
+        ReadError::KeyTooLarge(_) => Status::TooLarge,
+        _ => Status::Internal,
+    }
+}
+
+fn write_status(e: WriteError) -> Status {
+    match e {
+        WriteError::UnknownTablet => Status::UnknownTablet,
+        WriteError::ObjectDoesntExist => Status::ObjectDoesntExist,
+        WriteError::ObjectExists => Status::ObjectExists,
+        WriteError::WrongVersion { .. } => Status::WrongVersion,
+        WriteError::KeyTooLarge(_) | WriteError::ValueTooLarge(_) => Status::TooLarge,
+        WriteError::NotNumeric(_) => Status::NotNumeric,
+        WriteError::Overflow => Status::Overflow,
+        WriteError::NoSpace => Status::NoSpace,
+        _ => Status::Internal,
+    }
+}
+
+fn error_body(e: WriteError) -> ErrorBody<'static> {
+    match e {
+        WriteError::WrongVersion { current } => ErrorBody::WrongVersion {
+            current_version: current,
+        },
+        other => ErrorBody::Message {
+            status: write_status(other),
+            message: "",
+        },
+    }
+}
+
+fn status_body(status: Status) -> ErrorBody<'static> {
+    ErrorBody::Message {
+        status,
+        message: "",
+    }
+}
+
+impl StorageService {
+    pub fn new(store: ObjectStore) -> Self {
+        Self {
+            store,
+            server_id: AtomicU64::new(0),
+            server_list: Mutex::new((0, Vec::new())),
+            metrics: Metrics::default(),
+        }
+    }
+
+    pub fn store(&self) -> &ObjectStore {
+        &self.store
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The id the coordinator gave this server (0 before enlistment).
+    pub fn server_id(&self) -> u64 {
+        self.server_id.load(Ordering::SeqCst)
+    }
+
+    pub fn set_server_id(&self, id: u64) {
+        self.server_id.store(id, Ordering::SeqCst);
+    }
+
+    /// The newest server list pushed by the coordinator.
+    pub fn server_list(&self) -> (u64, Vec<KnownServer>) {
+        self.server_list.lock().clone()
+    }
+
+    /// Answers one decoded request on the fast path; `Ok(false)` means "slow".
+    fn dispatch(&self, id: u64, req: &Request<'_>, out: &mut Vec<u8>) -> Result<bool, WireError> {
+        let op = req.opcode();
+        match *req {
+            Request::Ping { nonce } => encode_response(
+                id,
+                op,
+                &Response::Ping {
+                    nonce,
+                    server_id: self.server_id(),
+                },
+                out,
+            )?,
+            Request::Read {
+                table_id,
+                rules: r,
+                key,
+            } => self.read(id, table_id, &r, key, out)?,
+            Request::Write {
+                table_id,
+                rules: r,
+                key,
+                value,
+            } => match self.store.write(table_id, key, value, &rules(&r)) {
+                Ok(version) => encode_response(id, op, &Response::Write { version }, out)?,
+                Err(e) => encode_response(id, op, &Response::Error(error_body(e)), out)?,
+            },
+            Request::Remove {
+                table_id,
+                rules: r,
+                key,
+            } => match self.store.remove(table_id, key, &rules(&r)) {
+                Ok(removed) => encode_response(
+                    id,
+                    op,
+                    &Response::Remove {
+                        existed: removed.is_some(),
+                        version: removed.unwrap_or(0),
+                    },
+                    out,
+                )?,
+                Err(e) => encode_response(id, op, &Response::Error(error_body(e)), out)?,
+            },
+            Request::Increment {
+                table_id,
+                rules: r,
+                kind,
+                delta,
+                key,
+            } => {
+                let result = match kind {
+                    NumberKind::I64 => self
+                        .store
+                        .increment_i64(table_id, key, i64::from_le_bytes(delta), &rules(&r))
+                        .map(|(v, version)| (version, v.to_le_bytes())),
+                    NumberKind::F64 => self
+                        .store
+                        .increment_f64(table_id, key, f64::from_le_bytes(delta), &rules(&r))
+                        .map(|(v, version)| (version, v.to_le_bytes())),
+                };
+                match result {
+                    Ok((version, value)) => {
+                        encode_response(id, op, &Response::Increment { version, value }, out)?
+                    }
+                    Err(e) => encode_response(id, op, &Response::Error(error_body(e)), out)?,
+                }
+            }
+            Request::MultiRead(items) => {
+                let mut enc = MultiReadResponseEncoder::new(id, out);
+                let mut bytes = 0usize;
+                for item in items.iter() {
+                    if bytes > MAX_MULTI_READ_RESPONSE_BYTES {
+                        enc.push_error(Status::Retry)?;
+                        continue;
+                    }
+                    let pushed = self.store.read_with(item.table_id, item.key, |view| {
+                        bytes += view.value_len();
+                        push_value(&mut enc, view)
+                    });
+                    match pushed {
+                        Ok(r) => r?,
+                        Err(e) => enc.push_error(read_status(e))?,
+                    }
+                }
+                enc.finish()?;
+            }
+            Request::MultiWrite(items) => {
+                let mut enc = MultiWriteResponseEncoder::new(id, out);
+                for item in items.iter() {
+                    match self
+                        .store
+                        .write(item.table_id, item.key, item.value, &rules(&item.rules))
+                    {
+                        Ok(version) => enc.push(Status::Ok, version)?,
+                        Err(WriteError::WrongVersion { current }) => {
+                            enc.push(Status::WrongVersion, current)?
+                        }
+                        Err(e) => enc.push(write_status(e), 0)?,
+                    }
+                }
+                enc.finish()?;
+            }
+            Request::MultiRemove(items) => {
+                let mut enc = MultiRemoveResponseEncoder::new(id, out);
+                for item in items.iter() {
+                    match self
+                        .store
+                        .remove(item.table_id, item.key, &rules(&item.rules))
+                    {
+                        Ok(Some(v)) => enc.push(Status::Ok, true, v)?,
+                        Ok(None) => enc.push(Status::Ok, false, 0)?,
+                        Err(WriteError::WrongVersion { current }) => {
+                            enc.push(Status::WrongVersion, false, current)?
+                        }
+                        Err(e) => enc.push(write_status(e), false, 0)?,
+                    }
+                }
+                enc.finish()?;
+            }
+            Request::TakeTabletOwnership {
+                table_id,
+                start_hash,
+                end_hash,
+            } => match self.store.add_tablet(table_id, start_hash, end_hash) {
+                Ok(()) => encode_response(id, op, &Response::TakeTabletOwnership, out)?,
+                Err(e) => {
+                    let message = e.to_string();
+                    encode_response(
+                        id,
+                        op,
+                        &Response::Error(ErrorBody::Message {
+                            status: Status::InvalidRequest,
+                            message: &message,
+                        }),
+                        out,
+                    )?
+                }
+            },
+            Request::ServerListUpdate {
+                list_version,
+                servers,
+            } => {
+                let mut list = self.server_list.lock();
+                if list_version >= list.0 {
+                    let servers = servers
+                        .iter()
+                        .map(|s| KnownServer {
+                            server_id: s.server_id,
+                            up: s.status == ramstore_wire::ServerStatus::Up,
+                            address: s.address.to_string(),
+                        })
+                        .collect();
+                    *list = (list_version, servers);
+                }
+                drop(list);
+                encode_response(id, op, &Response::ServerListUpdate, out)?
+            }
+            Request::GetServerStats => {
+                let text = self.stats_text();
+                encode_response(id, op, &Response::GetServerStats { text: &text }, out)?
+            }
+            Request::Enumerate { .. } | Request::DropTabletOwnership { .. } => return Ok(false),
+            // Coordinator operations sent to a storage server by mistake.
+            Request::CreateTable { .. }
+            | Request::GetTableId { .. }
+            | Request::DropTable { .. }
+            | Request::SplitTablet { .. }
+            | Request::Enlist { .. }
+            | Request::GetTabletMap => encode_response(
+                id,
+                op,
+                &Response::Error(ErrorBody::Message {
+                    status: Status::InvalidRequest,
+                    message: "this is a storage server; send table operations to the coordinator",
+                }),
+                out,
+            )?,
+        }
+        Ok(true)
+    }
+
+    fn read(
+        &self,
+        id: u64,
+        table_id: u64,
+        rules_w: &WireRejectRules,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let rules = rules(rules_w);
+        let result = self.store.read_with(table_id, key, |view| {
+            rules.check(Some(view.version()))?;
+            // The value goes from the log straight into the output buffer.
+            let written = encode_read_response_header(id, view.version(), view.value_len(), out);
+            if written.is_ok() {
+                view.value_pieces(|piece| out.extend_from_slice(piece));
+            }
+            Ok(written)
+        });
+        match result {
+            Ok(Ok(written)) => written,
+            Ok(Err(e)) => encode_response(id, Opcode::Read, &Response::Error(error_body(e)), out),
+            Err(e) => encode_response(
+                id,
+                Opcode::Read,
+                &Response::Error(status_body(read_status(e))),
+                out,
+            ),
+        }
+    }
+
+    /// The server's statistics as `key=value` lines (GetServerStats).
+    pub fn stats_text(&self) -> String {
+        let s = self.store.stats();
+        let mut text = String::new();
+        let mut line = |k: &str, v: String| {
+            text.push_str(k);
+            text.push('=');
+            text.push_str(&v);
+            text.push('\n');
+        };
+        line("server_id", self.server_id().to_string());
+        line("durability", "dram-only".into());
+        line("memory_bytes", s.log.memory_bytes.to_string());
+        line("live_object_bytes", s.log.live_object_bytes.to_string());
+        line("tombstone_bytes", s.log.tombstone_bytes.to_string());
+        line("free_seglets", s.log.seglets_free.to_string());
+        line("total_seglets", s.log.seglets_total.to_string());
+        line("objects", s.objects.to_string());
+        line("tablets", s.tablets.len().to_string());
+        line("compactions", s.log.compactions.to_string());
+        line("combined_passes", s.log.combined_passes.to_string());
+        for t in &s.tablets {
+            line(
+                &format!("tablet.{}.{:#018x}", t.table_id, t.start_hash),
+                format!(
+                    "{:#018x} entries={} bytes={}",
+                    t.end_hash, t.entry_count, t.bytes
+                ),
+            );
+        }
+        text
+    }
+
+    fn slow(&self, frame: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let Ok((header, req)) = decode_request(frame) else {
+            return out;
+        };
+        let id = header.request_id;
+        let op = req.opcode();
+        let result = match req {
+            Request::Enumerate {
+                table_id,
+                cursor,
+                max_bytes,
+            } => self.enumerate(id, table_id, cursor, max_bytes as usize, &mut out),
+            Request::DropTabletOwnership {
+                table_id,
+                start_hash,
+                end_hash,
+            } => {
+                self.store.drop_tablet(table_id, start_hash, end_hash);
+                encode_response(id, op, &Response::DropTabletOwnership, &mut out)
+            }
+            _ => encode_response(
+                id,
+                op,
+                &Response::Error(status_body(Status::Internal)),
+                &mut out,
+            ),
+        };
+        if result.is_err() {
+            out.clear();
+            let _ = encode_response(
+                id,
+                op,
+                &Response::Error(status_body(Status::Internal)),
+                &mut out,
+            );
+        }
+        out
+    }
+
+    fn enumerate(
+        &self,
+        id: u64,
+        table_id: u64,
+        cursor: u64,
+        max_bytes: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let mut objects = Vec::new();
+        let max = max_bytes.clamp(1, MAX_ENUMERATE_BATCH_BYTES);
+        match self.store.enumerate(table_id, cursor, max, &mut objects) {
+            Ok(next) => {
+                let mut enc = EnumerateResponseEncoder::new(id, out);
+                for o in &objects {
+                    enc.push(o.version, &o.key, &o.value)?;
+                }
+                enc.finish(next.is_some(), next.unwrap_or(0))
+            }
+            Err(e) => encode_response(
+                id,
+                Opcode::Enumerate,
+                &Response::Error(status_body(read_status(e))),
+                out,
+            ),
+        }
+    }
+}
+
+fn push_value(
+    enc: &mut MultiReadResponseEncoder<'_>,
+    view: &ramstore_log::ObjectView<'_>,
+) -> Result<(), WireError> {
+    let version = view.version();
+    if view.key_slice().is_some() {
+        // A contiguous entry: its value is one slice of the log, pushed in place.
+        let mut result = Ok(());
+        view.value_pieces(|piece| result = enc.push_ok(version, piece));
+        return result;
+    }
+    let mut value = Vec::with_capacity(view.value_len());
+    view.copy_value(&mut value);
+    enc.push_ok(version, &value)
+}
+
+impl Service for StorageService {
+    fn handle(&self, frame: &[u8], out: &mut Vec<u8>) -> Handled {
+        let started = Instant::now();
+        let mark = out.len();
+        let (op, outcome) = match decode_request(frame) {
+            Ok((header, req)) => {
+                let op = req.opcode();
+                match self.dispatch(header.request_id, &req, out) {
+                    Ok(true) => (Some(op), Handled::Done),
+                    Ok(false) => return Handled::Slow,
+                    Err(e) => {
+                        out.truncate(mark);
+                        answer_bad_request(frame, &e, out);
+                        (Some(op), Handled::Done)
+                    }
+                }
+            }
+            Err(e) => {
+                answer_bad_request(frame, &e, out);
+                (None, Handled::Done)
+            }
+        };
+        self.metrics
+            .record(op.map_or(Op::Invalid, Op::from), started.elapsed());
+        outcome
+    }
+
+    fn handle_slow(self: Arc<Self>, frame: Vec<u8>) -> SlowFuture {
+        Box::pin(async move {
+            let started = Instant::now();
+            let service = self.clone();
+            let response = tokio::task::spawn_blocking(move || service.slow(&frame))
+                .await
+                .unwrap_or_default();
+            self.metrics.record(Op::Enumerate, started.elapsed());
+            response
+        })
+    }
+}
+
+/// Answers a request that did not decode: its status says why, with the request id
+/// and opcode from the raw header when those could be read; otherwise nothing can be
+/// answered and the frame is dropped.
+fn answer_bad_request(frame: &[u8], err: &WireError, out: &mut Vec<u8>) {
+    if let Ok(raw) = decode_raw_header(frame) {
+        let message = err.to_string();
+        let _ = encode_error_response(
+            raw.request_id,
+            raw.opcode,
+            &ErrorBody::for_wire_error(err, &message),
+            out,
+        );
+    }
+}
