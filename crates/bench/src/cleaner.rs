@@ -194,6 +194,12 @@ pub struct CleanerRun {
     pub tombstone_fraction_end: f64,
     pub objects: u64,
     pub memory_bytes: u64,
+    /// Share of memory that ordinary writes may never use (the log's emergency,
+    /// cleaner and delete reserves).
+    pub reserved_fraction: f64,
+    /// Target utilisation as a share of the memory writes may use: what the cleaner
+    /// really works against.
+    pub usable_utilization: f64,
     pub preload_seconds: f64,
     pub warmup_seconds: f64,
     /// Key + value bytes written in the warm-up.
@@ -266,6 +272,8 @@ fn run_one(spec: RunSpec, budget: Budget) -> CleanerRun {
         tombstone_fraction_end: 0.0,
         objects: 0,
         memory_bytes: budget.memory_bytes,
+        reserved_fraction: 0.0,
+        usable_utilization: 0.0,
         preload_seconds: 0.0,
         warmup_seconds: 0.0,
         warmup_bytes: 0,
@@ -298,6 +306,12 @@ fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> anyhow::Resul
     config.hash_table_buckets = Some((expected / 4).max(1) as usize);
     let store = ObjectStore::new(config).context("create store")?;
     store.add_tablet(TABLE, 0, u64::MAX).context("add tablet")?;
+    let reserves = store.log().pool().reserves();
+    let reserved = (reserves.emergency_seglets + reserves.cleaner_seglets + reserves.delete_seglets)
+        as f64
+        / store.log().pool().seglet_count() as f64;
+    out.reserved_fraction = reserved;
+    out.usable_utilization = spec.utilization / (1.0 - reserved);
     let value: Vec<u8> = (0..spec.value_size).map(|i| (i % 251) as u8).collect();
     let mut key_buf = [0u8; 16];
     let mut bp = Backpressure::with_limit(budget.stall);
@@ -438,10 +452,11 @@ pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
         } else {
             10.0
         })),
-        stall: Duration::from_secs_f64(
-            args.stall_secs
-                .unwrap_or(if args.quick { 10.0 } else { 30.0 }),
-        ),
+        stall: Duration::from_secs_f64(args.stall_secs.unwrap_or(if args.quick {
+            10.0
+        } else {
+            30.0
+        })),
         seed: args.seed,
     };
     let dists = args
@@ -496,6 +511,18 @@ pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
         }
     }
     print_figure(&runs, &args.utilizations);
+    if let Some(r) = runs.iter().find(|r| r.reserved_fraction > 0.0) {
+        println!(
+            "\nThe log keeps {:.1}% of its {} for its reserves (cleaner, deletes, emergency heads): \
+             {}% utilisation is {:.1}% of the memory writes may use.",
+            100.0 * r.reserved_fraction,
+            report::human_bytes(memory_bytes),
+            args.utilizations.iter().max().copied().unwrap_or(90),
+            100.0 * args.utilizations.iter().max().copied().unwrap_or(90) as f64
+                / 100.0
+                / (1.0 - r.reserved_fraction)
+        );
+    }
     let checks = checks(&runs);
     for c in &checks {
         println!(

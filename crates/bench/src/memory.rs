@@ -436,7 +436,11 @@ pub fn diagnostics(store: &ObjectStore) -> String {
         log.retired_seglets(),
         log.pool().reserves()
     );
-    for kind in [CleanKind::Compaction, CleanKind::Combined, CleanKind::Combined] {
+    for kind in [
+        CleanKind::Compaction,
+        CleanKind::Combined,
+        CleanKind::Combined,
+    ] {
         let before = log.pool().free_seglets();
         let outcome = store.clean_now(Some(kind));
         text.push_str(&format!(

@@ -25,6 +25,8 @@ pub struct Machine {
     pub loadavg_end: String,
     /// Git revision of the work tree, when it can be read.
     pub git_rev: Option<String>,
+    /// Whether the work tree had uncommitted changes (the binary may include them).
+    pub git_dirty: Option<bool>,
 }
 
 impl Machine {
@@ -43,6 +45,12 @@ impl Machine {
             .ok()
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        let git_dirty = std::process::Command::new("git")
+            .args(["status", "--porcelain", "--untracked-files=no"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| !o.stdout.is_empty());
         Self {
             nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
             mem_total_bytes: meminfo_total_bytes(),
@@ -52,6 +60,7 @@ impl Machine {
             loadavg_start: loadavg(),
             loadavg_end: String::new(),
             git_rev,
+            git_dirty,
         }
     }
 

@@ -6,6 +6,16 @@ use anyhow::{Context, Result};
 use ramstore_coordinator::StoreSpec;
 use ramstore_server::ServerOptions;
 
+/// Structured logs to stderr, filtered by `RUST_LOG` (default: info).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 /// Waits for Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
     #[cfg(unix)]
@@ -39,6 +49,7 @@ pub struct DevOptions {
 
 /// Runs a coordinator and `servers` storage servers in this process until stopped.
 pub async fn dev(o: DevOptions) -> Result<()> {
+    init_logging();
     anyhow::ensure!(o.servers >= 1, "--servers must be at least 1");
     let dir = o
         .dir
@@ -95,6 +106,7 @@ pub async fn dev(o: DevOptions) -> Result<()> {
 
 /// Runs a coordinator until stopped.
 pub async fn coordinator(listen: String, store: StoreSpec) -> Result<()> {
+    init_logging();
     let c = ramstore_coordinator::start(&listen, &store)
         .await
         .with_context(|| format!("starting the coordinator on {listen}"))?;
@@ -109,6 +121,7 @@ pub async fn coordinator(listen: String, store: StoreSpec) -> Result<()> {
 
 /// Runs a storage server until stopped.
 pub async fn server(options: ServerOptions) -> Result<()> {
+    init_logging();
     let listen = options.listen.clone();
     let s = ramstore_server::start(options)
         .await

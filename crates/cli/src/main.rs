@@ -1,6 +1,7 @@
 //! `ramstore`: run a development cluster, a coordinator or a storage server, and talk
 //! to a cluster from the shell.
 
+mod bench;
 mod cluster;
 mod data;
 mod size;
@@ -139,6 +140,8 @@ enum Command {
         #[command(flatten)]
         at: At,
     },
+    /// Measure latency and throughput: closed-loop clients running a workload.
+    Bench(bench::BenchArgs),
 }
 
 /// Which cluster a data command talks to.
@@ -240,5 +243,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             data::scan(&data::connect(&at.coordinator)?, &table, limit)
         }
         Command::Status { at } => data::status(&data::connect(&at.coordinator)?, &at.coordinator),
+        Command::Bench(args) => bench::run(args),
     }
 }

@@ -101,6 +101,7 @@ impl CoordinatorService {
                 continue;
             }
             if !self.send(&action).await {
+                tracing::warn!(?action, "notification failed; will retry");
                 self.unfinished.lock().push(action);
             }
         }
@@ -257,6 +258,7 @@ impl CoordinatorService {
                 let result = self.core.lock().create_table(name, server_span);
                 match result {
                     Ok((table_id, actions)) => {
+                        tracing::info!(name, table_id, server_span, "table created");
                         self.carry_out(actions).await;
                         encode_response(id, op, &Response::CreateTable { table_id }, out)
                     }
@@ -271,6 +273,7 @@ impl CoordinatorService {
                 let result = self.core.lock().drop_table(name);
                 match result {
                     Ok(actions) => {
+                        tracing::info!(name, "table dropped");
                         self.carry_out(actions).await;
                         encode_response(id, op, &Response::DropTable, out)
                     }
@@ -301,6 +304,7 @@ impl CoordinatorService {
                     .enlist(address, bits, memory_bytes, replaces);
                 match result {
                     Ok((server_id, actions)) => {
+                        tracing::info!(server_id = server_id.0, address, "server enlisted");
                         // Answer first: the new server learns its id, then its tablets
                         // arrive (TakeTabletOwnership is idempotent and retried).
                         let queued = actions;

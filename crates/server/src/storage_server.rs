@@ -106,6 +106,7 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     )
     .await?;
     service.set_server_id(server_id);
+    tracing::info!(server_id, %addr, coordinator = %options.coordinator, memory_bytes = options.memory_bytes, "storage server enlisted");
     Ok(StartedServer {
         addr,
         metrics_addr,

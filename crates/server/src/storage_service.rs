@@ -259,7 +259,10 @@ impl StorageService {
                 start_hash,
                 end_hash,
             } => match self.store.add_tablet(table_id, start_hash, end_hash) {
-                Ok(()) => encode_response(id, op, &Response::TakeTabletOwnership, out)?,
+                Ok(()) => {
+                    tracing::info!(table_id, start_hash, end_hash, "took tablet ownership");
+                    encode_response(id, op, &Response::TakeTabletOwnership, out)?
+                }
                 Err(e) => {
                     let message = e.to_string();
                     encode_response(
@@ -398,6 +401,7 @@ impl StorageService {
                 end_hash,
             } => {
                 self.store.drop_tablet(table_id, start_hash, end_hash);
+                tracing::info!(table_id, start_hash, end_hash, "dropped tablet");
                 encode_response(id, op, &Response::DropTabletOwnership, &mut out)
             }
             _ => encode_response(

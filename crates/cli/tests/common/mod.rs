@@ -1,0 +1,542 @@
+//! A harness for end-to-end tests with real processes on 127.0.0.1: a coordinator
+//! (with its state in a temporary directory), storage servers, `ramstore dev`, and
+//! one-shot CLI commands whose output and exit code are captured.
+//!
+//! Every child process is owned by a [`Proc`], which kills (SIGKILL) and reaps it when
+//! dropped — also when a test panics — and which asks the kernel to kill the child
+//! should the test process itself die first (`PR_SET_PDEATHSIG`), so no test ever
+//! leaves a process behind. Readiness is the line each process prints once it
+//! serves; nothing sleeps for a fixed time.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ramstore_client::{BlockingClient, ClientOptions};
+use tempfile::TempDir;
+
+/// The `ramstore` binary cargo built for these tests.
+pub const BIN: &str = env!("CARGO_BIN_EXE_ramstore");
+
+/// How long a process may take to print its ready line (debug builds on a busy
+/// machine are slow to start).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a one-shot CLI command may run before it is killed and the test fails.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(30);
+/// Log memory of each storage server the harness starts.
+pub const SERVER_MEMORY: &str = "64MiB";
+
+/// A port that was free a moment ago (bound to port 0, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
+
+/// A port `p` such that `p..=p + extra` were all free a moment ago.
+pub fn free_port_run(extra: u16) -> u16 {
+    for _ in 0..100 {
+        let first = free_port();
+        if first.checked_add(extra).is_none() {
+            continue;
+        }
+        let all_free = (1..=extra).all(|i| TcpListener::bind(("127.0.0.1", first + i)).is_ok());
+        if all_free {
+            return first;
+        }
+    }
+    panic!("no run of {} free ports found", extra + 1);
+}
+
+/// Applies the options every child gets: killed if the test process dies.
+fn guard(cmd: &mut Command) -> &mut Command {
+    // SAFETY: the closure runs in the forked child before exec and only makes one
+    // async-signal-safe system call.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// A long-running child process: its stdout lines arrive on a channel (for waiting
+/// on ready lines) and are also kept, with all of stderr, for failure messages.
+pub struct Proc {
+    pub name: String,
+    child: Child,
+    lines: Receiver<String>,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<String>>,
+    exited: Option<ExitStatus>,
+}
+
+impl Proc {
+    /// Starts `ramstore ARGS` with `envs` (RAMSTORE_COORDINATOR is never inherited).
+    pub fn spawn(name: &str, args: &[&str], envs: &[(&str, &str)]) -> Proc {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env_remove("RAMSTORE_COORDINATOR")
+            .envs(envs.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = guard(&mut cmd)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name} ({BIN} {args:?}): {e}"));
+        let (tx, lines) = mpsc::channel();
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let out = child.stdout.take().expect("piped stdout");
+        let kept = stdout.clone();
+        thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                kept.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        let mut err = child.stderr.take().expect("piped stderr");
+        let kept = stderr.clone();
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                kept.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Proc {
+            name: name.to_string(),
+            child,
+            lines,
+            stdout,
+            stderr,
+            exited: None,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the process printed so far, for failure messages.
+    pub fn transcript(&self) -> String {
+        format!(
+            "--- {} stdout ---\n{}\n--- {} stderr ---\n{}",
+            self.name,
+            self.stdout.lock().unwrap().join("\n"),
+            self.name,
+            self.stderr.lock().unwrap()
+        )
+    }
+
+    /// Every stdout line so far.
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    /// Waits for a stdout line that satisfies `pred` (lines before it are skipped).
+    /// `Err` (with the transcript) if the process ends or `timeout` passes first.
+    pub fn wait_for_line(
+        &mut self,
+        pred: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) -> Result<String, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if pred(&line) => return Ok(line),
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(format!(
+                        "{} printed no expected line within {timeout:?}\n{}",
+                        self.name,
+                        self.transcript()
+                    ))
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = self.wait_timeout(Duration::from_secs(5));
+                    // Give the stderr reader a moment to collect the last words.
+                    thread::sleep(Duration::from_millis(20));
+                    return Err(format!(
+                        "{} ended ({status:?}) before printing the expected line\n{}",
+                        self.name,
+                        self.transcript()
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Kills the process with SIGKILL (a crash) and reaps it. Idempotent.
+    pub fn kill(&mut self) {
+        if self.exited.is_none() {
+            let _ = self.child.kill();
+            self.exited = self.child.wait().ok();
+        }
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: i32) {
+        if self.exited.is_none() {
+            let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
+            // SAFETY: kill(2) on our own child, which has not been reaped yet, so the
+            // pid cannot have been reused.
+            unsafe {
+                libc::kill(pid, signal);
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for the process to end; `None` if it is still running.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        if self.exited.is_some() {
+            return self.exited;
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    self.exited = Some(status);
+                    return Some(status);
+                }
+                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(5)),
+                _ => return None,
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The result of a one-shot CLI command.
+#[derive(Debug, Clone)]
+pub struct CliOutput {
+    /// The exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CliOutput {
+    /// Asserts success (exit code 0) and returns stdout.
+    #[track_caller]
+    pub fn ok(&self) -> &str {
+        assert_eq!(self.code, Some(0), "command failed: {self:#?}");
+        &self.stdout
+    }
+
+    /// Asserts a failure reported as exactly one `error: ...` line on stderr with
+    /// nothing on stdout and exit code 1; returns that line.
+    #[track_caller]
+    pub fn one_line_error(&self) -> &str {
+        assert_eq!(self.code, Some(1), "expected exit code 1: {self:#?}");
+        assert!(self.stdout.is_empty(), "no stdout on error: {self:#?}");
+        let line = self
+            .stderr
+            .strip_suffix('\n')
+            .unwrap_or_else(|| panic!("stderr ends with a newline: {self:#?}"));
+        assert!(!line.contains('\n'), "error is one line: {self:#?}");
+        assert!(line.starts_with("error: "), "error line: {self:#?}");
+        line
+    }
+}
+
+/// Runs `ramstore ARGS` to completion with `envs` (RAMSTORE_COORDINATOR is not
+/// inherited from the test's environment); killed after [`CLI_TIMEOUT`].
+pub fn run_cli(args: &[&str], envs: &[(&str, &str)]) -> CliOutput {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_remove("RAMSTORE_COORDINATOR")
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = guard(&mut cmd)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {BIN} {args:?}: {e}"));
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let out = thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        s
+    });
+    let err = thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        s
+    });
+    let deadline = Instant::now() + CLI_TIMEOUT;
+    let status = loop {
+        match child.try_wait().expect("try_wait") {
+            Some(status) => break status,
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("`ramstore {}` ran longer than {CLI_TIMEOUT:?}", args.join(" "));
+            }
+            None => thread::sleep(Duration::from_millis(2)),
+        }
+    };
+    let text = |h: thread::JoinHandle<Vec<u8>>| {
+        String::from_utf8(h.join().expect("reader thread")).expect("UTF-8 output")
+    };
+    CliOutput {
+        code: status.code(),
+        stdout: text(out),
+        stderr: text(err),
+    }
+}
+
+/// A coordinator process.
+pub struct Coordinator {
+    pub proc: Proc,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    pub store: PathBuf,
+}
+
+impl Coordinator {
+    /// Starts a coordinator on `127.0.0.1:port` with its state in `store`.
+    pub fn start_on(port: u16, store: &Path) -> Result<Coordinator, String> {
+        let listen = format!("127.0.0.1:{port}");
+        let store_arg = format!("file:{}", store.display());
+        let mut proc = Proc::spawn(
+            "coordinator",
+            &["coordinator", "--listen", &listen, "--store", &store_arg],
+            &[],
+        );
+        let line = proc.wait_for_line(
+            |l| l.starts_with("ramstore coordinator listening on "),
+            READY_TIMEOUT,
+        )?;
+        let printed = line
+            .split_whitespace()
+            .nth(4)
+            .expect("address in the ready line");
+        assert_eq!(printed, listen, "the coordinator listens where asked");
+        Ok(Coordinator {
+            proc,
+            addr: listen,
+            store: store.to_path_buf(),
+        })
+    }
+
+    /// Starts a coordinator on a free port (retrying if another process takes the
+    /// port between choosing and binding it).
+    pub fn start(store: &Path) -> Coordinator {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match Coordinator::start_on(free_port(), store) {
+                Ok(c) => return c,
+                Err(e) => last = e,
+            }
+        }
+        panic!("coordinator did not start: {last}");
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port")
+    }
+}
+
+/// A storage server process.
+pub struct Server {
+    pub proc: Proc,
+    /// The id the coordinator gave it.
+    pub id: u64,
+    /// Where it serves (`127.0.0.1:PORT`).
+    pub addr: String,
+}
+
+impl Server {
+    /// Starts a storage server listening on `listen` (e.g. `127.0.0.1:0`) that
+    /// enlists with `coordinator`; `extra` are more arguments.
+    pub fn start(coordinator: &str, listen: &str, extra: &[&str]) -> Result<Server, String> {
+        let mut args = vec![
+            "server",
+            "--coordinator",
+            coordinator,
+            "--listen",
+            listen,
+            "--memory",
+            SERVER_MEMORY,
+        ];
+        args.extend_from_slice(extra);
+        let mut proc = Proc::spawn("server", &args, &[]);
+        let line = proc.wait_for_line(|l| l.starts_with("ramstore server "), READY_TIMEOUT)?;
+        // "ramstore server ID listening on ADDR[,] ..."
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let id = words
+            .get(2)
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("server id in {line:?}"));
+        assert_eq!(words.get(3..5), Some(&["listening", "on"][..]), "{line:?}");
+        let addr = words[5].trim_end_matches(',').to_string();
+        addr.parse::<SocketAddr>()
+            .unwrap_or_else(|e| panic!("address in {line:?}: {e}"));
+        proc.name = format!("server {id}");
+        Ok(Server { proc, id, addr })
+    }
+}
+
+/// A coordinator and storage servers, each its own process, with the coordinator's
+/// state in a temporary directory. Dropping it kills every process, then removes the
+/// directory.
+pub struct Cluster {
+    // Fields drop in this order: servers, coordinator, then the directory.
+    pub servers: Vec<Server>,
+    pub coordinator: Coordinator,
+    pub dir: TempDir,
+}
+
+impl Cluster {
+    /// A coordinator and `servers` storage servers.
+    pub fn start(servers: usize) -> Cluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let coordinator = Coordinator::start(&dir.path().join("coordinator"));
+        let mut cluster = Cluster {
+            servers: Vec::new(),
+            coordinator,
+            dir,
+        };
+        for _ in 0..servers {
+            cluster.add_server("127.0.0.1:0");
+        }
+        cluster
+    }
+
+    /// Starts one more storage server listening on `listen`.
+    pub fn add_server(&mut self, listen: &str) -> &Server {
+        let server =
+            Server::start(&self.coordinator.addr, listen, &[]).unwrap_or_else(|e| panic!("{e}"));
+        self.servers.push(server);
+        self.servers.last().expect("just pushed")
+    }
+
+    /// The coordinator's address.
+    pub fn addr(&self) -> &str {
+        &self.coordinator.addr
+    }
+
+    /// Client options for this cluster with an operation deadline of `deadline`.
+    pub fn options(&self, deadline: Duration) -> ClientOptions {
+        ClientOptions {
+            operation_deadline: deadline,
+            ..ClientOptions::new(self.addr())
+        }
+    }
+
+    /// A blocking client with a 20 s operation deadline.
+    pub fn client(&self) -> BlockingClient {
+        BlockingClient::connect(self.options(Duration::from_secs(20))).expect("client connects")
+    }
+
+    /// Runs `ramstore ARGS --coordinator ADDR`.
+    pub fn cli(&self, args: &[&str]) -> CliOutput {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["--coordinator", self.addr()]);
+        run_cli(&all, &[])
+    }
+
+    /// Kills the coordinator (SIGKILL: a crash) and starts a new one on the same
+    /// port and state directory.
+    pub fn restart_coordinator(&mut self) {
+        let port = self.coordinator.port();
+        let store = self.coordinator.store.clone();
+        self.coordinator.proc.kill();
+        self.coordinator = Coordinator::start_on(port, &store).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// `ramstore dev` on a free run of ports (coordinator on `port`, servers after it).
+pub struct Dev {
+    pub proc: Proc,
+    /// The coordinator's address.
+    pub addr: String,
+    /// Everything the banner printed, up to "Press Ctrl-C to stop.".
+    pub banner: Vec<String>,
+    pub dir: TempDir,
+}
+
+impl Dev {
+    /// Starts `ramstore dev --port P --dir TMP --servers N --memory 64MiB` and waits
+    /// for its whole banner.
+    pub fn start(servers: u16) -> Dev {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port_run(servers);
+            let port_arg = port.to_string();
+            let servers_arg = servers.to_string();
+            let dir_arg = dir.path().display().to_string();
+            let mut proc = Proc::spawn(
+                "ramstore dev",
+                &[
+                    "dev",
+                    "--port",
+                    &port_arg,
+                    "--dir",
+                    &dir_arg,
+                    "--servers",
+                    &servers_arg,
+                    "--memory",
+                    SERVER_MEMORY,
+                ],
+                &[],
+            );
+            match proc.wait_for_line(|l| l.starts_with("Press Ctrl-C"), READY_TIMEOUT) {
+                Ok(_) => {
+                    let banner = proc.stdout_lines();
+                    return Dev {
+                        proc,
+                        addr: format!("127.0.0.1:{port}"),
+                        banner,
+                        dir,
+                    };
+                }
+                Err(e) => last = e,
+            }
+        }
+        panic!("ramstore dev did not start: {last}");
+    }
+}
+
+/// Polls `f` every few milliseconds until it returns `Some`, for at most `timeout`.
+#[track_caller]
+pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
