@@ -44,9 +44,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use hdrhistogram::Histogram;
+use ramstore_client::{BlockingClient, Client, ClientError, ClientOptions, MultiWriteOp};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
-use ramstore_client::{BlockingClient, Client, ClientError, ClientOptions, MultiWriteOp};
 use serde::Serialize;
 
 /// Largest latency the histograms hold (longer ones are recorded as this): 1 hour.
@@ -338,7 +338,8 @@ impl ClientStats {
 /// (whose "futures" complete before they are first polled).
 trait Store {
     async fn bench_read(&self, table_id: u64, key: &[u8]) -> Result<(), ClientError>;
-    async fn bench_write(&self, table_id: u64, key: &[u8], value: &[u8]) -> Result<(), ClientError>;
+    async fn bench_write(&self, table_id: u64, key: &[u8], value: &[u8])
+        -> Result<(), ClientError>;
 }
 
 impl Store for Client {
@@ -346,7 +347,12 @@ impl Store for Client {
         self.read(table_id, key).await.map(drop)
     }
 
-    async fn bench_write(&self, table_id: u64, key: &[u8], value: &[u8]) -> Result<(), ClientError> {
+    async fn bench_write(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), ClientError> {
         self.write(table_id, key, value).await.map(drop)
     }
 }
@@ -356,7 +362,12 @@ impl Store for BlockingClient {
         self.read(table_id, key).map(drop)
     }
 
-    async fn bench_write(&self, table_id: u64, key: &[u8], value: &[u8]) -> Result<(), ClientError> {
+    async fn bench_write(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), ClientError> {
         self.write(table_id, key, value).map(drop)
     }
 }
@@ -378,7 +389,9 @@ async fn perform<S: Store>(
         Op::Update => found(store.bench_write(shared.table_id, key, &shared.value).await),
         Op::ReadModifyWrite => {
             let present = found(store.bench_read(shared.table_id, key).await)?;
-            store.bench_write(shared.table_id, key, &shared.value).await?;
+            store
+                .bench_write(shared.table_id, key, &shared.value)
+                .await?;
             Ok(present)
         }
     }
@@ -467,8 +480,12 @@ fn run_clients(args: &BenchArgs, shared: Arc<Shared>) -> Result<ClientStats> {
                 let barrier = Arc::new(tokio::sync::Barrier::new(n));
                 let mut handles = Vec::with_capacity(n);
                 for i in 0..n {
-                    let (shared, barrier, options, common) =
-                        (shared.clone(), barrier.clone(), options.clone(), common.clone());
+                    let (shared, barrier, options, common) = (
+                        shared.clone(),
+                        barrier.clone(),
+                        options.clone(),
+                        common.clone(),
+                    );
                     handles.push(tokio::spawn(async move {
                         let client = match common {
                             Some(c) => Ok(c),
@@ -621,10 +638,7 @@ async fn load(client: &Client, shared: &Shared) -> Result<()> {
             if let Some(bar) = &bar {
                 bar.abandon();
             }
-            bail!(
-                "loading key {}: {e}",
-                String::from_utf8_lossy(&chunk[i])
-            );
+            bail!("loading key {}: {e}", String::from_utf8_lossy(&chunk[i]));
         }
         if let Some(bar) = &bar {
             bar.inc(chunk.len() as u64);

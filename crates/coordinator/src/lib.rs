@@ -46,11 +46,11 @@ pub use coordinator::{Action, CoordinatorCore};
 pub use error::CoordinatorError;
 pub use file_storage::FileStorage;
 pub use process::{start, StartError, StartedCoordinator, StoreSpec};
-pub use service::CoordinatorService;
 pub use server_list::{
     ServerEntry, ServerId, ServerList, ServerStatus, MAX_ADDRESS_BYTES, SERVICE_BACKUP,
     SERVICE_MASTER,
 };
+pub use service::CoordinatorService;
 pub use state::{CoordinatorState, STATE_KEY};
 pub use storage::{ExternalStorage, MemoryStorage, StorageError, MAX_KEY_BYTES};
 pub use tables::{

@@ -48,6 +48,9 @@ pub struct PassOutcome {
     pub seglets_retired: usize,
     /// Survivor segments written (combined cleaning only).
     pub survivors: usize,
+    /// Whether the pass freed memory, disk space or tombstones; a cleaner whose
+    /// passes make no progress should wait instead of trying again at once.
+    pub made_progress: bool,
 }
 
 fn thread_cpu_ns() -> u64 {
@@ -108,8 +111,13 @@ impl Log {
                     self.clean_combined(relocator)
                         .map(|o| (CleanKind::Combined, o))
                 }),
+            // Combined cleaning forced by tombstones or by the disk log may free no
+            // memory (it frees tombstones or disk space); otherwise it must.
             CleanKind::Combined => self
-                .clean_combined(relocator)
+                .clean_combined_with_gain(
+                    relocator,
+                    usize::from(!balancer::needs_combined(&self.balancer_input())),
+                )
                 .map(|o| (CleanKind::Combined, o))
                 .or_else(|| {
                     if self.config.compaction {
@@ -234,6 +242,7 @@ impl Log {
         if !spare.is_empty() {
             self.pool.release(&spare);
         }
+        let new_seglets = w.seglets.len();
         let old = {
             let mut table = self.segments.lock();
             let m = table.by_id.get_mut(&meta.id)?;
@@ -254,6 +263,7 @@ impl Log {
             bytes_copied: copied,
             seglets_retired: retired,
             survivors: 0,
+            made_progress: retired > new_seglets,
         })
     }
 
@@ -261,16 +271,33 @@ impl Log {
     /// their live entries sorted by age into new survivor segments, makes the
     /// survivors part of the log with a new digest, then frees the cleaned segments.
     pub fn clean_combined(&self, relocator: &dyn Relocator) -> Option<PassOutcome> {
+        self.clean_combined_with_gain(relocator, 1)
+    }
+
+    /// Combined cleaning that runs only if it frees at least `min_gain_seglets` of
+    /// memory (0: passes that only shrink the disk log or collect tombstones are
+    /// allowed, but never one that uses more memory than it frees).
+    pub fn clean_combined_with_gain(
+        &self,
+        relocator: &dyn Relocator,
+        min_gain_seglets: usize,
+    ) -> Option<PassOutcome> {
         let cpu_start = thread_cpu_ns();
         let head_id = self.head_id();
         let budget_seglets = self.pool.available(AllocClass::Cleaner);
         let victims = self.pick_for_combined(head_id, budget_seglets)?;
         let victim_ids: Vec<u64> = victims.iter().map(|m| m.id).collect();
         let live_ids = self.live_segment_ids(&victim_ids);
+        // A writer appends under the head lock but publishes the new reference in the
+        // hash table afterwards. If the head rolled in between, a victim can hold an
+        // object that the lock-free liveness check below would call dead. Every such
+        // writer is pinned, so waiting for the pinned operations closes the window.
+        self.wait_for_operations();
 
         // Live entries, oldest first: segregating old from young data makes later
         // cleaning cheaper (L§4.3).
         let mut found: Vec<(u64, Found)> = Vec::new();
+        let mut tombstones_dropped = 0u64;
         for m in &victims {
             self.scan(m, |e| match e.kind {
                 EntryType::Object => {
@@ -283,6 +310,8 @@ impl Log {
                 EntryType::Tombstone => {
                     if matches!(self.tombstone(e.at), Ok(t) if live_ids.contains(&t.segment_id)) {
                         found.push((m.created_at, e));
+                    } else {
+                        tombstones_dropped += 1;
                     }
                 }
                 _ => {}
@@ -290,8 +319,15 @@ impl Log {
         }
         found.sort_by_key(|&(birth, _)| birth);
 
-        let total: usize = found.iter().map(|(_, e)| e.len).sum();
-        let stash_seglets = self.survivor_seglets_bound(total);
+        // Never run a pass that uses more memory than it frees: survivors plus the new
+        // head must take fewer seglets than the victims give back (L§7).
+        let stash_seglets = self.survivor_seglets_for(found.iter().map(|(_, e)| e.len));
+        let victim_seglets: usize = victims.iter().map(|m| m.seglets.len()).sum();
+        let new_head_seglets = 1;
+        if stash_seglets + new_head_seglets + min_gain_seglets > victim_seglets {
+            self.release_victims(&victims);
+            return None;
+        }
         let mut stash = Vec::with_capacity(stash_seglets);
         if !self
             .pool
@@ -317,8 +353,15 @@ impl Log {
                     let Ok(view) = self.object(e.at) else {
                         continue;
                     };
-                    if relocator.relocate(&view, &mut || self.copy_entry(e.at, e.len, w)) {
-                        self.survivor_bytes_added(w.slot, e.len, false);
+                    let slot = w.slot;
+                    // Counted inside the copy, under the bucket lock: once the lock is
+                    // released a writer may already count the copy dead.
+                    let moved = relocator.relocate(&view, &mut || {
+                        let at = self.copy_entry(e.at, e.len, w);
+                        self.survivor_bytes_added(slot, e.len, false);
+                        at
+                    });
+                    if moved {
                         copied += e.len as u64;
                     }
                 }
@@ -338,6 +381,9 @@ impl Log {
         // digest that says so (L§6.4: survivors are replicated before the digest).
         let now = self.clock();
         let survivor_ids: Vec<u64> = survivors.iter().map(|w| w.id).collect();
+        let survivor_seglets: usize = survivors.iter().map(|w| w.seglets.len()).sum();
+        let survivor_bytes: usize = survivors.iter().map(|w| w.length).sum();
+        let victim_disk_bytes: usize = victims.iter().map(|m| m.disk_length).sum();
         {
             let mut table = self.segments.lock();
             for w in &mut survivors {
@@ -379,6 +425,8 @@ impl Log {
         n.segments_cleaned
             .fetch_add(victim_ids.len() as u64, Ordering::Relaxed);
         n.combined_bytes_copied.fetch_add(copied, Ordering::Relaxed);
+        n.tombstones_dropped
+            .fetch_add(tombstones_dropped, Ordering::Relaxed);
         n.cpu_ns
             .fetch_add(thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
         Some(PassOutcome {
@@ -386,6 +434,9 @@ impl Log {
             bytes_copied: copied,
             seglets_retired: retired,
             survivors: survivor_ids.len(),
+            made_progress: retired > survivor_seglets + 1
+                || tombstones_dropped > 0
+                || survivor_bytes < victim_disk_bytes,
         })
     }
 
@@ -418,7 +469,7 @@ impl Log {
             if chosen.len() == MAX_SEGMENTS_PER_COMBINED_PASS {
                 break;
             }
-            if self.survivor_seglets_bound(keep_total + keep) > budget_seglets {
+            if self.survivor_seglets_estimate(keep_total + keep) > budget_seglets {
                 continue;
             }
             keep_total += keep;
@@ -439,18 +490,33 @@ impl Log {
         Some(victims)
     }
 
-    /// Seglets that survivors holding `live_bytes` of entries can need: the bytes
-    /// themselves, plus per survivor its header and a partly filled last seglet. A
-    /// survivor closes only when the next entry does not fit, so each is at least
-    /// `segment_bytes − max entry` full (L§7).
-    fn survivor_seglets_bound(&self, live_bytes: usize) -> usize {
-        let min_fill = self
-            .config
-            .segment_bytes
-            .saturating_sub(self.max_entry_bytes())
-            .max(SEGLET_BYTES);
-        let survivors = live_bytes.div_ceil(min_fill) + 1;
-        live_bytes.div_ceil(SEGLET_BYTES) + 2 * survivors + 1
+    /// Seglets the survivors of entries of these lengths (in copy order) occupy at
+    /// most: the cleaner packs them in that order and starts a new survivor when the
+    /// next entry does not fit, exactly as simulated here with a header at least as
+    /// long as the real one. That packing never needs more survivors than this
+    /// simulation (next-fit needs no more bins as capacity grows), and each survivor
+    /// adds at most one partly filled seglet.
+    fn survivor_seglets_for(&self, lens: impl Iterator<Item = usize>) -> usize {
+        const HEADER_BOUND_BYTES: usize = 32;
+        let limit = self.config.segment_bytes;
+        let (mut survivors, mut bytes, mut current) = (0usize, 0usize, 0usize);
+        for len in lens {
+            if survivors == 0 || current + len > limit {
+                survivors += 1;
+                current = HEADER_BOUND_BYTES;
+                bytes += HEADER_BOUND_BYTES;
+            }
+            current += len;
+            bytes += len;
+        }
+        bytes.div_ceil(SEGLET_BYTES) + survivors + 1
+    }
+
+    /// A quick estimate of `survivor_seglets_for` before the victims are scanned (the
+    /// exact figure decides after the scan).
+    fn survivor_seglets_estimate(&self, live_bytes: usize) -> usize {
+        let survivors = live_bytes.div_ceil(self.config.segment_bytes / 2) + 1;
+        live_bytes.div_ceil(SEGLET_BYTES) + survivors + 1
     }
 
     fn release_victims(&self, victims: &[SegmentMeta]) {

@@ -301,7 +301,7 @@ impl Log {
             // Enough to compact any one segment, plus slack for the seglet left
             // partly empty at the end of each survivor (L§7).
             cleaner_seglets: segment_seglets + 2,
-            delete_seglets: ((seglets as f64 * config.delete_reserve_fraction) as usize).max(1),
+            delete_seglets: ((seglets as f64 * config.delete_reserve_fraction) as usize).max(2),
         };
         let pool = SegletPool::new(config.memory_bytes, reserves)?;
         // Every segment holds at least one seglet, so there are never more segments

@@ -65,7 +65,9 @@ impl CleanerThread {
 
 fn run(inner: &Inner, signal: &Signal) {
     while !signal.stop.load(Ordering::SeqCst) {
-        if inner.log.clean(inner).is_some() {
+        // Keep cleaning while passes help; a pass that changes nothing means the
+        // log is as clean as it can get for now, so wait.
+        if matches!(inner.log.clean(inner), Some((_, pass)) if pass.made_progress) {
             continue;
         }
         let mut woken = signal.lock.lock();

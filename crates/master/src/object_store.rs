@@ -299,6 +299,11 @@ impl ObjectStore {
                 if let Some(slot) = guard.find_ref(r.0) {
                     guard.remove(slot);
                     log.object_died(r, view.entry_len());
+                    // If the tablet comes back, its keys must not reuse versions.
+                    self.inner
+                        .shared
+                        .safe_version
+                        .fetch_max(view.version() + 1, Ordering::SeqCst);
                 }
             }
             let (_, last) = index.bucket_hash_range(bucket);
@@ -549,10 +554,8 @@ impl ObjectStore {
             // Raise the safe version before the tombstone exists, so that any head
             // opened from now on records it (R§3.1): versions of this key stay
             // monotonic even after the tombstone is cleaned.
-            inner
-                .shared
-                .safe_version
-                .fetch_max(version + 1, Ordering::SeqCst);
+            let safe = &inner.shared.safe_version;
+            let before = safe.fetch_max(version + 1, Ordering::SeqCst);
             let appended = match log.append_tombstone(
                 table_id,
                 key,
@@ -563,6 +566,16 @@ impl ObjectStore {
             ) {
                 Ok(a) => a,
                 Err(e) => {
+                    // Nothing was deleted: undo our raise unless another delete has
+                    // raised it further since (a higher value is never wrong).
+                    if before < version + 1 {
+                        let _ = safe.compare_exchange(
+                            version + 1,
+                            before,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        );
+                    }
                     self.kick_cleaner();
                     return Err(e.into());
                 }

@@ -440,14 +440,14 @@ fn readers_never_see_stale_or_torn_values_one_level_cleaner() {
 /// everything is checked at the end.
 #[test]
 fn acknowledged_writes_survive_cleaning_of_just_closed_head() {
-    for (compaction, seed) in [(false, 11u64), (true, 12)] {
-        hot_overwrites(compaction, seed, 1.0);
-    }
+    hot_overwrites(false, 11, 1.5);
+    hot_overwrites(true, 12, 0.5);
 }
 
 fn hot_overwrites(compaction: bool, seed: u64, seconds: f64) {
-    const THREADS: usize = 4;
-    const KEYS: usize = 24;
+    let threads = 6;
+    let keys = 100;
+    let (vmin, vmax) = (50, 2000);
     let mut cfg = StoreConfig::new(4 << 20);
     cfg.segment_bytes = 512 << 10;
     cfg.compaction = compaction;
@@ -457,32 +457,35 @@ fn hot_overwrites(compaction: bool, seed: u64, seconds: f64) {
     let stop = AtomicBool::new(false);
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let finals: Vec<Vec<(usize, u64)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..THREADS)
+        let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let (store, stop) = (&store, &stop);
                 s.spawn(move || {
                     let mut rng = StdRng::seed_from_u64(seed * 100 + t as u64);
-                    let mut last = vec![0u64; KEYS];
+                    let mut last = vec![0u64; keys];
                     let mut buf = Vec::new();
                     let mut seq = 0;
                     while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                        let k = rng.gen_range(0..KEYS);
-                        let id = t * KEYS + k;
+                        let k = rng.gen_range(0..keys);
+                        let id = t * keys + k;
                         seq += 1;
-                        let value = encode(id as u32, seq, rng.gen_range(2000..12_000));
+                        let value = encode(id as u32, seq, rng.gen_range(vmin..vmax));
                         let key = key_name(id);
                         retry_nospace(store, "write", || {
                             store.write(TABLE, &key, &value, &RejectRules::default())
                         });
                         last[k] = seq;
                         let got = store.read(TABLE, &key, &mut buf);
-                        assert!(got.is_ok(), "key {id}: own write {seq} not readable: {got:?}");
+                        assert!(
+                            got.is_ok(),
+                            "key {id}: own write {seq} not readable: {got:?}"
+                        );
                         assert_eq!(decode(&buf), Ok((id, seq)), "key {id}: own write");
                     }
                     stop.store(true, Ordering::Relaxed);
                     last.into_iter()
                         .enumerate()
-                        .map(|(k, seq)| (t * KEYS + k, seq))
+                        .map(|(k, seq)| (t * keys + k, seq))
                         .collect()
                 })
             })
@@ -491,7 +494,10 @@ fn hot_overwrites(compaction: bool, seed: u64, seconds: f64) {
     });
     let mut buf = Vec::new();
     for (id, seq) in finals.into_iter().flatten().filter(|&(_, seq)| seq > 0) {
-        assert!(store.read(TABLE, &key_name(id), &mut buf).is_ok(), "key {id}");
+        assert!(
+            store.read(TABLE, &key_name(id), &mut buf).is_ok(),
+            "key {id}"
+        );
         assert_eq!(decode(&buf), Ok((id, seq)), "final value of key {id}");
     }
     let log = store.stats().log;

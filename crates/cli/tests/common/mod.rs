@@ -42,6 +42,19 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// An address nothing listens on, so connecting is refused at once: port 1 (a
+/// privileged port no test can bind), unless something happens to serve there.
+pub fn dead_addr() -> String {
+    let addr = "127.0.0.1:1";
+    let timeout = Duration::from_millis(200);
+    let refused = std::net::TcpStream::connect_timeout(&addr.parse().unwrap(), timeout).is_err();
+    if refused {
+        addr.to_string()
+    } else {
+        format!("127.0.0.1:{}", free_port())
+    }
+}
+
 /// A port `p` such that `p..=p + extra` were all free a moment ago.
 pub fn free_port_run(extra: u16) -> u16 {
     for _ in 0..100 {
@@ -295,13 +308,17 @@ pub fn run_cli(args: &[&str], envs: &[(&str, &str)]) -> CliOutput {
             None if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("`ramstore {}` ran longer than {CLI_TIMEOUT:?}", args.join(" "));
+                panic!(
+                    "`ramstore {}` ran longer than {CLI_TIMEOUT:?}",
+                    args.join(" ")
+                );
             }
             None => thread::sleep(Duration::from_millis(2)),
         }
     };
+    // Lossy: `get` prints values as they are (a counter is 8 binary bytes).
     let text = |h: thread::JoinHandle<Vec<u8>>| {
-        String::from_utf8(h.join().expect("reader thread")).expect("UTF-8 output")
+        String::from_utf8_lossy(&h.join().expect("reader thread")).into_owned()
     };
     CliOutput {
         code: status.code(),
@@ -377,17 +394,13 @@ pub struct Server {
 
 impl Server {
     /// Starts a storage server listening on `listen` (e.g. `127.0.0.1:0`) that
-    /// enlists with `coordinator`; `extra` are more arguments.
+    /// enlists with `coordinator`; `extra` are more arguments (`--memory` in them
+    /// replaces the default [`SERVER_MEMORY`]).
     pub fn start(coordinator: &str, listen: &str, extra: &[&str]) -> Result<Server, String> {
-        let mut args = vec![
-            "server",
-            "--coordinator",
-            coordinator,
-            "--listen",
-            listen,
-            "--memory",
-            SERVER_MEMORY,
-        ];
+        let mut args = vec!["server", "--coordinator", coordinator, "--listen", listen];
+        if !extra.contains(&"--memory") {
+            args.extend_from_slice(&["--memory", SERVER_MEMORY]);
+        }
         args.extend_from_slice(extra);
         let mut proc = Proc::spawn("server", &args, &[]);
         let line = proc.wait_for_line(|l| l.starts_with("ramstore server "), READY_TIMEOUT)?;
@@ -434,8 +447,13 @@ impl Cluster {
 
     /// Starts one more storage server listening on `listen`.
     pub fn add_server(&mut self, listen: &str) -> &Server {
+        self.add_server_with(listen, &[])
+    }
+
+    /// Starts one more storage server listening on `listen`, with more arguments.
+    pub fn add_server_with(&mut self, listen: &str, extra: &[&str]) -> &Server {
         let server =
-            Server::start(&self.coordinator.addr, listen, &[]).unwrap_or_else(|e| panic!("{e}"));
+            Server::start(&self.coordinator.addr, listen, extra).unwrap_or_else(|e| panic!("{e}"));
         self.servers.push(server);
         self.servers.last().expect("just pushed")
     }
@@ -480,51 +498,42 @@ pub struct Dev {
     pub proc: Proc,
     /// The coordinator's address.
     pub addr: String,
-    /// Everything the banner printed, up to "Press Ctrl-C to stop.".
+    pub port: u16,
+    /// Every stdout line up to and including "Press Ctrl-C to stop.".
     pub banner: Vec<String>,
-    pub dir: TempDir,
+    pub dir: PathBuf,
 }
 
 impl Dev {
-    /// Starts `ramstore dev --port P --dir TMP --servers N --memory 64MiB` and waits
-    /// for its whole banner.
-    pub fn start(servers: u16) -> Dev {
-        let dir = tempfile::tempdir().expect("temp dir");
+    /// Starts `ramstore dev --port P --dir DIR EXTRA` on a free run of `1 + servers`
+    /// ports and waits for its whole banner.
+    pub fn start(dir: &Path, servers: u16, extra: &[&str]) -> Dev {
         let mut last = String::new();
         for _ in 0..5 {
-            let port = free_port_run(servers);
-            let port_arg = port.to_string();
-            let servers_arg = servers.to_string();
-            let dir_arg = dir.path().display().to_string();
-            let mut proc = Proc::spawn(
-                "ramstore dev",
-                &[
-                    "dev",
-                    "--port",
-                    &port_arg,
-                    "--dir",
-                    &dir_arg,
-                    "--servers",
-                    &servers_arg,
-                    "--memory",
-                    SERVER_MEMORY,
-                ],
-                &[],
-            );
-            match proc.wait_for_line(|l| l.starts_with("Press Ctrl-C"), READY_TIMEOUT) {
-                Ok(_) => {
-                    let banner = proc.stdout_lines();
-                    return Dev {
-                        proc,
-                        addr: format!("127.0.0.1:{port}"),
-                        banner,
-                        dir,
-                    };
-                }
+            match Dev::start_on(free_port_run(servers), dir, extra) {
+                Ok(dev) => return dev,
                 Err(e) => last = e,
             }
         }
         panic!("ramstore dev did not start: {last}");
+    }
+
+    /// Starts `ramstore dev --port PORT --dir DIR EXTRA` and waits for its banner.
+    pub fn start_on(port: u16, dir: &Path, extra: &[&str]) -> Result<Dev, String> {
+        let port_arg = port.to_string();
+        let dir_arg = dir.display().to_string();
+        let mut args = vec!["dev", "--port", &port_arg, "--dir", &dir_arg];
+        args.extend_from_slice(extra);
+        let mut proc = Proc::spawn("ramstore dev", &args, &[]);
+        proc.wait_for_line(|l| l.starts_with("Press Ctrl-C"), READY_TIMEOUT)?;
+        let banner = proc.stdout_lines();
+        Ok(Dev {
+            proc,
+            addr: format!("127.0.0.1:{port}"),
+            port,
+            banner,
+            dir: dir.to_path_buf(),
+        })
     }
 }
 
