@@ -16,26 +16,42 @@ pub fn init_logging() {
         .try_init();
 }
 
-/// Waits for Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
+/// Ctrl-C and SIGTERM, listened for from the moment this is made. Make it before
+/// printing that the process is ready: a signal that arrives between "ready" and
+/// the first wait must still stop the process cleanly.
+pub struct Shutdown {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    pub fn install() -> Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self {
+                term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+                interrupt: signal(SignalKind::interrupt())
+                    .context("installing the SIGINT handler")?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Self {})
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Waits for Ctrl-C or SIGTERM.
+    pub async fn wait(mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -51,6 +67,7 @@ pub struct DevOptions {
 pub async fn dev(o: DevOptions) -> Result<()> {
     init_logging();
     anyhow::ensure!(o.servers >= 1, "--servers must be at least 1");
+    let shutdown = Shutdown::install()?;
     let dir = o
         .dir
         .unwrap_or_else(|| std::env::temp_dir().join(format!("ramstore-dev-{}", o.port)));
@@ -95,7 +112,7 @@ pub async fn dev(o: DevOptions) -> Result<()> {
     println!("  ramstore get demo hello");
     println!("  ramstore status");
     println!("Press Ctrl-C to stop.");
-    shutdown_signal().await;
+    shutdown.wait().await;
     println!("stopping");
     for s in servers {
         s.stop();
@@ -107,6 +124,7 @@ pub async fn dev(o: DevOptions) -> Result<()> {
 /// Runs a coordinator until stopped.
 pub async fn coordinator(listen: String, store: StoreSpec) -> Result<()> {
     init_logging();
+    let shutdown = Shutdown::install()?;
     let c = ramstore_coordinator::start(&listen, &store)
         .await
         .with_context(|| format!("starting the coordinator on {listen}"))?;
@@ -114,7 +132,7 @@ pub async fn coordinator(listen: String, store: StoreSpec) -> Result<()> {
         "ramstore coordinator listening on {} (store {store:?})",
         c.addr
     );
-    shutdown_signal().await;
+    shutdown.wait().await;
     c.stop();
     Ok(())
 }
@@ -123,6 +141,7 @@ pub async fn coordinator(listen: String, store: StoreSpec) -> Result<()> {
 pub async fn server(options: ServerOptions) -> Result<()> {
     init_logging();
     let listen = options.listen.clone();
+    let shutdown = Shutdown::install()?;
     let s = ramstore_server::start(options)
         .await
         .with_context(|| format!("starting the storage server on {listen}"))?;
@@ -134,7 +153,7 @@ pub async fn server(options: ServerOptions) -> Result<()> {
             .map(|m| format!(", metrics on http://{m}/metrics"))
             .unwrap_or_default()
     );
-    shutdown_signal().await;
+    shutdown.wait().await;
     s.stop();
     Ok(())
 }

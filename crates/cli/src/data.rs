@@ -69,19 +69,29 @@ fn coordinator_stats(
         .collect())
 }
 
+/// Tables as (id, tablet count, name), by id, from the coordinator's stats lines
+/// `table.<id>=<tablets> <name>`.
+fn table_list(stats: &BTreeMap<String, String>) -> Vec<(u64, String, String)> {
+    let mut tables: Vec<(u64, String, String)> = stats
+        .iter()
+        .filter_map(|(k, v)| {
+            let id = k.strip_prefix("table.")?.parse().ok()?;
+            let (tablets, name) = v.split_once(' ')?;
+            Some((id, tablets.to_string(), name.to_string()))
+        })
+        .collect();
+    tables.sort();
+    tables
+}
+
 pub fn tables(client: &BlockingClient, coordinator: &str) -> Result<()> {
     let stats = coordinator_stats(client, coordinator)?;
-    let mut any = false;
+    let tables = table_list(&stats);
     println!("{:<24} {:>8} {:>8}", "TABLE", "ID", "TABLETS");
-    for (k, v) in &stats {
-        if let Some(name) = k.strip_prefix("table.") {
-            let (id, rest) = v.split_once(' ').unwrap_or((v, ""));
-            let tablets = rest.strip_prefix("tablets=").unwrap_or(rest);
-            println!("{name:<24} {id:>8} {tablets:>8}");
-            any = true;
-        }
+    for (id, tablets, name) in &tables {
+        println!("{name:<24} {id:>8} {tablets:>8}");
     }
-    if !any {
+    if tables.is_empty() {
         println!("(no tables)");
     }
     Ok(())
@@ -205,14 +215,17 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         "USED",
         "DURABILITY"
     );
-    for (k, v) in &stats {
-        let Some(id) = k.strip_prefix("server.") else {
-            continue;
-        };
+    // Servers by numeric id (the stats map sorts keys as text).
+    let mut servers: Vec<(u64, &String)> = stats
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("server.")?.parse().ok()?, v)))
+        .collect();
+    servers.sort();
+    for (id, v) in servers {
         let mut parts = v.split_whitespace();
         let address = parts.next().unwrap_or("?");
         let state = parts.next().unwrap_or("?");
-        let tablets = map.iter().filter(|t| t.address == address).count();
+        let tablets = map.iter().filter(|t| t.server_id == id).count();
         let server: BTreeMap<String, String> = if state == "up" {
             client
                 .server_stats(address)
@@ -249,10 +262,10 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
             server.get("durability").map_or("-", |s| s.as_str()),
         );
     }
-    let tables: Vec<_> = stats
-        .iter()
-        .filter(|(k, _)| k.starts_with("table."))
-        .collect();
-    println!("{} table(s), {} tablet(s)", tables.len(), map.len());
+    println!(
+        "{} table(s), {} tablet(s)",
+        table_list(&stats).len(),
+        map.len()
+    );
     Ok(())
 }

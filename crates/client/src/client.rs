@@ -76,6 +76,9 @@ pub(crate) struct RefreshError {
     pub(crate) reason: String,
     /// The coordinator did not answer at all (transport error).
     pub(crate) unreachable: bool,
+    /// The peer answered with a status that retrying cannot change (e.g. it is not
+    /// a coordinator at all).
+    pub(crate) permanent: bool,
 }
 
 /// Where an operation was routed: the owner (if the map knows it), and what the
@@ -132,6 +135,7 @@ impl Inner {
             why: format!("fetching the tablet map from coordinator {coordinator}: {reason}"),
             reason,
             unreachable,
+            permanent: false,
         };
         let mut frame = Vec::with_capacity(REQUEST_OVERHEAD_BYTES);
         encode_request(0, &Request::GetTabletMap, &mut frame)
@@ -157,7 +161,18 @@ impl Inner {
                 }
                 Ok(())
             }
-            Response::Error(body) => Err(fail(describe_body(&body), false)),
+            Response::Error(body) => {
+                let transient = matches!(
+                    body.status(),
+                    ramstore_wire::Status::Retry
+                        | ramstore_wire::Status::ServerNotUp
+                        | ramstore_wire::Status::NoSpace
+                );
+                Err(RefreshError {
+                    permanent: !transient,
+                    ..fail(describe_body(&body), false)
+                })
+            }
             _ => Err(fail("unexpected response".into(), false)),
         }
     }
@@ -454,6 +469,14 @@ impl Client {
                 Err(e) if e.unreachable => {
                     return Err(ClientError::CoordinatorUnreachable(format!(
                         "cannot reach coordinator at {}: {}",
+                        inner.options.coordinator, e.reason
+                    )))
+                }
+                // Answered with something retrying cannot fix (say, the address is
+                // a storage server's): fail now, naming the reason.
+                Err(e) if e.permanent => {
+                    return Err(ClientError::InvalidRequest(format!(
+                        "{} is not answering as a coordinator: {}",
                         inner.options.coordinator, e.reason
                     )))
                 }

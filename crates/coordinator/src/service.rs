@@ -362,13 +362,10 @@ impl CoordinatorService {
                 s.id.0, s.address, status, s.memory_bytes, s.services
             ));
         }
+        // The name goes last in the value: it may contain '=' or spaces (never a
+        // line break: names with control characters are refused).
         for t in core.tables() {
-            text.push_str(&format!(
-                "table.{}={} tablets={}\n",
-                t.name,
-                t.id,
-                t.tablets.len()
-            ));
+            text.push_str(&format!("table.{}={} {}\n", t.id, t.tablets.len(), t.name));
         }
         text
     }

@@ -183,6 +183,8 @@ pub fn validate_table_name(name: &str) -> Result<(), &'static str> {
         Err("table names must not be empty")
     } else if name.len() > MAX_TABLE_NAME_BYTES {
         Err("table names are limited to 255 bytes")
+    } else if name.contains(char::is_control) {
+        Err("table names must not contain control characters (line breaks, tabs)")
     } else {
         Ok(())
     }
