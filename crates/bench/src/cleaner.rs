@@ -430,6 +430,8 @@ struct Check {
     ratio: Option<f64>,
     threshold: f64,
     pass: Option<bool>,
+    /// Why there is no ratio (a run missing or stalled).
+    note: Option<String>,
 }
 
 pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
@@ -526,15 +528,19 @@ pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
     let checks = checks(&runs);
     for c in &checks {
         println!(
-            "{}: {} (need ≥ {:.2}) {}",
+            "{}: {} (need ≥ {:.2}) {}{}",
             c.name,
             c.ratio.map_or("n/a".to_string(), |r| format!("{r:.2}")),
             c.threshold,
             match c.pass {
                 Some(true) => "PASS",
                 Some(false) => "FAIL",
-                None => "NOT RUN",
-            }
+                None => "NO MEASUREMENT",
+            },
+            c.note
+                .as_deref()
+                .map(|n| format!(" [{n}]"))
+                .unwrap_or_default()
         );
     }
     machine.finish();
@@ -553,28 +559,65 @@ pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
     report::write_json(&args.json, &report)
 }
 
-fn find(runs: &[CleanerRun], value: usize, dist: &str, mode: &str, u: f64) -> Option<f64> {
-    runs.iter()
-        .find(|r| {
-            r.completed
-                && r.value_size == value
-                && r.distribution == dist
-                && r.mode == mode
-                && (r.utilization - u).abs() < 1e-9
-        })
-        .map(|r| r.ops_per_sec)
+fn find<'a>(
+    runs: &'a [CleanerRun],
+    value: usize,
+    dist: &str,
+    mode: &str,
+    u: f64,
+) -> Option<&'a CleanerRun> {
+    runs.iter().find(|r| {
+        r.value_size == value
+            && r.distribution == dist
+            && r.mode == mode
+            && (r.utilization - u).abs() < 1e-9
+    })
 }
 
-fn ratio_check(name: &str, num: Option<f64>, den: Option<f64>, threshold: f64) -> Check {
-    let ratio = match (num, den) {
-        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-        _ => None,
+/// `num / den ≥ threshold`, judged only when both runs completed: a run that stalled
+/// (no write went through for the stall limit) measured no throughput at all.
+fn ratio_check(
+    name: &str,
+    num: Option<&CleanerRun>,
+    den: Option<&CleanerRun>,
+    threshold: f64,
+) -> Check {
+    let describe = |r: Option<&CleanerRun>| match r {
+        None => "not run".to_string(),
+        Some(r) if !r.completed => format!(
+            "{} B {} {} {:.0}% did not complete ({})",
+            r.value_size,
+            r.distribution,
+            r.mode,
+            100.0 * r.utilization,
+            r.error
+                .as_deref()
+                .and_then(|e| e.rsplit(": ").next())
+                .unwrap_or("error")
+        ),
+        Some(_) => String::new(),
+    };
+    let (ratio, note) = match (num, den) {
+        (Some(a), Some(b)) if a.completed && b.completed && b.ops_per_sec > 0.0 => {
+            (Some(a.ops_per_sec / b.ops_per_sec), None)
+        }
+        _ => (
+            None,
+            Some(
+                [describe(num), describe(den)]
+                    .into_iter()
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+        ),
     };
     Check {
         name: name.to_string(),
         ratio,
         threshold,
         pass: ratio.map(|r| r >= threshold),
+        note,
     }
 }
 

@@ -230,6 +230,8 @@ pub struct RamstoreChild {
     pub error: Option<String>,
     pub writes: u64,
     pub deletes: u64,
+    /// Writes + deletes that succeeded (also for a run that stopped early).
+    pub ops_done: u64,
     pub seconds: f64,
     pub live_objects: u64,
     pub live_kv_bytes: u64,
@@ -393,6 +395,7 @@ pub fn run_ramstore_child(args: &ChildArgs) -> anyhow::Result<()> {
         rss_before,
         peak_rss,
         seconds,
+        ops_done: exec.ops,
         nospace_retries: exec.bp.nospace,
         stalled_ops: exec.bp.stalled_ops,
         stalled_seconds: exec.bp.stalled_ns as f64 / 1e9,
@@ -412,7 +415,6 @@ pub fn run_ramstore_child(args: &ChildArgs) -> anyhow::Result<()> {
         }
         Err(e) => {
             out.error = Some(e.to_string());
-            out.writes = exec.ops; // writes + deletes done before the stop
             out.stop_diagnostics = Some(diagnostics(&store));
         }
     }
@@ -608,6 +610,8 @@ struct MemoryReport {
     entry_overhead_bytes: usize,
     workloads: Vec<WorkloadReport>,
     must: MustReport,
+    /// False while the run is still going (the file is rewritten after each workload).
+    finished: bool,
     total_seconds: f64,
 }
 
@@ -639,7 +643,7 @@ fn spawn_child(sub: &str, args: &ChildArgs) -> anyhow::Result<String> {
 
 pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
-    let mut machine = Machine::probe();
+    let machine = Machine::probe();
     let live_target = match (args.live_mib, args.quick) {
         (Some(m), _) => m * MIB,
         (None, true) => 64 * MIB,
@@ -664,7 +668,21 @@ pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
         args.seed
     );
 
-    let mut reports = Vec::new();
+    // The report is rewritten after every workload, so a long run that is stopped
+    // early still leaves its finished workloads on disk.
+    let mut report = MemoryReport {
+        machine,
+        command: report::command_line(),
+        live_target_bytes: live_target,
+        alloc_bytes_per_phase: alloc_bytes,
+        target_utilization: TARGET_UTILIZATION,
+        seed: args.seed,
+        entry_overhead_bytes: object_entry_len(TABLE, 1, 0, 20, 100) - 120,
+        workloads: Vec::new(),
+        must: must_of(&[]),
+        finished: false,
+        total_seconds: 0.0,
+    };
     for spec in specs {
         let scale = Scale {
             live_target,
@@ -724,40 +742,38 @@ pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
             spec.name,
             t.elapsed().as_secs_f64()
         );
-        reports.push(workload_report(spec, sizing, ram, base));
+        report
+            .workloads
+            .push(workload_report(spec, sizing, ram, base));
+        report.must = must_of(&report.workloads);
+        report.total_seconds = t0.elapsed().as_secs_f64();
+        report::write_json(&args.json, &report)?;
     }
 
-    let must = MustReport {
+    print_table(&report.workloads, live_target);
+    println!(
+        "Must: all workloads complete at 90% utilisation: {}",
+        pass(report.must.all_completed_at_target)
+    );
+    println!(
+        "Must: total_over_live < malloc_rss_over_live on every workload: {}",
+        pass(report.must.total_below_malloc_everywhere)
+    );
+    report.machine.finish();
+    report.finished = true;
+    report.total_seconds = t0.elapsed().as_secs_f64();
+    report::write_json(&args.json, &report)
+}
+
+fn must_of(reports: &[WorkloadReport]) -> MustReport {
+    MustReport {
         all_completed_at_target: reports.iter().all(|r| {
             r.completed && r.verify_errors == 0 && r.peak_utilization >= TARGET_UTILIZATION - 0.01
         }),
         total_below_malloc_everywhere: reports
             .iter()
             .all(|r| r.completed && r.total_over_live < r.malloc_rss_over_live),
-    };
-    print_table(&reports, live_target);
-    println!(
-        "Must: all workloads complete at 90% utilisation: {}",
-        pass(must.all_completed_at_target)
-    );
-    println!(
-        "Must: total_over_live < malloc_rss_over_live on every workload: {}",
-        pass(must.total_below_malloc_everywhere)
-    );
-    machine.finish();
-    let report = MemoryReport {
-        machine,
-        command: report::command_line(),
-        live_target_bytes: live_target,
-        alloc_bytes_per_phase: alloc_bytes,
-        target_utilization: TARGET_UTILIZATION,
-        seed: args.seed,
-        entry_overhead_bytes: object_entry_len(TABLE, 1, 0, 20, 100) - 120,
-        workloads: reports,
-        must,
-        total_seconds: t0.elapsed().as_secs_f64(),
-    };
-    report::write_json(&args.json, &report)
+    }
 }
 
 fn pass(ok: bool) -> &'static str {
@@ -793,7 +809,7 @@ fn workload_report(
         total_over_live: (ram.memory_bytes + ram.hash_table_bytes) as f64 / live,
         malloc_rss_over_live: malloc,
         ramstore_rss_over_live: ram.peak_rss.saturating_sub(ram.rss_before) as f64 / live,
-        ops_per_sec: (ram.writes + ram.deletes) as f64 / ram.seconds.max(1e-9),
+        ops_per_sec: ram.ops_done as f64 / ram.seconds.max(1e-9),
         baseline_ops_per_sec: base
             .as_ref()
             .map_or(0.0, |b| (b.writes + b.deletes) as f64 / b.seconds.max(1e-9)),

@@ -275,16 +275,23 @@ fn fnv1a64(mut v: u64) -> u64 {
     hash
 }
 
-/// The key of object `i`.
-fn key(i: u64) -> Vec<u8> {
-    format!("user{i:012}").into_bytes()
+/// Bytes of every key: `user` and 12 decimal digits (at least; more for huge `i`).
+const KEY_BYTES: usize = 16;
+
+/// Writes the key of object `i` into `out` (cleared first). Keys are made on the
+/// fly instead of kept in a big table, so picking one costs no cache miss in the
+/// benchmark itself.
+fn write_key(out: &mut Vec<u8>, i: u64) {
+    use std::io::Write as _;
+    out.clear();
+    let _ = write!(out, "user{i:012}");
 }
 
 /// What every client shares.
 struct Shared {
     table_id: u64,
     workload: Workload,
-    keys: Vec<Vec<u8>>,
+    key_count: u64,
     value: Vec<u8>,
     chooser: KeyChooser,
     warmup: Duration,
@@ -409,9 +416,11 @@ async fn client_loop<S: Store>(store: &S, shared: &Shared, index: usize) -> Clie
     let measure_from = start + shared.warmup;
     let until = measure_from + shared.duration;
     let mut stats = ClientStats::new();
+    let mut key = Vec::with_capacity(KEY_BYTES);
     loop {
         let op = shared.workload.pick(&mut rng);
-        let key = &shared.keys[shared.chooser.next(&mut rng) as usize];
+        write_key(&mut key, shared.chooser.next(&mut rng));
+        let key = key.as_slice();
         let began = Instant::now();
         if began >= until {
             break;
@@ -434,7 +443,11 @@ async fn client_loop<S: Store>(store: &S, shared: &Shared, index: usize) -> Clie
             Err(e) => {
                 stats.errors += 1;
                 if stats.first_error.is_none() {
-                    stats.first_error = Some(format!("{} of {:?}: {e}", op.name(), key));
+                    stats.first_error = Some(format!(
+                        "{} of {}: {e}",
+                        op.name(),
+                        String::from_utf8_lossy(key)
+                    ));
                 }
             }
         }
@@ -517,8 +530,10 @@ fn run_clients(args: &BenchArgs, shared: Arc<Shared>) -> Result<ClientStats> {
         Mode::Threads | Mode::Blocking => {
             let start_barrier = Arc::new(Barrier::new(n));
             let end_barrier = Arc::new(Barrier::new(n));
-            // A shared async client is made on the first thread's runtime… which only
-            // runs while that thread drives it: make it on a runtime of its own.
+            // A connection's reader task runs on the runtime that opened it, and a
+            // client thread's runtime only runs while that thread drives it. A shared
+            // client therefore opens its connections (coordinator, and the master via
+            // one read) on a runtime of its own that always runs.
             let common_rt;
             let common = if args.shared_client && args.mode == Mode::Threads {
                 let rt = tokio::runtime::Builder::new_multi_thread()
@@ -526,6 +541,12 @@ fn run_clients(args: &BenchArgs, shared: Arc<Shared>) -> Result<ClientStats> {
                     .enable_all()
                     .build()?;
                 let c = rt.block_on(Client::connect(options.clone()))?;
+                let mut key = Vec::with_capacity(KEY_BYTES);
+                write_key(&mut key, 0);
+                match rt.block_on(c.read(shared.table_id, &key)) {
+                    Ok(_) | Err(ClientError::ObjectDoesntExist) => {}
+                    Err(e) => return Err(anyhow::anyhow!("warming the shared client: {e}")),
+                }
                 common_rt = Some(rt);
                 Some(c)
             } else {
@@ -613,11 +634,11 @@ fn run_clients(args: &BenchArgs, shared: Arc<Shared>) -> Result<ClientStats> {
 
 /// Writes every key with multi-writes, showing progress on a terminal.
 async fn load(client: &Client, shared: &Shared) -> Result<()> {
-    let n = shared.keys.len();
-    let per_object = shared.value.len() + shared.keys.first().map_or(0, Vec::len) + 32;
-    let batch = (LOAD_BATCH_BYTES / per_object).clamp(1, LOAD_BATCH_OBJECTS);
+    let n = shared.key_count;
+    let per_object = shared.value.len() + KEY_BYTES + 32;
+    let batch = (LOAD_BATCH_BYTES / per_object).clamp(1, LOAD_BATCH_OBJECTS) as u64;
     let bar = if std::io::stdout().is_terminal() {
-        let bar = indicatif::ProgressBar::new(n as u64);
+        let bar = indicatif::ProgressBar::new(n);
         if let Ok(style) = indicatif::ProgressStyle::with_template(
             "loading {bar:40} {pos}/{len} keys ({per_sec}, eta {eta})",
         ) {
@@ -628,7 +649,14 @@ async fn load(client: &Client, shared: &Shared) -> Result<()> {
         None
     };
     let started = Instant::now();
-    for chunk in shared.keys.chunks(batch) {
+    for first in (0..n).step_by(batch as usize) {
+        let chunk: Vec<Vec<u8>> = (first..n.min(first + batch))
+            .map(|i| {
+                let mut k = Vec::with_capacity(KEY_BYTES);
+                write_key(&mut k, i);
+                k
+            })
+            .collect();
         let ops: Vec<MultiWriteOp<'_>> = chunk
             .iter()
             .map(|k| MultiWriteOp::new(shared.table_id, k, &shared.value))
@@ -779,7 +807,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let shared = Arc::new(Shared {
         table_id,
         workload: args.workload,
-        keys: (0..args.keys).map(key).collect(),
+        key_count: args.keys,
         value,
         chooser: if args.workload.zipfian() {
             KeyChooser::Zipfian(Zipfian::new(args.keys, ZIPFIAN_THETA))
@@ -917,6 +945,16 @@ mod tests {
         // With θ = 0.99 over 1000 items rank 0 draws about 13% of the picks.
         assert!(counts[0] > 10_000 && counts[0] < 16_000, "{}", counts[0]);
         assert!(counts[0] > counts[1] && counts[1] > counts[10]);
+    }
+
+    #[test]
+    fn keys_are_fixed_width() {
+        let mut k = Vec::new();
+        write_key(&mut k, 42);
+        assert_eq!(k, b"user000000000042");
+        assert_eq!(k.len(), KEY_BYTES);
+        write_key(&mut k, 7);
+        assert_eq!(k, b"user000000000007");
     }
 
     #[test]

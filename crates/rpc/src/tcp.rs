@@ -121,10 +121,28 @@ async fn read_responses(mut reader: OwnedReadHalf, pending: Arc<Pending>, closed
     pending.lock().clear();
 }
 
+/// The connection to one server, and the lock that makes concurrent first calls
+/// share one connect instead of each opening its own.
+#[derive(Default)]
+struct Slot {
+    connection: parking_lot::Mutex<Option<Arc<Connection>>>,
+    connecting: Mutex<()>,
+}
+
+impl Slot {
+    fn live(&self) -> Option<Arc<Connection>> {
+        self.connection
+            .lock()
+            .as_ref()
+            .filter(|c| !c.closed.load(Ordering::SeqCst))
+            .cloned()
+    }
+}
+
 /// A [`Transport`] over TCP with one cached connection per server address.
 #[derive(Default)]
 pub struct TcpTransport {
-    connections: parking_lot::Mutex<HashMap<String, Arc<Connection>>>,
+    slots: parking_lot::Mutex<HashMap<String, Arc<Slot>>>,
 }
 
 impl TcpTransport {
@@ -133,13 +151,22 @@ impl TcpTransport {
     }
 
     async fn connection(&self, addr: &str) -> Result<Arc<Connection>, RpcError> {
-        if let Some(c) = self.connections.lock().get(addr) {
-            if !c.closed.load(Ordering::SeqCst) {
-                return Ok(c.clone());
-            }
+        let slot = self
+            .slots
+            .lock()
+            .entry(addr.to_string())
+            .or_default()
+            .clone();
+        if let Some(c) = slot.live() {
+            return Ok(c);
+        }
+        // One connect per server at a time; callers that waited use its result.
+        let _connecting = slot.connecting.lock().await;
+        if let Some(c) = slot.live() {
+            return Ok(c);
         }
         let c = Connection::open(addr).await?;
-        self.connections.lock().insert(addr.to_string(), c.clone());
+        *slot.connection.lock() = Some(c.clone());
         Ok(c)
     }
 }
@@ -148,14 +175,8 @@ impl Transport for TcpTransport {
     fn call<'a>(&'a self, addr: &'a str, frame: Vec<u8>, deadline: Duration) -> CallFuture<'a> {
         Box::pin(async move {
             let connection = self.connection(addr).await?;
-            let result = connection.call(frame, deadline).await;
-            if connection.closed.load(Ordering::SeqCst) {
-                let mut map = self.connections.lock();
-                if map.get(addr).is_some_and(|c| Arc::ptr_eq(c, &connection)) {
-                    map.remove(addr);
-                }
-            }
-            result
+            // A closed connection is replaced on the next call (`Slot::live`).
+            connection.call(frame, deadline).await
         })
     }
 }

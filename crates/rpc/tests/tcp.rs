@@ -61,6 +61,9 @@ async fn call_returns_matching_response() {
     assert_eq!(frame_len(&r).unwrap(), Some(r.len()));
 }
 
+/// Many concurrent calls on a fresh transport share one connection (regression:
+/// each first call used to open its own connection, so ids repeated across them)
+/// and each gets its own request id and its own answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_many_in_flight_are_matched_by_id() {
     let addr = start().await;
