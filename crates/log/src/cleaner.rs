@@ -319,12 +319,18 @@ impl Log {
         }
         found.sort_by_key(|&(birth, _)| birth);
 
-        // Never run a pass that uses more memory than it frees: survivors plus the new
-        // head must take fewer seglets than the victims give back (L§7).
-        let stash_seglets = self.survivor_seglets_for(found.iter().map(|(_, e)| e.len));
+        // Never run a pass that uses more memory than it frees (L§7). The stash is a
+        // safe upper bound for allocation; the gain is judged on the survivors'
+        // expected size. A pass forced by tombstones or the disk log (min gain 0)
+        // may free no memory now — its point is the tombstones it makes collectable
+        // — so the head it opens is not charged to it; a memory-driven pass must
+        // pay for the head too and still gain.
+        let lens = || found.iter().map(|(_, e)| e.len);
+        let stash_seglets = self.survivor_seglets_for(lens());
+        let expected_seglets = self.survivor_seglets_expected(lens());
         let victim_seglets: usize = victims.iter().map(|m| m.seglets.len()).sum();
-        let new_head_seglets = 1;
-        if stash_seglets + new_head_seglets + min_gain_seglets > victim_seglets {
+        let head_cost = usize::from(min_gain_seglets > 0);
+        if expected_seglets + head_cost + min_gain_seglets > victim_seglets {
             self.release_victims(&victims);
             return None;
         }
@@ -510,6 +516,22 @@ impl Log {
             bytes += len;
         }
         bytes.div_ceil(SEGLET_BYTES) + survivors + 1
+    }
+
+    /// Seglets the survivors of these entries are expected to occupy: their bytes
+    /// and headers, rounded up to whole seglets once per survivor.
+    fn survivor_seglets_expected(&self, lens: impl Iterator<Item = usize>) -> usize {
+        const HEADER_BYTES: usize = 32;
+        let limit = self.config.segment_bytes;
+        let (mut seglets, mut current) = (0usize, 0usize);
+        for len in lens {
+            if current == 0 || current + len > limit {
+                seglets += current.div_ceil(SEGLET_BYTES);
+                current = HEADER_BYTES;
+            }
+            current += len;
+        }
+        seglets + current.div_ceil(SEGLET_BYTES)
     }
 
     /// A quick estimate of `survivor_seglets_for` before the victims are scanned (the
