@@ -622,7 +622,15 @@ struct MustReport {
 }
 
 fn spawn_child(sub: &str, args: &ChildArgs) -> anyhow::Result<String> {
-    let exe = std::env::current_exe().context("current_exe")?;
+    // `/proc/self/exe` still names this very binary when `cargo build` has replaced
+    // the file since the run started (an hour-long run on a shared work tree); the
+    // path from `current_exe` would then point at a deleted file.
+    let proc_exe = std::path::Path::new("/proc/self/exe");
+    let exe = if proc_exe.exists() {
+        proc_exe.to_path_buf()
+    } else {
+        std::env::current_exe().context("current_exe")?
+    };
     let out = Command::new(exe)
         .arg(sub)
         .args(["--workload", &args.workload])
