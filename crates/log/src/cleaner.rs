@@ -227,8 +227,9 @@ impl Log {
                     self.copy_entry(e.at, e.len, &mut w);
                     copied += e.len as u64;
                 }
+                // Its target left the log, and its bytes left this segment's count of
+                // live tombstones then (`tombstone_targets_left`).
                 _ => {
-                    self.tombstone_dropped(meta.slot, e.len);
                     self.counters
                         .tombstones_dropped
                         .fetch_add(1, Ordering::Relaxed);
@@ -282,6 +283,9 @@ impl Log {
         relocator: &dyn Relocator,
         min_gain_seglets: usize,
     ) -> Option<PassOutcome> {
+        // One pass at a time: segments leave the log only here, which keeps the
+        // live-tombstone accounting exact (see `tombstones`).
+        let _one_pass = self.combined_pass.lock();
         let cpu_start = thread_cpu_ns();
         let head_id = self.head_id();
         let budget_seglets = self.pool.available(AllocClass::Cleaner);
@@ -296,28 +300,29 @@ impl Log {
 
         // Live entries, oldest first: segregating old from young data makes later
         // cleaning cheaper (L§4.3).
-        let mut found: Vec<(u64, Found)> = Vec::new();
+        // Each entry with its birth, the victim holding it and, for a tombstone, the
+        // segment it names.
+        let mut found: Vec<(u64, Found, u64, u64)> = Vec::new();
         let mut tombstones_dropped = 0u64;
         for m in &victims {
             self.scan(m, |e| match e.kind {
                 EntryType::Object => {
                     if let Ok(view) = self.object(e.at) {
                         if relocator.is_live(&view) {
-                            found.push((view.birth(), e));
+                            found.push((view.birth(), e, m.id, 0));
                         }
                     }
                 }
-                EntryType::Tombstone => {
-                    if matches!(self.tombstone(e.at), Ok(t) if live_ids.contains(&t.segment_id)) {
-                        found.push((m.created_at, e));
-                    } else {
-                        tombstones_dropped += 1;
+                EntryType::Tombstone => match self.tombstone(e.at) {
+                    Ok(t) if live_ids.contains(&t.segment_id) => {
+                        found.push((m.created_at, e, m.id, t.segment_id));
                     }
-                }
+                    _ => tombstones_dropped += 1,
+                },
                 _ => {}
             });
         }
-        found.sort_by_key(|&(birth, _)| birth);
+        found.sort_by_key(|&(birth, ..)| birth);
 
         // Never run a pass that uses more memory than it frees (L§7). The stash is a
         // safe upper bound for allocation; the gain is judged on the survivors'
@@ -325,7 +330,7 @@ impl Log {
         // may free no memory now — its point is the tombstones it makes collectable
         // — so the head it opens is not charged to it; a memory-driven pass must
         // pay for the head too and still gain.
-        let lens = || found.iter().map(|(_, e)| e.len);
+        let lens = || found.iter().map(|(_, e, ..)| e.len);
         let stash_seglets = self.survivor_seglets_for(lens());
         let expected_seglets = self.survivor_seglets_expected(lens());
         let victim_seglets: usize = victims.iter().map(|m| m.seglets.len()).sum();
@@ -345,7 +350,8 @@ impl Log {
 
         let mut survivors: Vec<SegmentWriter> = Vec::new();
         let mut copied = 0u64;
-        for (_, e) in &found {
+        let mut moved_tombstones: Vec<(u64, u64, u64, u32, u64)> = Vec::new();
+        for &(_, ref e, victim, target) in &found {
             let need_new = survivors.last().is_none_or(|w| w.room() < e.len);
             if need_new {
                 survivors.push(self.open_survivor());
@@ -374,8 +380,16 @@ impl Log {
                 _ => {
                     self.copy_entry(e.at, e.len, w);
                     self.survivor_bytes_added(w.slot, e.len, true);
+                    moved_tombstones.push((target, victim, w.id, w.slot, e.len as u64));
                     copied += e.len as u64;
                 }
+            }
+        }
+        {
+            let mut targets = self.tombstone_targets.lock();
+            for (target, from, to, to_slot, bytes) in moved_tombstones {
+                let listed = targets.moved(target, from, to, to_slot, bytes);
+                debug_assert!(listed, "tombstone for {target} in {from} was not counted live");
             }
         }
         for w in &mut survivors {
@@ -426,6 +440,7 @@ impl Log {
             retired += m.seglets.len();
             self.retire(m.seglets, Some(m.slot));
         }
+        let tombstone_bytes_expired = self.tombstone_targets_left(&victim_ids);
         let n = &self.counters;
         n.combined_passes.fetch_add(1, Ordering::Relaxed);
         n.segments_cleaned
@@ -442,6 +457,7 @@ impl Log {
             survivors: survivor_ids.len(),
             made_progress: retired > survivor_seglets + 1
                 || tombstones_dropped > 0
+                || tombstone_bytes_expired > 0
                 || survivor_bytes < victim_disk_bytes,
         })
     }
@@ -590,5 +606,62 @@ impl Log {
         if !header.is_empty() {
             w.write(&self.pool, &header);
         }
+    }
+}
+
+impl Log {
+    /// Checks the live-tombstone accounting against the log itself: every closed
+    /// segment's count must equal the bytes of its tombstones whose target is still in
+    /// the log (found by scanning), each count must equal what the target lists name,
+    /// and the total must be the sum over segments. Only meaningful while no pass runs
+    /// (tests call it between operations). Returns the first discrepancy.
+    pub fn verify_tombstone_accounting(&self) -> Result<(), String> {
+        let _no_combined = self.combined_pass.lock();
+        let table = self.segments.lock();
+        let in_log: HashSet<u64> = table
+            .by_id
+            .values()
+            .filter(|m| m.state != SegmentState::Emergency)
+            .map(|m| m.id)
+            .collect();
+        let targets = self.tombstone_targets.lock();
+        let mut total = 0u64;
+        for m in table.by_id.values() {
+            let counted = self.slots[m.slot as usize]
+                .tombstone_bytes
+                .load(Ordering::Relaxed);
+            total += counted;
+            let listed = targets.bytes_held_by(m.id);
+            if listed != counted {
+                return Err(format!(
+                    "segment {}: {counted} live tombstone bytes counted, {listed} listed",
+                    m.id
+                ));
+            }
+            if m.state != SegmentState::Closed {
+                continue;
+            }
+            let mut scanned = 0u64;
+            self.scan(m, |e| {
+                if e.kind == EntryType::Tombstone
+                    && matches!(self.tombstone(e.at), Ok(t) if in_log.contains(&t.segment_id))
+                {
+                    scanned += e.len as u64;
+                }
+            });
+            if scanned != counted {
+                return Err(format!(
+                    "segment {}: {counted} live tombstone bytes counted, {scanned} found",
+                    m.id
+                ));
+            }
+        }
+        let global = self.tombstone_bytes_total();
+        if global != total {
+            return Err(format!(
+                "{global} live tombstone bytes in total, {total} summed over segments"
+            ));
+        }
+        Ok(())
     }
 }

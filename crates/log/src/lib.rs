@@ -32,6 +32,7 @@ pub mod log;
 pub mod pool;
 pub mod replica;
 pub mod segment;
+mod tombstones;
 pub mod varint;
 
 pub use balancer::CleanKind;

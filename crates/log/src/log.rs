@@ -17,6 +17,7 @@ use crate::epoch::{EpochGuard, Epochs};
 use crate::pool::{AllocClass, PoolError, Reserves, SegletPool};
 use crate::replica::ReplicaSink;
 use crate::segment::SegmentWriter;
+use crate::tombstones::TombstoneTargets;
 use crate::{LogRef, SEGLET_BYTES, SEGMENT_BYTES};
 
 /// Facts the log writes at the start of every head segment besides the digest.
@@ -260,6 +261,11 @@ pub struct Log {
     retired: Mutex<Vec<Retired>>,
     live_object_bytes: AtomicU64,
     tombstone_bytes: AtomicU64,
+    /// Live tombstone bytes by target segment and holder (see `tombstones`).
+    pub(crate) tombstone_targets: Mutex<TombstoneTargets>,
+    /// Held for the whole of a combined-cleaning pass: passes run one at a time, so
+    /// segments leave the log in one place and tombstone accounting stays exact.
+    pub(crate) combined_pass: Mutex<()>,
     appended_bytes: AtomicU64,
     pub(crate) counters: CleanerCounters,
     /// Largest entry an append accepts (a segment minus room for its metadata).
@@ -336,6 +342,8 @@ impl Log {
             retired: Mutex::new(Vec::new()),
             live_object_bytes: AtomicU64::new(0),
             tombstone_bytes: AtomicU64::new(0),
+            tombstone_targets: Mutex::new(TombstoneTargets::default()),
+            combined_pass: Mutex::new(()),
             appended_bytes: AtomicU64::new(0),
             counters: CleanerCounters::default(),
             max_entry_bytes,
@@ -555,8 +563,8 @@ impl Log {
             object.value.len(),
         );
         let obj_len = obj_header.as_bytes().len() + object.key.len() + object.value.len() + 4;
-        let tomb = replaces.map(|dead| {
-            let seg = self.segment_id_of(dead.location);
+        let target = replaces.map(|dead| self.segment_id_of(dead.location));
+        let tomb = replaces.zip(target).map(|(dead, seg)| {
             entry::tombstone_header(object.table_id, dead.version, seg, object.key.len())
         });
         let tomb_len = tomb.map_or(0, |h| h.as_bytes().len() + object.key.len() + 4);
@@ -590,9 +598,14 @@ impl Log {
         counters
             .live_bytes
             .fetch_add(obj_len as u64, Ordering::Relaxed);
-        counters
-            .tombstone_bytes
-            .fetch_add(tomb_len as u64, Ordering::Relaxed);
+        if let Some(target) = target {
+            self.tombstone_targets
+                .lock()
+                .add(target, w.id, w.slot, tomb_len as u64);
+            counters
+                .tombstone_bytes
+                .fetch_add(tomb_len as u64, Ordering::Relaxed);
+        }
         drop(head);
         self.live_object_bytes
             .fetch_add(obj_len as u64, Ordering::Relaxed);
@@ -630,6 +643,9 @@ impl Log {
             len,
             entry: w.ref_at(start),
         };
+        self.tombstone_targets
+            .lock()
+            .add(seg, w.id, w.slot, len as u64);
         self.slots[w.slot as usize]
             .tombstone_bytes
             .fetch_add(len as u64, Ordering::Relaxed);
@@ -685,12 +701,35 @@ impl Log {
             .fetch_sub(len as u64, Ordering::Relaxed);
     }
 
-    pub(crate) fn tombstone_dropped(&self, slot: u32, len: usize) {
-        self.slots[slot as usize]
-            .tombstone_bytes
-            .fetch_sub(len as u64, Ordering::Relaxed);
-        self.tombstone_bytes
-            .fetch_sub(len as u64, Ordering::Relaxed);
+    /// Segments `gone` have left the log (combined cleaning removed them): every
+    /// tombstone naming one of them is dead now, wherever it is, so its holder's count
+    /// of live tombstone bytes drops at once (L§3). Holders among `gone` are skipped:
+    /// their counters were already forgotten. Returns the bytes that died.
+    pub(crate) fn tombstone_targets_left(&self, gone: &[u64]) -> u64 {
+        let mut expired = 0u64;
+        let mut targets = self.tombstone_targets.lock();
+        for &target in gone {
+            for h in targets.expire(target) {
+                if gone.contains(&h.segment_id) {
+                    continue;
+                }
+                let c = &self.slots[h.slot as usize];
+                // Only a corrupt, unparsable tombstone in a cleaned segment could leave
+                // its holder listed after the holder left the log; its slot may belong
+                // to another segment by now, whose counts must not change.
+                let holder_in_log = c.segment_id.load(Ordering::Relaxed) == h.segment_id;
+                debug_assert!(holder_in_log, "tombstone holder left the log while listed");
+                if !holder_in_log {
+                    continue;
+                }
+                let before = c.tombstone_bytes.fetch_sub(h.bytes, Ordering::Relaxed);
+                debug_assert!(before >= h.bytes, "tombstone bytes of a segment went negative");
+                expired += h.bytes;
+            }
+        }
+        drop(targets);
+        self.tombstone_bytes.fetch_sub(expired, Ordering::Relaxed);
+        expired
     }
 
     pub(crate) fn survivor_bytes_added(&self, slot: u32, len: usize, tombstone: bool) {

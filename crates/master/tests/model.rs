@@ -804,6 +804,10 @@ impl Harness {
             );
         }
         if !self.mode.background {
+            // With no cleaner running, tombstone accounting can be checked exactly.
+            if let Err(e) = self.store.log().verify_tombstone_accounting() {
+                return fail(e);
+            }
             // With no cleaner running, the log's live bytes are exactly the tablets'.
             let tablet_bytes: u64 = stats.tablets.iter().map(|t| t.bytes).sum();
             prop_assert_eq!(stats.log.live_object_bytes, tablet_bytes);

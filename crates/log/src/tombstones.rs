@@ -1,0 +1,155 @@
+//! Which tombstones are still live, counted without scanning (L§3, L§5.2).
+//!
+//! A tombstone lives while the segment of the object it kills is part of the log; once
+//! combined cleaning removes that segment, every tombstone naming it is dead, wherever
+//! it is. The cleaner must know how many tombstone bytes each segment still holds live:
+//! compaction picks segments by the memory it can free, and the balancer forces
+//! combined cleaning when live tombstones pile up (T/(1−L) ≥ 40%). If dead tombstones
+//! stayed counted until their holder happened to be scanned, a store that deleted most
+//! of its objects would see its segments as full of live data and stop cleaning.
+//!
+//! So the log keeps, for every target segment, the live tombstone bytes naming it,
+//! broken down by the segment that holds them. When a target leaves the log, its list
+//! says exactly which holders' counters to lower.
+//!
+//! Invariants:
+//! - The bytes listed for a holder, summed over all targets, equal that holder's
+//!   `tombstone_bytes` counter (every change to one is made together with the other).
+//! - Every listed holder is in the log: a holder leaves only as a victim of combined
+//!   cleaning, which moves each of its live tombstones to a survivor (`moved`) and
+//!   drops the rest, whose targets have left (and whose entries left with them).
+//!
+//! Thread-safety: one mutex, a leaf in the log's lock order. Writers add to it under the
+//! head lock; combined cleaning (one pass at a time) moves and expires entries.
+
+use std::collections::HashMap;
+
+/// The live tombstone bytes one segment holds for one target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Holder {
+    pub segment_id: u64,
+    pub slot: u32,
+    pub bytes: u64,
+}
+
+/// Live tombstone bytes by target segment id, then by holder.
+#[derive(Debug, Default)]
+pub(crate) struct TombstoneTargets {
+    by_target: HashMap<u64, Vec<Holder>>,
+}
+
+impl TombstoneTargets {
+    /// Records `bytes` of tombstones for `target` written into `holder`. Tombstones are
+    /// appended to the head, so the holder is usually the list's last element.
+    pub fn add(&mut self, target: u64, holder_id: u64, holder_slot: u32, bytes: u64) {
+        let holders = self.by_target.entry(target).or_default();
+        match holders.iter_mut().rev().find(|h| h.segment_id == holder_id) {
+            Some(h) => h.bytes += bytes,
+            None => holders.push(Holder {
+                segment_id: holder_id,
+                slot: holder_slot,
+                bytes,
+            }),
+        }
+    }
+
+    /// Moves `bytes` of tombstones for `target` from holder `from` to holder `to` (a
+    /// combined-cleaning survivor). Returns false if `from` had fewer bytes listed,
+    /// which would mean broken accounting (nothing is changed then).
+    pub fn moved(&mut self, target: u64, from: u64, to: u64, to_slot: u32, bytes: u64) -> bool {
+        let Some(holders) = self.by_target.get_mut(&target) else {
+            return false;
+        };
+        let Some(i) = holders.iter().position(|h| h.segment_id == from) else {
+            return false;
+        };
+        if holders[i].bytes < bytes {
+            return false;
+        }
+        holders[i].bytes -= bytes;
+        if holders[i].bytes == 0 {
+            holders.swap_remove(i);
+        }
+        self.add(target, to, to_slot, bytes);
+        true
+    }
+
+    /// `target` left the log: every tombstone naming it is dead. Returns the holders
+    /// whose counters must drop.
+    pub fn expire(&mut self, target: u64) -> Vec<Holder> {
+        self.by_target.remove(&target).unwrap_or_default()
+    }
+
+    /// Live tombstone bytes listed for `holder` (for tests and assertions; walks
+    /// everything).
+    pub fn bytes_held_by(&self, holder: u64) -> u64 {
+        self.by_target
+            .values()
+            .flatten()
+            .filter(|h| h.segment_id == holder)
+            .map(|h| h.bytes)
+            .sum()
+    }
+
+    /// Target segments with live tombstones.
+    pub fn targets(&self) -> usize {
+        self.by_target.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_accumulates_per_holder() {
+        let mut t = TombstoneTargets::default();
+        t.add(1, 10, 0, 40);
+        t.add(1, 10, 0, 30);
+        t.add(1, 11, 1, 5);
+        t.add(2, 11, 1, 7);
+        assert_eq!(t.bytes_held_by(10), 70);
+        assert_eq!(t.bytes_held_by(11), 12);
+        assert_eq!(t.targets(), 2);
+    }
+
+    #[test]
+    fn moved_transfers_bytes_and_refuses_more_than_listed() {
+        let mut t = TombstoneTargets::default();
+        t.add(1, 10, 0, 40);
+        assert!(t.moved(1, 10, 20, 5, 25));
+        assert_eq!(t.bytes_held_by(10), 15);
+        assert_eq!(t.bytes_held_by(20), 25);
+        assert!(!t.moved(1, 10, 20, 5, 16));
+        assert!(!t.moved(3, 10, 20, 5, 1));
+        assert!(t.moved(1, 10, 20, 5, 15));
+        assert_eq!(t.bytes_held_by(10), 0);
+        assert_eq!(t.bytes_held_by(20), 40);
+    }
+
+    #[test]
+    fn expire_returns_every_holder_once() {
+        let mut t = TombstoneTargets::default();
+        t.add(1, 10, 0, 40);
+        t.add(1, 11, 1, 3);
+        let mut gone = t.expire(1);
+        gone.sort_by_key(|h| h.segment_id);
+        assert_eq!(
+            gone,
+            vec![
+                Holder {
+                    segment_id: 10,
+                    slot: 0,
+                    bytes: 40
+                },
+                Holder {
+                    segment_id: 11,
+                    slot: 1,
+                    bytes: 3
+                }
+            ]
+        );
+        assert!(t.expire(1).is_empty());
+        assert_eq!(t.targets(), 0);
+    }
+}
