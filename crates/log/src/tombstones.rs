@@ -92,6 +92,7 @@ impl TombstoneTargets {
     }
 
     /// Target segments with live tombstones.
+    #[cfg(test)]
     pub fn targets(&self) -> usize {
         self.by_target.len()
     }
