@@ -22,15 +22,31 @@ use crate::{LogRef, SEGLET_BYTES};
 
 /// The owner of the hash table, as the cleaner sees it.
 pub trait Relocator: Send + Sync {
+    /// The hash the table files this object under.
+    fn hash(&self, object: &ObjectView<'_>) -> u64;
+
+    /// A hint that `hash`'s bucket is needed soon (the cleaner issues it for a batch
+    /// of objects before relocating them, so their cache misses overlap).
+    fn prefetch(&self, _hash: u64) {}
+
     /// Lock-free hint: does the hash table still refer to this object entry?
-    fn is_live(&self, object: &ObjectView<'_>) -> bool;
+    fn is_live(&self, object: &ObjectView<'_>, hash: u64) -> bool;
 
     /// Under the object's bucket lock: if the hash table refers to exactly this entry,
     /// call `copy` (which writes the entry to its new place and returns the new
     /// reference), point the hash table at the copy and return true; otherwise return
-    /// false without calling `copy`.
-    fn relocate(&self, object: &ObjectView<'_>, copy: &mut dyn FnMut() -> LogRef) -> bool;
+    /// false without calling `copy`. `hash` is `self.hash(object)`.
+    fn relocate(
+        &self,
+        object: &ObjectView<'_>,
+        hash: u64,
+        copy: &mut dyn FnMut() -> LogRef,
+    ) -> bool;
 }
+
+/// Objects relocated together: their buckets are prefetched as a batch. Enough to
+/// cover a few memory latencies, small enough to stay in L1.
+const RELOCATION_BATCH: usize = 16;
 
 /// Most segments one combined pass cleans; bounds the pass's memory and latency.
 pub const MAX_SEGMENTS_PER_COMBINED_PASS: usize = 32;
@@ -143,24 +159,32 @@ impl Log {
     }
 
     /// Calls `f` for every entry of a closed segment's in-memory chain, in order.
-    /// Stops at the first entry that does not parse (which would mean memory
-    /// corruption: everything before it is still handled).
-    fn scan(&self, meta: &SegmentMeta, mut f: impl FnMut(Found)) {
+    fn scan(&self, meta: &SegmentMeta, f: impl FnMut(Found)) {
+        self.entries(meta).for_each(f);
+    }
+
+    /// The entries of a closed segment's in-memory chain, in order. Stops at the first
+    /// entry that does not parse (which would mean memory corruption: everything
+    /// before it is still returned).
+    fn entries<'a>(&'a self, meta: &'a SegmentMeta) -> impl Iterator<Item = Found> + 'a {
         let mut offset = 0;
-        while offset < meta.mem_length {
+        std::iter::from_fn(move || {
+            if offset >= meta.mem_length {
+                return None;
+            }
             let at =
                 SegletPool::log_ref(meta.seglets[offset / SEGLET_BYTES], offset % SEGLET_BYTES);
             let Ok(header) = self.entry_header(at) else {
                 debug_assert!(false, "unparsable entry in segment {} at {offset}", meta.id);
-                return;
+                return None;
             };
-            f(Found {
+            offset += header.total_len;
+            Some(Found {
                 at,
                 len: header.total_len,
                 kind: header.entry_type,
-            });
-            offset += header.total_len;
-        }
+            })
+        })
     }
 
     /// Copies the entry at `from` (of `len` bytes) to the end of `w`.
@@ -209,36 +233,63 @@ impl Log {
         }
         let live_ids = self.live_segment_ids(&[]);
         let mut copied = 0u64;
-        self.scan(&meta, |e| match e.kind {
-            EntryType::SegmentHeader => {
-                self.copy_entry(e.at, e.len, &mut w);
-            }
-            EntryType::Object => {
+        let mut batch: Vec<(Found, u64)> = Vec::with_capacity(RELOCATION_BATCH);
+        let mut entries = self.entries(&meta);
+        loop {
+            // Collect the next objects and start loading their buckets; metadata on
+            // the way is handled at once (the header is always first, so it stays
+            // first).
+            let more = loop {
+                let Some(e) = entries.next() else {
+                    break false;
+                };
+                match e.kind {
+                    EntryType::SegmentHeader => {
+                        self.copy_entry(e.at, e.len, &mut w);
+                    }
+                    EntryType::Object => {
+                        if let Ok(view) = self.object(e.at) {
+                            let hash = relocator.hash(&view);
+                            relocator.prefetch(hash);
+                            batch.push((e, hash));
+                            if batch.len() == RELOCATION_BATCH {
+                                break true;
+                            }
+                        }
+                    }
+                    EntryType::Tombstone => match self.tombstone(e.at) {
+                        Ok(t) if live_ids.contains(&t.segment_id) => {
+                            self.copy_entry(e.at, e.len, &mut w);
+                            copied += e.len as u64;
+                        }
+                        // Its target left the log, and its bytes left this segment's
+                        // count of live tombstones then (`tombstone_targets_left`).
+                        _ => {
+                            self.counters
+                                .tombstones_dropped
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                    },
+                    // Digests, safe versions and tablet statistics matter only in the
+                    // head (the newest ones win in recovery), and a closed segment is
+                    // never the head.
+                    EntryType::LogDigest | EntryType::SafeVersion | EntryType::TabletStats => {}
+                }
+            };
+            for (e, hash) in batch.drain(..) {
                 if let Ok(view) = self.object(e.at) {
-                    let moved =
-                        relocator.relocate(&view, &mut || self.copy_entry(e.at, e.len, &mut w));
+                    let moved = relocator.relocate(&view, hash, &mut || {
+                        self.copy_entry(e.at, e.len, &mut w)
+                    });
                     if moved {
                         copied += e.len as u64;
                     }
                 }
             }
-            EntryType::Tombstone => match self.tombstone(e.at) {
-                Ok(t) if live_ids.contains(&t.segment_id) => {
-                    self.copy_entry(e.at, e.len, &mut w);
-                    copied += e.len as u64;
-                }
-                // Its target left the log, and its bytes left this segment's count of
-                // live tombstones then (`tombstone_targets_left`).
-                _ => {
-                    self.counters
-                        .tombstones_dropped
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-            },
-            // Digests, safe versions and tablet statistics matter only in the head
-            // (the newest ones win in recovery), and a closed segment is never the head.
-            EntryType::LogDigest | EntryType::SafeVersion | EntryType::TabletStats => {}
-        });
+            if !more {
+                break;
+            }
+        }
         let spare = w.trim_unused();
         if !spare.is_empty() {
             self.pool.release(&spare);
@@ -308,7 +359,7 @@ impl Log {
             self.scan(m, |e| match e.kind {
                 EntryType::Object => {
                     if let Ok(view) = self.object(e.at) {
-                        if relocator.is_live(&view) {
+                        if relocator.is_live(&view, relocator.hash(&view)) {
                             found.push((view.birth(), e, m.id, 0));
                         }
                     }
@@ -368,7 +419,7 @@ impl Log {
                     let slot = w.slot;
                     // Counted inside the copy, under the bucket lock: once the lock is
                     // released a writer may already count the copy dead.
-                    let moved = relocator.relocate(&view, &mut || {
+                    let moved = relocator.relocate(&view, relocator.hash(&view), &mut || {
                         let at = self.copy_entry(e.at, e.len, w);
                         self.survivor_bytes_added(slot, e.len, false);
                         at

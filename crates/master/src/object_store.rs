@@ -747,14 +747,25 @@ fn object_len(log: &Log, at: LogRef) -> usize {
 }
 
 impl ramstore_log::Relocator for Inner {
-    fn is_live(&self, object: &ObjectView<'_>) -> bool {
-        let hash = hash_of(object);
+    fn hash(&self, object: &ObjectView<'_>) -> u64 {
+        hash_of(object)
+    }
+
+    fn prefetch(&self, hash: u64) {
+        self.index.prefetch(hash);
+    }
+
+    fn is_live(&self, object: &ObjectView<'_>, hash: u64) -> bool {
         let at = object.location().0;
         self.index.lookup(hash, |r| r == at).is_some()
     }
 
-    fn relocate(&self, object: &ObjectView<'_>, copy: &mut dyn FnMut() -> LogRef) -> bool {
-        let hash = hash_of(object);
+    fn relocate(
+        &self,
+        object: &ObjectView<'_>,
+        hash: u64,
+        copy: &mut dyn FnMut() -> LogRef,
+    ) -> bool {
         let mut guard = self.index.lock(hash);
         match guard.find_ref(object.location().0) {
             Some(slot) => {
