@@ -386,7 +386,7 @@ pub fn run_ramstore_child(args: &ChildArgs) -> anyhow::Result<()> {
     let mut out = RamstoreChild {
         memory_bytes: args.memory_bytes,
         segment_bytes: args.segment_bytes,
-        hash_table_buckets: buckets.next_power_of_two(),
+        hash_table_buckets: buckets,
         hash_table_bytes: stats.hash_table_bytes as u64,
         live_entry_bytes: stats.log.live_object_bytes,
         peak_live_entry_bytes: exec.peak_live_entry.max(stats.log.live_object_bytes),

@@ -33,8 +33,10 @@
 //! and never moves them; they are never unlinked or freed in this version (a
 //! bucket emptied by removals is reused by later inserts into its chain).
 //!
-//! A hash's main bucket is chosen by its *top* bits, so a contiguous range of
-//! hashes (a tablet) maps to a contiguous range of buckets
+//! A hash's main bucket is `⌊hash · buckets / 2⁶⁴⌋` (any bucket count, so the
+//! table is sized to its memory budget, not rounded to a power of two). That
+//! mapping keeps hash order: a contiguous range of hashes (a tablet) maps to a
+//! contiguous range of buckets
 //! ([`HashTable::bucket_hash_range`]); enumerating a tablet walks just those
 //! buckets, with a hash value as its cursor ([`HashTable::for_each_in_bucket`]).
 //!

@@ -33,21 +33,22 @@ pub struct Slot {
 
 /// The master's hash table: key hash → 48-bit log reference. See the crate documentation.
 pub struct HashTable {
-    /// The main buckets; a hash's main bucket is chosen by its top bits.
+    /// The main buckets; see `bucket_of` for which one a hash belongs to.
     buckets: Box<[Bucket]>,
     /// One writer lock per main bucket, covering its whole overflow chain.
     ///
     /// Kept apart from the buckets so that a bucket stays exactly one cache line.
     locks: Box<[parking_lot::RawMutex]>,
-    /// `64 - log2(bucket_count)`; 64 when there is a single bucket.
-    shift: u32,
+    /// Number of main buckets, as the multiplier of `bucket_of`.
+    bucket_count_u64: u64,
     overflow: OverflowArena,
     /// Number of entries, maintained by insert and remove.
     len: AtomicUsize,
 }
 
 impl HashTable {
-    /// A table with `bucket_count` main buckets, rounded up to a power of two (at least 1).
+    /// A table with `bucket_count` main buckets (at least 1). Any count works: the
+    /// table is sized to the memory it may use, not rounded to a power of two.
     pub fn new(bucket_count: usize) -> Self {
         Self::with_overflow_chunks(bucket_count, MAX_CHUNKS)
     }
@@ -60,7 +61,7 @@ impl HashTable {
 
     /// `new`, with a limit on the number of overflow chunks (tests use a small one to reach `IndexFull`).
     pub(crate) fn with_overflow_chunks(bucket_count: usize, max_chunks: usize) -> Self {
-        let bucket_count = bucket_count.max(1).next_power_of_two();
+        let bucket_count = bucket_count.max(1);
         let buckets = match alloc_zeroed_buckets(bucket_count) {
             Some(buckets) => buckets,
             None => panic!("cannot allocate a hash table of {bucket_count} buckets"),
@@ -71,13 +72,13 @@ impl HashTable {
         HashTable {
             buckets,
             locks,
-            shift: 64 - bucket_count.trailing_zeros(),
+            bucket_count_u64: bucket_count as u64,
             overflow: OverflowArena::new(bucket_count, max_chunks),
             len: AtomicUsize::new(0),
         }
     }
 
-    /// The number of main buckets (a power of two).
+    /// The number of main buckets.
     pub fn bucket_count(&self) -> usize {
         self.buckets.len()
     }
@@ -104,18 +105,14 @@ impl HashTable {
         self.len() == 0
     }
 
-    /// The main bucket of `hash`: its top `log2(bucket_count)` bits.
+    /// The main bucket of `hash`: `⌊hash · bucket_count / 2⁶⁴⌋`.
     ///
-    /// Taking the top bits keeps hash order: a contiguous range of hashes (a
-    /// tablet) maps to a contiguous range of buckets.
+    /// This keeps hash order — a contiguous range of hashes (a tablet) maps to a
+    /// contiguous range of buckets — for any bucket count, at the cost of one
+    /// multiplication (Lemire's "fast range").
     #[inline]
     pub fn bucket_of(&self, hash: u64) -> usize {
-        // With a single bucket the shift would be 64, which `>>` does not allow.
-        if self.shift >= 64 {
-            0
-        } else {
-            (hash >> self.shift) as usize
-        }
+        ((u128::from(hash) * u128::from(self.bucket_count_u64)) >> 64) as usize
     }
 
     /// The inclusive range `[first, last]` of hashes whose main bucket is `bucket`.
@@ -127,11 +124,19 @@ impl HashTable {
             "bucket {bucket} out of range (bucket count {})",
             self.bucket_count()
         );
-        if self.shift >= 64 {
-            return (0, u64::MAX);
-        }
-        let first = (bucket as u64) << self.shift;
-        (first, first | ((1u64 << self.shift) - 1))
+        let first = self.first_hash_of(bucket as u64);
+        let last = if bucket + 1 == self.bucket_count() {
+            u64::MAX
+        } else {
+            self.first_hash_of(bucket as u64 + 1) - 1
+        };
+        (first, last)
+    }
+
+    /// The smallest hash whose bucket is `bucket` (`bucket < bucket_count`):
+    /// `⌈bucket · 2⁶⁴ / bucket_count⌉`, which is below 2⁶⁴.
+    fn first_hash_of(&self, bucket: u64) -> u64 {
+        ((u128::from(bucket) << 64).div_ceil(u128::from(self.bucket_count_u64))) as u64
     }
 
     /// Lock-free lookup.

@@ -299,7 +299,7 @@ fn tag_ffff_is_remapped_to_fffe() {
 
 #[test]
 fn bucket_hash_range_covers_all_hashes_contiguously() {
-    for count in [1, 2, 4, 8, 1024] {
+    for count in [1, 2, 3, 4, 7, 8, 1000, 1024, 12_345] {
         let table = HashTable::new(count);
         let mut next = 0u64;
         for bucket in 0..count {
@@ -346,11 +346,11 @@ fn bucket_hash_range_panics_past_bucket_count() {
 }
 
 #[test]
-fn new_rounds_up_to_power_of_two() {
+fn new_keeps_the_bucket_count_asked_for() {
     assert_eq!(HashTable::new(0).bucket_count(), 1);
     assert_eq!(HashTable::new(1).bucket_count(), 1);
-    assert_eq!(HashTable::new(3).bucket_count(), 4);
-    assert_eq!(HashTable::new(1000).bucket_count(), 1024);
+    assert_eq!(HashTable::new(3).bucket_count(), 3);
+    assert_eq!(HashTable::new(1000).bucket_count(), 1000);
     assert_eq!(HashTable::new(1024).bucket_count(), 1024);
 }
 
@@ -358,9 +358,24 @@ fn new_rounds_up_to_power_of_two() {
 fn with_capacity_uses_one_bucket_per_four_entries() {
     assert_eq!(HashTable::with_capacity(0).bucket_count(), 1);
     assert_eq!(HashTable::with_capacity(3).bucket_count(), 1);
-    assert_eq!(HashTable::with_capacity(4000).bucket_count(), 1024);
+    assert_eq!(HashTable::with_capacity(4000).bucket_count(), 1000);
     assert_eq!(HashTable::with_capacity(4096).bucket_count(), 1024);
-    assert_eq!(HashTable::with_capacity(1_000_000).bucket_count(), 262_144);
+    assert_eq!(HashTable::with_capacity(1_000_000).bucket_count(), 250_000);
+}
+
+#[test]
+fn bucket_of_spreads_hashes_evenly_over_any_bucket_count() {
+    // Equal shares of the hash space within one hash, for a count that is no power
+    // of two: the table's memory is sized exactly, not rounded up.
+    let table = HashTable::new(3);
+    let sizes: Vec<u64> = (0..3)
+        .map(|b| {
+            let (first, last) = table.bucket_hash_range(b);
+            last - first
+        })
+        .collect();
+    let (min, max) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+    assert!(max - min <= 1, "uneven ranges {sizes:?}");
 }
 
 #[test]
