@@ -27,10 +27,13 @@ pub struct BalancerInput {
     pub disk_limit_bytes: u64,
     /// Whether compaction is enabled (two-level cleaning).
     pub compaction: bool,
+    /// Share of freeable space (1−L) that live tombstones may take before combined
+    /// cleaning is forced ([`TOMBSTONE_SHARE_FOR_COMBINED`] by default).
+    pub tombstone_share_for_combined: f64,
 }
 
 /// Tombstones force combined cleaning once they are this share of freeable space
-/// (L§5.2: chosen empirically there).
+/// (L§5.2: chosen empirically there). The default of `LogConfig`.
 pub const TOMBSTONE_SHARE_FOR_COMBINED: f64 = 0.4;
 /// Combined cleaning runs when the on-disk log exceeds this share of its limit.
 pub const DISK_SHARE_FOR_COMBINED: f64 = 0.9;
@@ -56,7 +59,7 @@ pub fn choose(input: &BalancerInput) -> CleanKind {
 /// Whether combined cleaning is required regardless of free memory pressure kind.
 pub fn needs_combined(input: &BalancerInput) -> bool {
     let freeable = (1.0 - input.live_fraction).max(f64::MIN_POSITIVE);
-    input.tombstone_fraction / freeable >= TOMBSTONE_SHARE_FOR_COMBINED
+    input.tombstone_fraction / freeable >= input.tombstone_share_for_combined
         || input.disk_log_bytes as f64 >= DISK_SHARE_FOR_COMBINED * input.disk_limit_bytes as f64
 }
 
@@ -82,6 +85,7 @@ mod tests {
             disk_log_bytes: 0,
             disk_limit_bytes: 100,
             compaction: true,
+            tombstone_share_for_combined: TOMBSTONE_SHARE_FOR_COMBINED,
         }
     }
 

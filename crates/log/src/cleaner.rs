@@ -105,6 +105,7 @@ impl Log {
             disk_log_bytes: stats_disk,
             disk_limit_bytes: (self.config.disk_expansion_factor * memory) as u64,
             compaction: self.config.compaction,
+            tombstone_share_for_combined: self.config.tombstone_share_for_combined,
         }
     }
 

@@ -59,6 +59,9 @@ pub struct LogConfig {
     /// Fraction of the pool kept for tombstones only, so deletes succeed when writes
     /// no longer do (L§7).
     pub delete_reserve_fraction: f64,
+    /// Combined cleaning is forced once live tombstones take this share of the
+    /// freeable memory (L§5.2: 0.4 there, chosen empirically).
+    pub tombstone_share_for_combined: f64,
     /// Where bytes to replicate are reported.
     pub replicas: Arc<dyn ReplicaSink>,
     /// Where head metadata comes from.
@@ -75,6 +78,7 @@ impl LogConfig {
             disk_expansion_factor: 2.0,
             compaction: true,
             delete_reserve_fraction: 0.01,
+            tombstone_share_for_combined: crate::balancer::TOMBSTONE_SHARE_FOR_COMBINED,
             replicas: Arc::new(crate::replica::NoReplicas),
             metadata: Arc::new(NoMetadata),
         }
@@ -90,6 +94,10 @@ impl std::fmt::Debug for LogConfig {
             .field("disk_expansion_factor", &self.disk_expansion_factor)
             .field("compaction", &self.compaction)
             .field("delete_reserve_fraction", &self.delete_reserve_fraction)
+            .field(
+                "tombstone_share_for_combined",
+                &self.tombstone_share_for_combined,
+            )
             .finish_non_exhaustive()
     }
 }
@@ -108,6 +116,8 @@ pub enum LogConfigError {
     BadExpansionFactor(f64),
     #[error("delete reserve fraction {0} must be between 0 and 0.5")]
     BadDeleteReserve(f64),
+    #[error("tombstone share for combined cleaning {0} must be between 0 and 1")]
+    BadTombstoneShare(f64),
 }
 
 /// Why an append did not happen. Nothing was written in either case.
@@ -297,6 +307,11 @@ impl Log {
         if !(0.0..=0.5).contains(&config.delete_reserve_fraction) {
             return Err(LogConfigError::BadDeleteReserve(
                 config.delete_reserve_fraction,
+            ));
+        }
+        if !(0.0..=1.0).contains(&config.tombstone_share_for_combined) {
+            return Err(LogConfigError::BadTombstoneShare(
+                config.tombstone_share_for_combined,
             ));
         }
         let seglets = config.memory_bytes / SEGLET_BYTES;

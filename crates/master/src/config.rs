@@ -30,6 +30,9 @@ pub struct StoreConfig {
     pub disk_expansion_factor: f64,
     /// Share of memory only deletes may use (default 1%).
     pub delete_reserve_fraction: f64,
+    /// Share of freeable memory live tombstones may take before combined cleaning is
+    /// forced (L§5.2; default 0.4).
+    pub tombstone_share_for_combined: f64,
     pub cleaner: CleanerMode,
     /// Where appended bytes are reported for replication.
     pub replicas: Arc<dyn ReplicaSink>,
@@ -46,6 +49,7 @@ impl StoreConfig {
             compaction: true,
             disk_expansion_factor: 2.0,
             delete_reserve_fraction: 0.01,
+            tombstone_share_for_combined: ramstore_log::balancer::TOMBSTONE_SHARE_FOR_COMBINED,
             cleaner: CleanerMode::Background { threads: 1 },
             replicas: Arc::new(NoReplicas),
         }
@@ -62,6 +66,10 @@ impl std::fmt::Debug for StoreConfig {
             .field("compaction", &self.compaction)
             .field("disk_expansion_factor", &self.disk_expansion_factor)
             .field("delete_reserve_fraction", &self.delete_reserve_fraction)
+            .field(
+                "tombstone_share_for_combined",
+                &self.tombstone_share_for_combined,
+            )
             .field("cleaner", &self.cleaner)
             .finish_non_exhaustive()
     }

@@ -128,6 +128,7 @@ impl ObjectStore {
             disk_expansion_factor: config.disk_expansion_factor,
             compaction: config.compaction,
             delete_reserve_fraction: config.delete_reserve_fraction,
+            tombstone_share_for_combined: config.tombstone_share_for_combined,
             replicas: config.replicas.clone(),
             metadata: shared.clone(),
         };
