@@ -352,28 +352,45 @@ impl Log {
 
         // Live entries, oldest first: segregating old from young data makes later
         // cleaning cheaper (L§4.3).
-        // Each entry with its birth, the victim holding it and, for a tombstone, the
-        // segment it names.
+        // Each live entry with its birth, the victim holding it and, for an object, its
+        // hash (for a tombstone, the segment it names). Objects are checked in batches
+        // whose buckets are prefetched first.
         let mut found: Vec<(u64, Found, u64, u64)> = Vec::new();
         let mut tombstones_dropped = 0u64;
-        for m in &victims {
-            self.scan(m, |e| match e.kind {
-                EntryType::Object => {
-                    if let Ok(view) = self.object(e.at) {
-                        if relocator.is_live(&view, relocator.hash(&view)) {
-                            found.push((view.birth(), e, m.id, 0));
-                        }
+        let mut batch: Vec<(Found, u64, u64)> = Vec::with_capacity(RELOCATION_BATCH);
+        let check_batch = |batch: &mut Vec<(Found, u64, u64)>, found: &mut Vec<_>| {
+            for (e, hash, victim) in batch.drain(..) {
+                if let Ok(view) = self.object(e.at) {
+                    if relocator.is_live(&view, hash) {
+                        found.push((view.birth(), e, victim, hash));
                     }
                 }
-                EntryType::Tombstone => match self.tombstone(e.at) {
-                    Ok(t) if live_ids.contains(&t.segment_id) => {
-                        found.push((m.created_at, e, m.id, t.segment_id));
+            }
+        };
+        for m in &victims {
+            for e in self.entries(m) {
+                match e.kind {
+                    EntryType::Object => {
+                        if let Ok(view) = self.object(e.at) {
+                            let hash = relocator.hash(&view);
+                            relocator.prefetch(hash);
+                            batch.push((e, hash, m.id));
+                            if batch.len() == RELOCATION_BATCH {
+                                check_batch(&mut batch, &mut found);
+                            }
+                        }
                     }
-                    _ => tombstones_dropped += 1,
-                },
-                _ => {}
-            });
+                    EntryType::Tombstone => match self.tombstone(e.at) {
+                        Ok(t) if live_ids.contains(&t.segment_id) => {
+                            found.push((m.created_at, e, m.id, t.segment_id));
+                        }
+                        _ => tombstones_dropped += 1,
+                    },
+                    _ => {}
+                }
+            }
         }
+        check_batch(&mut batch, &mut found);
         found.sort_by_key(|&(birth, ..)| birth);
 
         // Never run a pass that uses more memory than it frees (L§7). The stash is a
@@ -403,7 +420,14 @@ impl Log {
         let mut survivors: Vec<SegmentWriter> = Vec::new();
         let mut copied = 0u64;
         let mut moved_tombstones: Vec<(u64, u64, u64, u32, u64)> = Vec::new();
-        for &(_, ref e, victim, target) in &found {
+        for (i, &(_, ref e, victim, hash_or_target)) in found.iter().enumerate() {
+            // Survivors are written in age order, so consecutive objects hit random
+            // buckets: start loading a later one's bucket now.
+            if let Some((_, ahead, _, hash)) = found.get(i + RELOCATION_BATCH) {
+                if ahead.kind == EntryType::Object {
+                    relocator.prefetch(*hash);
+                }
+            }
             let need_new = survivors.last().is_none_or(|w| w.room() < e.len);
             if need_new {
                 survivors.push(self.open_survivor());
@@ -420,7 +444,7 @@ impl Log {
                     let slot = w.slot;
                     // Counted inside the copy, under the bucket lock: once the lock is
                     // released a writer may already count the copy dead.
-                    let moved = relocator.relocate(&view, relocator.hash(&view), &mut || {
+                    let moved = relocator.relocate(&view, hash_or_target, &mut || {
                         let at = self.copy_entry(e.at, e.len, w);
                         self.survivor_bytes_added(slot, e.len, false);
                         at
@@ -432,7 +456,7 @@ impl Log {
                 _ => {
                     self.copy_entry(e.at, e.len, w);
                     self.survivor_bytes_added(w.slot, e.len, true);
-                    moved_tombstones.push((target, victim, w.id, w.slot, e.len as u64));
+                    moved_tombstones.push((hash_or_target, victim, w.id, w.slot, e.len as u64));
                     copied += e.len as u64;
                 }
             }
