@@ -23,6 +23,29 @@
 //! head lock; combined cleaning (one pass at a time) moves and expires entries.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Hashes segment ids (small, dense integers) with one multiplication: this map is
+/// touched on every overwrite and delete, and SipHash's DoS resistance buys nothing
+/// for ids the log itself hands out.
+#[derive(Default)]
+pub(crate) struct SegmentIdHasher(u64);
+
+impl Hasher for SegmentIdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// The live tombstone bytes one segment holds for one target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,7 +58,7 @@ pub(crate) struct Holder {
 /// Live tombstone bytes by target segment id, then by holder.
 #[derive(Debug, Default)]
 pub(crate) struct TombstoneTargets {
-    by_target: HashMap<u64, Vec<Holder>>,
+    by_target: HashMap<u64, Vec<Holder>, BuildHasherDefault<SegmentIdHasher>>,
 }
 
 impl TombstoneTargets {
