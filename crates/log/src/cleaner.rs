@@ -125,13 +125,13 @@ impl Log {
                 .compact(relocator)
                 .map(|o| (CleanKind::Compaction, o))
                 .or_else(|| {
-                    self.clean_combined(relocator)
+                    self.try_clean_combined(relocator, 1)
                         .map(|o| (CleanKind::Combined, o))
                 }),
             // Combined cleaning forced by tombstones or by the disk log may free no
             // memory (it frees tombstones or disk space); otherwise it must.
             CleanKind::Combined => self
-                .clean_combined_with_gain(
+                .try_clean_combined(
                     relocator,
                     usize::from(!balancer::needs_combined(&self.balancer_input())),
                 )
@@ -338,6 +338,26 @@ impl Log {
         // One pass at a time: segments leave the log only here, which keeps the
         // live-tombstone accounting exact (see `tombstones`).
         let _one_pass = self.combined_pass.lock();
+        self.clean_combined_locked(relocator, min_gain_seglets)
+    }
+
+    /// `clean_combined_with_gain`, or `None` at once if another combined pass is
+    /// running: a second cleaner thread compacts meanwhile instead of waiting (L§6).
+    fn try_clean_combined(
+        &self,
+        relocator: &dyn Relocator,
+        min_gain_seglets: usize,
+    ) -> Option<PassOutcome> {
+        let _one_pass = self.combined_pass.try_lock()?;
+        self.clean_combined_locked(relocator, min_gain_seglets)
+    }
+
+    /// The body of a combined pass; the caller holds `combined_pass`.
+    fn clean_combined_locked(
+        &self,
+        relocator: &dyn Relocator,
+        min_gain_seglets: usize,
+    ) -> Option<PassOutcome> {
         let cpu_start = thread_cpu_ns();
         let head_id = self.head_id();
         let budget_seglets = self.pool.available(AllocClass::Cleaner);

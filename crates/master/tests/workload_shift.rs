@@ -172,6 +172,6 @@ fn mass_delete_then_refill_completes_manual_cleaning() {
 }
 
 #[test]
-fn mass_delete_then_refill_completes_background_cleaner() {
-    mass_delete_then_refill(CleanerMode::Background { threads: 1 });
+fn mass_delete_then_refill_completes_two_background_cleaners() {
+    mass_delete_then_refill(CleanerMode::Background { threads: 2 });
 }
