@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use parking_lot::lock_api::RawMutex as _;
 
 use crate::bucket::{
-    alloc_zeroed_buckets, entry, is_link, link, tag, tag_of, Bucket, EMPTY, LAST, REF_MASK,
+    entry, is_link, link, tag, tag_of, Bucket, BucketArray, EMPTY, LAST, REF_MASK,
 };
 use crate::overflow::{OverflowArena, MAX_CHUNKS};
 use crate::{IndexFull, SLOTS_PER_BUCKET};
@@ -34,7 +34,7 @@ pub struct Slot {
 /// The master's hash table: key hash → 48-bit log reference. See the crate documentation.
 pub struct HashTable {
     /// The main buckets; see `bucket_of` for which one a hash belongs to.
-    buckets: Box<[Bucket]>,
+    buckets: BucketArray,
     /// One writer lock per main bucket, covering its whole overflow chain.
     ///
     /// Kept apart from the buckets so that a bucket stays exactly one cache line.
@@ -62,7 +62,7 @@ impl HashTable {
     /// `new`, with a limit on the number of overflow chunks (tests use a small one to reach `IndexFull`).
     pub(crate) fn with_overflow_chunks(bucket_count: usize, max_chunks: usize) -> Self {
         let bucket_count = bucket_count.max(1);
-        let buckets = match alloc_zeroed_buckets(bucket_count) {
+        let buckets = match BucketArray::new(bucket_count) {
             Some(buckets) => buckets,
             None => panic!("cannot allocate a hash table of {bucket_count} buckets"),
         };

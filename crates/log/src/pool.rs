@@ -122,6 +122,13 @@ impl SegletPool {
         if ptr == libc::MAP_FAILED {
             return Err(PoolError::AllocationFailed(total));
         }
+        // 2 MiB pages for the log (a hint; ignored where transparent huge pages are
+        // off): reads, appends and the cleaner touch the pool at random, and with 4 KiB
+        // pages nearly every such access would also miss the TLB.
+        // SAFETY: the range is exactly the mapping just created.
+        unsafe {
+            libc::madvise(ptr, total, libc::MADV_HUGEPAGE);
+        }
         let base = NonNull::new(ptr.cast::<u8>()).ok_or(PoolError::AllocationFailed(total))?;
         let next = (0..seglet_count)
             .map(|_| AtomicU32::new(NO_SEGLET))
