@@ -79,7 +79,8 @@ pub fn needs_combined(input: &BalancerInput) -> bool {
     tombstone_share >= input.tombstone_share_for_combined
         || (costly_compaction
             && tombstone_share
-                >= TOMBSTONE_SHARE_WHEN_COMPACTION_IS_COSTLY.min(input.tombstone_share_for_combined))
+                >= TOMBSTONE_SHARE_WHEN_COMPACTION_IS_COSTLY
+                    .min(input.tombstone_share_for_combined))
         || input.disk_log_bytes as f64 >= DISK_SHARE_FOR_COMBINED * input.disk_limit_bytes as f64
 }
 

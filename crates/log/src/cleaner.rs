@@ -279,9 +279,8 @@ impl Log {
             };
             for (e, hash) in batch.drain(..) {
                 if let Ok(view) = self.object(e.at) {
-                    let moved = relocator.relocate(&view, hash, &mut || {
-                        self.copy_entry(e.at, e.len, &mut w)
-                    });
+                    let moved = relocator
+                        .relocate(&view, hash, &mut || self.copy_entry(e.at, e.len, &mut w));
                     if moved {
                         copied += e.len as u64;
                     }
@@ -485,7 +484,10 @@ impl Log {
             let mut targets = self.tombstone_targets.lock();
             for (target, from, to, to_slot, bytes) in moved_tombstones {
                 let listed = targets.moved(target, from, to, to_slot, bytes);
-                debug_assert!(listed, "tombstone for {target} in {from} was not counted live");
+                debug_assert!(
+                    listed,
+                    "tombstone for {target} in {from} was not counted live"
+                );
             }
         }
         for w in &mut survivors {

@@ -357,7 +357,7 @@ impl Log {
             retired: Mutex::new(Vec::new()),
             live_object_bytes: AtomicU64::new(0),
             tombstone_bytes: AtomicU64::new(0),
-            tombstone_targets: Mutex::new(TombstoneTargets::default()),
+            tombstone_targets: Mutex::new(TombstoneTargets::with_capacity(slot_count)),
             combined_pass: Mutex::new(()),
             appended_bytes: AtomicU64::new(0),
             counters: CleanerCounters::default(),
@@ -724,7 +724,8 @@ impl Log {
         let mut expired = 0u64;
         let mut targets = self.tombstone_targets.lock();
         for &target in gone {
-            for h in targets.expire(target) {
+            let holders = targets.expire(target);
+            for &h in &holders {
                 if gone.contains(&h.segment_id) {
                     continue;
                 }
@@ -738,9 +739,13 @@ impl Log {
                     continue;
                 }
                 let before = c.tombstone_bytes.fetch_sub(h.bytes, Ordering::Relaxed);
-                debug_assert!(before >= h.bytes, "tombstone bytes of a segment went negative");
+                debug_assert!(
+                    before >= h.bytes,
+                    "tombstone bytes of a segment went negative"
+                );
                 expired += h.bytes;
             }
+            targets.recycle(holders);
         }
         drop(targets);
         self.tombstone_bytes.fetch_sub(expired, Ordering::Relaxed);

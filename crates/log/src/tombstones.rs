@@ -55,17 +55,40 @@ pub(crate) struct Holder {
     pub bytes: u64,
 }
 
+/// Holder lists kept ready at start-up and recycled when their target leaves, so the
+/// write path does not allocate (an overwrite's tombstone may name a segment that has
+/// no list yet).
+const SPARE_HOLDER_LISTS: usize = 64;
+/// Room for holders in each spare list before it has to grow.
+const HOLDERS_PER_SPARE_LIST: usize = 8;
+
 /// Live tombstone bytes by target segment id, then by holder.
 #[derive(Debug, Default)]
 pub(crate) struct TombstoneTargets {
     by_target: HashMap<u64, Vec<Holder>, BuildHasherDefault<SegmentIdHasher>>,
+    spare: Vec<Vec<Holder>>,
 }
 
 impl TombstoneTargets {
+    /// Room for `segments` targets (every segment of the log at once), sized at
+    /// start-up like the rest of the log's memory.
+    pub fn with_capacity(segments: usize) -> Self {
+        Self {
+            by_target: HashMap::with_capacity_and_hasher(segments, Default::default()),
+            spare: (0..SPARE_HOLDER_LISTS)
+                .map(|_| Vec::with_capacity(HOLDERS_PER_SPARE_LIST))
+                .collect(),
+        }
+    }
+
     /// Records `bytes` of tombstones for `target` written into `holder`. Tombstones are
     /// appended to the head, so the holder is usually the list's last element.
     pub fn add(&mut self, target: u64, holder_id: u64, holder_slot: u32, bytes: u64) {
-        let holders = self.by_target.entry(target).or_default();
+        let spare = &mut self.spare;
+        let holders = self
+            .by_target
+            .entry(target)
+            .or_insert_with(|| spare.pop().unwrap_or_default());
         match holders.iter_mut().rev().find(|h| h.segment_id == holder_id) {
             Some(h) => h.bytes += bytes,
             None => holders.push(Holder {
@@ -98,9 +121,17 @@ impl TombstoneTargets {
     }
 
     /// `target` left the log: every tombstone naming it is dead. Returns the holders
-    /// whose counters must drop.
+    /// whose counters must drop; hand the list back with `recycle`.
     pub fn expire(&mut self, target: u64) -> Vec<Holder> {
         self.by_target.remove(&target).unwrap_or_default()
+    }
+
+    /// Keeps an expired list (emptied) for the next new target.
+    pub fn recycle(&mut self, mut list: Vec<Holder>) {
+        if self.spare.len() < SPARE_HOLDER_LISTS && list.capacity() > 0 {
+            list.clear();
+            self.spare.push(list);
+        }
     }
 
     /// Live tombstone bytes listed for `holder` (for tests and assertions; walks

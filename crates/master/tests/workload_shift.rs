@@ -11,10 +11,10 @@
 
 use std::time::{Duration, Instant};
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use ramstore_log::CleanKind;
 use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig, WriteError};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 const MEMORY_BYTES: usize = 64 << 20;
 const SEGMENT_BYTES: usize = 2 << 20;
