@@ -36,6 +36,9 @@ fn walk_response(resp: &Response<'_>) {
         Response::GetTabletMap { tablets, .. } => {
             assert_eq!(tablets.iter().count(), tablets.len())
         }
+        Response::BackupGetReplicas { replicas } => {
+            assert_eq!(replicas.iter().count(), replicas.len())
+        }
         _ => {}
     }
 }

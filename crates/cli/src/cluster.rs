@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use ramstore_coordinator::StoreSpec;
-use ramstore_server::ServerOptions;
+use ramstore_server::{ServerOptions, StartedServer, SyncMode};
 
 /// Structured logs to stderr, filtered by `RUST_LOG` (default: info).
 pub fn init_logging() {
@@ -61,6 +61,36 @@ pub struct DevOptions {
     pub servers: usize,
     pub memory_bytes: usize,
     pub port: u16,
+    /// Frames of each server's backup file.
+    pub backup_frames: u32,
+    /// When the backups acknowledge writes.
+    pub backup_sync: SyncMode,
+}
+
+/// Where server `n` (1-based) of `ramstore dev` keeps its backup.
+pub fn dev_backup_dir(dir: &std::path::Path, n: usize) -> PathBuf {
+    dir.join(format!("server-{n}")).join("backup")
+}
+
+/// " (backup: N frames in DIR, MODE)" for a server that runs a backup.
+fn backup_note(server: &StartedServer) -> String {
+    let Some(backup) = server.service.backup() else {
+        return String::new();
+    };
+    let config = backup.store().config();
+    let mode = match config.sync_mode {
+        SyncMode::Buffered => "buffered",
+        SyncMode::Fsync => "fsync",
+    };
+    format!(
+        ", backup of {} frames in {} ({mode})",
+        config.frame_count,
+        backup
+            .path()
+            .and_then(|p| p.parent())
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    )
 }
 
 /// Runs a coordinator and `servers` storage servers in this process until stopped.
@@ -87,10 +117,11 @@ pub async fn dev(o: DevOptions) -> Result<()> {
         let listen = format!("127.0.0.1:{port}");
         let server = ramstore_server::start(ServerOptions {
             listen: listen.clone(),
-            advertise: None,
-            coordinator: coordinator_addr.clone(),
             memory_bytes: o.memory_bytes,
-            metrics_listen: None,
+            backup_dir: Some(dev_backup_dir(&dir, i + 1)),
+            backup_sync: o.backup_sync,
+            backup_frames: o.backup_frames,
+            ..ServerOptions::new(coordinator_addr.clone())
         })
         .await
         .with_context(|| format!("starting storage server {} on {listen}", i + 1))?;
@@ -103,6 +134,11 @@ pub async fn dev(o: DevOptions) -> Result<()> {
         servers.len(),
         addrs.join(", "),
         o.memory_bytes >> 20
+    );
+    println!(
+        "Backups: server N keeps replicas in {} ({} frames of 8 MiB each).",
+        dir.join("server-N").join("backup").display(),
+        o.backup_frames
     );
     println!("WARNING: replication is not built yet: data lives in DRAM only and is lost when this process stops.");
     println!("Try, in another terminal:");
@@ -146,12 +182,13 @@ pub async fn server(options: ServerOptions) -> Result<()> {
         .await
         .with_context(|| format!("starting the storage server on {listen}"))?;
     println!(
-        "ramstore server {} listening on {}{} (DRAM only: replication is not built yet)",
+        "ramstore server {} listening on {}{}{} (DRAM only: replication is not built yet)",
         s.service.server_id(),
         s.addr,
         s.metrics_addr
             .map(|m| format!(", metrics on http://{m}/metrics"))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        backup_note(&s)
     );
     shutdown.wait().await;
     s.stop();

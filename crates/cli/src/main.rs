@@ -8,9 +8,12 @@ mod size;
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use ramstore_coordinator::StoreSpec;
-use ramstore_server::ServerOptions;
+use ramstore_server::{
+    ServerOptions, SyncMode, DEFAULT_BACKUP_FRAMES, DEFAULT_OPEN_BUFFERS, MAX_FRAME_COUNT,
+    MAX_OPEN_BUFFERS,
+};
 
 #[derive(Parser)]
 #[command(
@@ -41,6 +44,15 @@ enum Command {
         /// Coordinator port; servers use the ports after it.
         #[arg(long, default_value_t = 7000)]
         port: u16,
+        /// Frames in each server's backup file (DIR/server-N/backup/replicas.frames);
+        /// each frame holds one 8 MiB segment replica and is allocated on disk up
+        /// front.
+        #[arg(long, default_value_t = DEFAULT_BACKUP_FRAMES,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_FRAME_COUNT)))]
+        backup_frames: u32,
+        /// When the backups acknowledge writes (see `ramstore server --help`).
+        #[arg(long, value_enum, default_value_t = BackupSync::Buffered)]
+        backup_sync: BackupSync,
     },
     /// Run a coordinator.
     Coordinator {
@@ -66,6 +78,27 @@ enum Command {
         /// Serve Prometheus metrics here (e.g. 127.0.0.1:9100).
         #[arg(long)]
         metrics_listen: Option<String>,
+        /// Also run a backup: keep other masters' segment replicas in
+        /// DIR/replicas.frames (created on first start, reopened with its replicas
+        /// after a restart). Without it the server is a master only.
+        #[arg(long, value_name = "DIR")]
+        backup_dir: Option<PathBuf>,
+        /// When the backup acknowledges a write: `buffered` once the bytes are in
+        /// its memory (RAMCloud's choice; durable only if the machine can flush on
+        /// power loss), `fsync` once they are on disk. Closed replicas are always
+        /// on disk.
+        #[arg(long, value_enum, default_value_t = BackupSync::Buffered)]
+        backup_sync: BackupSync,
+        /// Frames in the backup file: the most replicas it holds (8 MiB each,
+        /// allocated on disk up front). Fixed when the file is made.
+        #[arg(long, default_value_t = DEFAULT_BACKUP_FRAMES,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_FRAME_COUNT)))]
+        backup_frames: u32,
+        /// Replicas the backup keeps open (8 MiB of memory each) at once; when all
+        /// are in use it refuses new ones and masters go elsewhere.
+        #[arg(long, default_value_t = DEFAULT_OPEN_BUFFERS,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_OPEN_BUFFERS)))]
+        backup_open_buffers: u32,
     },
     /// Create a table (no-op if it exists).
     CreateTable {
@@ -144,6 +177,24 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
+/// `--backup-sync`: when a backup acknowledges a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackupSync {
+    /// Once the bytes are in the backup's memory (R§4.2).
+    Buffered,
+    /// Once the bytes are on disk and synced.
+    Fsync,
+}
+
+impl From<BackupSync> for SyncMode {
+    fn from(s: BackupSync) -> Self {
+        match s {
+            BackupSync::Buffered => SyncMode::Buffered,
+            BackupSync::Fsync => SyncMode::Fsync,
+        }
+    }
+}
+
 /// Which cluster a data command talks to.
 #[derive(clap::Args)]
 struct At {
@@ -178,11 +229,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             servers,
             memory,
             port,
+            backup_frames,
+            backup_sync,
         } => runtime()?.block_on(cluster::dev(cluster::DevOptions {
             dir,
             servers,
             memory_bytes: memory,
             port,
+            backup_frames,
+            backup_sync: backup_sync.into(),
         })),
         Command::Coordinator { listen, store } => {
             runtime()?.block_on(cluster::coordinator(listen, store))
@@ -193,12 +248,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             advertise,
             memory,
             metrics_listen,
+            backup_dir,
+            backup_sync,
+            backup_frames,
+            backup_open_buffers,
         } => runtime()?.block_on(cluster::server(ServerOptions {
             listen,
             advertise,
             coordinator,
             memory_bytes: memory,
             metrics_listen,
+            backup_dir,
+            backup_sync: backup_sync.into(),
+            backup_frames,
+            backup_open_buffers,
         })),
         Command::CreateTable { name, span, at } => {
             data::create_table(&data::connect(&at.coordinator)?, &name, span)

@@ -26,7 +26,7 @@ const INVALID_REQUEST: u16 = 7;
 const TOO_LARGE: u16 = 8;
 const UNKNOWN_OPCODE: u16 = 14;
 const FLAG_RESPONSE: u32 = 1;
-const MAX_FRAME: u32 = 8 << 20;
+const MAX_FRAME: u32 = ramstore_wire::MAX_FRAME_BYTES as u32;
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The frames in `bytes` (whole, back to back).
@@ -205,9 +205,10 @@ impl Drop for ClientLoop {
     }
 }
 
-/// A length prefix below the 16-byte header or above 8 MiB leaves no way to find
-/// the next frame: the server closes the connection without answering (at once,
-/// even with the rest of the announced frame never sent).
+/// A length prefix below the 16-byte header or above the frame limit (a whole
+/// 8 MiB segment plus 64 KiB) leaves no way to find the next frame: the server
+/// closes the connection without answering (at once, even with the rest of the
+/// announced frame never sent).
 #[test]
 fn bad_length_prefixes_close_the_connection() {
     let cluster = Cluster::start(1);
@@ -233,7 +234,7 @@ fn bad_length_prefixes_close_the_connection() {
     let e = s.read(&mut buf).expect_err("nothing to read yet");
     assert!(
         matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
-        "an 8 MiB frame is waited for: {e}"
+        "a largest frame is waited for: {e}"
     );
     // And the server is fine.
     assert_ping(&mut connect(addr), cluster.servers[0].id);
@@ -246,9 +247,11 @@ fn unknown_opcode_is_answered_with_its_request_id() {
     let cluster = Cluster::start(1);
     let server = &cluster.servers[0];
     let mut s = connect(&server.addr);
+    // The first code after the last opcode this version knows.
+    let next = ramstore_wire::Opcode::ALL.len() as u16 + 1;
     for (opcode, id) in [
         (0u16, 1u64),
-        (20, 0xdead_beef),
+        (next, 0xdead_beef),
         (999, u64::MAX),
         (u16::MAX, 0),
     ] {
@@ -390,7 +393,7 @@ fn misbehaving_connections_do_not_disturb_a_good_client() {
     let good = ClientLoop::start(cluster.client(), table);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
 
-    // A connection that announces an 8 MiB frame and sends only part of it, and one
+    // A connection that announces a largest frame and sends only part of it, and one
     // that stops mid-header, both kept open for the whole test.
     let mut stalled = connect(&addr);
     stalled.write_all(&MAX_FRAME.to_le_bytes()).unwrap();

@@ -69,12 +69,19 @@
 //! conditional write may fail with [`ClientError::WrongVersion`] because its own
 //! first attempt succeeded, and a retried remove may report `None`.
 //!
+//! # Backups
+//!
+//! [`BackupClient`] is the other caller in this crate: the typed calls masters,
+//! recovery and cold start make to backups (BackupWrite, BackupFree,
+//! BackupGetReplicas, BackupReadReplica), one RPC per call, no retries inside.
+//!
 //! # Threads
 //!
 //! [`Client`] is `Send + Sync` and cheap to clone; share it freely across tasks.
 //! [`BlockingClient`] owns a small runtime and must not be used from inside an
 //! async runtime.
 
+mod backup;
 #[cfg(not(madsim))]
 mod blocking;
 mod client;
@@ -87,6 +94,9 @@ mod retry;
 mod rules;
 mod tablet_map;
 
+pub use backup::{
+    BackupClient, BackupClientError, BackupReplica, ReplicaBytes, DEFAULT_BACKUP_RPC_DEADLINE_MS,
+};
 #[cfg(not(madsim))]
 pub use blocking::{BlockingClient, BlockingEnumeration, BLOCKING_RUNTIME_THREADS};
 pub use client::{key_hash, Client, PingReply};
@@ -94,6 +104,7 @@ pub use enumerate::{EnumeratedObject, Enumeration, ENUMERATE_BATCH_BYTES};
 pub use error::ClientError;
 pub use multi::{MultiRemoveOp, MultiWriteOp};
 pub use options::{ClientOptions, DEFAULT_OPERATION_DEADLINE_MS, DEFAULT_RPC_DEADLINE_MS};
+pub use ramstore_wire::BackupWriteFlags;
 pub use retry::{BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, RETRY_DELAY_MAX_MS};
 pub use rules::RejectRules;
 pub use tablet_map::TabletInfo;

@@ -32,8 +32,11 @@ pub use transport::{RpcError, Transport};
 pub const LEN_PREFIX_BYTES: usize = 4;
 /// Bytes of the frame header after the length prefix.
 pub const HEADER_BYTES: usize = 16;
-/// Largest frame accepted (prefix excluded).
-pub const MAX_FRAME_BYTES: usize = 8 << 20;
+/// Largest frame accepted (prefix excluded): a whole 8 MiB log segment (a backup
+/// write re-replicating a segment, or a replica read in recovery, R§7.4) plus
+/// 64 KiB for the header and fixed fields. Equals `ramstore_wire::MAX_FRAME_BYTES`
+/// (this crate does not depend on `ramstore-wire`; the storage server asserts it).
+pub const MAX_FRAME_BYTES: usize = (8 << 20) + (64 << 10);
 /// Offset of the request id within a frame (prefix included).
 const REQUEST_ID_OFFSET: usize = LEN_PREFIX_BYTES + 8;
 
@@ -62,4 +65,32 @@ pub fn request_id(frame: &[u8]) -> u64 {
 /// Overwrites the request id of a whole frame.
 pub fn set_request_id(frame: &mut [u8], id: u64) {
     frame[REQUEST_ID_OFFSET..REQUEST_ID_OFFSET + 8].copy_from_slice(&id.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_len_accepts_a_whole_segment_and_no_more() {
+        let prefix = |len: usize| (len as u32).to_le_bytes();
+        let segment_frame = HEADER_BYTES + 32 + (8 << 20);
+        assert_eq!(
+            frame_len(&prefix(segment_frame)),
+            Ok(Some(LEN_PREFIX_BYTES + segment_frame))
+        );
+        assert_eq!(
+            frame_len(&prefix(MAX_FRAME_BYTES)),
+            Ok(Some(LEN_PREFIX_BYTES + MAX_FRAME_BYTES))
+        );
+        assert_eq!(
+            frame_len(&prefix(MAX_FRAME_BYTES + 1)),
+            Err(RpcError::BadFrameLength(MAX_FRAME_BYTES + 1))
+        );
+        assert_eq!(
+            frame_len(&prefix(HEADER_BYTES - 1)),
+            Err(RpcError::BadFrameLength(HEADER_BYTES - 1))
+        );
+        assert_eq!(frame_len(&[1, 0]), Ok(None));
+    }
 }

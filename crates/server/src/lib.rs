@@ -1,17 +1,27 @@
-//! The ramstore storage server: one master's object store behind the RPC transport
-//! (R§3–5, DESIGN §2).
+//! The ramstore storage server: one master's object store and, with a backup
+//! directory, a backup's replica store, behind the RPC transport (R§3–5, DESIGN §2).
 //!
 //! A server binds its listener first, then enlists with the coordinator, then owns
 //! whatever tablets the coordinator hands it (TakeTabletOwnership is idempotent) and
 //! answers UNKNOWN_TABLET for every other key. Requests are served on the task that
 //! read them; enumeration and tablet drops run off the fast path.
 //!
-//! Durability: none yet — writes live in this process's DRAM until replication to
-//! backups lands (issue 4); `GetServerStats` says `durability=dram-only`.
+//! The backup ([`backup_service`]) keeps other masters' segment replicas in
+//! `<backup_dir>/replicas.frames` and serves BackupWrite, BackupFree,
+//! BackupGetReplicas and BackupReadReplica; requests that may wait for the disk run
+//! off the fast path.
+//!
+//! Durability: the master's writes live in this process's DRAM until the master
+//! replicates to backups (the replica manager, issue 4); `GetServerStats` says
+//! `durability=dram-only`. What the backup half makes durable, and when, is
+//! `ramstore_backup`'s contract under the configured [`SyncMode`].
 
+pub mod backup_service;
 pub mod metrics;
 pub mod storage_server;
 pub mod storage_service;
 
-pub use storage_server::{start, ServerError, ServerOptions, StartedServer};
+pub use backup_service::{BackupService, FRAMES_FILE, MAX_FAST_BACKUP_WRITE_BYTES};
+pub use ramstore_backup::{SyncMode, DEFAULT_OPEN_BUFFERS, MAX_FRAME_COUNT, MAX_OPEN_BUFFERS};
+pub use storage_server::{start, ServerError, ServerOptions, StartedServer, DEFAULT_BACKUP_FRAMES};
 pub use storage_service::StorageService;

@@ -19,11 +19,15 @@ pub enum Op {
     MultiRemove,
     Enumerate,
     Ping,
+    BackupWrite,
+    BackupFree,
+    BackupGetReplicas,
+    BackupReadReplica,
     Admin,
     Invalid,
 }
 
-const OPS: [(Op, &str); 11] = [
+const OPS: [(Op, &str); 15] = [
     (Op::Read, "read"),
     (Op::Write, "write"),
     (Op::Remove, "remove"),
@@ -33,6 +37,10 @@ const OPS: [(Op, &str); 11] = [
     (Op::MultiRemove, "multi_remove"),
     (Op::Enumerate, "enumerate"),
     (Op::Ping, "ping"),
+    (Op::BackupWrite, "backup_write"),
+    (Op::BackupFree, "backup_free"),
+    (Op::BackupGetReplicas, "backup_get_replicas"),
+    (Op::BackupReadReplica, "backup_read_replica"),
     (Op::Admin, "admin"),
     (Op::Invalid, "invalid"),
 ];
@@ -49,6 +57,10 @@ impl From<Opcode> for Op {
             Opcode::MultiRemove => Op::MultiRemove,
             Opcode::Enumerate => Op::Enumerate,
             Opcode::Ping => Op::Ping,
+            Opcode::BackupWrite => Op::BackupWrite,
+            Opcode::BackupFree => Op::BackupFree,
+            Opcode::BackupGetReplicas => Op::BackupGetReplicas,
+            Opcode::BackupReadReplica => Op::BackupReadReplica,
             _ => Op::Admin,
         }
     }
@@ -199,6 +211,53 @@ pub fn render_store(stats: &ramstore_master::StoreStats, out: &mut String) {
             "ramstore_hash_table_bytes",
             "Bytes of hash table.",
             stats.hash_table_bytes as f64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    }
+}
+
+/// Appends a backup store's gauges in Prometheus text.
+pub fn render_backup(stats: &ramstore_backup::BackupStats, out: &mut String) {
+    let gauges: [(&str, &str, f64); 7] = [
+        (
+            "ramstore_backup_frames",
+            "Frames in the backup's frames file.",
+            f64::from(stats.frames_total),
+        ),
+        (
+            "ramstore_backup_free_frames",
+            "Frames holding no replica.",
+            f64::from(stats.frames_free),
+        ),
+        (
+            "ramstore_backup_replicas",
+            "Replicas held (open and closed).",
+            f64::from(stats.replicas),
+        ),
+        (
+            "ramstore_backup_open_buffers",
+            "Open replicas, each holding one in-memory buffer.",
+            f64::from(stats.open_buffers_in_use),
+        ),
+        (
+            "ramstore_backup_open_buffers_max",
+            "The bound on open replicas.",
+            f64::from(stats.open_buffers_max),
+        ),
+        (
+            "ramstore_backup_disk_bytes",
+            "Valid replica bytes written to the frames file.",
+            stats.bytes_on_disk as f64,
+        ),
+        (
+            "ramstore_backup_syncs_total",
+            "Disk syncs made by backup operations.",
+            stats.syncs as f64,
         ),
     ];
     for (name, help, value) in gauges {

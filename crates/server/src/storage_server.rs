@@ -1,10 +1,12 @@
-//! Running a storage server: bind, serve, enlist with the coordinator, export
-//! metrics, stop on request (DESIGN §2).
+//! Running a storage server: open its backup store, bind, serve, enlist with the
+//! coordinator, export metrics, stop on request (DESIGN §2).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ramstore_backup::{BackupConfig, BackupError, SyncMode, FRAME_SEGMENT_BYTES};
 use ramstore_master::{ObjectStore, StoreConfig};
 use ramstore_rpc::{serve, TcpTransport, Transport};
 use ramstore_wire::{decode_response, encode_request, Request, Response, Services};
@@ -12,8 +14,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::metrics::render_store;
+use crate::backup_service::BackupService;
+use crate::metrics::{render_backup, render_store};
 use crate::storage_service::StorageService;
+
+/// Frames in a backup's frames file by default: 64 × 8 MiB = 512 MiB of replicas
+/// (plus 4 KiB of metadata per frame), room for the replicas of a few masters'
+/// 1 GiB logs spread over a small cluster.
+pub const DEFAULT_BACKUP_FRAMES: u32 = 64;
 
 /// How a storage server is started.
 #[derive(Debug, Clone)]
@@ -28,6 +36,47 @@ pub struct ServerOptions {
     pub memory_bytes: usize,
     /// Where to serve Prometheus metrics (`None`: nowhere).
     pub metrics_listen: Option<String>,
+    /// Where the backup keeps other masters' replicas (`<dir>/replicas.frames`);
+    /// `None`: this server runs no backup and enlists as a master only.
+    pub backup_dir: Option<PathBuf>,
+    /// When backup writes are acknowledged (see `ramstore_backup`'s durability
+    /// contract): [`SyncMode::Buffered`] is RAMCloud's (R§4.2).
+    pub backup_sync: SyncMode,
+    /// Frames in the frames file: the most replicas this backup holds. Fixed when
+    /// the file is made; a restart must give the same number.
+    pub backup_frames: u32,
+    /// Most replicas open (buffered in memory, 8 MiB each) at once; beyond it the
+    /// backup answers NO_SPACE so masters go elsewhere (R§7.1).
+    pub backup_open_buffers: u32,
+}
+
+impl ServerOptions {
+    /// Options with the defaults for everything but the coordinator: listen on a
+    /// free port of 127.0.0.1, 1 GiB of log memory, no metrics, no backup (set
+    /// `backup_dir` to run one, with [`DEFAULT_BACKUP_FRAMES`] buffered frames).
+    pub fn new(coordinator: impl Into<String>) -> Self {
+        Self {
+            listen: "127.0.0.1:0".into(),
+            advertise: None,
+            coordinator: coordinator.into(),
+            memory_bytes: 1 << 30,
+            metrics_listen: None,
+            backup_dir: None,
+            backup_sync: SyncMode::Buffered,
+            backup_frames: DEFAULT_BACKUP_FRAMES,
+            backup_open_buffers: ramstore_backup::DEFAULT_OPEN_BUFFERS,
+        }
+    }
+
+    /// The backup store's configuration these options describe.
+    pub fn backup_config(&self) -> BackupConfig {
+        BackupConfig {
+            frame_count: self.backup_frames,
+            segment_bytes: FRAME_SEGMENT_BYTES,
+            max_open_buffers: self.backup_open_buffers,
+            sync_mode: self.backup_sync,
+        }
+    }
 }
 
 /// Why a server could not start.
@@ -43,6 +92,20 @@ pub enum ServerError {
     Config(#[from] ramstore_master::ConfigError),
     #[error("coordinator at {addr} refused enlistment: {reason}")]
     Enlist { addr: String, reason: String },
+    #[error(
+        "the backup file in {} has {file_frames} frames but {configured} are configured; \
+         start with --backup-frames {file_frames} (or move the file away to start empty)",
+        dir.display()
+    )]
+    BackupGeometry {
+        dir: PathBuf,
+        file_frames: u64,
+        configured: u32,
+    },
+    /// The backup store could not be opened or created. (`error` is not a
+    /// `#[source]`: the message already says it, and error chains would repeat it.)
+    #[error("backup store in {}: {error}", dir.display())]
+    Backup { dir: PathBuf, error: BackupError },
 }
 
 /// A running storage server.
@@ -55,10 +118,18 @@ pub struct StartedServer {
 
 impl StartedServer {
     /// Stops serving (connections close; the store is freed when the last
-    /// reference goes).
+    /// reference goes). A buffered backup then writes its open replicas to disk
+    /// (`BackupStore::flush`, at most the open buffers), so a planned stop keeps
+    /// every acknowledged byte; this blocks for that write.
     pub fn stop(self) {
         for t in self.tasks {
             t.abort();
+        }
+        if let Some(backup) = self.service.backup() {
+            match backup.flush() {
+                Ok(n) => tracing::info!(open_replicas_written = n, "backup flushed"),
+                Err(e) => tracing::error!(error = %e, "backup flush failed"),
+            }
         }
     }
 }
@@ -69,7 +140,15 @@ pub const ENLIST_TIMEOUT_MS: u64 = 60_000;
 /// Starts a storage server and enlists it; returns once it is serving and enlisted.
 pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError> {
     let store = ObjectStore::new(StoreConfig::new(options.memory_bytes))?;
-    let service = Arc::new(StorageService::new(store));
+    let backup = match &options.backup_dir {
+        Some(dir) => Some(open_backup(dir, &options).await?),
+        None => None,
+    };
+    let services = Services {
+        master: true,
+        backup: backup.is_some(),
+    };
+    let service = Arc::new(StorageService::with_backup(store, backup));
     let listener =
         TcpListener::bind(&options.listen)
             .await
@@ -102,6 +181,7 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     let server_id = enlist(
         &options.coordinator,
         &advertise,
+        services,
         options.memory_bytes as u64,
     )
     .await?;
@@ -115,16 +195,88 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     })
 }
 
+/// Opens (or creates) the backup store off the async threads: the format and the
+/// restart scan read and write the disk. Logs what a restart found.
+async fn open_backup(
+    dir: &std::path::Path,
+    options: &ServerOptions,
+) -> Result<BackupService, ServerError> {
+    let config = options.backup_config();
+    let fail = |error| match error {
+        // The usual cause: a restart with another --backup-frames.
+        BackupError::FileSize { actual, .. } => ServerError::BackupGeometry {
+            dir: dir.to_path_buf(),
+            file_frames: actual / config.frame_bytes(),
+            configured: config.frame_count,
+        },
+        error => ServerError::Backup {
+            dir: dir.to_path_buf(),
+            error,
+        },
+    };
+    config.validate().map_err(|e| fail(e.into()))?;
+    let owned = dir.to_path_buf();
+    let (backup, summary) =
+        tokio::task::spawn_blocking(move || BackupService::open(&owned, config))
+            .await
+            .map_err(|e| {
+                fail(BackupError::Io {
+                    op: "opening the backup store",
+                    source: std::io::Error::other(e.to_string()),
+                })
+            })?
+            .map_err(fail)?;
+    let path = backup.path().unwrap_or(dir).display().to_string();
+    match summary {
+        None => tracing::info!(
+            %path,
+            frames = config.frame_count,
+            sync = ?config.sync_mode,
+            "backup store created"
+        ),
+        Some(s) => {
+            tracing::info!(
+                %path,
+                frames = s.frames,
+                empty_frames = s.empty_frames,
+                closed_replicas = s.closed_replicas,
+                open_replicas = s.open_replicas,
+                discarded_atomic = s.discarded_atomic,
+                superseded = s.superseded,
+                damaged_slots = s.damaged_slots,
+                older_state_used = s.older_state_used,
+                corrupt_frames = s.corrupt.len(),
+                "backup store reopened"
+            );
+            for c in &s.corrupt {
+                tracing::warn!(
+                    %path,
+                    frame = c.frame,
+                    replica = ?c.replica,
+                    problem = ?c.problem,
+                    "backup frame held nothing usable; it is free now"
+                );
+            }
+        }
+    }
+    Ok(backup)
+}
+
 /// Enlists with the coordinator, retrying while it is unreachable (it may start
 /// after us).
-async fn enlist(coordinator: &str, advertise: &str, memory_bytes: u64) -> Result<u64, ServerError> {
+async fn enlist(
+    coordinator: &str,
+    advertise: &str,
+    services: Services,
+    memory_bytes: u64,
+) -> Result<u64, ServerError> {
     let transport = TcpTransport::new();
     let mut frame = Vec::new();
     encode_request(
         0,
         &Request::Enlist {
             replaces_server_id: 0,
-            services: Services::BOTH,
+            services,
             memory_bytes,
             address: advertise,
         },
@@ -170,6 +322,9 @@ async fn serve_metrics(listener: TcpListener, service: Arc<StorageService>) {
             let mut body = String::new();
             service.metrics().render(&mut body);
             render_store(&service.store().stats(), &mut body);
+            if let Some(backup) = service.backup() {
+                render_backup(&backup.stats(), &mut body);
+            }
             let head = format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                 body.len()

@@ -5,7 +5,12 @@
 //! that read the request and does not allocate: requests are decoded in place,
 //! values are copied once from the log straight into the connection's output buffer,
 //! and responses are encoded into that buffer. Enumeration and dropping a tablet are
-//! long work and run off the fast path.
+//! long work and run off the fast path (on the blocking pool), and so does every
+//! backup request that may wait for the disk ([`crate::backup_service`]).
+//!
+//! A server started without a backup directory answers the backup opcodes with
+//! INVALID_REQUEST ("no backup service"); it also enlists without the backup
+//! service, so masters never pick it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,10 +27,20 @@ use ramstore_wire::{
     Status, WireError, WireRejectRules,
 };
 
+use crate::backup_service::BackupService;
 use crate::metrics::{Metrics, Op};
 
 const _: () = assert!(ramstore_wire::MAX_KEY_BYTES == ramstore_log::MAX_KEY_BYTES);
 const _: () = assert!(ramstore_wire::MAX_VALUE_BYTES == ramstore_log::MAX_VALUE_BYTES);
+// A whole segment travels in one backup frame, and both ends cut frames alike.
+const _: () = assert!(ramstore_wire::MAX_REPLICA_BYTES == ramstore_log::SEGMENT_BYTES);
+const _: () =
+    assert!(ramstore_wire::MAX_REPLICA_BYTES == ramstore_backup::FRAME_SEGMENT_BYTES as usize);
+const _: () = assert!(ramstore_wire::MAX_FRAME_BYTES == ramstore_rpc::MAX_FRAME_BYTES);
+
+/// The answer to a backup request sent to a server that runs no backup.
+const NO_BACKUP_MESSAGE: &str =
+    "this server runs no backup service (start it with --backup-dir DIR)";
 
 /// Largest batch an enumeration response carries; with whole hash buckets on top it
 /// stays far below the frame limit.
@@ -45,6 +60,7 @@ pub struct KnownServer {
 /// The storage server's service. Thread-safe; shared by every connection.
 pub struct StorageService {
     store: ObjectStore,
+    backup: Option<BackupService>,
     server_id: AtomicU64,
     server_list: Mutex<(u64, Vec<KnownServer>)>,
     metrics: Metrics,
@@ -104,9 +120,16 @@ fn status_body(status: Status) -> ErrorBody<'static> {
 }
 
 impl StorageService {
+    /// A master only: backup requests are refused.
     pub fn new(store: ObjectStore) -> Self {
+        Self::with_backup(store, None)
+    }
+
+    /// A master, and a backup if `backup` is given.
+    pub fn with_backup(store: ObjectStore, backup: Option<BackupService>) -> Self {
         Self {
             store,
+            backup,
             server_id: AtomicU64::new(0),
             server_list: Mutex::new((0, Vec::new())),
             metrics: Metrics::default(),
@@ -119,6 +142,11 @@ impl StorageService {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The backup service, if this server runs one.
+    pub fn backup(&self) -> Option<&BackupService> {
+        self.backup.as_ref()
     }
 
     /// The id the coordinator gave this server (0 before enlistment).
@@ -300,6 +328,14 @@ impl StorageService {
                 encode_response(id, op, &Response::GetServerStats { text: &text }, out)?
             }
             Request::Enumerate { .. } | Request::DropTabletOwnership { .. } => return Ok(false),
+            Request::BackupWrite { .. }
+            | Request::BackupFree { .. }
+            | Request::BackupGetReplicas { .. }
+            | Request::BackupReadReplica { .. } => match &self.backup {
+                Some(backup) if backup.is_fast(req) => backup.answer(id, req, out)?,
+                Some(_) => return Ok(false),
+                None => no_backup(id, op, out)?,
+            },
             // Coordinator operations sent to a storage server by mistake.
             Request::CreateTable { .. }
             | Request::GetTableId { .. }
@@ -370,6 +406,10 @@ impl StorageService {
         line("tablets", s.tablets.len().to_string());
         line("compactions", s.log.compactions.to_string());
         line("combined_passes", s.log.combined_passes.to_string());
+        match &self.backup {
+            Some(backup) => backup.stats_lines(&mut line),
+            None => line("backup", "off".into()),
+        }
         for t in &s.tablets {
             line(
                 &format!("tablet.{}.{:#018x}", t.table_id, t.start_hash),
@@ -404,6 +444,14 @@ impl StorageService {
                 tracing::info!(table_id, start_hash, end_hash, "dropped tablet");
                 encode_response(id, op, &Response::DropTabletOwnership, &mut out)
             }
+            Request::BackupWrite { .. }
+            | Request::BackupFree { .. }
+            | Request::BackupGetReplicas { .. }
+            | Request::BackupReadReplica { .. } => match &self.backup {
+                Some(backup) => backup.answer(id, &req, &mut out),
+                // `dispatch` answers these itself when there is no backup.
+                None => no_backup(id, op, &mut out),
+            },
             _ => encode_response(
                 id,
                 op,
@@ -497,14 +545,32 @@ impl Service for StorageService {
     fn handle_slow(self: Arc<Self>, frame: Vec<u8>) -> SlowFuture {
         Box::pin(async move {
             let started = Instant::now();
+            // `handle` decoded this frame before calling it slow.
+            let op = decode_raw_header(&frame)
+                .ok()
+                .and_then(|h| Opcode::try_from(h.opcode).ok())
+                .map_or(Op::Invalid, Op::from);
             let service = self.clone();
             let response = tokio::task::spawn_blocking(move || service.slow(&frame))
                 .await
                 .unwrap_or_default();
-            self.metrics.record(Op::Enumerate, started.elapsed());
+            self.metrics.record(op, started.elapsed());
             response
         })
     }
+}
+
+/// Answers a backup request sent to a server that runs no backup.
+fn no_backup(id: u64, op: Opcode, out: &mut Vec<u8>) -> Result<(), WireError> {
+    encode_response(
+        id,
+        op,
+        &Response::Error(ErrorBody::Message {
+            status: Status::InvalidRequest,
+            message: NO_BACKUP_MESSAGE,
+        }),
+        out,
+    )
 }
 
 /// Answers a request that did not decode: its status says why, with the request id

@@ -8,7 +8,7 @@
 use crate::error::WireError;
 use crate::rules::WireRejectRules;
 use crate::status::Status;
-use crate::{MAX_FRAME_BYTES, MAX_KEY_BYTES, MAX_STRING_BYTES, MAX_VALUE_BYTES};
+use crate::{MAX_FRAME_BYTES, MAX_KEY_BYTES, MAX_REPLICA_BYTES, MAX_STRING_BYTES, MAX_VALUE_BYTES};
 
 /// A cursor over the bytes of a body. Slices it returns borrow the underlying
 /// buffer (zero-copy).
@@ -91,6 +91,16 @@ impl<'a> Reader<'a> {
         let len = len_usize(self.u32()?);
         if len > MAX_VALUE_BYTES {
             return Err(WireError::ValueTooLarge(len));
+        }
+        self.take(len)
+    }
+
+    /// Replica bytes of a backup message: `u32 LE len + bytes`, at most
+    /// `MAX_REPLICA_BYTES`, the limit checked before the bytes (as for values).
+    pub(crate) fn replica_bytes(&mut self) -> Result<&'a [u8], WireError> {
+        let len = len_usize(self.u32()?);
+        if len > MAX_REPLICA_BYTES {
+            return Err(WireError::ReplicaTooLarge(len));
         }
         self.take(len)
     }
@@ -206,6 +216,20 @@ pub(crate) fn put_value_parts(out: &mut Vec<u8>, parts: &[&[u8]]) -> Result<(), 
     Ok(())
 }
 
+/// The `u32` length field of `len` replica bytes, if within `MAX_REPLICA_BYTES`.
+pub(crate) fn check_replica_len(len: usize) -> Result<u32, WireError> {
+    match u32::try_from(len) {
+        Ok(l) if len <= MAX_REPLICA_BYTES => Ok(l),
+        _ => Err(WireError::ReplicaTooLarge(len)),
+    }
+}
+
+pub(crate) fn put_replica_bytes(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), WireError> {
+    put_u32(out, check_replica_len(bytes.len())?);
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
 pub(crate) fn put_string(out: &mut Vec<u8>, s: &str) -> Result<(), WireError> {
     match u16::try_from(s.len()) {
         Ok(len) if s.len() <= MAX_STRING_BYTES => {
@@ -250,6 +274,27 @@ mod tests {
         assert_eq!(
             Reader::new(&len).value(),
             Err(WireError::ValueTooLarge(MAX_VALUE_BYTES + 1))
+        );
+    }
+
+    #[test]
+    fn oversize_replica_bytes_are_reported_before_missing_bytes() {
+        let len = (MAX_REPLICA_BYTES as u32 + 1).to_le_bytes();
+        assert_eq!(
+            Reader::new(&len).replica_bytes(),
+            Err(WireError::ReplicaTooLarge(MAX_REPLICA_BYTES + 1))
+        );
+        let mut out = Vec::new();
+        let bytes = vec![0; MAX_REPLICA_BYTES + 1];
+        assert_eq!(
+            put_replica_bytes(&mut out, &bytes),
+            Err(WireError::ReplicaTooLarge(MAX_REPLICA_BYTES + 1))
+        );
+        assert!(out.is_empty());
+        put_replica_bytes(&mut out, &bytes[..MAX_REPLICA_BYTES]).expect("a whole segment fits");
+        assert_eq!(
+            Reader::new(&out).replica_bytes().map(<[u8]>::len),
+            Ok(MAX_REPLICA_BYTES)
         );
     }
 

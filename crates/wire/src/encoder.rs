@@ -14,7 +14,7 @@ use crate::frame::{begin_frame, end_frame, patch_u32, patch_u64};
 use crate::list::sealed::Sealed;
 use crate::list::{
     EnumeratedObject, MultiReadItem, MultiReadResult, MultiRemoveItem, MultiRemoveResult,
-    MultiWriteItem, MultiWriteResult, ServerListEntry, TabletMapEntry,
+    MultiWriteItem, MultiWriteResult, ReplicaEntry, ServerListEntry, TabletMapEntry,
 };
 use crate::opcode::Opcode;
 use crate::rules::WireRejectRules;
@@ -464,6 +464,37 @@ impl<'o> TabletMapEncoder<'o> {
                 end_hash,
                 server_id,
                 address,
+            }
+            .write(out)
+        })
+    }
+}
+
+/// Builds an OK BackupGetReplicas response frame replica by replica.
+#[must_use = "an encoder discards its frame unless `finish` is called"]
+pub struct BackupReplicasEncoder<'o>(ListFrame<'o>);
+encoder_common!(BackupReplicasEncoder);
+encoder_finish!(BackupReplicasEncoder);
+
+impl<'o> BackupReplicasEncoder<'o> {
+    pub fn new(request_id: u64, out: &'o mut Vec<u8>) -> Self {
+        Self(ListFrame::begin(
+            out,
+            Opcode::BackupGetReplicas,
+            FLAG_RESPONSE,
+            request_id,
+            usize::MAX,
+            |_| {},
+        ))
+    }
+
+    /// One replica: its segment id, valid bytes, and whether it is closed.
+    pub fn push(&mut self, segment_id: u64, length: u32, closed: bool) -> Result<(), WireError> {
+        self.0.push(|out| {
+            ReplicaEntry {
+                segment_id,
+                length,
+                closed,
             }
             .write(out)
         })

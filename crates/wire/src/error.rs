@@ -37,6 +37,9 @@ pub enum WireError {
     /// A value longer than [`crate::MAX_VALUE_BYTES`].
     #[error("value of {0} bytes exceeds the limit of {max} bytes", max = crate::MAX_VALUE_BYTES)]
     ValueTooLarge(usize),
+    /// Replica bytes of a backup message longer than [`crate::MAX_REPLICA_BYTES`].
+    #[error("replica bytes of {0} exceed the limit of {max} bytes", max = crate::MAX_REPLICA_BYTES)]
+    ReplicaTooLarge(usize),
     /// A name, address or message longer than [`crate::MAX_STRING_BYTES`] (only
     /// possible when encoding).
     #[error("string of {0} bytes exceeds the limit of {max} bytes", max = crate::MAX_STRING_BYTES)]
@@ -68,6 +71,7 @@ impl WireError {
             WireError::FrameTooLarge(_)
             | WireError::KeyTooLarge(_)
             | WireError::ValueTooLarge(_)
+            | WireError::ReplicaTooLarge(_)
             | WireError::StringTooLarge(_)
             | WireError::TooManyItems(_) => Status::TooLarge,
             WireError::UnknownOpcode(_) => Status::UnknownOpcode,

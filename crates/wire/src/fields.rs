@@ -94,6 +94,78 @@ impl Services {
     }
 }
 
+/// Bit of [`BackupWriteFlags::open`] in a BackupWrite's flags byte.
+pub const BACKUP_WRITE_OPEN: u8 = 1 << 0;
+/// Bit of [`BackupWriteFlags::close`].
+pub const BACKUP_WRITE_CLOSE: u8 = 1 << 1;
+/// Bit of [`BackupWriteFlags::atomic`].
+pub const BACKUP_WRITE_ATOMIC: u8 = 1 << 2;
+const BACKUP_WRITE_KNOWN: u8 = BACKUP_WRITE_OPEN | BACKUP_WRITE_CLOSE | BACKUP_WRITE_ATOMIC;
+
+/// What a BackupWrite does besides writing its bytes (`u8` bit set: bit 0 open,
+/// bit 1 close, bit 2 atomic). One RPC may open, write and close a replica
+/// (RAMCloud's BackupWriteRpc works the same way).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct BackupWriteFlags {
+    /// Open the replica before writing; opening a replica that is already open in
+    /// the same mode does nothing, so a retransmitted open is harmless.
+    pub open: bool,
+    /// Close the replica after writing: it is complete and read-only from then on.
+    pub close: bool,
+    /// Open in atomic mode: the replica is never offered for recovery until it is
+    /// closed (R§8, re-replication). Only meaningful, and only allowed, with `open`.
+    pub atomic: bool,
+}
+
+impl BackupWriteFlags {
+    /// Write only (the replica is open already).
+    pub const WRITE: BackupWriteFlags = BackupWriteFlags {
+        open: false,
+        close: false,
+        atomic: false,
+    };
+    /// Open (in normal mode), then write.
+    pub const OPEN: BackupWriteFlags = BackupWriteFlags {
+        open: true,
+        close: false,
+        atomic: false,
+    };
+    /// Write, then close.
+    pub const CLOSE: BackupWriteFlags = BackupWriteFlags {
+        open: false,
+        close: true,
+        atomic: false,
+    };
+
+    /// The bit set as sent on the wire; fails for `atomic` without `open`.
+    pub fn bits(self) -> Result<u8, WireError> {
+        if self.atomic && !self.open {
+            return Err(WireError::Malformed("backup write ATOMIC without OPEN"));
+        }
+        Ok((if self.open { BACKUP_WRITE_OPEN } else { 0 })
+            | (if self.close { BACKUP_WRITE_CLOSE } else { 0 })
+            | (if self.atomic { BACKUP_WRITE_ATOMIC } else { 0 }))
+    }
+
+    /// Flags from their wire form. Unknown bits, and ATOMIC without OPEN (the mode
+    /// of a replica is fixed when it is opened), are errors.
+    pub fn from_bits(bits: u8) -> Result<Self, WireError> {
+        if bits & !BACKUP_WRITE_KNOWN != 0 {
+            return Err(WireError::BadEnum {
+                field: "backup write flags",
+                value: u64::from(bits),
+            });
+        }
+        let flags = BackupWriteFlags {
+            open: bits & BACKUP_WRITE_OPEN != 0,
+            close: bits & BACKUP_WRITE_CLOSE != 0,
+            atomic: bits & BACKUP_WRITE_ATOMIC != 0,
+        };
+        flags.bits()?;
+        Ok(flags)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +188,35 @@ mod tests {
             assert_eq!(Services::from_bits(bits).map(Services::bits), Ok(bits));
         }
         assert!(Services::from_bits(4).is_err());
+    }
+
+    #[test]
+    fn backup_write_flags_round_trip_and_reject_bad_combinations() {
+        for bits in 0..8u8 {
+            let atomic_alone = bits & BACKUP_WRITE_ATOMIC != 0 && bits & BACKUP_WRITE_OPEN == 0;
+            match BackupWriteFlags::from_bits(bits) {
+                Ok(flags) => {
+                    assert!(!atomic_alone, "{bits:#b}");
+                    assert_eq!(flags.bits(), Ok(bits));
+                }
+                Err(e) => {
+                    assert!(atomic_alone, "{bits:#b}: {e}");
+                    assert!(matches!(e, WireError::Malformed(_)));
+                }
+            }
+        }
+        for bits in [8u8, 0x80, 0xff] {
+            assert!(matches!(
+                BackupWriteFlags::from_bits(bits),
+                Err(WireError::BadEnum { .. })
+            ));
+        }
+        let atomic_alone = BackupWriteFlags {
+            atomic: true,
+            ..BackupWriteFlags::WRITE
+        };
+        assert!(atomic_alone.bits().is_err());
+        assert_eq!(BackupWriteFlags::OPEN.bits(), Ok(BACKUP_WRITE_OPEN));
+        assert_eq!(BackupWriteFlags::CLOSE.bits(), Ok(BACKUP_WRITE_CLOSE));
     }
 }

@@ -27,11 +27,40 @@
 //! # Bodies
 //!
 //! Fixed fields first, then variable bytes. Keys are `u16 len + bytes`; values are
-//! `u32 len + bytes`, at most [`MAX_VALUE_BYTES`]; names, addresses and messages are
-//! `u16 len + UTF-8`; reject rules are `u64 given_version + u8 bits`
+//! `u32 len + bytes`, at most [`MAX_VALUE_BYTES`]; replica bytes (backup messages)
+//! are `u32 len + bytes`, at most [`MAX_REPLICA_BYTES`]; names, addresses and
+//! messages are `u16 len + UTF-8`; reject rules are `u64 given_version + u8 bits`
 //! ([`WireRejectRules`]); lists are `u32 count + items` ([`List`]), multi-operations
 //! at most [`MAX_MULTI_OPS`] items. OK bodies depend on the opcode ([`Request`],
 //! [`Response`]); error bodies depend on the status only ([`ErrorBody`]).
+//!
+//! # Backup messages (R§4.2, R§7.4, R§8)
+//!
+//! A master replicates its log segments to backups with four opcodes. Each backup
+//! holds *replicas* named by (master id, segment id).
+//!
+//! ```text
+//! BackupWrite request        master_id u64 | segment_id u64 | offset u32 | flags u8
+//!                            | len u32 | bytes (len ≤ MAX_REPLICA_BYTES)
+//!   flags: bit 0 OPEN   open the replica first (idempotent)
+//!          bit 1 CLOSE  close it after writing (the replica becomes read-only)
+//!          bit 2 ATOMIC open it in atomic mode: never offered until closed (R§8);
+//!                       only together with OPEN; other bits must be 0
+//! BackupWrite response       (empty)
+//! BackupFree request         master_id u64 | segment_id u64
+//! BackupFree response        (empty)
+//! BackupGetReplicas request  master_id u64
+//! BackupGetReplicas response count u32 | count × (segment_id u64 | length u32 | closed u8)
+//! BackupReadReplica request  master_id u64 | segment_id u64
+//! BackupReadReplica response closed u8 | len u32 | bytes (len ≤ MAX_REPLICA_BYTES)
+//! ```
+//!
+//! One BackupWrite does open + write + close when its flags say so, so a master's
+//! group commit sends every not-yet-replicated byte of its head to each backup in
+//! one RPC, and a closed segment is re-replicated in one RPC. A backup that has no
+//! free buffer or frame answers NO_SPACE (the master places the replica on another
+//! backup, R§7.1); a replica it does not hold is OBJECT_DOESNT_EXIST; a write that
+//! would leave a gap or end past the segment is INVALID_REQUEST.
 //!
 //! # Invariants
 //!
@@ -59,18 +88,22 @@ mod rules;
 mod status;
 
 pub use encoder::{
-    EnumerateResponseEncoder, MultiReadRequestEncoder, MultiReadResponseEncoder,
-    MultiRemoveRequestEncoder, MultiRemoveResponseEncoder, MultiWriteRequestEncoder,
-    MultiWriteResponseEncoder, ServerListUpdateEncoder, TabletMapEncoder,
+    BackupReplicasEncoder, EnumerateResponseEncoder, MultiReadRequestEncoder,
+    MultiReadResponseEncoder, MultiRemoveRequestEncoder, MultiRemoveResponseEncoder,
+    MultiWriteRequestEncoder, MultiWriteResponseEncoder, ServerListUpdateEncoder, TabletMapEncoder,
 };
 pub use error::WireError;
-pub use fields::{NumberKind, ServerStatus, Services, SERVICE_BACKUP, SERVICE_MASTER};
+pub use fields::{
+    BackupWriteFlags, NumberKind, ServerStatus, Services, BACKUP_WRITE_ATOMIC, BACKUP_WRITE_CLOSE,
+    BACKUP_WRITE_OPEN, SERVICE_BACKUP, SERVICE_MASTER,
+};
 pub use frame::{decode_header, decode_raw_header, frame_len, Header, RawHeader};
 pub use list::{
     EnumeratedObject, EnumeratedObjects, List, ListItem, ListIter, MultiReadItem, MultiReadItems,
     MultiReadResult, MultiReadResults, MultiRemoveItem, MultiRemoveItems, MultiRemoveResult,
     MultiRemoveResults, MultiWriteItem, MultiWriteItems, MultiWriteResult, MultiWriteResults,
-    ServerListEntries, ServerListEntry, TabletMapEntries, TabletMapEntry,
+    ReplicaEntries, ReplicaEntry, ServerListEntries, ServerListEntry, TabletMapEntries,
+    TabletMapEntry,
 };
 pub use opcode::Opcode;
 pub use request::{decode_request, encode_request, Request};
@@ -88,9 +121,18 @@ pub use status::Status;
 pub const LEN_PREFIX_BYTES: usize = 4;
 /// Bytes of the header that follows the length prefix.
 pub const HEADER_BYTES: usize = 16;
+/// Longest replica byte string, in bytes: one whole log segment, the most a
+/// BackupWrite carries (a closed segment re-replicated in one RPC, R§8) and a
+/// BackupReadReplica returns. Equals `ramstore_log::SEGMENT_BYTES` and
+/// `ramstore_backup::FRAME_SEGMENT_BYTES` (the server asserts both).
+pub const MAX_REPLICA_BYTES: usize = 8 * 1024 * 1024;
+/// Room a frame has besides its largest variable field: header and fixed fields of
+/// any message with [`MAX_REPLICA_BYTES`] of replica bytes, with a wide margin.
+pub const FRAME_OVERHEAD_BYTES: usize = 64 * 1024;
 /// Largest length prefix accepted (header + body), so a peer cannot make the receiver
-/// buffer an unbounded frame.
-pub const MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
+/// buffer an unbounded frame: a whole segment plus [`FRAME_OVERHEAD_BYTES`].
+/// `ramstore_rpc::MAX_FRAME_BYTES` must be the same (the server asserts it).
+pub const MAX_FRAME_BYTES: usize = MAX_REPLICA_BYTES + FRAME_OVERHEAD_BYTES;
 /// Longest key, in bytes: the most a `u16` length can say; equals
 /// `ramstore_log::MAX_KEY_BYTES` (the server asserts this, as `wire` depends on no
 /// other ramstore crate).
@@ -110,6 +152,9 @@ pub const KNOWN_FLAGS: u32 = FLAG_RESPONSE;
 // The largest single object (key and value with the largest fixed fields of a
 // Write request or Read response) must fit in one frame.
 const _: () = assert!(HEADER_BYTES + 64 + MAX_KEY_BYTES + MAX_VALUE_BYTES <= MAX_FRAME_BYTES);
+// A whole segment fits in one BackupWrite request (the largest fixed fields beside
+// replica bytes) and one BackupReadReplica response.
+const _: () = assert!(HEADER_BYTES + 64 + MAX_REPLICA_BYTES <= MAX_FRAME_BYTES);
 // The frame length must fit the u32 prefix.
 const _: () = assert!(MAX_FRAME_BYTES <= u32::MAX as usize);
 // Item counts must fit the u32 count field.

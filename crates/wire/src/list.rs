@@ -401,6 +401,28 @@ list_item!(TabletMapEntry<'a>, min = 8 * 4 + 2, max = UNBOUNDED,
     }
 );
 
+/// One replica in a BackupGetReplicas response: a segment of the master asked
+/// about, the valid bytes the backup holds, and whether the replica is closed
+/// (complete) or still open (the head, or a segment being filled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaEntry {
+    pub segment_id: u64,
+    pub length: u32,
+    pub closed: bool,
+}
+
+list_item!(ReplicaEntry, min = 8 + 4 + 1, max = UNBOUNDED,
+    read(r) {
+        Ok(ReplicaEntry { segment_id: r.u64()?, length: r.u32()?, closed: r.bool("closed")? })
+    },
+    write(s, out) {
+        put_u64(out, s.segment_id);
+        put_u32(out, s.length);
+        put_bool(out, s.closed);
+        Ok(())
+    }
+);
+
 /// Objects of a MultiRead request.
 pub type MultiReadItems<'a> = List<'a, MultiReadItem<'a>>;
 /// Objects of a MultiWrite request.
@@ -419,3 +441,5 @@ pub type EnumeratedObjects<'a> = List<'a, EnumeratedObject<'a>>;
 pub type ServerListEntries<'a> = List<'a, ServerListEntry<'a>>;
 /// Tablets of a GetTabletMap response.
 pub type TabletMapEntries<'a> = List<'a, TabletMapEntry<'a>>;
+/// Replicas of a BackupGetReplicas response.
+pub type ReplicaEntries<'a> = List<'a, ReplicaEntry>;

@@ -26,11 +26,19 @@ pub enum Opcode {
     DropTabletOwnership = 17,
     GetTabletMap = 18,
     GetServerStats = 19,
+    /// Master → backup: open, write and/or close a replica (R§4.2, R§7.4).
+    BackupWrite = 20,
+    /// Master → backup: drop a replica (its segment was cleaned, R§4.4).
+    BackupFree = 21,
+    /// Recovery / cold start → backup: which replicas of a master it holds (R§7.4).
+    BackupGetReplicas = 22,
+    /// Recovery / cold start → backup: the bytes of one replica (R§7.4, R§7.10).
+    BackupReadReplica = 23,
 }
 
 impl Opcode {
     /// Every opcode, in code order (for tests and tables).
-    pub const ALL: [Opcode; 19] = [
+    pub const ALL: [Opcode; 23] = [
         Opcode::Ping,
         Opcode::CreateTable,
         Opcode::GetTableId,
@@ -50,6 +58,10 @@ impl Opcode {
         Opcode::DropTabletOwnership,
         Opcode::GetTabletMap,
         Opcode::GetServerStats,
+        Opcode::BackupWrite,
+        Opcode::BackupFree,
+        Opcode::BackupGetReplicas,
+        Opcode::BackupReadReplica,
     ];
 
     /// The code sent on the wire.
@@ -81,7 +93,7 @@ mod tests {
             assert_eq!(usize::from(op.code()), i + 1);
             assert_eq!(Opcode::try_from(op.code()), Ok(*op));
         }
-        for bad in [0, 20, u16::MAX] {
+        for bad in [0, 24, u16::MAX] {
             assert_eq!(Opcode::try_from(bad), Err(WireError::UnknownOpcode(bad)));
         }
     }

@@ -1,9 +1,11 @@
 //! Requests: one variant per opcode, decoded zero-copy from a frame and encoded into
 //! one. Byte strings borrow the frame; lists are validated [`List`]s.
 
-use crate::codec::{put_key, put_rules, put_string, put_u32, put_u64, put_u8, put_value, Reader};
+use crate::codec::{
+    put_key, put_replica_bytes, put_rules, put_string, put_u32, put_u64, put_u8, put_value, Reader,
+};
 use crate::error::WireError;
-use crate::fields::{NumberKind, Services};
+use crate::fields::{BackupWriteFlags, NumberKind, Services};
 use crate::frame::{atomically, begin_frame, end_frame, split_frame, Header};
 use crate::list::{List, MultiReadItems, MultiRemoveItems, MultiWriteItems, ServerListEntries};
 use crate::opcode::Opcode;
@@ -96,6 +98,30 @@ pub enum Request<'a> {
     },
     GetTabletMap,
     GetServerStats,
+    /// Put `bytes` at `offset` of the replica of `segment_id` of `master_id`,
+    /// opening it first and/or closing it afterwards as `flags` say. Replicas are
+    /// written contiguously: `offset` may not exceed the bytes already held.
+    BackupWrite {
+        master_id: u64,
+        segment_id: u64,
+        offset: u32,
+        flags: BackupWriteFlags,
+        bytes: &'a [u8],
+    },
+    /// Drop the replica (a no-op if it is not held: frees are retransmitted).
+    BackupFree {
+        master_id: u64,
+        segment_id: u64,
+    },
+    /// The replicas of `master_id` this backup holds and offers.
+    BackupGetReplicas {
+        master_id: u64,
+    },
+    /// The valid bytes of one replica.
+    BackupReadReplica {
+        master_id: u64,
+        segment_id: u64,
+    },
 }
 
 impl Request<'_> {
@@ -120,6 +146,10 @@ impl Request<'_> {
             Request::DropTabletOwnership { .. } => Opcode::DropTabletOwnership,
             Request::GetTabletMap => Opcode::GetTabletMap,
             Request::GetServerStats => Opcode::GetServerStats,
+            Request::BackupWrite { .. } => Opcode::BackupWrite,
+            Request::BackupFree { .. } => Opcode::BackupFree,
+            Request::BackupGetReplicas { .. } => Opcode::BackupGetReplicas,
+            Request::BackupReadReplica { .. } => Opcode::BackupReadReplica,
         }
     }
 }
@@ -210,6 +240,24 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
         },
         Opcode::GetTabletMap => Request::GetTabletMap,
         Opcode::GetServerStats => Request::GetServerStats,
+        Opcode::BackupWrite => Request::BackupWrite {
+            master_id: r.u64()?,
+            segment_id: r.u64()?,
+            offset: r.u32()?,
+            flags: BackupWriteFlags::from_bits(r.u8()?)?,
+            bytes: r.replica_bytes()?,
+        },
+        Opcode::BackupFree => Request::BackupFree {
+            master_id: r.u64()?,
+            segment_id: r.u64()?,
+        },
+        Opcode::BackupGetReplicas => Request::BackupGetReplicas {
+            master_id: r.u64()?,
+        },
+        Opcode::BackupReadReplica => Request::BackupReadReplica {
+            master_id: r.u64()?,
+            segment_id: r.u64()?,
+        },
     })
 }
 
@@ -324,6 +372,31 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             put_u64(out, *end_hash);
         }
         Request::GetTabletMap | Request::GetServerStats => {}
+        Request::BackupWrite {
+            master_id,
+            segment_id,
+            offset,
+            flags,
+            bytes,
+        } => {
+            put_u64(out, *master_id);
+            put_u64(out, *segment_id);
+            put_u32(out, *offset);
+            put_u8(out, flags.bits()?);
+            put_replica_bytes(out, bytes)?;
+        }
+        Request::BackupFree {
+            master_id,
+            segment_id,
+        }
+        | Request::BackupReadReplica {
+            master_id,
+            segment_id,
+        } => {
+            put_u64(out, *master_id);
+            put_u64(out, *segment_id);
+        }
+        Request::BackupGetReplicas { master_id } => put_u64(out, *master_id),
     }
     Ok(())
 }

@@ -3,13 +3,14 @@
 //! request it answers and the status; the body layout depends on both.
 
 use crate::codec::{
-    check_value_len, put_bool, put_long_string, put_string, put_u32, put_u64, put_value, Reader,
+    check_value_len, put_bool, put_long_string, put_replica_bytes, put_string, put_u32, put_u64,
+    put_value, Reader,
 };
 use crate::error::WireError;
 use crate::frame::{atomically, begin_frame, end_frame, split_frame, Header};
 use crate::list::{
     EnumeratedObjects, List, MultiReadResults, MultiRemoveResults, MultiWriteResults,
-    TabletMapEntries,
+    ReplicaEntries, TabletMapEntries,
 };
 use crate::opcode::Opcode;
 use crate::status::Status;
@@ -74,6 +75,18 @@ pub enum Response<'a> {
     GetServerStats {
         text: &'a str,
     },
+    BackupWrite,
+    BackupFree,
+    /// The replicas of the master this backup holds and offers, by segment id.
+    /// Build with [`crate::BackupReplicasEncoder`].
+    BackupGetReplicas {
+        replicas: ReplicaEntries<'a>,
+    },
+    /// A replica's valid bytes, and whether it was closed when read.
+    BackupReadReplica {
+        closed: bool,
+        bytes: &'a [u8],
+    },
     /// Any status other than OK, for any opcode.
     Error(ErrorBody<'a>),
 }
@@ -137,6 +150,10 @@ impl Response<'_> {
             Response::DropTabletOwnership => Opcode::DropTabletOwnership,
             Response::GetTabletMap { .. } => Opcode::GetTabletMap,
             Response::GetServerStats { .. } => Opcode::GetServerStats,
+            Response::BackupWrite => Opcode::BackupWrite,
+            Response::BackupFree => Opcode::BackupFree,
+            Response::BackupGetReplicas { .. } => Opcode::BackupGetReplicas,
+            Response::BackupReadReplica { .. } => Opcode::BackupReadReplica,
             Response::Error(_) => return None,
         })
     }
@@ -216,6 +233,15 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
         },
         Opcode::GetServerStats => Response::GetServerStats {
             text: r.long_string()?,
+        },
+        Opcode::BackupWrite => Response::BackupWrite,
+        Opcode::BackupFree => Response::BackupFree,
+        Opcode::BackupGetReplicas => Response::BackupGetReplicas {
+            replicas: List::read(r)?,
+        },
+        Opcode::BackupReadReplica => Response::BackupReadReplica {
+            closed: r.bool("closed")?,
+            bytes: r.replica_bytes()?,
         },
     })
 }
@@ -351,11 +377,18 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
             tablets.write(out);
         }
         Response::GetServerStats { text } => put_long_string(out, text)?,
+        Response::BackupGetReplicas { replicas } => replicas.write(out),
+        Response::BackupReadReplica { closed, bytes } => {
+            put_bool(out, *closed);
+            put_replica_bytes(out, bytes)?;
+        }
         Response::DropTable
         | Response::SplitTablet
         | Response::ServerListUpdate
         | Response::TakeTabletOwnership
-        | Response::DropTabletOwnership => {}
+        | Response::DropTabletOwnership
+        | Response::BackupWrite
+        | Response::BackupFree => {}
         // Handled by `encode_error_response`; an error body never reaches here.
         Response::Error(_) => {
             return Err(WireError::Malformed("an error body under status OK"));

@@ -10,7 +10,8 @@ use crate::error::WireError;
 pub enum Status {
     /// The request succeeded; the body is the opcode's OK response.
     Ok = 0,
-    /// The object does not exist (also: a reject rule required it to exist).
+    /// The object does not exist (also: a reject rule required it to exist). From a
+    /// backup: it holds no (offerable) replica of that segment.
     ObjectDoesntExist = 1,
     /// A reject rule required the object not to exist.
     ObjectExists = 2,
@@ -22,11 +23,14 @@ pub enum Status {
     Retry = 5,
     /// The server is not (or no longer) an UP member of the cluster.
     ServerNotUp = 6,
-    /// The request was malformed.
+    /// The request was malformed (from a backup also: a write that would leave a gap
+    /// or end past the segment, a write to a closed replica, or no backup service).
     InvalidRequest = 7,
     /// A key, value, string, item count or frame exceeds its limit.
     TooLarge = 8,
-    /// The server is out of memory for this request (not retryable as is).
+    /// The server is out of memory for this request (not retryable as is). From a
+    /// backup: every open-replica buffer or every frame is in use, so the master
+    /// places the replica on another backup (R§7.1).
     NoSpace = 9,
     /// No table has that name or id.
     TableDoesntExist = 10,

@@ -47,6 +47,16 @@ fn services() -> impl Strategy<Value = Services> {
     (0u32..4).prop_map(|b| Services::from_bits(b).expect("known bits"))
 }
 
+fn backup_flags() -> impl Strategy<Value = BackupWriteFlags> {
+    (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(open, close, atomic)| {
+        BackupWriteFlags {
+            open,
+            close,
+            atomic: atomic && open,
+        }
+    })
+}
+
 fn encode_req(id: u64, req: &Request<'_>) -> Vec<u8> {
     let mut out = Vec::new();
     encode_request(id, req, &mut out).expect("encodes");
@@ -80,6 +90,9 @@ fn walk_response(resp: &Response<'_>) {
         Response::Enumerate { objects, .. } => assert_eq!(objects.iter().count(), objects.len()),
         Response::GetTabletMap { tablets, .. } => {
             assert_eq!(tablets.iter().count(), tablets.len())
+        }
+        Response::BackupGetReplicas { replicas } => {
+            assert_eq!(replicas.iter().count(), replicas.len())
         }
         _ => {}
     }
@@ -166,7 +179,61 @@ fn frame() -> impl Strategy<Value = Vec<u8>> {
             Opcode::GetServerStats,
             &Response::GetServerStats { text: &t }
         )),
+        (
+            id,
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>(),
+            backup_flags(),
+            bytes()
+        )
+            .prop_map(|(id, m, seg, offset, flags, b)| encode_req(
+                id,
+                &Request::BackupWrite {
+                    master_id: m,
+                    segment_id: seg,
+                    offset,
+                    flags,
+                    bytes: &b
+                }
+            )),
+        (id, any::<u64>(), any::<u64>(), any::<u8>()).prop_map(|(id, m, seg, which)| encode_req(
+            id,
+            &match which % 3 {
+                0 => Request::BackupFree {
+                    master_id: m,
+                    segment_id: seg,
+                },
+                1 => Request::BackupGetReplicas { master_id: m },
+                _ => Request::BackupReadReplica {
+                    master_id: m,
+                    segment_id: seg,
+                },
+            }
+        )),
+        (id, any::<bool>(), bytes()).prop_map(|(id, closed, b)| encode_resp(
+            id,
+            Opcode::BackupReadReplica,
+            &Response::BackupReadReplica { closed, bytes: &b }
+        )),
+        (id, replica_list()).prop_map(|(id, r)| replicas_frame(id, &r)),
     ]
+}
+
+type ReplicasOwned = Vec<(u64, u32, bool)>;
+
+fn replica_list() -> impl Strategy<Value = ReplicasOwned> {
+    vec((any::<u64>(), any::<u32>(), any::<bool>()), 0..20)
+}
+
+fn replicas_frame(id: u64, replicas: &ReplicasOwned) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut e = BackupReplicasEncoder::new(id, &mut out);
+    for (seg, len, closed) in replicas {
+        e.push(*seg, *len, *closed).expect("push");
+    }
+    e.finish().expect("finish");
+    out
 }
 
 type MultiWriteOwned = Vec<(u64, WireRejectRules, Vec<u8>, Vec<u8>)>;
@@ -337,8 +404,8 @@ proptest! {
     /// decoders (not just the prefix check) see random input.
     #[test]
     fn arbitrary_bodies_never_panic(
-        op in 0u16..22,
-        status in 0u16..16,
+        op in 0u16..(Opcode::ALL.len() as u16 + 3),
+        status in 0u16..(Status::ALL.len() as u16 + 1),
         response in any::<bool>(),
         body in vec(any::<u8>(), 0..512),
     ) {
@@ -445,6 +512,42 @@ proptest! {
             prop_assert_eq!((h.opcode, h.status), (op, resp.status()));
             prop_assert_eq!(decoded, resp);
         }
+    }
+
+    #[test]
+    fn backup_messages_round_trip(
+        master_id in any::<u64>(),
+        segment_id in any::<u64>(),
+        offset in any::<u32>(),
+        flags in backup_flags(),
+        b in bytes(),
+        closed in any::<bool>(),
+        replicas in replica_list(),
+    ) {
+        for req in [
+            Request::BackupWrite { master_id, segment_id, offset, flags, bytes: &b },
+            Request::BackupFree { master_id, segment_id },
+            Request::BackupGetReplicas { master_id },
+            Request::BackupReadReplica { master_id, segment_id },
+        ] {
+            let frame = encode_req(1, &req);
+            prop_assert_eq!(decode_request(&frame).expect("decodes").1, req);
+        }
+        for (op, resp) in [
+            (Opcode::BackupWrite, Response::BackupWrite),
+            (Opcode::BackupFree, Response::BackupFree),
+            (Opcode::BackupReadReplica, Response::BackupReadReplica { closed, bytes: &b }),
+        ] {
+            let frame = encode_resp(1, op, &resp);
+            prop_assert_eq!(decode_response(&frame).expect("decodes").1, resp);
+        }
+        let frame = replicas_frame(1, &replicas);
+        let (_, Response::BackupGetReplicas { replicas: list }) =
+            decode_response(&frame).expect("decodes") else {
+            panic!("not a BackupGetReplicas");
+        };
+        let got: Vec<_> = list.iter().map(|r| (r.segment_id, r.length, r.closed)).collect();
+        prop_assert_eq!(got, replicas);
     }
 
     #[test]

@@ -216,6 +216,18 @@ fn list_responses_round_trip_item_by_item() {
         .collect();
     assert_eq!(got, tablet_map());
 
+    let frame = get("backup_get_replicas_response");
+    let (_, Response::BackupGetReplicas { replicas: list }) =
+        decode_response(&frame).expect("decodes")
+    else {
+        panic!("not a BackupGetReplicas");
+    };
+    let got: Vec<_> = list
+        .iter()
+        .map(|r| (r.segment_id, r.length, r.closed))
+        .collect();
+    assert_eq!(got, replicas());
+
     for (name, frame) in frames
         .iter()
         .filter(|(n, _)| *n != "unknown_opcode_response")
@@ -429,8 +441,12 @@ fn oversize_values_fail_to_encode_and_to_decode() {
 
 #[test]
 fn frame_limits_are_enforced_when_encoding() {
-    // Eight 1 MiB values do not fit an 8 MiB frame: the push that would cross the
-    // limit fails and the frame stays valid.
+    // Only so many 1 MiB values fit a frame: the push that would cross the limit
+    // fails and the frame stays valid. Each item is table id (8), rules (9), key
+    // length (2) + "k" (1), value length (4) and the value.
+    let item_bytes = 8 + RULES_BYTES + 2 + 1 + 4 + MAX_VALUE_BYTES;
+    let fit = (MAX_FRAME_BYTES - HEADER_BYTES - 4) / item_bytes;
+    assert_eq!(fit, 8, "a whole segment's worth of values and no more");
     let value = vec![0u8; MAX_VALUE_BYTES];
     let mut out = Vec::new();
     let mut e = MultiWriteRequestEncoder::new(ID, &mut out);
@@ -442,12 +458,12 @@ fn frame_limits_are_enforced_when_encoding() {
         }
     };
     assert!(matches!(err, WireError::FrameTooLarge(_)), "{err:?}");
-    assert_eq!(pushed, 7);
+    assert_eq!(pushed, fit);
     e.finish().expect("finish");
     let (_, Request::MultiWrite(items)) = decode_request(&out).expect("decodes") else {
         panic!("not a MultiWrite");
     };
-    assert_eq!(items.len(), 7);
+    assert_eq!(items.len(), fit);
 
     // At most MAX_MULTI_OPS items.
     let mut out = Vec::new();
@@ -587,4 +603,137 @@ fn frame_len_cuts_a_stream_into_frames() {
     }
     assert!(rest.is_empty());
     assert_eq!(n, frames.len());
+}
+
+#[test]
+fn encode_replica_bytes_up_to_one_segment_and_no_more() {
+    let segment = vec![0x5a; MAX_REPLICA_BYTES];
+    // A closed segment re-replicated in one BackupWrite.
+    let req = Request::BackupWrite {
+        master_id: MASTER,
+        segment_id: SEGMENT,
+        offset: 0,
+        flags: BackupWriteFlags {
+            open: true,
+            close: true,
+            atomic: true,
+        },
+        bytes: &segment,
+    };
+    let frame = request_frame(&req);
+    assert!(frame.len() - LEN_PREFIX_BYTES <= MAX_FRAME_BYTES);
+    assert_eq!(frame_len(&frame), Ok(Some(frame.len())));
+    assert_eq!(decode_request(&frame).expect("decodes").1, req);
+    // A whole segment read back in recovery.
+    let resp = Response::BackupReadReplica {
+        closed: true,
+        bytes: &segment,
+    };
+    let frame = response_frame(Opcode::BackupReadReplica, &resp);
+    assert_eq!(frame_len(&frame), Ok(Some(frame.len())));
+    assert_eq!(decode_response(&frame).expect("decodes").1, resp);
+
+    // One byte more fails to encode, appending nothing ...
+    let longer = vec![0x5a; MAX_REPLICA_BYTES + 1];
+    let mut out = Vec::new();
+    let err = encode_request(
+        ID,
+        &Request::BackupWrite {
+            master_id: MASTER,
+            segment_id: SEGMENT,
+            offset: 0,
+            flags: BackupWriteFlags::OPEN,
+            bytes: &longer,
+        },
+        &mut out,
+    )
+    .expect_err("too large");
+    assert_eq!(err, WireError::ReplicaTooLarge(MAX_REPLICA_BYTES + 1));
+    assert_eq!(err.status(), Status::TooLarge);
+    let err = encode_response(
+        ID,
+        Opcode::BackupReadReplica,
+        &Response::BackupReadReplica {
+            closed: false,
+            bytes: &longer,
+        },
+        &mut out,
+    )
+    .expect_err("too large");
+    assert_eq!(err, WireError::ReplicaTooLarge(MAX_REPLICA_BYTES + 1));
+    assert!(out.is_empty());
+
+    // ... and to decode, even when the frame holds the bytes.
+    let mut frame = request_frame(&Request::BackupWrite {
+        master_id: MASTER,
+        segment_id: SEGMENT,
+        offset: 0,
+        flags: BackupWriteFlags::OPEN,
+        bytes: &segment,
+    });
+    frame.push(0x5a);
+    let len = frame.len() as u32 - 4;
+    frame[..4].copy_from_slice(&len.to_le_bytes());
+    // Body: master (8), segment (8), offset (4), flags (1), then the length.
+    let at = 20 + 8 + 8 + 4 + 1;
+    frame[at..at + 4].copy_from_slice(&(MAX_REPLICA_BYTES as u32 + 1).to_le_bytes());
+    assert_eq!(
+        decode_request(&frame),
+        Err(WireError::ReplicaTooLarge(MAX_REPLICA_BYTES + 1))
+    );
+}
+
+#[test]
+fn backup_write_flags_are_checked_when_decoding() {
+    let frame = request_frame(&Request::BackupWrite {
+        master_id: MASTER,
+        segment_id: SEGMENT,
+        offset: 0,
+        flags: BackupWriteFlags::WRITE,
+        bytes: b"",
+    });
+    let at = 20 + 8 + 8 + 4;
+    for (bits, atomic_alone) in [(0x08u8, false), (0x80, false), (BACKUP_WRITE_ATOMIC, true)] {
+        let mut bad = frame.clone();
+        bad[at] = bits;
+        let err = decode_request(&bad).expect_err("bad flags");
+        if atomic_alone {
+            assert!(matches!(err, WireError::Malformed(_)), "{err:?}");
+        } else {
+            assert!(matches!(err, WireError::BadEnum { .. }), "{err:?}");
+        }
+        assert_eq!(err.status(), Status::InvalidRequest);
+    }
+    // Encoding refuses ATOMIC without OPEN as well, appending nothing.
+    let mut out = Vec::new();
+    let err = encode_request(
+        ID,
+        &Request::BackupWrite {
+            master_id: MASTER,
+            segment_id: SEGMENT,
+            offset: 0,
+            flags: BackupWriteFlags {
+                atomic: true,
+                ..BackupWriteFlags::WRITE
+            },
+            bytes: b"x",
+        },
+        &mut out,
+    )
+    .expect_err("atomic without open");
+    assert!(matches!(err, WireError::Malformed(_)));
+    assert!(out.is_empty());
+    // A bad `closed` byte in a response.
+    let mut frame = response_frame(
+        Opcode::BackupReadReplica,
+        &Response::BackupReadReplica {
+            closed: false,
+            bytes: b"x",
+        },
+    );
+    frame[20] = 2;
+    assert!(matches!(
+        decode_response(&frame),
+        Err(WireError::BadEnum { .. })
+    ));
 }

@@ -143,7 +143,60 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
         ),
         ("get_tablet_map_request", Request::GetTabletMap),
         ("get_server_stats_request", Request::GetServerStats),
+        (
+            "backup_write_request",
+            Request::BackupWrite {
+                master_id: MASTER,
+                segment_id: SEGMENT,
+                offset: 0x100,
+                flags: BackupWriteFlags::OPEN,
+                bytes: REPLICA_BYTES,
+            },
+        ),
+        (
+            "backup_write_atomic_close_request",
+            Request::BackupWrite {
+                master_id: MASTER,
+                segment_id: SEGMENT,
+                offset: 0,
+                flags: BackupWriteFlags {
+                    open: true,
+                    close: true,
+                    atomic: true,
+                },
+                bytes: REPLICA_BYTES,
+            },
+        ),
+        (
+            "backup_free_request",
+            Request::BackupFree {
+                master_id: MASTER,
+                segment_id: SEGMENT,
+            },
+        ),
+        (
+            "backup_get_replicas_request",
+            Request::BackupGetReplicas { master_id: MASTER },
+        ),
+        (
+            "backup_read_replica_request",
+            Request::BackupReadReplica {
+                master_id: MASTER,
+                segment_id: SEGMENT,
+            },
+        ),
     ]
+}
+
+/// Master and segment ids of the backup samples.
+pub const MASTER: u64 = 0x0102_0304_0506_0708;
+pub const SEGMENT: u64 = 0x1112_1314_1516_1718;
+/// Replica bytes of the backup samples.
+pub const REPLICA_BYTES: &[u8] = b"segment";
+
+/// (segment id, length, closed) of the BackupGetReplicas sample.
+pub fn replicas() -> Vec<(u64, u32, bool)> {
+    vec![(SEGMENT, 0x0080_0000, true), (SEGMENT + 1, 0x1234, false)]
 }
 
 /// The items of the multi-op and list samples, as owned data to compare against.
@@ -330,6 +383,32 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
             },
         ),
         (
+            "backup_write_response",
+            Opcode::BackupWrite,
+            Response::BackupWrite,
+        ),
+        (
+            "backup_free_response",
+            Opcode::BackupFree,
+            Response::BackupFree,
+        ),
+        (
+            "backup_read_replica_response",
+            Opcode::BackupReadReplica,
+            Response::BackupReadReplica {
+                closed: true,
+                bytes: REPLICA_BYTES,
+            },
+        ),
+        (
+            "no_space_response",
+            Opcode::BackupWrite,
+            Response::Error(ErrorBody::Message {
+                status: Status::NoSpace,
+                message: "all 8 open-replica buffers are in use",
+            }),
+        ),
+        (
             "wrong_version_response",
             Opcode::Write,
             Response::Error(ErrorBody::WrongVersion { current_version: 9 }),
@@ -414,6 +493,14 @@ pub fn other_response_frames() -> Vec<(&'static str, Vec<u8>)> {
     }
     e.finish().expect("finish");
     frames.push(("get_tablet_map_response", out));
+
+    let mut out = Vec::new();
+    let mut e = BackupReplicasEncoder::new(ID, &mut out);
+    for (segment_id, length, closed) in replicas() {
+        e.push(segment_id, length, closed).expect("push");
+    }
+    e.finish().expect("finish");
+    frames.push(("backup_get_replicas_response", out));
 
     let mut out = Vec::new();
     encode_error_response(

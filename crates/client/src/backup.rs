@@ -1,0 +1,399 @@
+//! [`BackupClient`]: the typed calls a master (its replica manager), the recovery
+//! code and cold start make to backups (R§4.2, R§7.4, R§8), over the
+//! [`Transport`] seam.
+//!
+//! It lives here, beside [`crate::Client`], because this crate is the one that
+//! turns wire messages into typed async calls over a [`Transport`], and it depends
+//! only on `ramstore-wire` and `ramstore-rpc`: the server (which will host the
+//! replica manager), the master and the coordinator (recovery) can all use it
+//! without a dependency cycle. `ramstore-rpc` knows frames, not messages, and
+//! `ramstore-backup` is storage without networking.
+//!
+//! # Semantics
+//!
+//! One call is one RPC to the backup at `addr`, with [`BackupClient::rpc_deadline`]
+//! as its deadline; nothing is retried inside. Which backup to try next, and when,
+//! is the caller's policy (R§7.1: a backup that answers [`BackupClientError::Full`]
+//! is skipped for another candidate). Every backup operation is idempotent (opening
+//! an open replica, rewriting bytes already held, repeating the closing write of a
+//! closed replica, freeing a replica not held), so the caller may resend a request
+//! whose answer it did not get.
+//!
+//! A caller keeps at most one request in flight per replica: the backup serializes
+//! a replica's operations, and a write sent while the same replica's close is
+//! still running would wait behind it (see `ramstore_server::backup_service`).
+//!
+//! Thread-safety: `Send + Sync` and cheap to clone; share one per process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ramstore_rpc::{RpcError, Transport};
+use ramstore_wire::{
+    decode_response, encode_request, BackupWriteFlags, ErrorBody, Opcode, Request, Response,
+    Status, WireError, MAX_REPLICA_BYTES,
+};
+
+/// Default deadline of one backup RPC: a close writes and syncs a whole 8 MiB
+/// segment, and a replica read moves one, so this is far above the 2 s a data
+/// RPC gets.
+pub const DEFAULT_BACKUP_RPC_DEADLINE_MS: u64 = 10_000;
+
+/// Bytes of a backup request frame besides its replica bytes (prefix, header,
+/// fixed fields), used to size the encode buffer in one allocation.
+const BACKUP_REQUEST_OVERHEAD_BYTES: usize = 64;
+
+/// One replica a backup holds for a master, as BackupGetReplicas reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BackupReplica {
+    /// The segment of the master's log.
+    pub segment_id: u64,
+    /// Valid bytes held.
+    pub length: u32,
+    /// Closed (complete, read-only) or still open (the head, or a segment being
+    /// filled; its bytes may still grow).
+    pub closed: bool,
+}
+
+/// A replica's bytes as BackupReadReplica returns them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaBytes {
+    /// Whether the replica was closed when read. An open replica's bytes are a
+    /// prefix of what its master wrote (R§7.4: the head is read open).
+    pub closed: bool,
+    /// The valid bytes: a view into the response frame, not a copy.
+    pub bytes: Bytes,
+}
+
+/// Why a backup call failed. Which of these the caller should retry elsewhere is
+/// its policy; the variants say what happened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackupClientError {
+    /// NO_SPACE: the backup has no free open-replica buffer or frame. Place the
+    /// replica on another backup (R§7.1).
+    #[error("backup {addr} is full: {message}")]
+    Full { addr: String, message: String },
+    /// OBJECT_DOESNT_EXIST: the backup holds no such replica (never opened, freed,
+    /// lost in a restart, or open in atomic mode and so never offered).
+    #[error("backup {addr} holds no such replica: {message}")]
+    UnknownReplica { addr: String, message: String },
+    /// INVALID_REQUEST, TOO_LARGE or UNKNOWN_OPCODE: the backup refused the request
+    /// (a gap, a write past the segment, a closed replica, no backup service on
+    /// that server, ...). Resending it unchanged fails again.
+    #[error("backup {addr} refused the request ({status}): {message}")]
+    Refused {
+        addr: String,
+        status: Status,
+        message: String,
+    },
+    /// RETRY: the backup asked to be asked again after `delay_ms`.
+    #[error("backup {addr} asks to retry in {delay_ms} ms")]
+    Retry { addr: String, delay_ms: u32 },
+    /// INTERNAL or any other status: the backup failed (its disk, a corrupt
+    /// replica). Its replicas should be treated as suspect.
+    #[error("backup {addr} failed ({status}): {message}")]
+    Failed {
+        addr: String,
+        status: Status,
+        message: String,
+    },
+    /// No answer: the backup could not be reached or did not answer in time. It
+    /// may or may not have carried the request out.
+    #[error("backup {addr} did not answer: {source}")]
+    Unreachable {
+        addr: String,
+        #[source]
+        source: RpcError,
+    },
+    /// The request cannot be encoded (e.g. more than a segment of bytes).
+    #[error("cannot encode the backup request: {0}")]
+    Encode(#[source] WireError),
+    /// The backup's answer was malformed or for another operation.
+    #[error("backup {addr} sent a bad response: {reason}")]
+    BadResponse { addr: String, reason: String },
+}
+
+impl BackupClientError {
+    fn of_body(addr: &str, body: &ErrorBody<'_>) -> Self {
+        let addr = addr.to_string();
+        match *body {
+            ErrorBody::Retry { delay_ms } => Self::Retry { addr, delay_ms },
+            ErrorBody::WrongVersion { current_version } => Self::BadResponse {
+                addr,
+                reason: format!("WRONG_VERSION ({current_version}) from a backup"),
+            },
+            ErrorBody::Message { status, message } => {
+                let message = message.to_string();
+                match status {
+                    Status::NoSpace => Self::Full { addr, message },
+                    Status::ObjectDoesntExist => Self::UnknownReplica { addr, message },
+                    Status::InvalidRequest | Status::TooLarge | Status::UnknownOpcode => {
+                        Self::Refused {
+                            addr,
+                            status,
+                            message,
+                        }
+                    }
+                    _ => Self::Failed {
+                        addr,
+                        status,
+                        message,
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// Calls backups. Cheap to clone (an `Arc` inside).
+#[derive(Clone)]
+pub struct BackupClient {
+    transport: Arc<dyn Transport>,
+    rpc_deadline: Duration,
+}
+
+impl std::fmt::Debug for BackupClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackupClient")
+            .field("rpc_deadline", &self.rpc_deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BackupClient {
+    /// A client sending through `transport` with the default deadline
+    /// ([`DEFAULT_BACKUP_RPC_DEADLINE_MS`]).
+    pub fn new(transport: Arc<dyn Transport>) -> Self {
+        Self {
+            transport,
+            rpc_deadline: Duration::from_millis(DEFAULT_BACKUP_RPC_DEADLINE_MS),
+        }
+    }
+
+    /// The same client with another per-RPC deadline.
+    pub fn with_rpc_deadline(mut self, deadline: Duration) -> Self {
+        self.rpc_deadline = deadline;
+        self
+    }
+
+    /// The deadline of each RPC.
+    pub fn rpc_deadline(&self) -> Duration {
+        self.rpc_deadline
+    }
+
+    /// Puts `bytes` at `offset` of the replica of `segment_id` of `master_id` on
+    /// the backup at `addr`, opening it first and/or closing it afterwards as
+    /// `flags` say (one RPC for all three, like RAMCloud's BackupWriteRpc). Writes
+    /// are contiguous: `offset` may not exceed what the replica holds. Returns once
+    /// the backup acknowledged: in buffered mode the bytes are in its memory, in
+    /// fsync mode on its disk; a close returns once the closed replica is on disk.
+    ///
+    /// At most [`MAX_REPLICA_BYTES`] per call (a whole segment).
+    pub async fn write(
+        &self,
+        addr: &str,
+        master_id: u64,
+        segment_id: u64,
+        offset: u32,
+        bytes: &[u8],
+        flags: BackupWriteFlags,
+    ) -> Result<(), BackupClientError> {
+        let req = Request::BackupWrite {
+            master_id,
+            segment_id,
+            offset,
+            flags,
+            bytes,
+        };
+        let frame = self.call(addr, &req, bytes.len()).await?;
+        match decode(addr, &frame, Opcode::BackupWrite)? {
+            Response::BackupWrite => Ok(()),
+            other => Err(unexpected(addr, &other)),
+        }
+    }
+
+    /// Drops the replica on the backup at `addr` (its segment left the log, R§4.4,
+    /// or it was re-replicated elsewhere, R§8). Succeeds if the backup does not
+    /// hold it.
+    pub async fn free(
+        &self,
+        addr: &str,
+        master_id: u64,
+        segment_id: u64,
+    ) -> Result<(), BackupClientError> {
+        let req = Request::BackupFree {
+            master_id,
+            segment_id,
+        };
+        let frame = self.call(addr, &req, 0).await?;
+        match decode(addr, &frame, Opcode::BackupFree)? {
+            Response::BackupFree => Ok(()),
+            other => Err(unexpected(addr, &other)),
+        }
+    }
+
+    /// The replicas of `master_id` the backup at `addr` offers for recovery or
+    /// cold start (R§7.4), by segment id: closed ones and open non-atomic ones.
+    pub async fn get_replicas(
+        &self,
+        addr: &str,
+        master_id: u64,
+    ) -> Result<Vec<BackupReplica>, BackupClientError> {
+        let frame = self
+            .call(addr, &Request::BackupGetReplicas { master_id }, 0)
+            .await?;
+        match decode(addr, &frame, Opcode::BackupGetReplicas)? {
+            Response::BackupGetReplicas { replicas } => Ok(replicas
+                .iter()
+                .map(|r| BackupReplica {
+                    segment_id: r.segment_id,
+                    length: r.length,
+                    closed: r.closed,
+                })
+                .collect()),
+            other => Err(unexpected(addr, &other)),
+        }
+    }
+
+    /// The valid bytes of one replica on the backup at `addr`, and whether it was
+    /// closed (R§7.4, R§7.10). A closed replica's bytes were checked against the
+    /// checksum recorded when they were written.
+    pub async fn read_replica(
+        &self,
+        addr: &str,
+        master_id: u64,
+        segment_id: u64,
+    ) -> Result<ReplicaBytes, BackupClientError> {
+        let req = Request::BackupReadReplica {
+            master_id,
+            segment_id,
+        };
+        let frame = self.call(addr, &req, 0).await?;
+        match decode(addr, &frame, Opcode::BackupReadReplica)? {
+            Response::BackupReadReplica { closed, bytes } => Ok(ReplicaBytes {
+                closed,
+                // `bytes` borrows `frame`, so the view needs no copy.
+                bytes: frame.slice_ref(bytes),
+            }),
+            other => Err(unexpected(addr, &other)),
+        }
+    }
+
+    /// Encodes `req` and sends it; the response frame.
+    async fn call(
+        &self,
+        addr: &str,
+        req: &Request<'_>,
+        payload_bytes: usize,
+    ) -> Result<Bytes, BackupClientError> {
+        if payload_bytes > MAX_REPLICA_BYTES {
+            return Err(BackupClientError::Encode(WireError::ReplicaTooLarge(
+                payload_bytes,
+            )));
+        }
+        let mut frame = Vec::with_capacity(BACKUP_REQUEST_OVERHEAD_BYTES + payload_bytes);
+        encode_request(0, req, &mut frame).map_err(BackupClientError::Encode)?;
+        self.transport
+            .call(addr, frame, self.rpc_deadline)
+            .await
+            .map_err(|source| BackupClientError::Unreachable {
+                addr: addr.to_string(),
+                source,
+            })
+    }
+}
+
+/// Decodes a response to a request with `opcode`; error statuses become errors.
+fn decode<'f>(
+    addr: &str,
+    frame: &'f [u8],
+    opcode: Opcode,
+) -> Result<Response<'f>, BackupClientError> {
+    let (header, response) =
+        decode_response(frame).map_err(|e| BackupClientError::BadResponse {
+            addr: addr.to_string(),
+            reason: e.to_string(),
+        })?;
+    if header.opcode != opcode {
+        return Err(BackupClientError::BadResponse {
+            addr: addr.to_string(),
+            reason: format!("answer for {:?} to a {opcode:?}", header.opcode),
+        });
+    }
+    match response {
+        Response::Error(body) => Err(BackupClientError::of_body(addr, &body)),
+        ok => Ok(ok),
+    }
+}
+
+fn unexpected(addr: &str, response: &Response<'_>) -> BackupClientError {
+    BackupClientError::BadResponse {
+        addr: addr.to_string(),
+        reason: format!("unexpected answer {:?}", response.opcode()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn of_body_sorts_every_status() {
+        for status in Status::ALL {
+            let body = match status {
+                Status::Ok => continue,
+                Status::WrongVersion => ErrorBody::WrongVersion { current_version: 1 },
+                Status::Retry => ErrorBody::Retry { delay_ms: 5 },
+                status => ErrorBody::Message {
+                    status,
+                    message: "why",
+                },
+            };
+            let e = BackupClientError::of_body("b:1", &body);
+            let expected_full = status == Status::NoSpace;
+            assert_eq!(
+                matches!(e, BackupClientError::Full { .. }),
+                expected_full,
+                "{status}: {e}"
+            );
+            assert_eq!(
+                matches!(e, BackupClientError::UnknownReplica { .. }),
+                status == Status::ObjectDoesntExist,
+                "{status}: {e}"
+            );
+            assert!(e.to_string().contains("b:1"), "{e}");
+        }
+        assert_eq!(
+            BackupClientError::of_body("b:1", &ErrorBody::Retry { delay_ms: 5 }),
+            BackupClientError::Retry {
+                addr: "b:1".into(),
+                delay_ms: 5
+            }
+        );
+        assert!(matches!(
+            BackupClientError::of_body(
+                "b:1",
+                &ErrorBody::Message {
+                    status: Status::InvalidRequest,
+                    message: "gap"
+                }
+            ),
+            BackupClientError::Refused {
+                status: Status::InvalidRequest,
+                ..
+            }
+        ));
+        assert!(matches!(
+            BackupClientError::of_body(
+                "b:1",
+                &ErrorBody::Message {
+                    status: Status::Internal,
+                    message: "disk"
+                }
+            ),
+            BackupClientError::Failed { .. }
+        ));
+    }
+}
