@@ -52,6 +52,17 @@ pub fn drop_table(client: &BlockingClient, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Parses GetServerStats text: one `key=value` per line. Lines without `=` are
+/// skipped (the text comes from a peer; a garbled line must not fail a command).
+fn parse_stats(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
 /// Parses the coordinator's `key=value` stats.
 fn coordinator_stats(
     client: &BlockingClient,
@@ -60,13 +71,7 @@ fn coordinator_stats(
     let text = client
         .server_stats(coordinator)
         .with_context(|| format!("asking the coordinator at {coordinator} for its state"))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            l.split_once('=')
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-        })
-        .collect())
+    Ok(parse_stats(&text))
 }
 
 /// Tables as (id, tablet count, name), by id, from the coordinator's stats lines
@@ -196,6 +201,55 @@ pub fn scan(client: &BlockingClient, table: &str, limit: Option<usize>) -> Resul
     Ok(())
 }
 
+/// `bytes` for a person, in one word (so `status` rows split on whitespace):
+/// `977B`, `1.5KiB`, `32.0MiB`, `2.0GiB`.
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes}B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1}{}", UNITS[unit])
+}
+
+/// The backup columns of a `status` row (REPLICAS, BUFFERS, BACKUP DISK) from a
+/// server's stats: `-` for each when there are no stats (server down or
+/// unreachable), `backup off` for a server without a backup, and `?` for a value
+/// whose line is missing or malformed — the stats come from a peer, possibly of
+/// another version, and one bad line must not hide the rest of the cluster.
+fn backup_columns(server: &BTreeMap<String, String>) -> String {
+    let columns = |replicas: &str, buffers: &str, disk: &str| {
+        format!("{replicas:>8} {buffers:>7} {disk:>18}")
+    };
+    if server.is_empty() {
+        return columns("-", "-", "-");
+    }
+    if server.get("backup").is_some_and(|v| v == "off") {
+        return "backup off".into();
+    }
+    let num = |key: &str| server.get(key).and_then(|v| v.parse::<u64>().ok());
+    let text = |n: Option<u64>| n.map_or("?".into(), |n| n.to_string());
+    // Servers always give their backup frames of a whole segment
+    // (`ServerOptions::backup_config`), so capacity is frames × segment bytes.
+    let capacity = num("backup_frames_total")
+        .and_then(|frames| frames.checked_mul(u64::from(ramstore_backup::FRAME_SEGMENT_BYTES)));
+    let bytes = |n: Option<u64>| n.map_or("?".into(), human_bytes);
+    columns(
+        &text(num("backup_replicas")),
+        &format!(
+            "{}/{}",
+            text(num("backup_open_buffers_used")),
+            text(num("backup_open_buffers_max"))
+        ),
+        &format!("{}/{}", bytes(num("backup_bytes_on_disk")), bytes(capacity)),
+    )
+}
+
 pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
     let stats = coordinator_stats(client, coordinator)?;
     let map = client.tablet_map().map_err(explain)?;
@@ -204,7 +258,7 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         stats.get("server_list_version").map_or("?", |s| s)
     );
     println!(
-        "{:>4} {:<22} {:<8} {:>8} {:>10} {:>12} {:>12} {:>6} {:>11}",
+        "{:>4} {:<22} {:<8} {:>8} {:>10} {:>12} {:>12} {:>6} {:>11} {:>8} {:>7} {:>18}",
         "ID",
         "ADDRESS",
         "STATUS",
@@ -213,7 +267,10 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         "LIVE MiB",
         "MEMORY MiB",
         "USED",
-        "DURABILITY"
+        "DURABILITY",
+        "REPLICAS",
+        "BUFFERS",
+        "BACKUP DISK"
     );
     // Servers by numeric id (the stats map sorts keys as text).
     let mut servers: Vec<(u64, &String)> = stats
@@ -229,14 +286,7 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         let server: BTreeMap<String, String> = if state == "up" {
             client
                 .server_stats(address)
-                .map(|t| {
-                    t.lines()
-                        .filter_map(|l| {
-                            l.split_once('=')
-                                .map(|(a, b)| (a.to_string(), b.to_string()))
-                        })
-                        .collect()
-                })
+                .map(|t| parse_stats(&t))
                 .unwrap_or_default()
         } else {
             BTreeMap::new()
@@ -255,11 +305,12 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
             state
         };
         println!(
-            "{id:>4} {address:<22} {state:<8} {tablets:>8} {:>10} {:>12} {:>12} {used:>6} {:>11}",
+            "{id:>4} {address:<22} {state:<8} {tablets:>8} {:>10} {:>12} {:>12} {used:>6} {:>11} {}",
             num("objects").map_or("-".into(), |n| n.to_string()),
             mib("live_object_bytes"),
             mib("memory_bytes"),
             server.get("durability").map_or("-", |s| s.as_str()),
+            backup_columns(&server),
         );
     }
     println!(
@@ -268,4 +319,60 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         map.len()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(server: &BTreeMap<String, String>) -> Vec<String> {
+        backup_columns(server)
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn human_bytes_units() {
+        assert_eq!(human_bytes(0), "0B");
+        assert_eq!(human_bytes(1023), "1023B");
+        assert_eq!(human_bytes(1536), "1.5KiB");
+        assert_eq!(human_bytes(32 << 20), "32.0MiB");
+        assert_eq!(human_bytes(512 << 30), "512.0GiB");
+        assert_eq!(human_bytes(3 << 40), "3.0TiB");
+        assert_eq!(human_bytes(u64::MAX), "16777216.0TiB");
+    }
+
+    #[test]
+    fn backup_columns_from_stats() {
+        let on = parse_stats(
+            "server_id=3\nbackup=on\nbackup_sync=buffered\nbackup_frames_total=4\n\
+             backup_frames_free=3\nbackup_replicas=1\nbackup_open_buffers_used=1\n\
+             backup_open_buffers_max=8\nbackup_bytes_on_disk=3145728\nbackup_syncs=0\n",
+        );
+        assert_eq!(words(&on), ["1", "1/8", "3.0MiB/32.0MiB"]);
+        assert_eq!(
+            backup_columns(&parse_stats("server_id=3\nbackup=off\n")),
+            "backup off"
+        );
+        assert_eq!(words(&BTreeMap::new()), ["-", "-", "-"]);
+    }
+
+    /// Missing, garbled or absurd lines from a peer show `?`, never fail or panic.
+    #[test]
+    fn backup_columns_tolerate_bad_stats() {
+        // An older server: no backup lines at all.
+        assert_eq!(words(&parse_stats("server_id=3\n")), ["?", "?/?", "?/?"]);
+        let bad = parse_stats(
+            "backup=on\nbackup_frames_total=lots\nbackup_replicas=-1\n\
+             backup_open_buffers_used=2\nbackup_open_buffers_max=\n\
+             backup_bytes_on_disk=18446744073709551616\ngarbage line\n=\n",
+        );
+        assert_eq!(words(&bad), ["?", "2/?", "?/?"]);
+        // Frames × 8 MiB overflows u64.
+        let huge = parse_stats(
+            "backup=on\nbackup_frames_total=18446744073709551615\nbackup_bytes_on_disk=0\n",
+        );
+        assert_eq!(words(&huge), ["?", "?/?", "0B/?"]);
+    }
 }

@@ -42,6 +42,8 @@ struct StatusRow {
     tablets: usize,
     objects: String,
     durability: String,
+    /// The backup columns: "REPLICAS BUFFERS USED/CAPACITY", or "backup off".
+    backup: String,
 }
 
 /// `ramstore status`: the server rows, and the summary line.
@@ -57,7 +59,8 @@ fn parse_status(out: &str) -> (Vec<StatusRow>, String) {
         .iter()
         .map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
-            assert_eq!(w.len(), 9, "{l:?}");
+            // Nine columns, then three of backup or the two words "backup off".
+            assert!(w.len() == 11 || w.len() == 12, "{l:?}");
             StatusRow {
                 id: w[0].parse().unwrap(),
                 address: w[1].to_string(),
@@ -65,6 +68,7 @@ fn parse_status(out: &str) -> (Vec<StatusRow>, String) {
                 tablets: w[3].parse().unwrap(),
                 objects: w[4].to_string(),
                 durability: w[8].to_string(),
+                backup: w[9..].join(" "),
             }
         })
         .collect();
@@ -199,6 +203,7 @@ fn data_commands_print_results_and_exit_zero() {
         assert_eq!(row.address, server.addr);
         assert_eq!(row.state, "up");
         assert_eq!(row.durability, "dram-only");
+        assert_eq!(row.backup, "backup off", "started without --backup-dir");
         assert!(row.objects.parse::<u64>().is_ok(), "{row:?}");
     }
     assert_eq!(rows.iter().map(|r| r.tablets).sum::<usize>(), 3);

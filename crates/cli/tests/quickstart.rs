@@ -141,6 +141,8 @@ fn quickstart_commands_from_the_dev_banner_work() {
         assert_eq!(row[2], "up", "{status}");
         assert_eq!(row[6], "512.0", "memory MiB: {status}");
         assert_eq!(row[8], "dram-only", "{status}");
+        // Each dev server's backup: empty, 8 open buffers, 64 frames × 8 MiB.
+        assert_eq!(row[9..], ["0", "0/8", "0B/512.0MiB"], "backup: {status}");
     }
     assert_eq!(
         lines[lines.len() - 1],
