@@ -560,12 +560,16 @@ impl Log {
         })
     }
 
-    /// Chooses victims for combined cleaning by cost-benefit and marks them
+    /// Chooses victims for combined cleaning by cost-benefit — counting, besides the
+    /// disk space a victim frees, the live tombstones elsewhere that die with it
+    /// (`balancer::combined_benefit`) — and marks them
     /// `Cleaning`; their live bytes fit in `budget_seglets` with room for survivor
     /// fragmentation.
     fn pick_for_combined(&self, head_id: u64, budget_seglets: usize) -> Option<Vec<SegmentMeta>> {
         let now = self.clock();
         let mut table = self.segments.lock();
+        // Lock order: segments, then the tombstone lists (a leaf).
+        let targets = self.tombstone_targets.lock();
         let mut scored: Vec<(f64, u64, usize)> = table
             .by_id
             .values()
@@ -575,13 +579,16 @@ impl Log {
                 let keep = (c.live_bytes.load(Ordering::Relaxed)
                     + c.tombstone_bytes.load(Ordering::Relaxed))
                     as usize;
+                let naming = targets.bytes_naming(m.id);
                 let u = keep as f64 / m.disk_length.max(1) as f64;
-                (u < MAX_UTILIZATION_TO_CLEAN).then(|| {
+                (u < MAX_UTILIZATION_TO_CLEAN || naming > 0).then(|| {
                     let age = now.saturating_sub(m.created_at);
-                    (balancer::cost_benefit(u, age), m.id, keep)
+                    let score = balancer::combined_benefit(m.disk_length, keep, naming, age);
+                    (score, m.id, keep)
                 })
             })
             .collect();
+        drop(targets);
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
         let mut chosen = Vec::new();
         let mut keep_total = 0usize;

@@ -134,6 +134,14 @@ impl TombstoneTargets {
         }
     }
 
+    /// Live tombstone bytes naming `target`, wherever they are: what dies when it
+    /// leaves the log.
+    pub fn bytes_naming(&self, target: u64) -> u64 {
+        self.by_target
+            .get(&target)
+            .map_or(0, |holders| holders.iter().map(|h| h.bytes).sum())
+    }
+
     /// Live tombstone bytes listed for `holder` (for tests and assertions; walks
     /// everything).
     pub fn bytes_held_by(&self, holder: u64) -> u64 {
@@ -165,6 +173,9 @@ mod tests {
         t.add(2, 11, 1, 7);
         assert_eq!(t.bytes_held_by(10), 70);
         assert_eq!(t.bytes_held_by(11), 12);
+        assert_eq!(t.bytes_naming(1), 75);
+        assert_eq!(t.bytes_naming(2), 7);
+        assert_eq!(t.bytes_naming(3), 0);
         assert_eq!(t.targets(), 2);
     }
 
