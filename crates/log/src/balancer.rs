@@ -106,11 +106,12 @@ pub fn combined_benefit(
     tombstones_naming_bytes: u64,
     segment_age: u64,
 ) -> f64 {
-    let freed = disk_bytes.saturating_sub(keep_bytes) as f64 + tombstones_naming_bytes as f64;
+    let utilization = keep_bytes as f64 / disk_bytes.max(1) as f64;
+    let disk = cost_benefit(utilization, segment_age);
     if keep_bytes == 0 {
-        return if freed > 0.0 { f64::INFINITY } else { 0.0 };
+        return disk;
     }
-    freed * (segment_age as f64 + 1.0) / keep_bytes as f64
+    disk + tombstones_naming_bytes as f64 * (segment_age as f64 + 1.0) / keep_bytes as f64
 }
 
 #[cfg(test)]

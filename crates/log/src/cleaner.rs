@@ -234,7 +234,8 @@ impl Log {
         }
         let live_ids = self.live_segment_ids(&[]);
         let mut copied = 0u64;
-        let mut batch: Vec<(Found, u64)> = Vec::with_capacity(RELOCATION_BATCH);
+        // Objects parsed once, with their hashes, waiting for their buckets to load.
+        let mut batch: Vec<(ObjectView<'_>, u64)> = Vec::with_capacity(RELOCATION_BATCH);
         let mut entries = self.entries(&meta);
         loop {
             // Collect the next objects and start loading their buckets; metadata on
@@ -252,7 +253,7 @@ impl Log {
                         if let Ok(view) = self.object(e.at) {
                             let hash = relocator.hash(&view);
                             relocator.prefetch(hash);
-                            batch.push((e, hash));
+                            batch.push((view, hash));
                             if batch.len() == RELOCATION_BATCH {
                                 break true;
                             }
@@ -277,13 +278,10 @@ impl Log {
                     EntryType::LogDigest | EntryType::SafeVersion | EntryType::TabletStats => {}
                 }
             };
-            for (e, hash) in batch.drain(..) {
-                if let Ok(view) = self.object(e.at) {
-                    let moved = relocator
-                        .relocate(&view, hash, &mut || self.copy_entry(e.at, e.len, &mut w));
-                    if moved {
-                        copied += e.len as u64;
-                    }
+            for (view, hash) in batch.drain(..) {
+                let (at, len) = (view.location(), view.entry_len());
+                if relocator.relocate(&view, hash, &mut || self.copy_entry(at, len, &mut w)) {
+                    copied += len as u64;
                 }
             }
             if !more {
@@ -376,13 +374,13 @@ impl Log {
         // whose buckets are prefetched first.
         let mut found: Vec<(u64, Found, u64, u64)> = Vec::new();
         let mut tombstones_dropped = 0u64;
-        let mut batch: Vec<(Found, u64, u64)> = Vec::with_capacity(RELOCATION_BATCH);
-        let check_batch = |batch: &mut Vec<(Found, u64, u64)>, found: &mut Vec<_>| {
-            for (e, hash, victim) in batch.drain(..) {
-                if let Ok(view) = self.object(e.at) {
-                    if relocator.is_live(&view, hash) {
-                        found.push((view.birth(), e, victim, hash));
-                    }
+        let mut batch: Vec<(Found, ObjectView<'_>, u64, u64)> =
+            Vec::with_capacity(RELOCATION_BATCH);
+        let check_batch = |batch: &mut Vec<(Found, ObjectView<'_>, u64, u64)>,
+                           found: &mut Vec<_>| {
+            for (e, view, hash, victim) in batch.drain(..) {
+                if relocator.is_live(&view, hash) {
+                    found.push((view.birth(), e, victim, hash));
                 }
             }
         };
@@ -393,7 +391,7 @@ impl Log {
                         if let Ok(view) = self.object(e.at) {
                             let hash = relocator.hash(&view);
                             relocator.prefetch(hash);
-                            batch.push((e, hash, m.id));
+                            batch.push((e, view, hash, m.id));
                             if batch.len() == RELOCATION_BATCH {
                                 check_batch(&mut batch, &mut found);
                             }

@@ -22,15 +22,6 @@ const SEGMENT_BYTES: usize = 2 << 20;
 /// are really collected make room.
 const LIVE_TARGET_BYTES: usize = MEMORY_BYTES * 79 / 100;
 
-const NONE: RejectRules = RejectRules {
-    given_version: 0,
-    doesnt_exist: false,
-    exists: false,
-    version_le_given: false,
-    version_ne_given: false,
-    version_gt_given: false,
-};
-
 fn store(cleaner: CleanerMode) -> ObjectStore {
     let mut cfg = StoreConfig::new(MEMORY_BYTES);
     cfg.segment_bytes = SEGMENT_BYTES;
@@ -94,7 +85,7 @@ impl Driver {
         self.rng.fill(&mut value[..]);
         let started = Instant::now();
         loop {
-            match self.store.write(1, &key, &value, &NONE) {
+            match self.store.write(1, &key, &value, &RejectRules::default()) {
                 Ok(_) => break,
                 Err(WriteError::NoSpace) => self.relieve(started, "write"),
                 Err(e) => panic!("write: {e}"),
@@ -111,7 +102,7 @@ impl Driver {
         let value = self.live.values.swap_remove(i);
         let started = Instant::now();
         loop {
-            match self.store.remove(1, &key, &NONE) {
+            match self.store.remove(1, &key, &RejectRules::default()) {
                 Ok(_) => break,
                 Err(WriteError::NoSpace) => self.relieve(started, "delete"),
                 Err(e) => panic!("delete: {e}"),
