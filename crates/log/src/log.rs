@@ -614,12 +614,7 @@ impl Log {
             .live_bytes
             .fetch_add(obj_len as u64, Ordering::Relaxed);
         if let Some(target) = target {
-            self.tombstone_targets
-                .lock()
-                .add(target, w.id, w.slot, tomb_len as u64);
-            counters
-                .tombstone_bytes
-                .fetch_add(tomb_len as u64, Ordering::Relaxed);
+            self.tombstone_appended(target, w, tomb_len);
         }
         drop(head);
         self.live_object_bytes
@@ -658,12 +653,7 @@ impl Log {
             len,
             entry: w.ref_at(start),
         };
-        self.tombstone_targets
-            .lock()
-            .add(seg, w.id, w.slot, len as u64);
-        self.slots[w.slot as usize]
-            .tombstone_bytes
-            .fetch_add(len as u64, Ordering::Relaxed);
+        self.tombstone_appended(seg, w, len);
         drop(head);
         self.tombstone_bytes
             .fetch_add(len as u64, Ordering::Relaxed);
@@ -714,6 +704,17 @@ impl Log {
         );
         self.live_object_bytes
             .fetch_sub(len as u64, Ordering::Relaxed);
+    }
+
+    /// A tombstone of `len` bytes naming segment `target` was appended to the head `w`
+    /// (head lock held): listed and counted together, as `tombstones` requires.
+    fn tombstone_appended(&self, target: u64, w: &SegmentWriter, len: usize) {
+        self.tombstone_targets
+            .lock()
+            .add(target, w.id, w.slot, len as u64);
+        self.slots[w.slot as usize]
+            .tombstone_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
     }
 
     /// Segments `gone` have left the log (combined cleaning removed them): every
