@@ -175,6 +175,11 @@ impl ReplicaSink for ThrottledReplicas {
     fn close(&self, _segment_id: u64) {}
 
     fn cleaned(&self, _survivors: &[u64], _freed: &[u64]) {}
+
+    // The model paces bandwidth only; nothing reports durability back to the log.
+    fn durable_on_close(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

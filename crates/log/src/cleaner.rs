@@ -17,6 +17,7 @@ use crate::balancer::{self, BalancerInput, CleanKind};
 use crate::entry::EntryType;
 use crate::log::{Log, ObjectView, SegmentMeta, SegmentState};
 use crate::pool::{AllocClass, SegletPool};
+use crate::replica::SegmentRole;
 use crate::segment::SegmentWriter;
 use crate::{LogRef, SEGLET_BYTES};
 
@@ -207,7 +208,7 @@ impl Log {
             let best = table
                 .by_id
                 .values()
-                .filter(|m| m.state == SegmentState::Closed && m.id != head_id)
+                .filter(|m| m.state == SegmentState::Closed && m.replicated && m.id != head_id)
                 .map(|m| {
                     let c = &self.slots[m.slot as usize];
                     let keep = c.live_bytes.load(Ordering::Relaxed)
@@ -500,9 +501,19 @@ impl Log {
         let survivor_seglets: usize = survivors.iter().map(|w| w.seglets.len()).sum();
         let survivor_bytes: usize = survivors.iter().map(|w| w.length).sum();
         let victim_disk_bytes: usize = victims.iter().map(|m| m.disk_length).sum();
+        let sink = &self.config.replicas;
+        let durable_on_close = sink.durable_on_close();
         {
+            // Survivors enter the segment table as Pending: the replica manager
+            // reads their bytes from here, but no digest names them until their
+            // replicas are closed, and the victims stay in the log until then.
             let mut table = self.segments.lock();
             for w in &mut survivors {
+                // Their entries were durable in the victims already: reads of
+                // relocated objects never wait.
+                self.slots[w.slot as usize]
+                    .read_durable
+                    .store(true, Ordering::Release);
                 table.by_id.insert(
                     w.id,
                     SegmentMeta {
@@ -512,17 +523,29 @@ impl Log {
                         mem_length: w.length,
                         disk_length: w.length,
                         created_at: now,
-                        state: SegmentState::Closed,
+                        state: SegmentState::Pending,
+                        replicated: durable_on_close,
                     },
                 );
+            }
+        }
+        for w in &survivors {
+            sink.opened(w.id, SegmentRole::Survivor);
+            sink.replicate(w.id, 0, w.length);
+            sink.close(w.id);
+        }
+        // L§6.4: the survivors are durable before any digest names them.
+        sink.sync_closed(&survivor_ids);
+        {
+            let mut table = self.segments.lock();
+            for id in &survivor_ids {
+                if let Some(m) = table.by_id.get_mut(id) {
+                    m.state = SegmentState::Closed;
+                }
             }
             for id in &victim_ids {
                 table.by_id.remove(id);
             }
-        }
-        for w in &survivors {
-            self.config.replicas.replicate(w.id, 0, w.length);
-            self.config.replicas.close(w.id);
         }
         self.roll_head_for_cleaner();
         self.config.replicas.cleaned(&survivor_ids, &victim_ids);
@@ -571,7 +594,12 @@ impl Log {
         let mut scored: Vec<(f64, u64, usize)> = table
             .by_id
             .values()
-            .filter(|m| m.state == SegmentState::Closed && m.id != head_id && m.disk_length > 0)
+            .filter(|m| {
+                m.state == SegmentState::Closed
+                    && m.replicated
+                    && m.id != head_id
+                    && m.disk_length > 0
+            })
             .filter_map(|m| {
                 let c = &self.slots[m.slot as usize];
                 let keep = (c.live_bytes.load(Ordering::Relaxed)

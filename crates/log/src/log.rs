@@ -5,7 +5,7 @@
 //! `head` → `segments` → the pool's free list. The cleaner never holds `head` or
 //! `segments` while it takes a bucket lock.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -15,7 +15,7 @@ use crate::entry::{
 };
 use crate::epoch::{EpochGuard, Epochs};
 use crate::pool::{AllocClass, PoolError, Reserves, SegletPool};
-use crate::replica::ReplicaSink;
+use crate::replica::{ReplicaSink, SegmentRole};
 use crate::segment::SegmentWriter;
 use crate::tombstones::TombstoneTargets;
 use crate::{LogRef, SEGLET_BYTES, SEGMENT_BYTES};
@@ -170,6 +170,9 @@ pub(crate) enum SegmentState {
     Closed,
     /// Being cleaned by a cleaner thread.
     Cleaning,
+    /// A survivor of combined cleaning whose replicas are being written: not yet in
+    /// the log (no digest names it) until they are durable (L§6.4).
+    Pending,
 }
 
 /// What the log knows about a segment that is part of it.
@@ -186,6 +189,9 @@ pub(crate) struct SegmentMeta {
     /// Log clock when the segment was created (for the cost-benefit age, L§4.3).
     pub created_at: u64,
     pub state: SegmentState,
+    /// Closed on all its replicas (R§4.2). Until then the cleaner leaves the
+    /// segment alone: its replicas are written from its in-memory bytes.
+    pub replicated: bool,
 }
 
 #[derive(Debug, Default)]
@@ -201,6 +207,9 @@ pub(crate) struct SlotCounters {
     pub segment_id: AtomicU64,
     pub live_bytes: AtomicU64,
     pub tombstone_bytes: AtomicU64,
+    /// Every entry of the segment is durable on backups (or was when it was
+    /// copied here), so a read may return it without waiting (DESIGN §5 "Read").
+    pub read_durable: AtomicBool,
 }
 
 /// (epoch, seglets, segment slot) handed back once no operation pinned before `epoch`
@@ -470,7 +479,7 @@ impl Log {
                 table
                     .by_id
                     .values()
-                    .filter(|m| m.state != SegmentState::Emergency)
+                    .filter(|m| !matches!(m.state, SegmentState::Emergency | SegmentState::Pending))
                     .map(|m| m.id),
             );
             head.digest_ids.push(new_id);
@@ -502,6 +511,10 @@ impl Log {
         counters.segment_id.store(new_id, Ordering::Release);
         counters.live_bytes.store(0, Ordering::Relaxed);
         counters.tombstone_bytes.store(0, Ordering::Relaxed);
+        let durable_on_close = self.config.replicas.durable_on_close();
+        counters
+            .read_durable
+            .store(durable_on_close, Ordering::Release);
         let now = self.clock();
         table.by_id.insert(
             new_id,
@@ -517,10 +530,12 @@ impl Log {
                 } else {
                     SegmentState::Head
                 },
+                replicated: false,
             },
         );
         let mut old = std::mem::replace(&mut head.writer, writer);
         let old_emergency = std::mem::replace(&mut head.emergency, emergency);
+        let mut left_log = None;
         if old.slot != u32::MAX {
             let spare = old.trim_unused();
             if !spare.is_empty() {
@@ -531,11 +546,13 @@ impl Log {
                 // the new digest: it leaves the log at once (L§7).
                 table.by_id.remove(&old.id);
                 self.retire_locked(std::mem::take(&mut old.seglets), Some(old.slot));
+                left_log = Some(old.id);
             } else if let Some(meta) = table.by_id.get_mut(&old.id) {
                 meta.seglets = std::mem::take(&mut old.seglets);
                 meta.mem_length = old.length;
                 meta.disk_length = old.length;
                 meta.state = SegmentState::Closed;
+                meta.replicated = durable_on_close;
             }
         }
         drop(table);
@@ -544,13 +561,103 @@ impl Log {
                 .emergency_heads
                 .fetch_add(1, Ordering::Relaxed);
         }
+        // R§7.4: the old head is closed and the new one opened with its digest
+        // first; the replica manager orders the RPCs (open new, close old, then
+        // new data).
+        let sink = &self.config.replicas;
         if old.slot != u32::MAX {
-            self.config.replicas.close(old.id);
+            sink.close(old.id);
         }
-        self.config
-            .replicas
-            .replicate(new_id, 0, head.meta_buf.len());
+        sink.opened(new_id, SegmentRole::Head);
+        sink.replicate(new_id, 0, head.meta_buf.len());
+        if let Some(id) = left_log {
+            sink.cleaned(&[], &[id]);
+        }
         true
+    }
+
+    /// Closes the head and opens a new one now (the replica manager moves the head
+    /// off a lost backup before new writes go to it, R§8). May use the emergency
+    /// reserve; false if even that is gone.
+    pub fn roll_head_now(&self) -> bool {
+        let mut head = self.head.lock();
+        self.roll_head(&mut head, AllocClass::Write, true)
+    }
+
+    /// The id of the current head segment.
+    pub fn head_segment_id(&self) -> u64 {
+        self.head.lock().writer.id
+    }
+
+    /// Appends bytes `[from, length)` of segment `segment_id` as they are in memory
+    /// to `out`, and returns the segment's length: the head's bytes so far, or a
+    /// closed segment's whole (possibly compacted) contents. `None` if the segment
+    /// is no longer in memory (it was cleaned, or was an emergency head).
+    ///
+    /// The replica manager's one read of the log (R§4.2); a compacted segment is
+    /// re-replicated in its compacted form (L§6.4).
+    pub fn copy_for_replica(
+        &self,
+        segment_id: u64,
+        from: usize,
+        out: &mut Vec<u8>,
+    ) -> Option<usize> {
+        {
+            let head = self.head.lock();
+            let w = &head.writer;
+            if w.id == segment_id {
+                self.copy_range(&w.seglets, from, w.length, out);
+                return Some(w.length);
+            }
+        }
+        // Seglets of a closed segment are only reused after every operation pinned
+        // before they were retired has finished (epochs), so pin before looking.
+        let _pin = self.pin();
+        let (seglets, length) = {
+            let table = self.segments.lock();
+            let meta = table.by_id.get(&segment_id)?;
+            if meta.state == SegmentState::Head {
+                // It stopped being the head's writer between the two locks but
+                // `roll_head` has not handed its seglets over yet: cannot happen,
+                // both happen under the head lock; be safe anyway.
+                return None;
+            }
+            (meta.seglets.clone(), meta.mem_length)
+        };
+        self.copy_range(&seglets, from, length, out);
+        Some(length)
+    }
+
+    fn copy_range(&self, seglets: &[u32], from: usize, to: usize, out: &mut Vec<u8>) {
+        let mut offset = from;
+        out.reserve(to.saturating_sub(from));
+        while offset < to {
+            let index = offset / SEGLET_BYTES;
+            let within = offset % SEGLET_BYTES;
+            let n = (SEGLET_BYTES - within).min(to - offset);
+            out.extend_from_slice(&self.pool.seglet_tail(seglets[index], within)[..n]);
+            offset += n;
+        }
+    }
+
+    /// Segment `segment_id` is closed on all its replicas: reads of it need not wait
+    /// and the cleaner may take it (R§4.2, L§6.4). Unknown ids are ignored.
+    pub fn segment_replicated(&self, segment_id: u64) {
+        let mut table = self.segments.lock();
+        if let Some(meta) = table.by_id.get_mut(&segment_id) {
+            meta.replicated = true;
+            self.slots[meta.slot as usize]
+                .read_durable
+                .store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether the entry at `r` is in a segment whose every entry is durable; when
+    /// false the caller waits for the head's replication before returning it.
+    pub fn is_read_durable(&self, r: LogRef) -> bool {
+        self.slots[self.slot_of(r) as usize]
+            .read_durable
+            .load(Ordering::Acquire)
     }
 
     /// Closes the current head and opens a new one whose digest reflects the current

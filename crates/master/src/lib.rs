@@ -27,6 +27,8 @@ pub mod tablets;
 
 pub use config::{CleanerMode, ConfigError, StoreConfig};
 pub use error::{ReadError, WriteError};
-pub use object_store::{key_hash, EnumeratedObject, MultiWrite, ObjectStore, StoreStats};
+pub use object_store::{
+    key_hash, EnumeratedObject, LogHandle, MultiWrite, ObjectStore, StoreStats,
+};
 pub use reject::RejectRules;
 pub use tablets::{Tablet, TabletMap};

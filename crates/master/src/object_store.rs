@@ -105,6 +105,23 @@ pub struct StoreStats {
     pub tablets: Vec<TabletStat>,
 }
 
+/// A weak reference to a store's log (see [`ObjectStore::log_handle`]).
+#[derive(Clone)]
+pub struct LogHandle(std::sync::Weak<Inner>);
+
+impl LogHandle {
+    /// Calls `f` with the log, or returns `None` once the store is gone.
+    pub fn with<R>(&self, f: impl FnOnce(&Log) -> R) -> Option<R> {
+        self.0.upgrade().map(|inner| f(&inner.log))
+    }
+}
+
+impl std::fmt::Debug for LogHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogHandle")
+    }
+}
+
 /// A master's object store. Thread-safe: share it with `Arc` and call from any number
 /// of threads. Durability: an acknowledged write has been reported to the replica sink
 /// of its `StoreConfig` (a no-op until replication exists: then writes live in DRAM
@@ -155,6 +172,12 @@ impl ObjectStore {
     /// The log (statistics, tests).
     pub fn log(&self) -> &Log {
         &self.inner.log
+    }
+
+    /// A handle on the log that does not keep the store alive: the replica manager
+    /// holds it (the log holds the manager, so a strong reference would be a cycle).
+    pub fn log_handle(&self) -> LogHandle {
+        LogHandle(Arc::downgrade(&self.inner))
     }
 
     /// Takes ownership of a tablet. Idempotent: taking an owned tablet again is a

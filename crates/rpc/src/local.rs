@@ -32,6 +32,7 @@ impl LocalTransport {
                 let response = match service.handle(&frame, &mut out) {
                     Handled::Done => out,
                     Handled::Slow => service.handle_slow(frame).await,
+                    Handled::Deferred(answer) => answer.await,
                 };
                 Ok(Bytes::from(response))
             }) as CallFuture<'static>

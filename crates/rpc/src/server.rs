@@ -14,12 +14,43 @@ use tokio::sync::Mutex;
 use crate::frame_len;
 
 /// What [`Service::handle`] did with a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Handled {
     /// The whole response frame was appended to `out`.
     Done,
     /// The request is long work: call [`Service::handle_slow`] on its own task.
     Slow,
+    /// The request was carried out but its answer must wait (a write waiting for
+    /// its replicas, R§4.2): the future yields the response frame. It runs on its
+    /// own task, so requests behind it on the connection are not held up.
+    Deferred(SlowFuture),
+}
+
+impl Handled {
+    /// True for [`Handled::Done`].
+    pub fn is_done(&self) -> bool {
+        matches!(self, Handled::Done)
+    }
+}
+
+/// Compares the kind of answer; two deferred answers are never equal (their
+/// futures cannot be compared).
+impl PartialEq for Handled {
+    fn eq(&self, other: &Self) -> bool {
+        matches!(
+            (self, other),
+            (Handled::Done, Handled::Done) | (Handled::Slow, Handled::Slow)
+        )
+    }
+}
+
+impl std::fmt::Debug for Handled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Handled::Done => "Done",
+            Handled::Slow => "Slow",
+            Handled::Deferred(_) => "Deferred",
+        })
+    }
 }
 
 /// A future producing a response frame.
@@ -73,14 +104,24 @@ async fn serve_connection<S: Service>(stream: TcpStream, _peer: SocketAddr, serv
                 Err(_) => return,
             };
             let frame = &rest[..len];
-            if service.handle(frame, &mut out) == Handled::Slow {
-                let frame = frame.to_vec();
-                let service = service.clone();
-                let writer = writer.clone();
-                tokio::spawn(async move {
-                    let response = service.handle_slow(frame).await;
-                    let _ = write_all(&writer, &response).await;
-                });
+            match service.handle(frame, &mut out) {
+                Handled::Done => {}
+                Handled::Slow => {
+                    let frame = frame.to_vec();
+                    let service = service.clone();
+                    let writer = writer.clone();
+                    tokio::spawn(async move {
+                        let response = service.handle_slow(frame).await;
+                        let _ = write_all(&writer, &response).await;
+                    });
+                }
+                Handled::Deferred(answer) => {
+                    let writer = writer.clone();
+                    tokio::spawn(async move {
+                        let response = answer.await;
+                        let _ = write_all(&writer, &response).await;
+                    });
+                }
             }
             consumed += len;
         }
