@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use ramstore_coordinator::StoreSpec;
+use ramstore_coordinator::{FailureDetectorConfig, StoreSpec};
 use ramstore_server::{ServerOptions, StartedServer, SyncMode};
 
 /// Structured logs to stderr, filtered by `RUST_LOG` (default: info).
@@ -59,12 +59,16 @@ impl Shutdown {
 pub struct DevOptions {
     pub dir: Option<PathBuf>,
     pub servers: usize,
+    /// Replicas asked for (dev places at most servers − 1).
+    pub replicas: usize,
     pub memory_bytes: usize,
     pub port: u16,
     /// Frames of each server's backup file.
     pub backup_frames: u32,
     /// When the backups acknowledge writes.
     pub backup_sync: SyncMode,
+    /// The coordinator's failure detector timing.
+    pub detector: FailureDetectorConfig,
 }
 
 /// Where server `n` (1-based) of `ramstore dev` keeps its backup.
@@ -102,10 +106,14 @@ pub async fn dev(o: DevOptions) -> Result<()> {
         .dir
         .unwrap_or_else(|| std::env::temp_dir().join(format!("ramstore-dev-{}", o.port)));
     let coordinator_addr = format!("127.0.0.1:{}", o.port);
-    let coordinator =
-        ramstore_coordinator::start(&coordinator_addr, &StoreSpec::File(dir.join("coordinator")))
-            .await
-            .with_context(|| format!("starting the coordinator on {coordinator_addr}"))?;
+    let coordinator = ramstore_coordinator::start_with(
+        &coordinator_addr,
+        &StoreSpec::File(dir.join("coordinator")),
+        o.detector,
+    )
+    .await
+    .with_context(|| format!("starting the coordinator on {coordinator_addr}"))?;
+    let replicas = o.replicas.min(o.servers - 1);
     let mut servers = Vec::new();
     for i in 0..o.servers {
         let port = o.port as usize + 1 + i;
@@ -121,6 +129,7 @@ pub async fn dev(o: DevOptions) -> Result<()> {
             backup_dir: Some(dev_backup_dir(&dir, i + 1)),
             backup_sync: o.backup_sync,
             backup_frames: o.backup_frames,
+            replicas,
             ..ServerOptions::new(coordinator_addr.clone())
         })
         .await
@@ -140,7 +149,16 @@ pub async fn dev(o: DevOptions) -> Result<()> {
         dir.join("server-N").join("backup").display(),
         o.backup_frames
     );
-    println!("WARNING: replication is not built yet: data lives in DRAM only and is lost when this process stops.");
+    match replicas {
+        0 => println!(
+            "WARNING: no replicas (one server): data lives in DRAM only and is lost when this process stops. Run --servers 4 for 3 replicas."
+        ),
+        r if r < 3 => println!(
+            "WARNING: {r} replica(s) per segment (at most servers - 1 = {}); a cluster keeps 3. Run --servers 4 for 3 replicas.",
+            o.servers - 1
+        ),
+        r => println!("Durability: every write is on {r} backups before it is acknowledged."),
+    }
     println!("Try, in another terminal:");
     println!("  export RAMSTORE_COORDINATOR={coordinator_addr}");
     println!("  ramstore create-table demo");
@@ -157,11 +175,16 @@ pub async fn dev(o: DevOptions) -> Result<()> {
     Ok(())
 }
 
-/// Runs a coordinator until stopped.
-pub async fn coordinator(listen: String, store: StoreSpec) -> Result<()> {
+/// Runs a coordinator until stopped; it declares crashed the servers that stop
+/// answering its pings (`detector`).
+pub async fn coordinator(
+    listen: String,
+    store: StoreSpec,
+    detector: FailureDetectorConfig,
+) -> Result<()> {
     init_logging();
     let shutdown = Shutdown::install()?;
-    let c = ramstore_coordinator::start(&listen, &store)
+    let c = ramstore_coordinator::start_with(&listen, &store, detector)
         .await
         .with_context(|| format!("starting the coordinator on {listen}"))?;
     println!(

@@ -9,10 +9,13 @@ mod size;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use ramstore_coordinator::StoreSpec;
+use ramstore_coordinator::failure_detector::MAX_DETECTOR_MS;
+use ramstore_coordinator::{
+    FailureDetectorConfig, StoreSpec, DEFAULT_FAILURE_TIMEOUT_MS, DEFAULT_PING_INTERVAL_MS,
+};
 use ramstore_server::{
-    ServerOptions, SyncMode, DEFAULT_BACKUP_FRAMES, DEFAULT_OPEN_BUFFERS, MAX_FRAME_COUNT,
-    MAX_OPEN_BUFFERS,
+    ServerOptions, SyncMode, DEFAULT_BACKUP_FRAMES, DEFAULT_OPEN_BUFFERS, DEFAULT_REPLICAS,
+    MAX_FRAME_COUNT, MAX_OPEN_BUFFERS, MAX_REPLICAS,
 };
 
 #[derive(Parser)]
@@ -24,6 +27,29 @@ use ramstore_server::{
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// The coordinator's failure detector (R§7.2, R§7.3).
+#[derive(clap::Args, Clone, Copy)]
+struct DetectorArgs {
+    /// How often the coordinator pings each UP server, in milliseconds.
+    #[arg(long, default_value_t = DEFAULT_PING_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_DETECTOR_MS))]
+    ping_interval_ms: u64,
+    /// A server that answers no ping for this many milliseconds is declared crashed
+    /// (at least the ping interval).
+    #[arg(long, default_value_t = DEFAULT_FAILURE_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_DETECTOR_MS))]
+    failure_timeout_ms: u64,
+}
+
+impl From<DetectorArgs> for FailureDetectorConfig {
+    fn from(a: DetectorArgs) -> Self {
+        FailureDetectorConfig {
+            ping_interval_ms: a.ping_interval_ms,
+            failure_timeout_ms: a.failure_timeout_ms,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -53,6 +79,14 @@ enum Command {
         /// When the backups acknowledge writes (see `ramstore server --help`).
         #[arg(long, value_enum, default_value_t = BackupSync::Buffered)]
         backup_sync: BackupSync,
+        /// Replicas of each log segment on other servers' backups; dev uses at most
+        /// servers − 1 (a replica never sits with its master) and warns when that
+        /// is below 3.
+        #[arg(long, default_value_t = DEFAULT_REPLICAS as u8,
+              value_parser = clap::value_parser!(u8).range(0..=MAX_REPLICAS as i64))]
+        replicas: u8,
+        #[command(flatten)]
+        detector: DetectorArgs,
     },
     /// Run a coordinator.
     Coordinator {
@@ -61,6 +95,8 @@ enum Command {
         /// Where state lives: file:DIR.
         #[arg(long, value_parser = parse_store)]
         store: StoreSpec,
+        #[command(flatten)]
+        detector: DetectorArgs,
     },
     /// Run a storage server.
     Server {
@@ -99,6 +135,19 @@ enum Command {
         #[arg(long, default_value_t = DEFAULT_OPEN_BUFFERS,
               value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_OPEN_BUFFERS)))]
         backup_open_buffers: u32,
+        /// Servers in one failure domain share a failure cause (a rack, a power
+        /// supply): no two replicas of a segment, nor a replica and its master, are
+        /// placed in one domain. At most 64 bytes, no spaces. Default: the server is
+        /// its own domain.
+        #[arg(long, value_name = "NAME", default_value = "", hide_default_value = true,
+              value_parser = parse_failure_domain)]
+        failure_domain: String,
+        /// Replicas of each segment of this master's log, on other servers'
+        /// backups (R§4.2). A write is acknowledged once all of them hold it; 0
+        /// keeps data in this process's DRAM only.
+        #[arg(long, default_value_t = DEFAULT_REPLICAS as u8,
+              value_parser = clap::value_parser!(u8).range(0..=MAX_REPLICAS as i64))]
+        replicas: u8,
     },
     /// Create a table (no-op if it exists).
     CreateTable {
@@ -207,6 +256,17 @@ fn parse_store(s: &str) -> Result<StoreSpec, String> {
     s.parse()
 }
 
+fn parse_failure_domain(s: &str) -> Result<String, String> {
+    if ramstore_coordinator::valid_failure_domain(s) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "at most {} bytes, no spaces or control characters",
+            ramstore_coordinator::MAX_FAILURE_DOMAIN_BYTES
+        ))
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
@@ -231,17 +291,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             port,
             backup_frames,
             backup_sync,
+            replicas,
+            detector,
         } => runtime()?.block_on(cluster::dev(cluster::DevOptions {
+            replicas: replicas.into(),
             dir,
             servers,
             memory_bytes: memory,
             port,
             backup_frames,
             backup_sync: backup_sync.into(),
+            detector: detector.into(),
         })),
-        Command::Coordinator { listen, store } => {
-            runtime()?.block_on(cluster::coordinator(listen, store))
-        }
+        Command::Coordinator {
+            listen,
+            store,
+            detector,
+        } => runtime()?.block_on(cluster::coordinator(listen, store, detector.into())),
         Command::Server {
             coordinator,
             listen,
@@ -252,7 +318,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             backup_sync,
             backup_frames,
             backup_open_buffers,
+            failure_domain,
+            replicas,
         } => runtime()?.block_on(cluster::server(ServerOptions {
+            replicas: replicas.into(),
             listen,
             advertise,
             coordinator,
@@ -262,6 +331,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             backup_sync: backup_sync.into(),
             backup_frames,
             backup_open_buffers,
+            failure_domain,
         })),
         Command::CreateTable { name, span, at } => {
             data::create_table(&data::connect(&at.coordinator)?, &name, span)

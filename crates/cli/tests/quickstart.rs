@@ -42,7 +42,7 @@ fn banner_commands(banner: &[String]) -> Vec<String> {
 
 /// `ramstore dev` with its defaults (but a free port and a temporary directory)
 /// prints a banner naming the coordinator, two servers with 512 MiB each and the
-/// DRAM-only warning; the commands it suggests are the README's and work as shown
+/// warning that two servers keep one replica, not three; the commands it suggests are the README's and work as shown
 /// with RAMSTORE_COORDINATOR set as it says (create-table, put, get printing
 /// "world", status listing both servers); Ctrl-C (SIGINT) stops it cleanly.
 #[test]
@@ -68,7 +68,7 @@ fn quickstart_commands_from_the_dev_banner_work() {
         "{banner}"
     );
     assert!(
-        banner.contains("WARNING: replication is not built yet"),
+        banner.contains("WARNING: 1 replica(s) per segment (at most servers - 1 = 1)"),
         "{banner}"
     );
     assert!(dir.path().join("coordinator").is_dir(), "state in --dir");
@@ -140,9 +140,11 @@ fn quickstart_commands_from_the_dev_banner_work() {
         );
         assert_eq!(row[2], "up", "{status}");
         assert_eq!(row[6], "512.0", "memory MiB: {status}");
-        assert_eq!(row[8], "dram-only", "{status}");
-        // Each dev server's backup: empty, 8 open buffers, 64 frames × 8 MiB.
-        assert_eq!(row[9..], ["0", "0/8", "0B/512.0MiB"], "backup: {status}");
+        // Two dev servers: each master's log has one replica, on the other.
+        assert_eq!(row[8], "R=1", "{status}");
+        // Each backup holds the other master's open head (one of 8 open buffers,
+        // nothing on disk yet): 64 frames × 8 MiB.
+        assert_eq!(row[9..], ["1", "1/8", "0B/512.0MiB"], "backup: {status}");
     }
     assert_eq!(
         lines[lines.len() - 1],

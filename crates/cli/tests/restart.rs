@@ -247,6 +247,14 @@ fn coordinator_restarts_back_to_back_keep_tables() {
     assert_eq!(fresh.read(t, b"k").unwrap().0, b"v");
 }
 
+/// Two servers, with a coordinator that does not declare a silent server crashed
+/// during the test: these tests replace a server the coordinator still believes UP.
+/// (A server the failure detector has declared CRASHED keeps its tablets for crash
+/// recovery, R§7.3; a restart does not take them over.)
+fn replacement_cluster() -> Cluster {
+    Cluster::start_with_coordinator_args(2, &["--failure-timeout-ms", "3600000"])
+}
+
 /// A storage server killed and replaced by a new process on the same address gets
 /// a new id; the coordinator marks the old id removed and gives its tablets to the
 /// new server. The old server's objects are lost (DRAM only), the other server's
@@ -254,7 +262,7 @@ fn coordinator_restarts_back_to_back_keep_tables() {
 /// enumeration returns exactly what exists, and new tables use only live servers.
 #[test]
 fn server_restart_with_new_identity_takes_over_its_tablets() {
-    let mut cluster = Cluster::start(2);
+    let mut cluster = replacement_cluster();
     let c = cluster.client();
     let t = c.create_table("t", 2).unwrap();
     let data = keys("k", 400);
@@ -339,7 +347,7 @@ fn server_restart_with_new_identity_takes_over_its_tablets() {
 /// the removed id owns none, the new one owns what the old one did.
 #[test]
 fn status_of_a_replaced_server_shows_no_tablets() {
-    let mut cluster = Cluster::start(2);
+    let mut cluster = replacement_cluster();
     let c = cluster.client();
     let t = c.create_table("t", 2).unwrap();
     write_all(&c, t, &keys("k", 10));
@@ -362,4 +370,32 @@ fn status_of_a_replaced_server_shows_no_tablets() {
         (addr, "removed".to_string(), 0),
         "a removed server owns no tablets: {rows:?}"
     );
+}
+
+/// With the default failure detector, a storage server killed with SIGKILL is
+/// declared crashed by the coordinator and `ramstore status` shows it; it keeps its
+/// tablet (crash recovery's to move, R§7.3), and the other server stays up.
+#[test]
+fn a_killed_server_is_declared_crashed() {
+    let mut cluster = Cluster::start(2);
+    let c = cluster.client();
+    c.create_table("t", 2).unwrap();
+    let victim = cluster.servers.remove(0);
+    let victim_id = victim.id;
+    let survivor = cluster.servers[0].id;
+    drop(victim); // SIGKILL
+    let start = std::time::Instant::now();
+    loop {
+        let rows = status(&cluster);
+        if rows[&victim_id].1 == "crashed" {
+            assert_eq!(rows[&victim_id].2, 1, "{rows:?}");
+            assert_eq!(rows[&survivor].1, "up", "{rows:?}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never declared crashed: {rows:?}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
 }

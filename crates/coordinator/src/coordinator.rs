@@ -19,7 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::error::CoordinatorError;
-use crate::server_list::{ServerEntry, ServerId, ServerStatus, MAX_ADDRESS_BYTES};
+use crate::server_list::{
+    valid_failure_domain, ServerEntry, ServerId, ServerStatus, MAX_ADDRESS_BYTES,
+};
 use crate::state::{CoordinatorState, PersistedState, STATE_FORMAT, STATE_KEY};
 use crate::storage::{ExternalStorage, StorageError};
 use crate::tables::{split_hash_space, validate_table_name, Table, TabletEntry, MAX_SERVER_SPAN};
@@ -145,16 +147,27 @@ impl CoordinatorCore {
     /// starts them empty. Tablets still owned by any removed server after that (for
     /// example because the new server is not a master) go to the least-loaded UP
     /// masters. A `replaces` id that is unknown or already removed is ignored.
+    ///
+    /// `failure_domain` (empty: the server is its own domain) and
+    /// `backup_read_mbps` (0: no backup) are kept in the entry and pushed with the
+    /// server list, for replica placement (R§7.1).
     pub fn enlist(
         &mut self,
         address: &str,
         services: u32,
         memory_bytes: u64,
+        failure_domain: &str,
+        backup_read_mbps: u32,
         replaces: Option<ServerId>,
     ) -> Result<(ServerId, Vec<Action>), CoordinatorError> {
         if address.is_empty() || address.len() > MAX_ADDRESS_BYTES {
             return Err(CoordinatorError::BadAddress {
                 address: address.to_owned(),
+            });
+        }
+        if !valid_failure_domain(failure_domain) {
+            return Err(CoordinatorError::BadFailureDomain {
+                domain: failure_domain.to_owned(),
             });
         }
         let mut next = self.state.clone();
@@ -175,7 +188,13 @@ impl CoordinatorCore {
                 .filter(|e| e.is_up() && e.address == address)
                 .map(|e| e.id),
         );
-        let id = next.servers_mut().add(address, services, memory_bytes);
+        let id = next.servers_mut().add(
+            address,
+            services,
+            memory_bytes,
+            failure_domain,
+            backup_read_mbps,
+        );
         for &old in &replaced {
             next.servers_mut().set_status(old, ServerStatus::Removed);
         }

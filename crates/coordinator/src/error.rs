@@ -2,7 +2,7 @@
 //! exactly as it was (an operation either persists and applies all of its change or
 //! none of it).
 
-use crate::server_list::{ServerId, MAX_ADDRESS_BYTES};
+use crate::server_list::{ServerId, MAX_ADDRESS_BYTES, MAX_FAILURE_DOMAIN_BYTES};
 use crate::storage::StorageError;
 use crate::tables::MAX_SERVER_SPAN;
 
@@ -19,6 +19,13 @@ pub enum CoordinatorError {
     /// The server address is empty or longer than [`MAX_ADDRESS_BYTES`].
     #[error("bad server address {address:?}: must be 1 to {MAX_ADDRESS_BYTES} bytes")]
     BadAddress { address: String },
+    /// The failure domain is longer than [`MAX_FAILURE_DOMAIN_BYTES`] or holds
+    /// whitespace or control characters.
+    #[error(
+        "bad failure domain {domain:?}: at most {MAX_FAILURE_DOMAIN_BYTES} bytes, \
+         no spaces or control characters"
+    )]
+    BadFailureDomain { domain: String },
     /// More tablets were asked for than [`MAX_SERVER_SPAN`].
     #[error("server span {0} is larger than the limit of {MAX_SERVER_SPAN}")]
     BadServerSpan(u32),

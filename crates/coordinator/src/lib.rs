@@ -34,6 +34,7 @@
 
 pub mod coordinator;
 pub mod error;
+pub mod failure_detector;
 pub mod file_storage;
 pub mod process;
 pub mod server_list;
@@ -44,11 +45,14 @@ pub mod tables;
 
 pub use coordinator::{Action, CoordinatorCore};
 pub use error::CoordinatorError;
+pub use failure_detector::{
+    FailureDetector, FailureDetectorConfig, DEFAULT_FAILURE_TIMEOUT_MS, DEFAULT_PING_INTERVAL_MS,
+};
 pub use file_storage::FileStorage;
-pub use process::{start, StartError, StartedCoordinator, StoreSpec};
+pub use process::{start, start_with, StartError, StartedCoordinator, StoreSpec};
 pub use server_list::{
-    ServerEntry, ServerId, ServerList, ServerStatus, MAX_ADDRESS_BYTES, SERVICE_BACKUP,
-    SERVICE_MASTER,
+    valid_failure_domain, ServerEntry, ServerId, ServerList, ServerStatus, MAX_ADDRESS_BYTES,
+    MAX_FAILURE_DOMAIN_BYTES, SERVICE_BACKUP, SERVICE_MASTER,
 };
 pub use service::CoordinatorService;
 pub use state::{CoordinatorState, STATE_KEY};

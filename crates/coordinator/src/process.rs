@@ -9,6 +9,7 @@ use tokio::task::JoinHandle;
 
 use crate::coordinator::CoordinatorCore;
 use crate::error::CoordinatorError;
+use crate::failure_detector::FailureDetectorConfig;
 use crate::file_storage::FileStorage;
 use crate::service::CoordinatorService;
 use crate::storage::{ExternalStorage, MemoryStorage};
@@ -51,6 +52,9 @@ pub enum StartError {
     },
     #[error(transparent)]
     Coordinator(#[from] CoordinatorError),
+    /// The failure detector's timing makes no sense.
+    #[error("bad failure detector settings: {0}")]
+    BadConfig(String),
 }
 
 /// A running coordinator.
@@ -68,8 +72,21 @@ impl StartedCoordinator {
     }
 }
 
-/// Opens the store, restores the state and starts serving on `listen`.
+/// Opens the store, restores the state and starts serving on `listen`, with the
+/// default failure detector ([`FailureDetectorConfig::default`]).
 pub async fn start(listen: &str, store: &StoreSpec) -> Result<StartedCoordinator, StartError> {
+    start_with(listen, store, FailureDetectorConfig::default()).await
+}
+
+/// [`start`], with the failure detector's timing given: every
+/// `ping_interval_ms` each UP server is pinged, and one that answers none for
+/// `failure_timeout_ms` is declared crashed (R§7.2, R§7.3; [`crate::failure_detector`]).
+pub async fn start_with(
+    listen: &str,
+    store: &StoreSpec,
+    detector: FailureDetectorConfig,
+) -> Result<StartedCoordinator, StartError> {
+    detector.validate().map_err(StartError::BadConfig)?;
     let storage: Arc<dyn ExternalStorage> = match store {
         StoreSpec::File(dir) => Arc::new(FileStorage::open(dir).map_err(CoordinatorError::from)?),
         StoreSpec::Memory => Arc::new(MemoryStorage::new()),
@@ -89,6 +106,7 @@ pub async fn start(listen: &str, store: &StoreSpec) -> Result<StartedCoordinator
     let tasks = vec![
         tokio::spawn(serve(listener, service.clone())),
         tokio::spawn(service.clone().retry_loop()),
+        tokio::spawn(service.clone().failure_detector_loop(detector)),
     ];
     Ok(StartedCoordinator {
         addr,

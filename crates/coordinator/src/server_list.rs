@@ -19,6 +19,18 @@ pub const SERVICE_BACKUP: u32 = 1 << 1;
 /// port fits comfortably).
 pub const MAX_ADDRESS_BYTES: usize = 300;
 
+/// The longest failure domain name accepted, in bytes (the wire's limit too).
+pub const MAX_FAILURE_DOMAIN_BYTES: usize = 64;
+
+/// Whether `domain` is an acceptable failure domain name: at most
+/// [`MAX_FAILURE_DOMAIN_BYTES`] bytes, no whitespace or control characters (it is
+/// one word in the coordinator's stats text). Empty is allowed: the server is its
+/// own failure domain.
+pub fn valid_failure_domain(domain: &str) -> bool {
+    domain.len() <= MAX_FAILURE_DOMAIN_BYTES
+        && !domain.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
 /// A server's identity in the cluster; the first is 1 and none is ever reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -54,6 +66,16 @@ pub struct ServerEntry {
     /// DRAM the master offers for its log, in bytes.
     pub memory_bytes: u64,
     pub status: ServerStatus,
+    /// Servers in one failure domain share a failure cause (a rack, a power
+    /// supply); replica placement keeps replicas of a segment, and the master, in
+    /// distinct domains (R§7.1). Empty: the server is its own domain. (Absent from
+    /// state documents written before it existed: empty.)
+    #[serde(default)]
+    pub failure_domain: String,
+    /// The backup's disk read speed measured at its start-up, in MB/s (0: no
+    /// backup, or not reported).
+    #[serde(default)]
+    pub backup_read_mbps: u32,
 }
 
 impl ServerEntry {
@@ -119,7 +141,14 @@ impl ServerList {
     }
 
     /// Adds an UP server under the next id.
-    pub(crate) fn add(&mut self, address: &str, services: u32, memory_bytes: u64) -> ServerId {
+    pub(crate) fn add(
+        &mut self,
+        address: &str,
+        services: u32,
+        memory_bytes: u64,
+        failure_domain: &str,
+        backup_read_mbps: u32,
+    ) -> ServerId {
         let id = ServerId(self.next_id);
         self.next_id += 1;
         // Ids only grow, so pushing keeps the list sorted.
@@ -129,6 +158,8 @@ impl ServerList {
             services,
             memory_bytes,
             status: ServerStatus::Up,
+            failure_domain: failure_domain.to_owned(),
+            backup_read_mbps,
         });
         id
     }

@@ -7,6 +7,10 @@
 //! server leaves the list. Every notification is idempotent, so resending is safe —
 //! which is also how a restarted coordinator finishes what its predecessor started
 //! ([`CoordinatorCore::reissue_actions`]).
+//!
+//! [`CoordinatorService::failure_detector_loop`] pings every UP server and declares
+//! crashed those that stop answering (R§7.2, R§7.3; the decisions are in
+//! [`crate::failure_detector`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,13 +20,19 @@ use ramstore_rpc::server::SlowFuture;
 use ramstore_rpc::{Handled, Service, Transport};
 use ramstore_wire::{
     decode_request, decode_response, encode_request, encode_response, ErrorBody, Opcode, Request,
-    Response, ServerListUpdateEncoder, ServerStatus as WireStatus, Services, Status,
-    TabletMapEncoder, WireError,
+    Response, ServerListEntry, ServerListUpdateEncoder, ServerStatus as WireStatus, Services,
+    Status, TabletMapEncoder, WireError,
 };
+use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
 
 use crate::coordinator::{Action, CoordinatorCore};
 use crate::error::CoordinatorError;
-use crate::server_list::{ServerId, ServerStatus};
+use crate::failure_detector::{FailureDetector, FailureDetectorConfig};
+use crate::server_list::{ServerId, ServerStatus, MAX_FAILURE_DOMAIN_BYTES};
+
+// Every failure domain the coordinator accepts fits the server list it pushes.
+const _: () = assert!(MAX_FAILURE_DOMAIN_BYTES == ramstore_wire::MAX_FAILURE_DOMAIN_BYTES);
 
 /// Deadline of one notification to a server.
 pub const NOTIFY_DEADLINE_MS: u64 = 2_000;
@@ -42,6 +52,7 @@ fn error_status(e: &CoordinatorError) -> Status {
         CoordinatorError::TableDoesntExist(_) => Status::TableDoesntExist,
         CoordinatorError::BadName(_)
         | CoordinatorError::BadAddress { .. }
+        | CoordinatorError::BadFailureDomain { .. }
         | CoordinatorError::BadServerSpan(_) => Status::InvalidRequest,
         CoordinatorError::NoMasters => Status::Retry,
         _ => Status::Internal,
@@ -91,6 +102,108 @@ impl CoordinatorService {
                 self.carry_out(pending).await;
             }
             tokio::time::sleep(Duration::from_millis(RETRY_INTERVAL_MS)).await;
+        }
+    }
+
+    /// Runs the failure detector forever (R§7.2, R§7.3; [`crate::failure_detector`]);
+    /// spawn it once. Every `ping_interval_ms` it pings each UP server that has no
+    /// ping in flight, all concurrently, each with
+    /// [`FailureDetectorConfig::ping_deadline_ms`]. A server none of whose pings
+    /// succeeded for `failure_timeout_ms` is declared crashed
+    /// ([`CoordinatorCore::server_crashed`]) and the actions that returns (the new
+    /// server list) are carried out like every other notification. If recording the
+    /// crash fails (external storage), it is tried again on the next tick.
+    ///
+    /// A ping counts as answered only by an OK Ping response echoing its nonce, from
+    /// that server id (or 0: a server that has not learned its id yet), so a new
+    /// process on a dead server's address does not keep the dead one alive.
+    pub async fn failure_detector_loop(self: Arc<Self>, config: FailureDetectorConfig) {
+        let origin = tokio::time::Instant::now();
+        let now_ms = move || u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let deadline = Duration::from_millis(config.ping_deadline_ms());
+        let mut detector = FailureDetector::new(config);
+        // Owned by this task: when it is aborted, so are its pings and pushes.
+        let mut pings: JoinSet<(ServerId, bool)> = JoinSet::new();
+        let mut notifications: JoinSet<()> = JoinSet::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(config.ping_interval_ms));
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut nonce = 0u64;
+        loop {
+            tokio::select! {
+                Some(done) = pings.join_next() => {
+                    // A ping task cannot panic; an aborted one only happens at stop.
+                    if let Ok((id, answered)) = done {
+                        if answered {
+                            detector.ping_succeeded(id, now_ms());
+                        } else {
+                            detector.ping_failed(id);
+                        }
+                    }
+                }
+                Some(_) = notifications.join_next() => {}
+                _ = tick.tick() => {
+                    let up: Vec<(ServerId, String)> = self
+                        .core
+                        .lock()
+                        .state()
+                        .servers()
+                        .entries()
+                        .iter()
+                        .filter(|e| e.is_up())
+                        .map(|e| (e.id, e.address.clone()))
+                        .collect();
+                    let now = now_ms();
+                    detector.set_up_servers(up, now);
+                    for id in detector.overdue(now) {
+                        let result = self.core.lock().server_crashed(id);
+                        match result {
+                            Ok(actions) => {
+                                tracing::warn!(
+                                    server_id = id.0,
+                                    failure_timeout_ms = config.failure_timeout_ms,
+                                    "server answered no ping within the failure timeout: declared crashed"
+                                );
+                                detector.forget(id);
+                                let this = self.clone();
+                                notifications.spawn(async move { this.carry_out(actions).await });
+                            }
+                            Err(e) => tracing::error!(
+                                server_id = id.0,
+                                error = %e,
+                                "cannot record a crashed server; will try again"
+                            ),
+                        }
+                    }
+                    for (id, address) in detector.pings_due() {
+                        nonce = nonce.wrapping_add(1);
+                        let this = self.clone();
+                        let n = nonce;
+                        pings.spawn(async move {
+                            let answered = this.ping(&address, id, n, deadline).await;
+                            (id, answered)
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pings server `id` at `address`; whether it answered as itself (see
+    /// [`Self::failure_detector_loop`]).
+    async fn ping(&self, address: &str, id: ServerId, nonce: u64, deadline: Duration) -> bool {
+        let mut frame = Vec::new();
+        if encode_request(0, &Request::Ping { nonce }, &mut frame).is_err() {
+            return false;
+        }
+        match self.transport.call(address, frame, deadline).await {
+            Ok(bytes) => matches!(
+                decode_response(&bytes),
+                Ok((h, Response::Ping { nonce: echoed, server_id }))
+                    if h.status == Status::Ok
+                        && echoed == nonce
+                        && (server_id == 0 || server_id == id.0)
+            ),
+            Err(_) => false,
         }
     }
 
@@ -205,7 +318,15 @@ impl CoordinatorService {
                 master: s.is_master(),
                 backup: s.is_backup(),
             };
-            if enc.push(s.id.0, status, services, &s.address).is_err() {
+            let entry = ServerListEntry {
+                server_id: s.id.0,
+                status,
+                services,
+                backup_read_mbps: s.backup_read_mbps,
+                address: &s.address,
+                failure_domain: &s.failure_domain,
+            };
+            if enc.push(&entry).is_err() {
                 return;
             }
         }
@@ -294,17 +415,29 @@ impl CoordinatorService {
                 replaces_server_id,
                 services,
                 memory_bytes,
+                backup_read_mbps,
                 address,
+                failure_domain,
             } => {
                 let replaces = (replaces_server_id != 0).then_some(ServerId(replaces_server_id));
                 let bits = services.bits();
-                let result = self
-                    .core
-                    .lock()
-                    .enlist(address, bits, memory_bytes, replaces);
+                let result = self.core.lock().enlist(
+                    address,
+                    bits,
+                    memory_bytes,
+                    failure_domain,
+                    backup_read_mbps,
+                    replaces,
+                );
                 match result {
                     Ok((server_id, actions)) => {
-                        tracing::info!(server_id = server_id.0, address, "server enlisted");
+                        tracing::info!(
+                            server_id = server_id.0,
+                            address,
+                            failure_domain,
+                            backup_read_mbps,
+                            "server enlisted"
+                        );
                         // Answer first: the new server learns its id, then its tablets
                         // arrive (TakeTabletOwnership is idempotent and retried).
                         let queued = actions;
@@ -358,8 +491,14 @@ impl CoordinatorService {
                 _ => "removed",
             };
             text.push_str(&format!(
-                "server.{}={} {} memory_bytes={} services={}\n",
-                s.id.0, s.address, status, s.memory_bytes, s.services
+                "server.{}={} {} memory_bytes={} services={} failure_domain={} backup_read_mbps={}\n",
+                s.id.0,
+                s.address,
+                status,
+                s.memory_bytes,
+                s.services,
+                s.failure_domain,
+                s.backup_read_mbps
             ));
         }
         // The name goes last in the value: it may contain '=' or spaces (never a

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use ramstore_coordinator::{
     Action, CoordinatorCore, CoordinatorError, ExternalStorage, FileStorage, MemoryStorage,
-    ServerId, ServerStatus, StorageError, TabletEntry, MAX_SERVER_SPAN, SERVICE_BACKUP,
-    SERVICE_MASTER, STATE_KEY,
+    ServerId, ServerStatus, StorageError, TabletEntry, MAX_FAILURE_DOMAIN_BYTES, MAX_SERVER_SPAN,
+    SERVICE_BACKUP, SERVICE_MASTER, STATE_KEY,
 };
 
 const BOTH: u32 = SERVICE_MASTER | SERVICE_BACKUP;
@@ -24,7 +24,7 @@ fn memory_core() -> (Arc<MemoryStorage>, CoordinatorCore) {
 fn with_masters(core: &mut CoordinatorCore, n: usize) -> Vec<ServerId> {
     (1..=n)
         .map(|i| {
-            core.enlist(&format!("host{i}:1"), BOTH, GIB, None)
+            core.enlist(&format!("host{i}:1"), BOTH, GIB, "", 0, None)
                 .unwrap()
                 .0
         })
@@ -86,7 +86,7 @@ proptest! {
         let (_s, mut core) = memory_core();
         let ids = with_masters(&mut core, masters);
         for i in 0..backups {
-            core.enlist(&format!("backup{i}:1"), SERVICE_BACKUP, 0, None).unwrap();
+            core.enlist(&format!("backup{i}:1"), SERVICE_BACKUP, 0, "", 0, None).unwrap();
         }
         let (table_id, actions) = core.create_table("t", span).unwrap();
         let tablets = tablets_of(&core, "t");
@@ -175,8 +175,9 @@ fn create_table_without_masters_is_retryable() {
     let err = core.create_table("t", 1).unwrap_err();
     assert!(matches!(err, CoordinatorError::NoMasters) && err.is_retryable());
     // Backups and crashed masters do not count.
-    core.enlist("backup:1", SERVICE_BACKUP, 0, None).unwrap();
-    let (m, _) = core.enlist("master:1", BOTH, GIB, None).unwrap();
+    core.enlist("backup:1", SERVICE_BACKUP, 0, "", 0, None)
+        .unwrap();
+    let (m, _) = core.enlist("master:1", BOTH, GIB, "", 0, None).unwrap();
     core.server_crashed(m).unwrap();
     assert!(matches!(
         core.create_table("t", 1),
@@ -236,17 +237,77 @@ fn get_table_id_finds_tables() {
 #[test]
 fn enlist_assigns_increasing_ids_and_pushes_list() {
     let (_s, mut core) = memory_core();
-    let (a, actions) = core.enlist("a:1", BOTH, GIB, None).unwrap();
+    let (a, actions) = core.enlist("a:1", BOTH, GIB, "", 0, None).unwrap();
     assert_eq!(a, ServerId(1));
     assert_eq!(actions, vec![Action::PushServerList]);
-    let (b, _) = core.enlist("b:1", SERVICE_BACKUP, 0, None).unwrap();
+    let (b, _) = core.enlist("b:1", SERVICE_BACKUP, 0, "", 0, None).unwrap();
     assert_eq!(b, ServerId(2));
     let entry = core.server(b).unwrap();
     assert!(entry.is_backup() && !entry.is_master() && entry.is_up());
     assert!(matches!(
-        core.enlist("", BOTH, 0, None),
+        core.enlist("", BOTH, 0, "", 0, None),
         Err(CoordinatorError::BadAddress { .. })
     ));
+}
+
+#[test]
+fn enlist_keeps_failure_domain_and_read_speed_across_restarts() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut core = CoordinatorCore::open(storage.clone()).unwrap();
+    let (a, _) = core.enlist("a:1", BOTH, GIB, "rack-1", 180, None).unwrap();
+    let (b, _) = core
+        .enlist("b:1", SERVICE_MASTER, GIB, "", 0, None)
+        .unwrap();
+    let longest = "r".repeat(MAX_FAILURE_DOMAIN_BYTES);
+    let (c, _) = core.enlist("c:1", BOTH, GIB, &longest, 1, None).unwrap();
+    for bad in [
+        "r".repeat(MAX_FAILURE_DOMAIN_BYTES + 1),
+        "rack 1".into(),
+        "r\n".into(),
+    ] {
+        assert!(matches!(
+            core.enlist("d:1", BOTH, GIB, &bad, 1, None),
+            Err(CoordinatorError::BadFailureDomain { .. })
+        ));
+    }
+    drop(core);
+    let core = CoordinatorCore::open(storage).unwrap();
+    let (_, list) = core.server_list();
+    let got: Vec<_> = list
+        .iter()
+        .map(|e| (e.id, e.failure_domain.as_str(), e.backup_read_mbps))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(a, "rack-1", 180), (b, "", 0), (c, longest.as_str(), 1)]
+    );
+}
+
+#[test]
+fn state_without_failure_domains_still_loads() {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut core = CoordinatorCore::open(storage.clone()).unwrap();
+    core.enlist("a:1", BOTH, GIB, "rack-1", 180, None).unwrap();
+    drop(core);
+    // A document written before the fields existed: strip them.
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&storage.get(STATE_KEY).unwrap().unwrap()).unwrap();
+    let servers = doc["state"]["servers"]["servers"].as_array_mut().unwrap();
+    for server in servers.iter_mut() {
+        let server = server.as_object_mut().unwrap();
+        assert!(server.remove("failure_domain").is_some());
+        assert!(server.remove("backup_read_mbps").is_some());
+    }
+    storage
+        .put(STATE_KEY, &serde_json::to_vec(&doc).unwrap())
+        .unwrap();
+    let core = CoordinatorCore::open(storage).unwrap();
+    let entry = core.server(ServerId(1)).unwrap();
+    assert_eq!(entry.address, "a:1");
+    assert_eq!(
+        (entry.failure_domain.as_str(), entry.backup_read_mbps),
+        ("", 0)
+    );
 }
 
 #[test]
@@ -264,7 +325,7 @@ fn enlist_replacement_reassigns_tablets() {
     assert_eq!(old_tablets.len(), 2);
 
     // The restarted process names its old identity and has a new address.
-    let (new, actions) = core.enlist("host1:2", BOTH, GIB, Some(old)).unwrap();
+    let (new, actions) = core.enlist("host1:2", BOTH, GIB, "", 0, Some(old)).unwrap();
     assert_eq!(new, ServerId(3));
     assert_eq!(core.server(old).unwrap().status, ServerStatus::Removed);
     let after = tablets_of(&core, "t");
@@ -293,7 +354,7 @@ fn enlist_same_address_replaces_up_server() {
     let (_s, mut core) = memory_core();
     let ids = with_masters(&mut core, 2);
     core.create_table("t", 2).unwrap();
-    let (new, actions) = core.enlist("host2:1", BOTH, GIB, None).unwrap();
+    let (new, actions) = core.enlist("host2:1", BOTH, GIB, "", 0, None).unwrap();
     assert_eq!(core.server(ids[1]).unwrap().status, ServerStatus::Removed);
     assert_eq!(core.server(ids[0]).unwrap().status, ServerStatus::Up);
     let owners: Vec<_> = tablets_of(&core, "t").iter().map(|t| t.server_id).collect();
@@ -302,7 +363,7 @@ fn enlist_same_address_replaces_up_server() {
     assert!(matches!(actions[0], Action::TakeTablet { server_id, .. } if server_id == new));
     // An unknown `replaces` is ignored.
     let (_, actions) = core
-        .enlist("host9:1", BOTH, GIB, Some(ServerId(99)))
+        .enlist("host9:1", BOTH, GIB, "", 0, Some(ServerId(99)))
         .unwrap();
     assert_eq!(actions, vec![Action::PushServerList]);
 }
@@ -312,7 +373,9 @@ fn enlist_non_master_replacement_spreads_tablets_to_masters() {
     let (_s, mut core) = memory_core();
     let ids = with_masters(&mut core, 3);
     core.create_table("t", 3).unwrap();
-    let (new, actions) = core.enlist("host1:1", SERVICE_BACKUP, 0, None).unwrap();
+    let (new, actions) = core
+        .enlist("host1:1", SERVICE_BACKUP, 0, "", 0, None)
+        .unwrap();
     let owners: Vec<_> = tablets_of(&core, "t").iter().map(|t| t.server_id).collect();
     assert!(!owners.contains(&ids[0]) && !owners.contains(&new));
     assert_eq!(actions.len(), 2, "one TakeTablet and the push");
@@ -331,7 +394,7 @@ fn remove_server_moves_tablets_or_waits_for_a_master() {
     // With no master left, the tablets wait for the next master to enlist.
     core.remove_server(ids[1]).unwrap();
     assert!(tablets_of(&core, "t").iter().all(|t| t.server_id == ids[1]));
-    let (new, actions) = core.enlist("fresh:1", BOTH, GIB, None).unwrap();
+    let (new, actions) = core.enlist("fresh:1", BOTH, GIB, "", 0, None).unwrap();
     assert!(tablets_of(&core, "t").iter().all(|t| t.server_id == new));
     assert_eq!(actions.len(), 5);
     assert!(matches!(
@@ -434,7 +497,7 @@ fn versions_increase_on_each_change() {
     assert_eq!(versions(&core), (4, 3, 6));
     core.drop_table("t").unwrap();
     assert_eq!(versions(&core), (4, 4, 7));
-    core.enlist("new:1", BOTH, GIB, None).unwrap();
+    core.enlist("new:1", BOTH, GIB, "", 0, None).unwrap();
     assert_eq!(versions(&core), (5, 4, 8), "no tablets moved");
 }
 
@@ -451,7 +514,7 @@ fn open_restores_identical_state_after_restart() {
         core.split_tablet("users", 12345).unwrap();
         core.drop_table("gone").unwrap();
         core.server_crashed(ids[2]).unwrap();
-        core.enlist("host1:1", BOTH, GIB, None).unwrap(); // replaces server 1
+        core.enlist("host1:1", BOTH, GIB, "", 0, None).unwrap(); // replaces server 1
         core.remove_server(ids[1]).unwrap();
         (
             core.state().clone(),
@@ -471,7 +534,7 @@ fn open_restores_identical_state_after_restart() {
     assert_eq!(core.get_table_id("orders").unwrap(), 2);
 
     // Ids are never reused after a restart.
-    let (server, _) = core.enlist("host9:1", BOTH, GIB, None).unwrap();
+    let (server, _) = core.enlist("host9:1", BOTH, GIB, "", 0, None).unwrap();
     assert_eq!(server, ServerId(5));
     let (table, _) = core.create_table("gone", 1).unwrap();
     assert_eq!(table, 4);
@@ -516,7 +579,8 @@ fn failing_put_leaves_state_unchanged() {
     let is_storage = |e: CoordinatorError| matches!(e, CoordinatorError::Storage(_));
     assert!(is_storage(core.create_table("u", 3).unwrap_err()));
     assert!(is_storage(
-        core.enlist("x:1", BOTH, GIB, Some(ids[0])).unwrap_err()
+        core.enlist("x:1", BOTH, GIB, "", 0, Some(ids[0]))
+            .unwrap_err()
     ));
     assert!(is_storage(core.drop_table("t").unwrap_err()));
     assert!(is_storage(core.split_tablet("t", 9).unwrap_err()));

@@ -41,7 +41,7 @@ pub use log::{
     AppendError, Appended, DeadObject, HeadMetadata, Log, LogConfig, LogConfigError, LogStats,
     NewObject, NoMetadata, ObjectView,
 };
-pub use replica::{NoReplicas, ReplicaSink};
+pub use replica::{NoReplicas, ReplicaSink, SegmentRole};
 
 /// Bytes in one seglet, the unit of log memory allocation (L§5.1).
 pub const SEGLET_BYTES: usize = 64 * 1024;

@@ -34,12 +34,42 @@
 //! | replica not held, or open in atomic mode (never offered, R§8) | OBJECT_DOESNT_EXIST |
 //! | gap, past the frame, closed replica, atomic mismatch | INVALID_REQUEST |
 //! | disk failure, corrupt replica | INTERNAL |
+//! | write from a master declared crashed or removed (zombie fence) | SERVER_NOT_UP |
+//!
+//! # Zombie fence and restart retention (R§7.11, R§8)
+//!
+//! The coordinator's server list reaches the backup through
+//! [`BackupService::apply_server_list`] (called for every ServerListUpdate; lists
+//! only ever move a server forward, Up → Crashed → Removed, so applying an old or a
+//! repeated list changes nothing).
+//!
+//! - **Zombie fence (R§7.11).** A master the list shows Crashed or Removed is
+//!   fenced for good: every BackupWrite from it (open, write or close) is refused
+//!   with SERVER_NOT_UP, "master N crashed; its replication is refused (zombie
+//!   fence)". A master that gets this knows it has been declared dead. Frees, replica
+//!   lists and replica reads stay allowed: recovery reads a crashed master's
+//!   replicas. (A write already past the check when the list arrives may still
+//!   complete; every write after the list has been applied is refused.)
+//! - **Retention after a restart (R§8).** The replicas found on disk when the
+//!   service starts are kept or freed by their master's state in each list
+//!   received: Crashed → kept (recovery needs them); Up → kept (the master
+//!   re-replicates the segment elsewhere, since this backup came back under a new
+//!   id, and frees this replica itself); Removed → freed (recovered or gone: nobody
+//!   will read it), each one logged; absent from the list → kept, with a warning.
+//!   Nothing is decided before the first list arrives. The frees write the disk, so
+//!   they run on the blocking pool, like a BackupFree. A replica kept because its
+//!   master was Crashed is freed by the first list that shows the master Removed.
 //!
 //! Thread-safety: `Send + Sync`, like the store. Durability: the store's contract
 //! (crate `ramstore-backup`), chosen by [`SyncMode`].
 
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
 
 use ramstore_backup::{
     BackupConfig, BackupError, BackupStats, BackupStore, Disk, FileDisk, RestartSummary, SyncMode,
@@ -62,11 +92,79 @@ pub const MAX_FAST_BACKUP_WRITE_BYTES: usize = 64 * 1024;
 /// in-memory or fault-injecting disk in tests.
 pub type ServerBackupStore = BackupStore<Box<dyn Disk>>;
 
+/// A server's state in the coordinator's server list, as the backup acts on it
+/// (R§7.3; see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServerState {
+    Up,
+    Crashed,
+    Removed,
+}
+
+impl From<ramstore_wire::ServerStatus> for ServerState {
+    fn from(s: ramstore_wire::ServerStatus) -> Self {
+        match s {
+            ramstore_wire::ServerStatus::Up => ServerState::Up,
+            ramstore_wire::ServerStatus::Crashed => ServerState::Crashed,
+            ramstore_wire::ServerStatus::Removed => ServerState::Removed,
+        }
+    }
+}
+
 /// The backup service of one storage server.
 pub struct BackupService {
-    store: ServerBackupStore,
+    /// Shared with the restart-retention frees running on the blocking pool.
+    store: Arc<ServerBackupStore>,
     /// The frames file, if the store is one.
     path: Option<PathBuf>,
+    /// Masters shown Crashed or Removed (R§7.11), each with whether a refusal of its
+    /// writes was logged yet. Only grows.
+    fenced: RwLock<HashMap<u64, AtomicBool>>,
+    /// Writes refused by the fence.
+    fenced_writes: AtomicU64,
+    retention: Arc<Retention>,
+}
+
+/// What is left to decide about the replicas found at start-up (R§8).
+#[derive(Debug, Default)]
+struct Retention {
+    /// Replicas (master id, segment id) found at start-up, still held, and not yet
+    /// freed or being freed.
+    replicas: Mutex<BTreeSet<(u64, u64)>>,
+    /// Masters absent from a list whose replicas were kept (warned about once).
+    warned_absent: Mutex<BTreeSet<u64>>,
+    /// Replicas freed because their master was Removed.
+    frees: AtomicU64,
+}
+
+impl Retention {
+    /// Frees `replicas` (of Removed masters); one that cannot be freed now goes back
+    /// to the undecided set, so the next list tries again.
+    fn free(&self, store: &ServerBackupStore, replicas: Vec<(u64, u64)>) {
+        for (master_id, segment_id) in replicas {
+            match store.free(master_id, segment_id) {
+                Ok(()) => {
+                    self.frees.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(
+                        master_id,
+                        segment_id,
+                        "freed a replica found at start-up: its master is removed (R§8)"
+                    );
+                }
+                // Freed meanwhile (by a BackupFree): nothing left to do.
+                Err(BackupError::UnknownReplica { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(
+                        master_id,
+                        segment_id,
+                        error = %e,
+                        "cannot free a replica of a removed master; will try again with the next server list"
+                    );
+                    self.replicas.lock().insert((master_id, segment_id));
+                }
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for BackupService {
@@ -79,9 +177,28 @@ impl std::fmt::Debug for BackupService {
 }
 
 impl BackupService {
-    /// A service over an open store (tests use an in-memory disk).
+    /// A service over an open store (tests use an in-memory disk). The replicas the
+    /// store holds now count as found at start-up (see the module doc).
     pub fn new(store: ServerBackupStore) -> Self {
-        Self { store, path: None }
+        Self::over(store, None)
+    }
+
+    fn over(store: ServerBackupStore, path: Option<PathBuf>) -> Self {
+        let found = store
+            .list()
+            .into_iter()
+            .map(|r| (r.master_id, r.segment_id))
+            .collect();
+        Self {
+            store: Arc::new(store),
+            path,
+            fenced: RwLock::new(HashMap::new()),
+            fenced_writes: AtomicU64::new(0),
+            retention: Arc::new(Retention {
+                replicas: Mutex::new(found),
+                ..Retention::default()
+            }),
+        }
     }
 
     /// Opens `<dir>/replicas.frames`, creating the directory and a formatted file
@@ -104,11 +221,7 @@ impl BackupService {
             let disk = FileDisk::open(&path).map_err(io_error("opening the frames file"))?;
             let (store, summary) =
                 BackupStore::open_existing(Box::new(disk) as Box<dyn Disk>, config)?;
-            let service = Self {
-                store,
-                path: Some(path),
-            };
-            return Ok((service, Some(summary)));
+            return Ok((Self::over(store, Some(path)), Some(summary)));
         }
         let new_path = dir.join(FRAMES_FILE_NEW);
         // Left over from a crash during an earlier format: it never held replicas.
@@ -126,13 +239,7 @@ impl BackupService {
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(io_error("syncing the backup directory"))?;
-        Ok((
-            Self {
-                store,
-                path: Some(path),
-            },
-            None,
-        ))
+        Ok((Self::over(store, Some(path)), None))
     }
 
     /// The replica store.
@@ -148,6 +255,107 @@ impl BackupService {
     /// The store's counters.
     pub fn stats(&self) -> BackupStats {
         self.store.stats()
+    }
+
+    /// Acts on the coordinator's server list `servers` (server id, state): fences
+    /// the masters that are Crashed or Removed, and frees the replicas found at
+    /// start-up whose master is Removed (on the blocking pool when called inside a
+    /// Tokio runtime, else before returning). Idempotent; see the module doc.
+    pub fn apply_server_list(&self, servers: &[(u64, ServerState)]) {
+        let dead: Vec<u64> = {
+            let fenced = self.fenced.read();
+            servers
+                .iter()
+                .filter(|(id, state)| *state != ServerState::Up && !fenced.contains_key(id))
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        if !dead.is_empty() {
+            let mut fenced = self.fenced.write();
+            for id in dead {
+                if fenced.insert(id, AtomicBool::new(false)).is_none() {
+                    tracing::info!(
+                        master_id = id,
+                        "master crashed or removed: its replication is refused from now on (zombie fence)"
+                    );
+                }
+            }
+        }
+
+        let states: HashMap<u64, ServerState> = servers.iter().copied().collect();
+        let mut to_free = Vec::new();
+        let mut absent = BTreeSet::new();
+        {
+            let mut replicas = self.retention.replicas.lock();
+            replicas.retain(|&(master_id, segment_id)| {
+                // Freed by its master meanwhile: nothing to decide.
+                if self.store.info(master_id, segment_id).is_none() {
+                    return false;
+                }
+                match states.get(&master_id) {
+                    Some(ServerState::Removed) => {
+                        to_free.push((master_id, segment_id));
+                        false
+                    }
+                    Some(ServerState::Up | ServerState::Crashed) => true,
+                    None => {
+                        absent.insert(master_id);
+                        true
+                    }
+                }
+            });
+        }
+        if !absent.is_empty() {
+            let mut warned = self.retention.warned_absent.lock();
+            for master_id in absent {
+                if warned.insert(master_id) {
+                    tracing::warn!(
+                        master_id,
+                        "replicas found at start-up belong to a master the server list does not know; keeping them"
+                    );
+                }
+            }
+        }
+        if to_free.is_empty() {
+            return;
+        }
+        let store = Arc::clone(&self.store);
+        let retention = Arc::clone(&self.retention);
+        let job = move || retention.free(&store, to_free);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(job);
+            }
+            Err(_) => job(),
+        }
+    }
+
+    /// Whether writes from `master_id` are refused (R§7.11); counts and logs (once
+    /// per master) a refusal.
+    fn refuses_writes_from(&self, master_id: u64) -> bool {
+        let fenced = self.fenced.read();
+        let Some(logged) = fenced.get(&master_id) else {
+            return false;
+        };
+        self.fenced_writes.fetch_add(1, Ordering::Relaxed);
+        if !logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                master_id,
+                "refused a write from a master declared crashed (zombie fence)"
+            );
+        }
+        true
+    }
+
+    /// Writes refused by the zombie fence so far.
+    pub fn fenced_writes(&self) -> u64 {
+        self.fenced_writes.load(Ordering::Relaxed)
+    }
+
+    /// Replicas found at start-up that were freed because their master was
+    /// Removed, so far.
+    pub fn retention_frees(&self) -> u64 {
+        self.retention.frees.load(Ordering::Relaxed)
     }
 
     /// Whether `req` (a backup request) may be answered on the task that read it:
@@ -175,6 +383,22 @@ impl BackupService {
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
         let op = req.opcode();
+        if let Request::BackupWrite { master_id, .. } = *req {
+            if self.refuses_writes_from(master_id) {
+                let message = format!(
+                    "master {master_id} crashed; its replication is refused (zombie fence)"
+                );
+                return encode_response(
+                    id,
+                    op,
+                    &Response::Error(ErrorBody::Message {
+                        status: Status::ServerNotUp,
+                        message: &message,
+                    }),
+                    out,
+                );
+            }
+        }
         let result = match *req {
             Request::BackupWrite {
                 master_id,
@@ -331,6 +555,12 @@ impl BackupService {
         line("backup_open_buffers_max", s.open_buffers_max.to_string());
         line("backup_bytes_on_disk", s.bytes_on_disk.to_string());
         line("backup_syncs", s.syncs.to_string());
+        line(
+            "backup_fenced_masters",
+            self.fenced.read().len().to_string(),
+        );
+        line("backup_fenced_writes", self.fenced_writes().to_string());
+        line("backup_retention_frees", self.retention_frees().to_string());
     }
 }
 
@@ -352,3 +582,7 @@ pub fn backup_status(e: &BackupError) -> Status {
 fn io_error(op: &'static str) -> impl FnOnce(io::Error) -> BackupError {
     move |source| BackupError::Io { op, source }
 }
+
+#[cfg(test)]
+#[path = "backup_service_tests.rs"]
+mod tests;

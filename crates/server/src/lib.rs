@@ -18,10 +18,13 @@
 
 pub mod backup_service;
 pub mod metrics;
+pub mod placement;
+pub mod replica_manager;
 pub mod storage_server;
 pub mod storage_service;
 
 pub use backup_service::{BackupService, FRAMES_FILE, MAX_FAST_BACKUP_WRITE_BYTES};
 pub use ramstore_backup::{SyncMode, DEFAULT_OPEN_BUFFERS, MAX_FRAME_COUNT, MAX_OPEN_BUFFERS};
+pub use replica_manager::{ReplicaManager, DEFAULT_REPLICAS, MAX_REPLICAS};
 pub use storage_server::{start, ServerError, ServerOptions, StartedServer, DEFAULT_BACKUP_FRAMES};
 pub use storage_service::StorageService;

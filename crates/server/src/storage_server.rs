@@ -9,14 +9,18 @@ use std::time::Duration;
 use ramstore_backup::{BackupConfig, BackupError, SyncMode, FRAME_SEGMENT_BYTES};
 use ramstore_master::{ObjectStore, StoreConfig};
 use ramstore_rpc::{serve, TcpTransport, Transport};
-use ramstore_wire::{decode_response, encode_request, Request, Response, Services};
+use ramstore_wire::{
+    decode_response, encode_request, ErrorBody, Request, Response, Services, Status,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::backup_service::BackupService;
 use crate::metrics::{render_backup, render_store};
+use crate::replica_manager::{ReplicaManager, MAX_REPLICAS};
 use crate::storage_service::StorageService;
+use ramstore_client::BackupClient;
 
 /// Frames in a backup's frames file by default: 64 × 8 MiB = 512 MiB of replicas
 /// (plus 4 KiB of metadata per frame), room for the replicas of a few masters'
@@ -48,6 +52,15 @@ pub struct ServerOptions {
     /// Most replicas open (buffered in memory, 8 MiB each) at once; beyond it the
     /// backup answers NO_SPACE so masters go elsewhere (R§7.1).
     pub backup_open_buffers: u32,
+    /// Servers in one failure domain share a failure cause (a rack, a power
+    /// supply): no two replicas of a segment, nor a replica and its master, are
+    /// placed in one domain. Empty (the default): the server is its own domain.
+    /// At most [`ramstore_wire::MAX_FAILURE_DOMAIN_BYTES`] bytes.
+    pub failure_domain: String,
+    /// Replicas of each segment of this master's log on other servers' backups
+    /// (R§4.2); 0 keeps the log in DRAM only. `ramstore server` defaults to
+    /// [`crate::replica_manager::DEFAULT_REPLICAS`].
+    pub replicas: usize,
 }
 
 impl ServerOptions {
@@ -65,6 +78,8 @@ impl ServerOptions {
             backup_sync: SyncMode::Buffered,
             backup_frames: DEFAULT_BACKUP_FRAMES,
             backup_open_buffers: ramstore_backup::DEFAULT_OPEN_BUFFERS,
+            failure_domain: String::new(),
+            replicas: 0,
         }
     }
 
@@ -90,6 +105,8 @@ pub enum ServerError {
     },
     #[error(transparent)]
     Config(#[from] ramstore_master::ConfigError),
+    #[error("--replicas {0} is too many: at most {MAX_REPLICAS}")]
+    Replicas(usize),
     #[error("coordinator at {addr} refused enlistment: {reason}")]
     Enlist { addr: String, reason: String },
     #[error(
@@ -125,6 +142,9 @@ impl StartedServer {
         for t in self.tasks {
             t.abort();
         }
+        if let Some(m) = self.service.replicas() {
+            m.shutdown();
+        }
         if let Some(backup) = self.service.backup() {
             match backup.flush() {
                 Ok(n) => tracing::info!(open_replicas_written = n, "backup flushed"),
@@ -139,16 +159,35 @@ pub const ENLIST_TIMEOUT_MS: u64 = 60_000;
 
 /// Starts a storage server and enlists it; returns once it is serving and enlisted.
 pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError> {
-    let store = ObjectStore::new(StoreConfig::new(options.memory_bytes))?;
+    if options.replicas > MAX_REPLICAS {
+        return Err(ServerError::Replicas(options.replicas));
+    }
+    let manager = (options.replicas > 0).then(|| {
+        let client = BackupClient::new(Arc::new(TcpTransport::new()));
+        ReplicaManager::new(options.replicas, client, rand::random())
+    });
+    let mut store_config = StoreConfig::new(options.memory_bytes);
+    if let Some(m) = &manager {
+        store_config.replicas = m.clone();
+    }
+    let store = ObjectStore::new(store_config)?;
     let backup = match &options.backup_dir {
         Some(dir) => Some(open_backup(dir, &options).await?),
         None => None,
+    };
+    let backup_read_mbps = match backup.as_ref().and_then(BackupService::path) {
+        Some(path) => read_speed(path.to_path_buf()).await,
+        None => 0,
     };
     let services = Services {
         master: true,
         backup: backup.is_some(),
     };
-    let service = Arc::new(StorageService::with_backup(store, backup));
+    let mut service = StorageService::with_backup(store, backup);
+    if let Some(m) = &manager {
+        service = service.with_replicas(m.clone());
+    }
+    let service = Arc::new(service);
     let listener =
         TcpListener::bind(&options.listen)
             .await
@@ -180,13 +219,33 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         .unwrap_or_else(|| addr.to_string());
     let server_id = enlist(
         &options.coordinator,
-        &advertise,
-        services,
-        options.memory_bytes as u64,
+        &Request::Enlist {
+            replaces_server_id: 0,
+            services,
+            memory_bytes: options.memory_bytes as u64,
+            backup_read_mbps,
+            address: &advertise,
+            failure_domain: &options.failure_domain,
+        },
     )
     .await?;
     service.set_server_id(server_id);
-    tracing::info!(server_id, %addr, coordinator = %options.coordinator, memory_bytes = options.memory_bytes, "storage server enlisted");
+    if let Some(m) = &manager {
+        tasks.push(m.start(
+            service.store().log_handle(),
+            server_id,
+            &options.failure_domain,
+        ));
+    }
+    tracing::info!(
+        server_id,
+        %addr,
+        coordinator = %options.coordinator,
+        memory_bytes = options.memory_bytes,
+        failure_domain = %options.failure_domain,
+        backup_read_mbps,
+        "storage server enlisted"
+    );
     Ok(StartedServer {
         addr,
         metrics_addr,
@@ -262,27 +321,94 @@ async fn open_backup(
     Ok(backup)
 }
 
+/// Bytes read from the frames file to measure the backup's disk read speed.
+pub const READ_SPEED_PROBE_BYTES: u64 = 32 << 20;
+
+/// Measures the backup disk's read speed off the async threads and logs it;
+/// 1 MB/s (the least) if it cannot be measured, so masters prefer other backups.
+async fn read_speed(path: PathBuf) -> u32 {
+    let shown = path.display().to_string();
+    let measured =
+        tokio::task::spawn_blocking(move || measure_read_mbps(&path, READ_SPEED_PROBE_BYTES))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|r| r);
+    match measured {
+        Ok(mbps) => {
+            tracing::info!(path = %shown, backup_read_mbps = mbps, "backup disk read speed measured");
+            mbps
+        }
+        Err(e) => {
+            tracing::warn!(path = %shown, error = %e, "cannot measure the backup disk's read speed; reporting 1 MB/s");
+            1
+        }
+    }
+}
+
+/// The read speed of the disk holding `path`, in MB/s (10^6 bytes), at least 1:
+/// reads up to `max_bytes` of the file sequentially, after asking the kernel to
+/// drop its cached pages (`posix_fadvise(DONTNEED)`) so the page cache does not
+/// make the figure meaningless. Blocks for the reads.
+///
+/// Regions of a preallocated file never written read as zeros without touching
+/// the disk, so a freshly formatted frames file can look faster than its disk;
+/// the figure only ranks backups (R§7.1), and errs towards the fastest disks.
+pub fn measure_read_mbps(path: &std::path::Path, max_bytes: u64) -> std::io::Result<u32> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len().min(max_bytes);
+    drop_cached_pages(&file, len);
+    let mut buf = vec![0u8; 1 << 20];
+    let started = std::time::Instant::now();
+    let mut read = 0u64;
+    while read < len {
+        let want = usize::try_from(len - read).map_or(buf.len(), |n| n.min(buf.len()));
+        match file.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => read += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(mbps(read, started.elapsed()))
+}
+
+/// `bytes` in `elapsed` as MB/s, clamped to `1..=u32::MAX`.
+fn mbps(bytes: u64, elapsed: Duration) -> u32 {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let rate = bytes as f64 / 1e6 / secs;
+    // `as` saturates; NaN cannot occur (secs > 0).
+    (rate as u32).max(1)
+}
+
+/// Asks the kernel to drop the cached pages of the first `len` bytes of `file`
+/// (best effort: dirty pages stay, and other systems keep their cache).
+fn drop_cached_pages(file: &std::fs::File, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let len = libc::off_t::try_from(len).unwrap_or(libc::off_t::MAX);
+        // SAFETY: the descriptor is open and owned by `file`, which outlives the
+        // call; posix_fadvise reads no memory of ours.
+        let rc =
+            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, len, libc::POSIX_FADV_DONTNEED) };
+        if rc != 0 {
+            tracing::debug!(
+                rc,
+                "posix_fadvise(DONTNEED) failed; the read speed may include the page cache"
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, len);
+}
+
 /// Enlists with the coordinator, retrying while it is unreachable (it may start
-/// after us).
-async fn enlist(
-    coordinator: &str,
-    advertise: &str,
-    services: Services,
-    memory_bytes: u64,
-) -> Result<u64, ServerError> {
+/// after us). A refusal for a bad request (a bad failure domain, say) is final.
+async fn enlist(coordinator: &str, request: &Request<'_>) -> Result<u64, ServerError> {
     let transport = TcpTransport::new();
     let mut frame = Vec::new();
-    encode_request(
-        0,
-        &Request::Enlist {
-            replaces_server_id: 0,
-            services,
-            memory_bytes,
-            address: advertise,
-        },
-        &mut frame,
-    )
-    .map_err(|e| ServerError::Enlist {
+    encode_request(0, request, &mut frame).map_err(|e| ServerError::Enlist {
         addr: coordinator.into(),
         reason: e.to_string(),
     })?;
@@ -295,6 +421,18 @@ async fn enlist(
         {
             Ok(bytes) => match decode_response(&bytes) {
                 Ok((_, Response::Enlist { server_id })) => return Ok(server_id),
+                Ok((
+                    _,
+                    Response::Error(ErrorBody::Message {
+                        status: status @ (Status::InvalidRequest | Status::TooLarge),
+                        message,
+                    }),
+                )) => {
+                    return Err(ServerError::Enlist {
+                        addr: coordinator.into(),
+                        reason: format!("{status}: {message}"),
+                    })
+                }
                 Ok((_, other)) => last = format!("unexpected answer {other:?}"),
                 Err(e) => last = e.to_string(),
             },
@@ -332,5 +470,34 @@ async fn serve_metrics(listener: TcpListener, service: Arc<StorageService>) {
             let _ = stream.write_all(head.as_bytes()).await;
             let _ = stream.write_all(body.as_bytes()).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_speed_is_measured_on_a_file_and_is_at_least_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("frames");
+        std::fs::write(&path, vec![7u8; 3 << 20]).expect("write");
+        let mbps = measure_read_mbps(&path, READ_SPEED_PROBE_BYTES).expect("measured");
+        assert!(mbps >= 1);
+        // An empty file reads nothing in no time: still at least 1.
+        std::fs::write(&path, b"").expect("truncate");
+        assert_eq!(
+            measure_read_mbps(&path, READ_SPEED_PROBE_BYTES).ok(),
+            Some(1)
+        );
+        assert!(measure_read_mbps(&dir.path().join("missing"), 1).is_err());
+    }
+
+    #[test]
+    fn mbps_is_megabytes_per_second_clamped() {
+        assert_eq!(mbps(200_000_000, Duration::from_secs(2)), 100);
+        assert_eq!(mbps(0, Duration::from_secs(1)), 1);
+        assert_eq!(mbps(10, Duration::from_secs(100)), 1);
+        assert_eq!(mbps(u64::MAX, Duration::ZERO), u32::MAX);
     }
 }

@@ -27,8 +27,9 @@ use ramstore_wire::{
     Status, WireError, WireRejectRules,
 };
 
-use crate::backup_service::BackupService;
+use crate::backup_service::{BackupService, ServerState};
 use crate::metrics::{Metrics, Op};
+use crate::replica_manager::{BackupInfo, ReplicaManager};
 
 const _: () = assert!(ramstore_wire::MAX_KEY_BYTES == ramstore_log::MAX_KEY_BYTES);
 const _: () = assert!(ramstore_wire::MAX_VALUE_BYTES == ramstore_log::MAX_VALUE_BYTES);
@@ -55,11 +56,21 @@ pub struct KnownServer {
     pub server_id: u64,
     pub up: bool,
     pub address: String,
+    /// The server runs a backup service (may be chosen for replicas).
+    pub backup: bool,
+    /// Its failure domain (empty: the server is its own domain); see
+    /// [`crate::placement`].
+    pub failure_domain: String,
+    /// Its backup's disk read speed in MB/s as measured at its start-up (0: no
+    /// backup).
+    pub backup_read_mbps: u32,
 }
 
 /// The storage server's service. Thread-safe; shared by every connection.
 pub struct StorageService {
     store: ObjectStore,
+    /// The master's replica manager; `None`: R = 0, writes live in DRAM only.
+    replicas: Option<Arc<ReplicaManager>>,
     backup: Option<BackupService>,
     server_id: AtomicU64,
     server_list: Mutex<(u64, Vec<KnownServer>)>,
@@ -129,11 +140,24 @@ impl StorageService {
     pub fn with_backup(store: ObjectStore, backup: Option<BackupService>) -> Self {
         Self {
             store,
+            replicas: None,
             backup,
             server_id: AtomicU64::new(0),
             server_list: Mutex::new((0, Vec::new())),
             metrics: Metrics::default(),
         }
+    }
+
+    /// The same service with `replicas` replicating its store's log (the store
+    /// must have been created with it as its replica sink).
+    pub fn with_replicas(mut self, replicas: Arc<ReplicaManager>) -> Self {
+        self.replicas = Some(replicas);
+        self
+    }
+
+    /// The replica manager, if the master replicates.
+    pub fn replicas(&self) -> Option<&Arc<ReplicaManager>> {
+        self.replicas.as_ref()
     }
 
     pub fn store(&self) -> &ObjectStore {
@@ -239,6 +263,7 @@ impl StorageService {
                         continue;
                     }
                     let pushed = self.store.read_with(item.table_id, item.key, |view| {
+                        self.note_read_durability(view);
                         bytes += view.value_len();
                         push_value(&mut enc, view)
                     });
@@ -316,11 +341,28 @@ impl StorageService {
                             server_id: s.server_id,
                             up: s.status == ramstore_wire::ServerStatus::Up,
                             address: s.address.to_string(),
+                            backup: s.services.backup,
+                            failure_domain: s.failure_domain.to_string(),
+                            backup_read_mbps: s.backup_read_mbps,
                         })
                         .collect();
                     *list = (list_version, servers);
+                    // The backups replicas may go to; replicas on any other are
+                    // re-created elsewhere (R§8).
+                    if let Some(m) = &self.replicas {
+                        m.set_backups(backups_of(&list.1, self.server_id()));
+                    }
                 }
                 drop(list);
+                // Zombie fence and restart retention (R§7.11, R§8); states only move
+                // forward, so an older list is harmless here.
+                if let Some(backup) = &self.backup {
+                    let states: Vec<(u64, ServerState)> = servers
+                        .iter()
+                        .map(|s| (s.server_id, s.status.into()))
+                        .collect();
+                    backup.apply_server_list(&states);
+                }
                 encode_response(id, op, &Response::ServerListUpdate, out)?
             }
             Request::GetServerStats => {
@@ -365,6 +407,7 @@ impl StorageService {
     ) -> Result<(), WireError> {
         let rules = rules(rules_w);
         let result = self.store.read_with(table_id, key, |view| {
+            self.note_read_durability(view);
             rules.check(Some(view.version()))?;
             // The value goes from the log straight into the output buffer.
             let written = encode_read_response_header(id, view.version(), view.value_len(), out);
@@ -385,6 +428,15 @@ impl StorageService {
         }
     }
 
+    /// Marks the request as needing the replication wait if `view` lies in a
+    /// segment not yet durable: a read never returns an object beyond the durable
+    /// point (DESIGN §1).
+    fn note_read_durability(&self, view: &ramstore_log::ObjectView<'_>) {
+        if self.replicas.is_some() && !self.store.log().is_read_durable(view.location()) {
+            READ_NEEDS_SYNC.set(true);
+        }
+    }
+
     /// The server's statistics as `key=value` lines (GetServerStats).
     pub fn stats_text(&self) -> String {
         let s = self.store.stats();
@@ -396,7 +448,18 @@ impl StorageService {
             text.push('\n');
         };
         line("server_id", self.server_id().to_string());
-        line("durability", "dram-only".into());
+        match &self.replicas {
+            Some(m) => {
+                let r = m.stats();
+                line("durability", format!("R={}", r.replicas_per_segment));
+                line("replication_rounds", r.rounds.to_string());
+                line("replication_bytes", r.bytes_sent.to_string());
+                line("replication_failures", r.rpc_failures.to_string());
+                line("rereplications", r.rereplications.to_string());
+                line("replicated_segments", r.segments.to_string());
+            }
+            None => line("durability", "dram-only".into()),
+        }
         line("memory_bytes", s.log.memory_bytes.to_string());
         line("live_object_bytes", s.log.live_object_bytes.to_string());
         line("tombstone_bytes", s.log.tombstone_bytes.to_string());
@@ -515,6 +578,81 @@ fn push_value(
     enc.push_ok(version, &value)
 }
 
+/// The UP backups of a server list other than this server, as placement sees them.
+fn backups_of(servers: &[KnownServer], me: u64) -> Vec<BackupInfo> {
+    servers
+        .iter()
+        .filter(|s| s.up && s.backup && s.server_id != me)
+        .map(|s| BackupInfo {
+            server_id: s.server_id,
+            address: s.address.clone(),
+            failure_domain: s.failure_domain.clone(),
+            backup_read_mbps: s.backup_read_mbps,
+        })
+        .collect()
+}
+
+thread_local! {
+    /// Set by a read that found an object whose segment is not yet durable.
+    static READ_NEEDS_SYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Opcodes whose answer waits until the log is durable up to where it stood when
+/// they finished (R§4.2; a rejected conditional write too: its answer reflects
+/// writes that may not be durable yet).
+fn waits_for_replication(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::Write
+            | Opcode::Remove
+            | Opcode::Increment
+            | Opcode::MultiWrite
+            | Opcode::MultiRemove
+    ) || (matches!(op, Opcode::Read | Opcode::MultiRead) && READ_NEEDS_SYNC.get())
+}
+
+impl StorageService {
+    /// Answers at once, or defers the response appended at `out[mark..]` until
+    /// the log is durable up to the current sync point (DESIGN §5 "Write" and
+    /// "Read"). A wait that times out answers RETRY: the write is in the log and
+    /// may become durable later; the client's retry writes it again.
+    fn after_replication(&self, id: u64, op: Opcode, mark: usize, out: &mut Vec<u8>) -> Handled {
+        let Some(manager) = &self.replicas else {
+            return Handled::Done;
+        };
+        if !waits_for_replication(op) {
+            return Handled::Done;
+        }
+        let point = manager.sync_point();
+        if manager.is_durable(point) {
+            return Handled::Done;
+        }
+        let response = out[mark..].to_vec();
+        out.truncate(mark);
+        let manager = manager.clone();
+        Handled::Deferred(Box::pin(async move {
+            match manager.wait_durable(point).await {
+                Ok(()) => response,
+                Err(_) => {
+                    let mut retry = Vec::new();
+                    let _ = encode_response(
+                        id,
+                        op,
+                        &Response::Error(ErrorBody::Retry {
+                            delay_ms: RETRY_AFTER_REPLICATION_TIMEOUT_MS,
+                        }),
+                        &mut retry,
+                    );
+                    retry
+                }
+            }
+        }))
+    }
+}
+
+/// The delay a RETRY after a replication timeout asks for.
+const RETRY_AFTER_REPLICATION_TIMEOUT_MS: u32 = 50;
+
 impl Service for StorageService {
     fn handle(&self, frame: &[u8], out: &mut Vec<u8>) -> Handled {
         let started = Instant::now();
@@ -522,8 +660,12 @@ impl Service for StorageService {
         let (op, outcome) = match decode_request(frame) {
             Ok((header, req)) => {
                 let op = req.opcode();
+                READ_NEEDS_SYNC.set(false);
                 match self.dispatch(header.request_id, &req, out) {
-                    Ok(true) => (Some(op), Handled::Done),
+                    Ok(true) => (
+                        Some(op),
+                        self.after_replication(header.request_id, op, mark, out),
+                    ),
                     Ok(false) => return Handled::Slow,
                     Err(e) => {
                         out.truncate(mark);

@@ -8,7 +8,10 @@
 use crate::error::WireError;
 use crate::rules::WireRejectRules;
 use crate::status::Status;
-use crate::{MAX_FRAME_BYTES, MAX_KEY_BYTES, MAX_REPLICA_BYTES, MAX_STRING_BYTES, MAX_VALUE_BYTES};
+use crate::{
+    MAX_FAILURE_DOMAIN_BYTES, MAX_FRAME_BYTES, MAX_KEY_BYTES, MAX_REPLICA_BYTES, MAX_STRING_BYTES,
+    MAX_VALUE_BYTES,
+};
 
 /// A cursor over the bytes of a body. Slices it returns borrow the underlying
 /// buffer (zero-copy).
@@ -109,6 +112,17 @@ impl<'a> Reader<'a> {
     pub(crate) fn string(&mut self) -> Result<&'a str, WireError> {
         let len = self.u16()?;
         let bytes = self.take(usize::from(len))?;
+        std::str::from_utf8(bytes).map_err(|_| WireError::BadUtf8)
+    }
+
+    /// A failure domain name: `u16 LE len + UTF-8 bytes`, at most
+    /// `MAX_FAILURE_DOMAIN_BYTES`, the limit checked before the bytes.
+    pub(crate) fn failure_domain(&mut self) -> Result<&'a str, WireError> {
+        let len = usize::from(self.u16()?);
+        if len > MAX_FAILURE_DOMAIN_BYTES {
+            return Err(WireError::FailureDomainTooLarge(len));
+        }
+        let bytes = self.take(len)?;
         std::str::from_utf8(bytes).map_err(|_| WireError::BadUtf8)
     }
 
@@ -241,6 +255,14 @@ pub(crate) fn put_string(out: &mut Vec<u8>, s: &str) -> Result<(), WireError> {
     }
 }
 
+/// A failure domain name: a string of at most `MAX_FAILURE_DOMAIN_BYTES`.
+pub(crate) fn put_failure_domain(out: &mut Vec<u8>, s: &str) -> Result<(), WireError> {
+    if s.len() > MAX_FAILURE_DOMAIN_BYTES {
+        return Err(WireError::FailureDomainTooLarge(s.len()));
+    }
+    put_string(out, s)
+}
+
 pub(crate) fn put_long_string(out: &mut Vec<u8>, s: &str) -> Result<(), WireError> {
     // A text longer than a frame can never be sent; refuse it before copying it.
     match u32::try_from(s.len()) {
@@ -299,6 +321,30 @@ mod tests {
     }
 
     #[test]
+    fn failure_domains_are_bounded_both_ways() {
+        let mut out = Vec::new();
+        let longest = "r".repeat(MAX_FAILURE_DOMAIN_BYTES);
+        put_failure_domain(&mut out, &longest).expect("the longest domain fits");
+        put_failure_domain(&mut out, "").expect("the empty domain fits");
+        let mut r = Reader::new(&out);
+        assert_eq!(r.failure_domain(), Ok(longest.as_str()));
+        assert_eq!(r.failure_domain(), Ok(""));
+        assert_eq!(r.finish(), Ok(()));
+        // A length field over the limit is refused before its bytes are looked at.
+        let len = (MAX_FAILURE_DOMAIN_BYTES as u16 + 1).to_le_bytes();
+        assert_eq!(
+            Reader::new(&len).failure_domain(),
+            Err(WireError::FailureDomainTooLarge(
+                MAX_FAILURE_DOMAIN_BYTES + 1
+            ))
+        );
+        assert_eq!(
+            WireError::FailureDomainTooLarge(65).status(),
+            Status::TooLarge
+        );
+    }
+
+    #[test]
     fn rejected_fields_append_nothing() {
         let mut out = Vec::new();
         let key = vec![0; MAX_KEY_BYTES + 1];
@@ -314,6 +360,13 @@ mod tests {
         assert_eq!(
             put_value_parts(&mut out, &[&value[..10], &value[10..]]),
             Err(WireError::ValueTooLarge(MAX_VALUE_BYTES + 1))
+        );
+        let domain = "d".repeat(MAX_FAILURE_DOMAIN_BYTES + 1);
+        assert_eq!(
+            put_failure_domain(&mut out, &domain),
+            Err(WireError::FailureDomainTooLarge(
+                MAX_FAILURE_DOMAIN_BYTES + 1
+            ))
         );
         let s = "x".repeat(MAX_STRING_BYTES + 1);
         assert_eq!(

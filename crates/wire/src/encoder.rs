@@ -9,7 +9,6 @@
 
 use crate::codec::{put_key, put_status, put_u32, put_u64, put_u8, put_value_parts};
 use crate::error::WireError;
-use crate::fields::{ServerStatus, Services};
 use crate::frame::{begin_frame, end_frame, patch_u32, patch_u64};
 use crate::list::sealed::Sealed;
 use crate::list::{
@@ -244,22 +243,10 @@ impl<'o> ServerListUpdateEncoder<'o> {
         ))
     }
 
-    pub fn push(
-        &mut self,
-        server_id: u64,
-        status: ServerStatus,
-        services: Services,
-        address: &str,
-    ) -> Result<(), WireError> {
-        self.0.push(|out| {
-            ServerListEntry {
-                server_id,
-                status,
-                services,
-                address,
-            }
-            .write(out)
-        })
+    /// Appends one server; fails, appending nothing, if its address or failure
+    /// domain is too long.
+    pub fn push(&mut self, server: &ServerListEntry<'_>) -> Result<(), WireError> {
+        self.0.push(|out| server.write(out))
     }
 }
 

@@ -44,6 +44,10 @@ pub enum WireError {
     /// possible when encoding).
     #[error("string of {0} bytes exceeds the limit of {max} bytes", max = crate::MAX_STRING_BYTES)]
     StringTooLarge(usize),
+    /// A failure domain name longer than [`crate::MAX_FAILURE_DOMAIN_BYTES`]
+    /// (encoding, or decoding a length field that says more).
+    #[error("failure domain of {0} bytes exceeds the limit of {max} bytes", max = crate::MAX_FAILURE_DOMAIN_BYTES)]
+    FailureDomainTooLarge(usize),
     /// A multi-operation with more than [`crate::MAX_MULTI_OPS`] items.
     #[error("{0} items exceed the limit of {max}", max = crate::MAX_MULTI_OPS)]
     TooManyItems(usize),
@@ -73,6 +77,7 @@ impl WireError {
             | WireError::ValueTooLarge(_)
             | WireError::ReplicaTooLarge(_)
             | WireError::StringTooLarge(_)
+            | WireError::FailureDomainTooLarge(_)
             | WireError::TooManyItems(_) => Status::TooLarge,
             WireError::UnknownOpcode(_) => Status::UnknownOpcode,
             _ => Status::InvalidRequest,

@@ -141,6 +141,10 @@ pub const MAX_KEY_BYTES: usize = u16::MAX as usize;
 pub const MAX_VALUE_BYTES: usize = 1024 * 1024;
 /// Longest name, address or message, in bytes: the most a `u16` length can say.
 pub const MAX_STRING_BYTES: usize = u16::MAX as usize;
+/// Longest failure domain name (Enlist, server lists), in bytes: a rack or power
+/// supply label, not a free text. The empty name means "the server is its own
+/// failure domain".
+pub const MAX_FAILURE_DOMAIN_BYTES: usize = 64;
 /// Most items in one MultiRead, MultiWrite or MultiRemove (request or response).
 pub const MAX_MULTI_OPS: usize = 4096;
 

@@ -10,8 +10,8 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use crate::codec::{
-    len_usize, put_bool, put_key, put_rules, put_status, put_string, put_u32, put_u64, put_u8,
-    put_value, Reader,
+    len_usize, put_bool, put_failure_domain, put_key, put_rules, put_status, put_string, put_u32,
+    put_u64, put_u8, put_value, Reader,
 };
 use crate::error::WireError;
 use crate::fields::{ServerStatus, Services};
@@ -345,29 +345,39 @@ list_item!(EnumeratedObject<'a>, min = 8 + 2 + 4, max = UNBOUNDED,
     }
 );
 
-/// One server of a ServerListUpdate.
+/// One server of a ServerListUpdate: `server_id u64 | status u8 | services u32 |
+/// backup_read_mbps u32 | address | failure_domain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerListEntry<'a> {
     pub server_id: u64,
     pub status: ServerStatus,
     pub services: Services,
+    /// The backup's disk read speed in MB/s, as it enlisted (0: no backup).
+    pub backup_read_mbps: u32,
     pub address: &'a str,
+    /// The server's failure domain, at most [`crate::MAX_FAILURE_DOMAIN_BYTES`];
+    /// empty: the server is its own domain.
+    pub failure_domain: &'a str,
 }
 
-list_item!(ServerListEntry<'a>, min = 8 + 1 + 4 + 2, max = UNBOUNDED,
+list_item!(ServerListEntry<'a>, min = 8 + 1 + 4 + 4 + 2 + 2, max = UNBOUNDED,
     read(r) {
         Ok(ServerListEntry {
             server_id: r.u64()?,
             status: ServerStatus::try_from(r.u8()?)?,
             services: Services::from_bits(r.u32()?)?,
+            backup_read_mbps: r.u32()?,
             address: r.string()?,
+            failure_domain: r.failure_domain()?,
         })
     },
     write(s, out) {
         put_u64(out, s.server_id);
         put_u8(out, s.status as u8);
         put_u32(out, s.services.bits());
-        put_string(out, s.address)
+        put_u32(out, s.backup_read_mbps);
+        put_string(out, s.address)?;
+        put_failure_domain(out, s.failure_domain)
     }
 );
 

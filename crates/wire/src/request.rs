@@ -2,7 +2,8 @@
 //! one. Byte strings borrow the frame; lists are validated [`List`]s.
 
 use crate::codec::{
-    put_key, put_replica_bytes, put_rules, put_string, put_u32, put_u64, put_u8, put_value, Reader,
+    put_failure_domain, put_key, put_replica_bytes, put_rules, put_string, put_u32, put_u64,
+    put_u8, put_value, Reader,
 };
 use crate::error::WireError;
 use crate::fields::{BackupWriteFlags, NumberKind, Services};
@@ -73,11 +74,22 @@ pub enum Request<'a> {
     },
     /// A server joins the cluster; `replaces_server_id` is 0 for none (server ids
     /// start at 1).
+    ///
+    /// Body: `replaces_server_id u64 | services u32 | memory_bytes u64 |
+    /// backup_read_mbps u32 | address | failure_domain` (the strings `u16 len +
+    /// UTF-8`, the domain at most [`crate::MAX_FAILURE_DOMAIN_BYTES`]).
     Enlist {
         replaces_server_id: u64,
         services: Services,
         memory_bytes: u64,
+        /// The backup's disk read speed measured at start-up, in MB/s (0: the
+        /// server runs no backup). Masters weigh backups by it (R§7.1).
+        backup_read_mbps: u32,
         address: &'a str,
+        /// Servers in one domain share a failure cause (a rack, a power supply);
+        /// replica placement never puts two replicas of a segment, nor a replica
+        /// and its master, in one domain. Empty: the server is its own domain.
+        failure_domain: &'a str,
     },
     /// The coordinator's server list at `list_version`.
     ServerListUpdate {
@@ -222,7 +234,9 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
             replaces_server_id: r.u64()?,
             services: Services::from_bits(r.u32()?)?,
             memory_bytes: r.u64()?,
+            backup_read_mbps: r.u32()?,
             address: r.string()?,
+            failure_domain: r.failure_domain()?,
         },
         Opcode::ServerListUpdate => Request::ServerListUpdate {
             list_version: r.u64()?,
@@ -343,12 +357,16 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             replaces_server_id,
             services,
             memory_bytes,
+            backup_read_mbps,
             address,
+            failure_domain,
         } => {
             put_u64(out, *replaces_server_id);
             put_u32(out, services.bits());
             put_u64(out, *memory_bytes);
+            put_u32(out, *backup_read_mbps);
             put_string(out, address)?;
+            put_failure_domain(out, failure_domain)?;
         }
         Request::ServerListUpdate {
             list_version,

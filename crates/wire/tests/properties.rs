@@ -43,6 +43,12 @@ fn server_status() -> impl Strategy<Value = ServerStatus> {
     ]
 }
 
+/// A failure domain name: at most 16 characters of at most 4 bytes each, so always
+/// within `MAX_FAILURE_DOMAIN_BYTES`.
+fn domain() -> impl Strategy<Value = String> {
+    "\\PC{0,16}"
+}
+
 fn services() -> impl Strategy<Value = Services> {
     (0u32..4).prop_map(|b| Services::from_bits(b).expect("known bits"))
 }
@@ -146,17 +152,28 @@ fn frame() -> impl Strategy<Value = Vec<u8>> {
                 name: &name
             }
         )),
-        (id, any::<u64>(), services(), any::<u64>(), text()).prop_map(|(id, r, s, m, a)| {
-            encode_req(
-                id,
-                &Request::Enlist {
-                    replaces_server_id: r,
-                    services: s,
-                    memory_bytes: m,
-                    address: &a,
-                },
-            )
-        }),
+        (
+            id,
+            any::<u64>(),
+            services(),
+            any::<u64>(),
+            any::<u32>(),
+            text(),
+            domain()
+        )
+            .prop_map(|(id, r, s, m, mbps, a, d)| {
+                encode_req(
+                    id,
+                    &Request::Enlist {
+                        replaces_server_id: r,
+                        services: s,
+                        memory_bytes: m,
+                        backup_read_mbps: mbps,
+                        address: &a,
+                        failure_domain: &d,
+                    },
+                )
+            }),
         (id, multi_write_items()).prop_map(|(id, items)| multi_write_frame(id, &items)),
         (id, multi_read_items()).prop_map(|(id, items)| multi_read_frame(id, &items)),
         (id, any::<u64>(), server_list()).prop_map(|(id, v, s)| server_list_frame(id, v, &s)),
@@ -266,17 +283,35 @@ fn multi_read_frame(id: u64, items: &[(u64, Vec<u8>)]) -> Vec<u8> {
     out
 }
 
-type ServerListOwned = Vec<(u64, ServerStatus, Services, String)>;
+type ServerListOwned = Vec<(u64, ServerStatus, Services, u32, String, String)>;
 
 fn server_list() -> impl Strategy<Value = ServerListOwned> {
-    vec((any::<u64>(), server_status(), services(), text()), 0..20)
+    vec(
+        (
+            any::<u64>(),
+            server_status(),
+            services(),
+            any::<u32>(),
+            text(),
+            domain(),
+        ),
+        0..20,
+    )
 }
 
 fn server_list_frame(id: u64, version: u64, servers: &ServerListOwned) -> Vec<u8> {
     let mut out = Vec::new();
     let mut e = ServerListUpdateEncoder::new(id, version, &mut out);
-    for (sid, st, sv, a) in servers {
-        e.push(*sid, *st, *sv, a).expect("push");
+    for (sid, st, sv, mbps, a, d) in servers {
+        e.push(&ServerListEntry {
+            server_id: *sid,
+            status: *st,
+            services: *sv,
+            backup_read_mbps: *mbps,
+            address: a,
+            failure_domain: d,
+        })
+        .expect("push");
     }
     e.finish().expect("finish");
     out
@@ -478,13 +513,21 @@ proptest! {
         n in any::<u64>(),
         span in any::<u32>(),
         s in services(),
+        domain in domain(),
     ) {
         for req in [
             Request::CreateTable { server_span: span, name: &name },
             Request::GetTableId { name: &name },
             Request::DropTable { name: &name },
             Request::SplitTablet { name: &name, split_hash: n },
-            Request::Enlist { replaces_server_id: n, services: s, memory_bytes: n, address: &address },
+            Request::Enlist {
+                replaces_server_id: n,
+                services: s,
+                memory_bytes: n,
+                backup_read_mbps: span,
+                address: &address,
+                failure_domain: &domain,
+            },
         ] {
             let frame = encode_req(1, &req);
             prop_assert_eq!(decode_request(&frame).expect("decodes").1, req);
@@ -593,7 +636,19 @@ proptest! {
             panic!("not a ServerListUpdate");
         };
         prop_assert_eq!(list_version, version);
-        let got: Vec<_> = list.iter().map(|s| (s.server_id, s.status, s.services, s.address.to_string())).collect();
+        let got: Vec<_> = list
+            .iter()
+            .map(|s| {
+                (
+                    s.server_id,
+                    s.status,
+                    s.services,
+                    s.backup_read_mbps,
+                    s.address.to_string(),
+                    s.failure_domain.to_string(),
+                )
+            })
+            .collect();
         prop_assert_eq!(got, servers);
     }
 

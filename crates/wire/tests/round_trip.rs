@@ -104,10 +104,7 @@ fn multi_op_requests_round_trip_item_by_item() {
         panic!("not a ServerListUpdate");
     };
     assert_eq!(list_version, SERVER_LIST_VERSION);
-    let got: Vec<_> = servers
-        .iter()
-        .map(|s| (s.server_id, s.status, s.services, s.address))
-        .collect();
+    let got: Vec<_> = servers.iter().collect();
     assert_eq!(got, server_list());
 
     let frame = get("multi_read_empty_request");
@@ -736,4 +733,56 @@ fn backup_write_flags_are_checked_when_decoding() {
         decode_response(&frame),
         Err(WireError::BadEnum { .. })
     ));
+}
+
+#[test]
+fn oversize_failure_domains_fail_to_encode_and_to_decode() {
+    let longest = "d".repeat(MAX_FAILURE_DOMAIN_BYTES);
+    let too_long = "d".repeat(MAX_FAILURE_DOMAIN_BYTES + 1);
+    let enlist = |failure_domain| Request::Enlist {
+        replaces_server_id: 0,
+        services: Services::BOTH,
+        memory_bytes: 1 << 30,
+        backup_read_mbps: 120,
+        address: "10.0.0.1:7000",
+        failure_domain,
+    };
+    let mut out = vec![0xaa];
+    let err = encode_request(ID, &enlist(&too_long), &mut out).expect_err("domain too long");
+    assert_eq!(
+        err,
+        WireError::FailureDomainTooLarge(MAX_FAILURE_DOMAIN_BYTES + 1)
+    );
+    assert_eq!(err.status(), Status::TooLarge);
+    assert_eq!(out, vec![0xaa], "a failed encode appends nothing");
+
+    let mut e = ServerListUpdateEncoder::new(ID, 1, &mut out);
+    let mut server = server_list()[0];
+    server.failure_domain = &too_long;
+    assert_eq!(
+        e.push(&server),
+        Err(WireError::FailureDomainTooLarge(
+            MAX_FAILURE_DOMAIN_BYTES + 1
+        ))
+    );
+    assert!(e.is_empty());
+    drop(e);
+    assert_eq!(out, vec![0xaa]);
+
+    // The longest domain round-trips; one byte more (length field and bytes
+    // patched into a valid frame) is refused by the decoder.
+    let req = enlist(&longest);
+    let mut frame = request_frame(&req);
+    assert_eq!(decode_request(&frame).expect("decodes").1, req);
+    let len_at = frame.len() - MAX_FAILURE_DOMAIN_BYTES - 2;
+    frame[len_at..len_at + 2].copy_from_slice(&(MAX_FAILURE_DOMAIN_BYTES as u16 + 1).to_le_bytes());
+    frame.push(b'd');
+    let prefix = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")) + 1;
+    frame[..4].copy_from_slice(&prefix.to_le_bytes());
+    assert_eq!(
+        decode_request(&frame),
+        Err(WireError::FailureDomainTooLarge(
+            MAX_FAILURE_DOMAIN_BYTES + 1
+        ))
+    );
 }

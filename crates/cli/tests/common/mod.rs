@@ -333,18 +333,23 @@ pub struct Coordinator {
     /// `127.0.0.1:PORT`.
     pub addr: String,
     pub store: PathBuf,
+    /// More arguments it was started with (kept for restarts).
+    pub extra: Vec<String>,
 }
 
 impl Coordinator {
     /// Starts a coordinator on `127.0.0.1:port` with its state in `store`.
     pub fn start_on(port: u16, store: &Path) -> Result<Coordinator, String> {
+        Coordinator::start_on_with(port, store, &[])
+    }
+
+    /// [`Coordinator::start_on`] with more arguments (e.g. `--failure-timeout-ms`).
+    pub fn start_on_with(port: u16, store: &Path, extra: &[&str]) -> Result<Coordinator, String> {
         let listen = format!("127.0.0.1:{port}");
         let store_arg = format!("file:{}", store.display());
-        let mut proc = Proc::spawn(
-            "coordinator",
-            &["coordinator", "--listen", &listen, "--store", &store_arg],
-            &[],
-        );
+        let mut args = vec!["coordinator", "--listen", &listen, "--store", &store_arg];
+        args.extend_from_slice(extra);
+        let mut proc = Proc::spawn("coordinator", &args, &[]);
         let line = proc.wait_for_line(
             |l| l.starts_with("ramstore coordinator listening on "),
             READY_TIMEOUT,
@@ -358,15 +363,21 @@ impl Coordinator {
             proc,
             addr: listen,
             store: store.to_path_buf(),
+            extra: extra.iter().map(|a| a.to_string()).collect(),
         })
     }
 
     /// Starts a coordinator on a free port (retrying if another process takes the
     /// port between choosing and binding it).
     pub fn start(store: &Path) -> Coordinator {
+        Coordinator::start_with(store, &[])
+    }
+
+    /// [`Coordinator::start`] with more arguments.
+    pub fn start_with(store: &Path, extra: &[&str]) -> Coordinator {
         let mut last = String::new();
         for _ in 0..5 {
-            match Coordinator::start_on(free_port(), store) {
+            match Coordinator::start_on_with(free_port(), store, extra) {
                 Ok(c) => return c,
                 Err(e) => last = e,
             }
@@ -395,11 +406,16 @@ pub struct Server {
 impl Server {
     /// Starts a storage server listening on `listen` (e.g. `127.0.0.1:0`) that
     /// enlists with `coordinator`; `extra` are more arguments (`--memory` in them
-    /// replaces the default [`SERVER_MEMORY`]).
+    /// replaces the default [`SERVER_MEMORY`], `--replicas` the default 0).
     pub fn start(coordinator: &str, listen: &str, extra: &[&str]) -> Result<Server, String> {
         let mut args = vec!["server", "--coordinator", coordinator, "--listen", listen];
         if !extra.contains(&"--memory") {
             args.extend_from_slice(&["--memory", SERVER_MEMORY]);
+        }
+        // Servers of tests about something else keep their log in DRAM only, so a
+        // one-server cluster accepts writes; replication tests pass --replicas.
+        if !extra.contains(&"--replicas") {
+            args.extend_from_slice(&["--replicas", "0"]);
         }
         args.extend_from_slice(extra);
         let mut proc = Proc::spawn("server", &args, &[]);
@@ -432,8 +448,14 @@ pub struct Cluster {
 impl Cluster {
     /// A coordinator and `servers` storage servers.
     pub fn start(servers: usize) -> Cluster {
+        Cluster::start_with_coordinator_args(servers, &[])
+    }
+
+    /// [`Cluster::start`] with more arguments for the coordinator.
+    pub fn start_with_coordinator_args(servers: usize, coordinator_args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
-        let coordinator = Coordinator::start(&dir.path().join("coordinator"));
+        let coordinator =
+            Coordinator::start_with(&dir.path().join("coordinator"), coordinator_args);
         let mut cluster = Cluster {
             servers: Vec::new(),
             coordinator,
@@ -489,7 +511,10 @@ impl Cluster {
         let port = self.coordinator.port();
         let store = self.coordinator.store.clone();
         self.coordinator.proc.kill();
-        self.coordinator = Coordinator::start_on(port, &store).unwrap_or_else(|e| panic!("{e}"));
+        let extra = self.coordinator.extra.clone();
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        self.coordinator =
+            Coordinator::start_on_with(port, &store, &extra).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 

@@ -122,7 +122,9 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
                 replaces_server_id: 0,
                 services: Services::BOTH,
                 memory_bytes: 1 << 30,
+                backup_read_mbps: 0x0102_0304,
                 address: "10.0.0.1:7000",
+                failure_domain: "rack-7",
             },
         ),
         (
@@ -234,18 +236,28 @@ pub fn multi_remove() -> Vec<(u64, WireRejectRules, &'static [u8])> {
 
 pub const SERVER_LIST_VERSION: u64 = 9;
 
-pub fn server_list() -> Vec<(u64, ServerStatus, Services, &'static str)> {
+pub fn server_list() -> Vec<ServerListEntry<'static>> {
     vec![
-        (1, ServerStatus::Up, Services::BOTH, "10.0.0.1:7000"),
-        (
-            2,
-            ServerStatus::Crashed,
-            Services {
+        ServerListEntry {
+            server_id: 1,
+            status: ServerStatus::Up,
+            services: Services::BOTH,
+            backup_read_mbps: 0x0102_0304,
+            address: "10.0.0.1:7000",
+            failure_domain: "rack-7",
+        },
+        ServerListEntry {
+            server_id: 2,
+            status: ServerStatus::Crashed,
+            services: Services {
                 master: true,
                 backup: false,
             },
-            "10.0.0.2:7000",
-        ),
+            backup_read_mbps: 0,
+            address: "10.0.0.2:7000",
+            // Its own failure domain.
+            failure_domain: "",
+        },
     ]
 }
 
@@ -279,8 +291,8 @@ pub fn list_request_frames() -> Vec<(&'static str, Vec<u8>)> {
 
     let mut out = Vec::new();
     let mut e = ServerListUpdateEncoder::new(ID, SERVER_LIST_VERSION, &mut out);
-    for (id, st, sv, a) in server_list() {
-        e.push(id, st, sv, a).expect("push");
+    for server in server_list() {
+        e.push(&server).expect("push");
     }
     e.finish().expect("finish");
     frames.push(("server_list_update_request", out));

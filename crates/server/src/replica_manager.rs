@@ -1,0 +1,850 @@
+//! The master's replica manager: every segment of the log on R backups (R§4.2,
+//! R§7.4, R§8, L§6.4). It is the log's [`ReplicaSink`].
+//!
+//! # How bytes travel
+//! The log reports what it appended (`replicate`) under no lock of ours but our own
+//! state mutex, and never waits. One replicator task per master plans *rounds*: a
+//! round takes one segment's new bytes, copied once from the log, to each of its R
+//! backups in concurrent BackupWrite RPCs. A segment has at most one round in
+//! flight; bytes appended meanwhile wait for the next round and go together — that
+//! is group commit (DESIGN §5 "Write"). Writers wait on a *sync point*, the end of
+//! the newest head when their operation finished; the manager wakes them when it is
+//! durable.
+//!
+//! # Ordering (R§7.4, L§6.4) — see docs/design-notes.md "Segment transitions"
+//! - A head's first RPC opens it; its digest is its first bytes.
+//! - A head's close is sent only once a newer head's open is durable, so an open
+//!   head with the newest digest always exists on backups.
+//! - A write in a head is acknowledged only once every older head is closed on all
+//!   its replicas (and its own bytes are on all R): so acknowledged data never sits
+//!   behind an open predecessor.
+//! - Survivors of combined cleaning are closed on all replicas before the cleaner
+//!   writes the digest naming them (`sync_closed`), and the replicas of the
+//!   segments they replace are freed only once a head opened after that digest is
+//!   durable.
+//!
+//! # Failures (R§8)
+//! A backup that fails an RPC, or that the server list says is down, loses its
+//! replicas: each is re-created on another backup in atomic mode (never offered in
+//! recovery until complete) from the segment's bytes in memory. A head that lost a
+//! replica is closed and a new head opened first (the replacement of a segment that
+//! still grows cannot be atomic). A write is never acknowledged with fewer than R
+//! replicas: it waits, and after [`REPLICATION_WAIT_MS`] answers RETRY.
+//!
+//! Thread-safety: `Send + Sync`; the state is one mutex, never held while calling
+//! the log (the log calls us with its head lock held, so the lock order is log →
+//! manager).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use ramstore_client::{BackupClient, BackupClientError};
+use ramstore_log::{ReplicaSink, SegmentRole, SEGMENT_BYTES};
+use ramstore_master::LogHandle;
+use ramstore_wire::BackupWriteFlags;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokio::sync::Notify;
+
+use crate::placement::{choose_backup, Candidate};
+
+/// Replicas per segment in a cluster (R§4.2).
+pub const DEFAULT_REPLICAS: usize = 3;
+/// Most replicas per segment a master may be configured with.
+pub const MAX_REPLICAS: usize = 8;
+/// How long a write (or a read of a not yet durable object) waits for its replicas
+/// before it answers RETRY; below the client's 2 s RPC deadline, so the client sees
+/// the RETRY rather than a timeout.
+pub const REPLICATION_WAIT_MS: u64 = 1_000;
+/// Pause before a segment that found no backup (or a backup that asked to retry)
+/// is tried again.
+const RETRY_BACKOFF_MS: u64 = 20;
+/// How often `sync_closed` re-checks while it waits (it is also woken).
+const SYNC_CLOSED_POLL_MS: u64 = 100;
+
+/// A backup the master may place replicas on, from the coordinator's server list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupInfo {
+    pub server_id: u64,
+    pub address: String,
+    pub failure_domain: String,
+    pub backup_read_mbps: u32,
+}
+
+/// Why a wait for durability ended without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplicationError {
+    /// Not all R replicas acknowledged within [`REPLICATION_WAIT_MS`] (too few
+    /// backups up, or they are slow). The operation may be retried.
+    #[error("fewer than the configured replicas acknowledged in time")]
+    Timeout,
+}
+
+/// Counters for `GetServerStats` and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicaStats {
+    pub replicas_per_segment: usize,
+    /// Segments the manager tracks (in the log, or waiting to be freed).
+    pub segments: usize,
+    pub rounds: u64,
+    pub bytes_sent: u64,
+    pub rpc_failures: u64,
+    /// Replicas re-created after a backup failed or left.
+    pub rereplications: u64,
+    pub replicas_freed: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Replica {
+    backup: u64,
+    address: String,
+    /// Bytes the backup acknowledged.
+    acked: usize,
+    opened: bool,
+    closed: bool,
+    /// Written in atomic mode: a re-replica, sent whole with its close.
+    atomic: bool,
+}
+
+#[derive(Debug)]
+struct Segment {
+    role: SegmentRole,
+    /// Bytes the log reported (at least; a round may send more).
+    appended: usize,
+    close_requested: bool,
+    in_flight: bool,
+    replicas: Vec<Replica>,
+    /// Backups that refused or failed this segment: not chosen again for it.
+    excluded: Vec<u64>,
+    /// Some RPC for it succeeded: a replacement replica must be atomic.
+    started: bool,
+    /// Bytes on all R replicas.
+    durable: usize,
+    closed_durable: bool,
+    retry_at: Option<Instant>,
+}
+
+impl Segment {
+    fn new(role: SegmentRole) -> Self {
+        Self {
+            role,
+            appended: 0,
+            close_requested: false,
+            in_flight: false,
+            replicas: Vec::new(),
+            excluded: Vec::new(),
+            started: false,
+            durable: 0,
+            closed_durable: false,
+            retry_at: None,
+        }
+    }
+}
+
+/// What one replica gets in a round.
+struct Send {
+    index: usize,
+    backup: u64,
+    address: String,
+    from: usize,
+    flags: BackupWriteFlags,
+}
+
+struct Round {
+    segment_id: u64,
+    from: usize,
+    sends: Vec<Send>,
+}
+
+#[derive(Default)]
+struct State {
+    master_id: u64,
+    master_domain: String,
+    segments: BTreeMap<u64, Segment>,
+    /// Segments that may have work.
+    dirty: BTreeSet<u64>,
+    /// Heads not yet closed on all replicas (for the acknowledgement rule).
+    open_heads: BTreeSet<u64>,
+    /// The newest head whose open is durable.
+    newest_open_head: Option<u64>,
+    /// The newest head and how far the log reported it: writers' sync point.
+    head_position: (u64, usize),
+    /// Segments to free once a head with at least this id is open durably.
+    pending_frees: Vec<(u64, Vec<u64>)>,
+    backups: Vec<BackupInfo>,
+    /// Bytes of this master's replicas on each backup (placement's refinement).
+    bytes_on: HashMap<u64, u64>,
+    roll_head: bool,
+    /// The server is stopping: nobody waits for replication any more.
+    stopping: bool,
+    stats: ReplicaStats,
+}
+
+/// The replica manager of one master. Share it as `Arc`; it is the log's sink.
+pub struct ReplicaManager {
+    replicas: usize,
+    state: Mutex<State>,
+    /// Wakes `sync_closed` waiters.
+    closed: Condvar,
+    /// Wakes the replicator task.
+    wake: Notify,
+    /// Wakes writers waiting for durability.
+    durable_changed: Notify,
+    log: Mutex<Option<LogHandle>>,
+    client: BackupClient,
+    rng: Mutex<StdRng>,
+    rounds_in_flight: AtomicU64,
+}
+
+impl std::fmt::Debug for ReplicaManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicaManager")
+            .field("replicas", &self.replicas)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReplicaManager {
+    /// A manager keeping `replicas` copies of each segment (1..=[`MAX_REPLICAS`]),
+    /// talking to backups through `client`. Nothing is sent before
+    /// [`ReplicaManager::start`].
+    pub fn new(replicas: usize, client: BackupClient, seed: u64) -> Arc<Self> {
+        assert!((1..=MAX_REPLICAS).contains(&replicas));
+        Arc::new(Self {
+            replicas,
+            state: Mutex::new(State::default()),
+            closed: Condvar::new(),
+            wake: Notify::new(),
+            durable_changed: Notify::new(),
+            log: Mutex::new(None),
+            client,
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            rounds_in_flight: AtomicU64::new(0),
+        })
+    }
+
+    /// Replicas per segment.
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// Connects the manager to its log and master identity and starts replicating;
+    /// returns the replicator task.
+    pub fn start(
+        self: &Arc<Self>,
+        log: LogHandle,
+        master_id: u64,
+        master_domain: &str,
+    ) -> tokio::task::JoinHandle<()> {
+        *self.log.lock() = Some(log);
+        {
+            let mut st = self.state.lock();
+            st.master_id = master_id;
+            st.master_domain = master_domain.to_string();
+            let all: Vec<u64> = st.segments.keys().copied().collect();
+            st.dirty.extend(all);
+        }
+        let me = self.clone();
+        tokio::spawn(async move { me.run().await })
+    }
+
+    /// The coordinator's view of the backups changed: replicas on backups that are
+    /// no longer listed as UP are re-created elsewhere (R§8).
+    pub fn set_backups(&self, backups: Vec<BackupInfo>) {
+        let mut st = self.state.lock();
+        let up: BTreeSet<u64> = backups.iter().map(|b| b.server_id).collect();
+        st.backups = backups;
+        let lost: Vec<u64> = st
+            .segments
+            .values()
+            .flat_map(|s| s.replicas.iter().map(|r| r.backup))
+            .filter(|b| !up.contains(b))
+            .collect::<BTreeSet<u64>>()
+            .into_iter()
+            .collect();
+        for backup in lost {
+            tracing::warn!(
+                backup,
+                "backup left the cluster; re-replicating its replicas"
+            );
+            lose_backup(&mut st, backup);
+        }
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    /// Where a writer's operation must be durable before it is acknowledged: the
+    /// newest head and its reported end.
+    pub fn sync_point(&self) -> (u64, usize) {
+        self.state.lock().head_position
+    }
+
+    /// Whether everything up to `point` is durable (see the module doc's rule).
+    pub fn is_durable(&self, point: (u64, usize)) -> bool {
+        durable_at(&self.state.lock(), point)
+    }
+
+    /// Waits until everything up to `point` is durable on all R replicas, at most
+    /// [`REPLICATION_WAIT_MS`].
+    pub async fn wait_durable(&self, point: (u64, usize)) -> Result<(), ReplicationError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(REPLICATION_WAIT_MS);
+        loop {
+            let notified = self.durable_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_durable(point) {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return if self.is_durable(point) {
+                    Ok(())
+                } else {
+                    Err(ReplicationError::Timeout)
+                };
+            }
+        }
+    }
+
+    /// The server is stopping (its replicator task is gone): waits in the cleaner
+    /// end now instead of never.
+    pub fn shutdown(&self) {
+        self.state.lock().stopping = true;
+        self.closed.notify_all();
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ReplicaStats {
+        let st = self.state.lock();
+        let mut s = st.stats;
+        s.replicas_per_segment = self.replicas;
+        s.segments = st.segments.len();
+        s
+    }
+
+    async fn run(self: Arc<Self>) {
+        loop {
+            let notified = self.wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (rounds, frees, roll, retry_at) = self.plan();
+            if roll {
+                self.with_log(|log| {
+                    if !log.roll_head_now() {
+                        tracing::error!("cannot move the head off a lost backup: no memory");
+                    }
+                });
+            }
+            for (backup, address, segment_id) in frees {
+                let me = self.clone();
+                tokio::spawn(async move { me.free(backup, address, segment_id).await });
+            }
+            for round in rounds {
+                let me = self.clone();
+                self.rounds_in_flight.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move { me.run_round(round).await });
+            }
+            if roll {
+                continue;
+            }
+            match retry_at {
+                Some(at) => {
+                    let _ = tokio::time::timeout_at(at.into(), notified).await;
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    fn with_log<R>(&self, f: impl FnOnce(&ramstore_log::Log) -> R) -> Option<R> {
+        let handle = self.log.lock().clone()?;
+        handle.with(f)
+    }
+
+    /// Chooses the next rounds, frees and head move; marks rounds in flight.
+    #[allow(clippy::type_complexity)]
+    fn plan(&self) -> (Vec<Round>, Vec<(u64, String, u64)>, bool, Option<Instant>) {
+        let mut st = self.state.lock();
+        if st.master_id == 0 {
+            return (Vec::new(), Vec::new(), false, None);
+        }
+        let now = Instant::now();
+        let mut rounds = Vec::new();
+        let mut retry_at: Option<Instant> = None;
+        let dirty = std::mem::take(&mut st.dirty);
+        for id in dirty {
+            if let Some(at) = st.segments.get(&id).and_then(|s| s.retry_at) {
+                if at > now {
+                    retry_at = Some(retry_at.map_or(at, |r| r.min(at)));
+                    st.dirty.insert(id);
+                    continue;
+                }
+            }
+            match self.plan_segment(&mut st, id) {
+                Planned::Round(r) => rounds.push(r),
+                Planned::Nothing => {}
+                Planned::Retry => {
+                    let at = now + Duration::from_millis(RETRY_BACKOFF_MS);
+                    if let Some(s) = st.segments.get_mut(&id) {
+                        s.retry_at = Some(at);
+                    }
+                    st.dirty.insert(id);
+                    retry_at = Some(retry_at.map_or(at, |r| r.min(at)));
+                }
+            }
+        }
+        let frees = take_frees(&mut st);
+        let roll = std::mem::take(&mut st.roll_head);
+        (rounds, frees, roll, retry_at)
+    }
+
+    fn plan_segment(&self, st: &mut State, id: u64) -> Planned {
+        let newest_open_head = st.newest_open_head;
+        let replicas = self.replicas;
+        // Fill empty replica places first (R§7.1).
+        let missing = st
+            .segments
+            .get(&id)
+            .map_or(0, |s| replicas.saturating_sub(s.replicas.len()));
+        if st.segments.get(&id).is_none_or(|s| s.in_flight) {
+            return Planned::Nothing;
+        }
+        for _ in 0..missing {
+            if !self.place(st, id) {
+                return Planned::Retry;
+            }
+        }
+        let Some(seg) = st.segments.get_mut(&id) else {
+            return Planned::Nothing;
+        };
+        let close_allowed = seg.close_requested
+            && match seg.role {
+                SegmentRole::Survivor => true,
+                SegmentRole::Head => newest_open_head.is_some_and(|h| h > id),
+            };
+        let mut sends = Vec::new();
+        for (index, r) in seg.replicas.iter().enumerate() {
+            if r.closed {
+                continue;
+            }
+            if r.atomic && !close_allowed {
+                // A re-replica is sent whole, once the segment stops growing.
+                continue;
+            }
+            let more = r.acked < seg.appended || !r.opened;
+            if !more && !close_allowed {
+                continue;
+            }
+            sends.push(Send {
+                index,
+                backup: r.backup,
+                address: r.address.clone(),
+                from: r.acked,
+                flags: BackupWriteFlags {
+                    open: !r.opened,
+                    close: close_allowed,
+                    atomic: r.atomic && !r.opened,
+                },
+            });
+        }
+        if sends.is_empty() {
+            return Planned::Nothing;
+        }
+        seg.in_flight = true;
+        let from = sends.iter().map(|s| s.from).min().unwrap_or(0);
+        Planned::Round(Round {
+            segment_id: id,
+            from,
+            sends,
+        })
+    }
+
+    /// Adds one replica place to segment `id`; false if no backup is eligible.
+    fn place(&self, st: &mut State, id: u64) -> bool {
+        let Some(seg) = st.segments.get(&id) else {
+            return false;
+        };
+        let taken: Vec<u64> = seg.replicas.iter().map(|r| r.backup).collect();
+        let candidates: Vec<Candidate<'_>> = st
+            .backups
+            .iter()
+            .map(|b| Candidate {
+                server_id: b.server_id,
+                failure_domain: &b.failure_domain,
+                backup_read_mbps: b.backup_read_mbps,
+                replica_bytes: st.bytes_on.get(&b.server_id).copied().unwrap_or(0),
+            })
+            .collect();
+        let chosen = choose_backup(
+            &candidates,
+            st.master_id,
+            &st.master_domain,
+            &taken,
+            &seg.excluded,
+            SEGMENT_BYTES as u64,
+            &mut *self.rng.lock(),
+        );
+        let Some(backup) = chosen else {
+            return false;
+        };
+        let Some(address) = st
+            .backups
+            .iter()
+            .find(|b| b.server_id == backup)
+            .map(|b| b.address.clone())
+        else {
+            return false;
+        };
+        *st.bytes_on.entry(backup).or_default() += SEGMENT_BYTES as u64;
+        let Some(seg) = st.segments.get_mut(&id) else {
+            return false;
+        };
+        let atomic = seg.started;
+        seg.replicas.push(Replica {
+            backup,
+            address,
+            acked: 0,
+            opened: false,
+            closed: false,
+            atomic,
+        });
+        if atomic {
+            st.stats.rereplications += 1;
+        }
+        true
+    }
+
+    async fn run_round(self: Arc<Self>, round: Round) {
+        let mut bytes = Vec::new();
+        let length =
+            self.with_log(|log| log.copy_for_replica(round.segment_id, round.from, &mut bytes));
+        let Some(Some(length)) = length else {
+            // The segment left memory (cleaned, or an emergency head): nothing to
+            // replicate any more.
+            self.forget(round.segment_id);
+            return;
+        };
+        let master_id = self.state.lock().master_id;
+        let results = futures_join(round.sends.iter().map(|s| {
+            let slice = &bytes[s.from - round.from..];
+            self.client.write(
+                &s.address,
+                master_id,
+                round.segment_id,
+                s.from as u32,
+                slice,
+                s.flags,
+            )
+        }))
+        .await;
+        self.finish_round(&round, length, results);
+        self.rounds_in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn finish_round(
+        &self,
+        round: &Round,
+        length: usize,
+        results: Vec<Result<(), BackupClientError>>,
+    ) {
+        let mut replicated = None;
+        {
+            let mut st = self.state.lock();
+            st.stats.rounds += 1;
+            let mut lost = Vec::new();
+            let mut retry = false;
+            let Some(seg) = st.segments.get_mut(&round.segment_id) else {
+                return;
+            };
+            seg.in_flight = false;
+            let mut sent = 0u64;
+            for (send, result) in round.sends.iter().zip(results) {
+                let Some(r) = seg.replicas.get_mut(send.index) else {
+                    continue;
+                };
+                if r.backup != send.backup {
+                    continue;
+                }
+                match result {
+                    Ok(()) => {
+                        sent += (length - send.from) as u64;
+                        r.acked = length;
+                        r.opened = true;
+                        r.closed |= send.flags.close;
+                        seg.started = true;
+                    }
+                    Err(BackupClientError::Retry { .. }) => retry = true,
+                    Err(e) => {
+                        tracing::warn!(segment = round.segment_id, backup = send.backup, error = %e, "replication to a backup failed");
+                        lost.push(send.backup);
+                    }
+                }
+            }
+            seg.appended = seg.appended.max(length);
+            if retry {
+                seg.retry_at = Some(Instant::now() + Duration::from_millis(RETRY_BACKOFF_MS));
+            }
+            st.stats.bytes_sent += sent;
+            st.stats.rpc_failures += lost.len() as u64;
+            for backup in lost {
+                drop_replica(&mut st, round.segment_id, backup);
+            }
+            if let Some(id) = update_durability(&mut st, round.segment_id, self.replicas) {
+                replicated = Some(id);
+            }
+            st.dirty.insert(round.segment_id);
+        }
+        if let Some(id) = replicated {
+            self.with_log(|log| log.segment_replicated(id));
+            self.closed.notify_all();
+        }
+        self.durable_changed.notify_waiters();
+        self.wake.notify_one();
+    }
+
+    fn forget(&self, segment_id: u64) {
+        {
+            let mut st = self.state.lock();
+            if let Some(seg) = st.segments.remove(&segment_id) {
+                for r in &seg.replicas {
+                    if let Some(b) = st.bytes_on.get_mut(&r.backup) {
+                        *b = b.saturating_sub(SEGMENT_BYTES as u64);
+                    }
+                }
+            }
+            st.open_heads.remove(&segment_id);
+        }
+        self.rounds_in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.closed.notify_all();
+        self.durable_changed.notify_waiters();
+        self.wake.notify_one();
+    }
+
+    async fn free(&self, backup: u64, address: String, segment_id: u64) {
+        let master_id = self.state.lock().master_id;
+        match self.client.free(&address, master_id, segment_id).await {
+            Ok(()) => self.state.lock().stats.replicas_freed += 1,
+            Err(e) => {
+                tracing::debug!(backup, segment_id, error = %e, "freeing a replica failed")
+            }
+        }
+    }
+}
+
+enum Planned {
+    Round(Round),
+    Nothing,
+    Retry,
+}
+
+/// Runs the futures concurrently and returns their outputs in order.
+async fn futures_join<F, T>(futures: impl Iterator<Item = F>) -> Vec<T>
+where
+    F: std::future::Future<Output = T>,
+{
+    let futures: Vec<_> = futures.map(Box::pin).collect();
+    let mut outputs: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    let mut futures: Vec<Option<_>> = futures.into_iter().map(Some).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (slot, out) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        *out = Some(v);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+/// The acknowledgement rule: `point`'s head holds its bytes on all R replicas and
+/// every older head is closed on all of its.
+fn durable_at(st: &State, (head, end): (u64, usize)) -> bool {
+    if st.open_heads.range(..head).next().is_some() {
+        return false;
+    }
+    st.segments.get(&head).is_none_or(|s| s.durable >= end)
+}
+
+/// Recomputes a segment's durable bytes and states; returns its id if it just
+/// became closed on all replicas.
+fn update_durability(st: &mut State, id: u64, replicas: usize) -> Option<u64> {
+    let seg = st.segments.get_mut(&id)?;
+    seg.durable = if seg.replicas.len() < replicas {
+        0
+    } else {
+        seg.replicas.iter().map(|r| r.acked).min().unwrap_or(0)
+    };
+    let opened = seg.replicas.len() == replicas && seg.replicas.iter().all(|r| r.opened);
+    let all_closed = seg.replicas.len() == replicas && seg.replicas.iter().all(|r| r.closed);
+    if seg.role == SegmentRole::Head
+        && opened
+        && !seg.replicas.iter().any(|r| r.atomic && !r.closed)
+    {
+        st.newest_open_head = Some(st.newest_open_head.map_or(id, |h| h.max(id)));
+        // A newer durable head lets older heads close.
+        let older: Vec<u64> = st.open_heads.range(..id).copied().collect();
+        st.dirty.extend(older);
+    }
+    let seg = st.segments.get_mut(&id)?;
+    if all_closed && !seg.closed_durable {
+        seg.closed_durable = true;
+        st.open_heads.remove(&id);
+        return Some(id);
+    }
+    None
+}
+
+/// Removes `backup`'s replica of segment `id`; the next plan places a new one. A
+/// head that lost a replica is moved (R§8).
+fn drop_replica(st: &mut State, id: u64, backup: u64) {
+    let Some(seg) = st.segments.get_mut(&id) else {
+        return;
+    };
+    let before = seg.replicas.len();
+    seg.replicas.retain(|r| r.backup != backup);
+    if seg.replicas.len() == before {
+        return;
+    }
+    seg.excluded.push(backup);
+    seg.closed_durable = false;
+    let moves_head = seg.role == SegmentRole::Head && !seg.close_requested;
+    if let Some(b) = st.bytes_on.get_mut(&backup) {
+        *b = b.saturating_sub(SEGMENT_BYTES as u64);
+    }
+    if moves_head {
+        st.roll_head = true;
+    }
+    st.dirty.insert(id);
+}
+
+fn lose_backup(st: &mut State, backup: u64) {
+    let ids: Vec<u64> = st
+        .segments
+        .iter()
+        .filter(|(_, s)| s.replicas.iter().any(|r| r.backup == backup))
+        .map(|(&id, _)| id)
+        .collect();
+    for id in ids {
+        drop_replica(st, id, backup);
+    }
+    st.bytes_on.remove(&backup);
+}
+
+/// Segments whose replicas may be freed now (their freeing head is open durably):
+/// (backup, address, segment) for each replica; the segments are forgotten.
+fn take_frees(st: &mut State) -> Vec<(u64, String, u64)> {
+    let Some(newest) = st.newest_open_head else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut keep = Vec::new();
+    for (after, ids) in std::mem::take(&mut st.pending_frees) {
+        if after > newest {
+            keep.push((after, ids));
+            continue;
+        }
+        for id in ids {
+            if let Some(seg) = st.segments.get(&id) {
+                if seg.in_flight {
+                    keep.push((after, vec![id]));
+                    continue;
+                }
+            }
+            if let Some(seg) = st.segments.remove(&id) {
+                for r in seg.replicas {
+                    if let Some(b) = st.bytes_on.get_mut(&r.backup) {
+                        *b = b.saturating_sub(SEGMENT_BYTES as u64);
+                    }
+                    out.push((r.backup, r.address, id));
+                }
+            }
+            st.open_heads.remove(&id);
+        }
+    }
+    st.pending_frees = keep;
+    out
+}
+
+impl ReplicaSink for ReplicaManager {
+    fn opened(&self, segment_id: u64, role: SegmentRole) {
+        let mut st = self.state.lock();
+        st.segments.insert(segment_id, Segment::new(role));
+        if role == SegmentRole::Head {
+            st.open_heads.insert(segment_id);
+            if segment_id >= st.head_position.0 {
+                st.head_position = (segment_id, 0);
+            }
+        }
+    }
+
+    fn replicate(&self, segment_id: u64, offset: usize, len: usize) {
+        let end = offset + len;
+        {
+            let mut st = self.state.lock();
+            let Some(seg) = st.segments.get_mut(&segment_id) else {
+                return;
+            };
+            seg.appended = seg.appended.max(end);
+            let head = seg.role == SegmentRole::Head;
+            if head && segment_id == st.head_position.0 {
+                st.head_position.1 = st.head_position.1.max(end);
+            }
+            st.dirty.insert(segment_id);
+        }
+        self.wake.notify_one();
+    }
+
+    fn close(&self, segment_id: u64) {
+        {
+            let mut st = self.state.lock();
+            if let Some(seg) = st.segments.get_mut(&segment_id) {
+                seg.close_requested = true;
+            }
+            st.dirty.insert(segment_id);
+        }
+        self.wake.notify_one();
+    }
+
+    fn sync_closed(&self, segment_ids: &[u64]) {
+        let mut st = self.state.lock();
+        loop {
+            let done = segment_ids
+                .iter()
+                .all(|id| st.segments.get(id).is_none_or(|s| s.closed_durable));
+            if done || st.stopping {
+                return;
+            }
+            self.closed
+                .wait_for(&mut st, Duration::from_millis(SYNC_CLOSED_POLL_MS));
+        }
+    }
+
+    fn cleaned(&self, _survivors: &[u64], freed: &[u64]) {
+        if freed.is_empty() {
+            return;
+        }
+        {
+            let mut st = self.state.lock();
+            // Freed once a head opened after the digest that dropped them is
+            // durable (L§6.4): the current newest head is such a head.
+            let after = st.head_position.0;
+            st.pending_frees.push((after, freed.to_vec()));
+        }
+        self.wake.notify_one();
+    }
+}
