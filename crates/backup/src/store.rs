@@ -344,15 +344,16 @@ impl<D: Disk> BackupStore<D> {
                 catalog.replicas.insert(key, replica);
                 return Ok(());
             }
-            // Fsync mode: the open is acknowledged once durable. The replica is
-            // visible meanwhile; anyone who finds it waits for its lock.
+            // The open is acknowledged once on disk (fsync mode) or in the page
+            // cache (buffered). The replica is visible meanwhile; anyone who finds
+            // it waits for its lock.
             let mut st = replica.state.lock();
             catalog.replicas.insert(key, Arc::clone(&replica));
             drop(catalog);
             let meta = self.metadata(&replica, 0, EMPTY_CRC, false);
             let result = self
                 .put_metadata(replica.frame, &mut st.next_slot, &meta)
-                .and_then(|_| self.sync());
+                .and_then(|_| self.sync_if_fsync());
             return match result {
                 Ok(()) => {
                     st.persisted = true;
@@ -459,7 +460,7 @@ impl<D: Disk> BackupStore<D> {
                 let meta = self.metadata(&replica, new_len, new_crc, false);
                 self.put_metadata(frame, next_slot, &meta)
             })
-            .and_then(|_| self.sync());
+            .and_then(|_| self.sync_if_fsync());
             if let Err(e) = result {
                 *next_slot = slot_before;
                 *persisted = false;
@@ -719,8 +720,21 @@ impl<D: Disk> BackupStore<D> {
     }
 
     /// True if writes to a replica go to disk before they are acknowledged.
+    /// Whether an open or write of a replica goes to the file before it is
+    /// acknowledged: in both modes for non-atomic replicas (buffered mode without a
+    /// sync, so the bytes survive a crash of this process in the page cache; R§4.2
+    /// leaves power failure to the flush assumption), never for atomic ones (a
+    /// restart drops an unfinished atomic replica anyway).
     fn writes_through(&self, atomic: bool) -> bool {
-        self.config.sync_mode == SyncMode::Fsync && !atomic
+        !atomic
+    }
+
+    /// Syncs the disk in fsync mode; buffered mode acknowledges from the page cache.
+    fn sync_if_fsync(&self) -> Result<(), BackupError> {
+        match self.config.sync_mode {
+            SyncMode::Fsync => self.sync(),
+            SyncMode::Buffered => Ok(()),
+        }
     }
 
     fn metadata(

@@ -114,7 +114,10 @@ pub async fn dev(o: DevOptions) -> Result<()> {
     .await
     .with_context(|| format!("starting the coordinator on {coordinator_addr}"))?;
     let replicas = o.replicas.min(o.servers - 1);
-    let mut servers = Vec::new();
+    // Servers start concurrently: after a restart each reloads its log from the
+    // others' backups before it enlists (cold start), so none may wait for another
+    // to finish starting.
+    let mut starting = Vec::new();
     for i in 0..o.servers {
         let port = o.port as usize + 1 + i;
         anyhow::ensure!(
@@ -123,7 +126,7 @@ pub async fn dev(o: DevOptions) -> Result<()> {
             o.servers
         );
         let listen = format!("127.0.0.1:{port}");
-        let server = ramstore_server::start(ServerOptions {
+        let options = ServerOptions {
             listen: listen.clone(),
             memory_bytes: o.memory_bytes,
             backup_dir: Some(dev_backup_dir(&dir, i + 1)),
@@ -131,9 +134,15 @@ pub async fn dev(o: DevOptions) -> Result<()> {
             backup_frames: o.backup_frames,
             replicas,
             ..ServerOptions::new(coordinator_addr.clone())
-        })
-        .await
-        .with_context(|| format!("starting storage server {} on {listen}", i + 1))?;
+        };
+        starting.push((i, listen, tokio::spawn(ramstore_server::start(options))));
+    }
+    let mut servers = Vec::new();
+    for (i, listen, task) in starting {
+        let server = task
+            .await
+            .context("a server's start task failed")?
+            .with_context(|| format!("starting storage server {} on {listen}", i + 1))?;
         servers.push(server);
     }
     let addrs: Vec<String> = servers.iter().map(|s| s.addr.to_string()).collect();

@@ -403,8 +403,43 @@ impl ObjectStore {
         if value.len() > MAX_VALUE_BYTES {
             return Err(WriteError::ValueTooLarge(value.len()));
         }
-        self.update(table_id, key, rules, |_| Ok(NewValue::Borrowed(value)))
-            .map(|(version, _)| version)
+        self.update(table_id, key, rules, None, |_| {
+            Ok(NewValue::Borrowed(value))
+        })
+        .map(|(version, _)| version)
+    }
+
+    /// Puts back an object as it was in a log being reloaded (cold start, recovery
+    /// replay, R§7.6): with exactly `version`, replacing any current object. The
+    /// caller keeps only the newest version of each key and raises the safe version
+    /// ([`ObjectStore::raise_safe_version`]) above every version it saw.
+    pub fn restore(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        version: u64,
+    ) -> Result<(), WriteError> {
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(WriteError::ValueTooLarge(value.len()));
+        }
+        self.update(
+            table_id,
+            key,
+            &RejectRules::default(),
+            Some(version),
+            |_| Ok(NewValue::Borrowed(value)),
+        )
+        .map(|_| ())
+    }
+
+    /// Makes every later write of a new object get a version of at least
+    /// `version` (R§3.1: versions never go back, also across a reload).
+    pub fn raise_safe_version(&self, version: u64) {
+        self.inner
+            .shared
+            .safe_version
+            .fetch_max(version, Ordering::SeqCst);
     }
 
     /// Adds `delta` to an object whose value is an 8-byte little-endian i64 (a missing
@@ -416,7 +451,7 @@ impl ObjectStore {
         delta: i64,
         rules: &RejectRules,
     ) -> Result<(i64, u64), WriteError> {
-        let (version, bytes) = self.update(table_id, key, rules, |current| {
+        let (version, bytes) = self.update(table_id, key, rules, None, |current| {
             let old = match current {
                 Some(view) => i64::from_le_bytes(read_number(view)?),
                 None => 0,
@@ -436,7 +471,7 @@ impl ObjectStore {
         delta: f64,
         rules: &RejectRules,
     ) -> Result<(f64, u64), WriteError> {
-        let (version, bytes) = self.update(table_id, key, rules, |current| {
+        let (version, bytes) = self.update(table_id, key, rules, None, |current| {
             let old = match current {
                 Some(view) => f64::from_le_bytes(read_number(view)?),
                 None => 0.0,
@@ -459,6 +494,7 @@ impl ObjectStore {
         table_id: u64,
         key: &[u8],
         rules: &RejectRules,
+        forced_version: Option<u64>,
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<(u64, [u8; 8]), WriteError> {
         if key.len() > MAX_KEY_BYTES {
@@ -494,9 +530,10 @@ impl ObjectStore {
             rules.check(current.as_ref().map(|c| c.version))?;
             let value = compute(current_view.as_ref())?;
             let value = value.bytes();
-            let version = match &current {
-                Some(c) => c.version + 1,
-                None => inner.shared.safe_version.load(Ordering::SeqCst),
+            let version = match (&current, forced_version) {
+                (_, Some(v)) => v,
+                (Some(c), None) => c.version + 1,
+                (None, None) => inner.shared.safe_version.load(Ordering::SeqCst),
             };
             let appended = log.append_object(
                 &NewObject {

@@ -17,6 +17,7 @@
 //! `ramstore_backup`'s contract under the configured [`SyncMode`].
 
 pub mod backup_service;
+pub mod cold_start;
 pub mod metrics;
 pub mod placement;
 pub mod replica_manager;

@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::backup_service::BackupService;
+use crate::cold_start;
 use crate::metrics::{render_backup, render_store};
 use crate::replica_manager::{ReplicaManager, MAX_REPLICAS};
 use crate::storage_service::StorageService;
@@ -107,6 +108,8 @@ pub enum ServerError {
     Config(#[from] ramstore_master::ConfigError),
     #[error("--replicas {0} is too many: at most {MAX_REPLICAS}")]
     Replicas(usize),
+    #[error(transparent)]
+    ColdStart(#[from] cold_start::ColdStartError),
     #[error("coordinator at {addr} refused enlistment: {reason}")]
     Enlist { addr: String, reason: String },
     #[error(
@@ -217,10 +220,36 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         .advertise
         .clone()
         .unwrap_or_else(|| addr.to_string());
+    // Cold start: a replicating server restarted on its directory reloads its old
+    // log from the backups before it enlists (see `cold_start`).
+    let identity_dir = options.backup_dir.clone().filter(|_| manager.is_some());
+    let old_id = match &identity_dir {
+        Some(dir) => cold_start::read_identity(dir)?,
+        None => None,
+    };
+    if let (Some(old_id), Some(dir)) = (old_id, &identity_dir) {
+        let client = BackupClient::new(Arc::new(TcpTransport::new()));
+        let identity = dir.join(cold_start::IDENTITY_FILE);
+        let summary = cold_start::reload(
+            &options.coordinator,
+            old_id,
+            service.store(),
+            &client,
+            &identity,
+        )
+        .await?;
+        tracing::info!(
+            old_id,
+            segments = summary.segments,
+            objects = summary.objects,
+            tablets = summary.tablets,
+            "cold start: reloaded the log from backups"
+        );
+    }
     let server_id = enlist(
         &options.coordinator,
         &Request::Enlist {
-            replaces_server_id: 0,
+            replaces_server_id: old_id.unwrap_or(0),
             services,
             memory_bytes: options.memory_bytes as u64,
             backup_read_mbps,
@@ -230,6 +259,9 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     )
     .await?;
     service.set_server_id(server_id);
+    if let Some(dir) = &identity_dir {
+        cold_start::write_identity(dir, server_id)?;
+    }
     if let Some(m) = &manager {
         tasks.push(m.start(
             service.store().log_handle(),
