@@ -62,6 +62,8 @@ pub const REPLICATION_WAIT_MS: u64 = 1_000;
 /// Pause before a segment that found no backup (or a backup that asked to retry)
 /// is tried again.
 const RETRY_BACKOFF_MS: u64 = 20;
+/// How soon the replicator sends bytes of a head that no writer is driving.
+const SWEEP_MS: u64 = 5;
 /// How often `sync_closed` re-checks while it waits (it is also woken).
 const SYNC_CLOSED_POLL_MS: u64 = 100;
 
@@ -290,6 +292,11 @@ impl ReplicaManager {
 
     /// Waits until everything up to `point` is durable on all R replicas, at most
     /// [`REPLICATION_WAIT_MS`].
+    ///
+    /// The waiting writer sends the head's round itself when none is in flight
+    /// (R§4.2: the worker thread replicates): no task hand-off on the write path.
+    /// Writers arriving while it is in flight wait, and the next of them sends
+    /// everything appended meanwhile (group commit).
     pub async fn wait_durable(&self, point: (u64, usize)) -> Result<(), ReplicationError> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(REPLICATION_WAIT_MS);
         loop {
@@ -298,6 +305,11 @@ impl ReplicaManager {
             notified.as_mut().enable();
             if self.is_durable(point) {
                 return Ok(());
+            }
+            if let Some(round) = self.plan_inline(point.0) {
+                self.rounds_in_flight.fetch_add(1, Ordering::Relaxed);
+                self.run_round(round).await;
+                continue;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return if self.is_durable(point) {
@@ -350,7 +362,11 @@ impl ReplicaManager {
             if roll {
                 continue;
             }
-            match retry_at {
+            // Heads are driven by their waiting writers; bytes nobody waits for
+            // (a writer that timed out) are swept up here soon after.
+            let sweep = (!self.state.lock().dirty.is_empty())
+                .then(|| Instant::now() + Duration::from_millis(SWEEP_MS));
+            match retry_at.into_iter().chain(sweep).min() {
                 Some(at) => {
                     let _ = tokio::time::timeout_at(at.into(), notified).await;
                 }
@@ -362,6 +378,33 @@ impl ReplicaManager {
     fn with_log<R>(&self, f: impl FnOnce(&ramstore_log::Log) -> R) -> Option<R> {
         let handle = self.log.lock().clone()?;
         handle.with(f)
+    }
+
+    /// A round for head `segment_id` if it has work and none is in flight.
+    fn plan_inline(&self, segment_id: u64) -> Option<Round> {
+        let mut st = self.state.lock();
+        let waiting = st
+            .segments
+            .get(&segment_id)?
+            .retry_at
+            .is_some_and(|at| at > Instant::now());
+        if st.master_id == 0 || waiting {
+            return None;
+        }
+        match self.plan_segment(&mut st, segment_id) {
+            Planned::Round(r) => Some(r),
+            Planned::Nothing => None,
+            Planned::Retry => {
+                let at = Instant::now() + Duration::from_millis(RETRY_BACKOFF_MS);
+                if let Some(s) = st.segments.get_mut(&segment_id) {
+                    s.retry_at = Some(at);
+                }
+                st.dirty.insert(segment_id);
+                drop(st);
+                self.wake.notify_one();
+                None
+            }
+        }
     }
 
     /// Chooses the next rounds, frees and head move; marks rounds in flight.
@@ -376,11 +419,15 @@ impl ReplicaManager {
         let mut retry_at: Option<Instant> = None;
         let dirty = std::mem::take(&mut st.dirty);
         for id in dirty {
-            if let Some(at) = st.segments.get(&id).and_then(|s| s.retry_at) {
-                if at > now {
-                    retry_at = Some(retry_at.map_or(at, |r| r.min(at)));
-                    st.dirty.insert(id);
-                    continue;
+            if let Some(seg) = st.segments.get_mut(&id) {
+                match seg.retry_at {
+                    Some(at) if at > now => {
+                        retry_at = Some(retry_at.map_or(at, |r| r.min(at)));
+                        st.dirty.insert(id);
+                        continue;
+                    }
+                    Some(_) => seg.retry_at = None,
+                    None => {}
                 }
             }
             match self.plan_segment(&mut st, id) {
@@ -517,7 +564,7 @@ impl ReplicaManager {
         true
     }
 
-    async fn run_round(self: Arc<Self>, round: Round) {
+    async fn run_round(&self, round: Round) {
         let mut bytes = Vec::new();
         let length =
             self.with_log(|log| log.copy_for_replica(round.segment_id, round.from, &mut bytes));
@@ -551,6 +598,7 @@ impl ReplicaManager {
         results: Vec<Result<(), BackupClientError>>,
     ) {
         let mut replicated = None;
+        let replicator_needed;
         {
             let mut st = self.state.lock();
             st.stats.rounds += 1;
@@ -584,6 +632,14 @@ impl ReplicaManager {
                 }
             }
             seg.appended = seg.appended.max(length);
+            // An open head's next bytes are sent by the writers waiting for them;
+            // anything else (closes, failures, the opening digest that lets older
+            // heads close, frees) is the replicator's.
+            replicator_needed = !lost.is_empty()
+                || retry
+                || seg.close_requested
+                || seg.role != SegmentRole::Head
+                || round.sends.iter().any(|s| s.flags.open);
             if retry {
                 seg.retry_at = Some(Instant::now() + Duration::from_millis(RETRY_BACKOFF_MS));
             }
@@ -602,7 +658,9 @@ impl ReplicaManager {
             self.closed.notify_all();
         }
         self.durable_changed.notify_waiters();
-        self.wake.notify_one();
+        if replicator_needed {
+            self.wake.notify_one();
+        }
     }
 
     fn forget(&self, segment_id: u64) {
@@ -805,6 +863,11 @@ impl ReplicaSink for ReplicaManager {
                 st.head_position.1 = st.head_position.1.max(end);
             }
             st.dirty.insert(segment_id);
+            // A head's data is sent by the writers waiting for it; its opening
+            // bytes (digest) and survivors are the replicator's.
+            if head && offset > 0 {
+                return;
+            }
         }
         self.wake.notify_one();
     }

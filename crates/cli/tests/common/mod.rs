@@ -418,7 +418,37 @@ impl Server {
             args.extend_from_slice(&["--replicas", "0"]);
         }
         args.extend_from_slice(extra);
-        let mut proc = Proc::spawn("server", &args, &[]);
+        Server::ready(Proc::spawn("server", &args, &[]))
+    }
+
+    /// Starts servers concurrently (each `(listen, extra)`, as in [`Server::start`])
+    /// and waits until all are ready: servers restarted after a cold stop reload
+    /// their logs from each other's backups before they report ready. The
+    /// processes are spawned from this thread, since a child is killed when the
+    /// thread that spawned it ends (`PR_SET_PDEATHSIG`).
+    pub fn start_all(
+        coordinator: &str,
+        servers: &[(&str, &[&str])],
+    ) -> Result<Vec<Server>, String> {
+        let procs: Vec<Proc> = servers
+            .iter()
+            .map(|(listen, extra)| {
+                let mut args = vec!["server", "--coordinator", coordinator, "--listen", listen];
+                if !extra.contains(&"--memory") {
+                    args.extend_from_slice(&["--memory", SERVER_MEMORY]);
+                }
+                if !extra.contains(&"--replicas") {
+                    args.extend_from_slice(&["--replicas", "0"]);
+                }
+                args.extend_from_slice(extra);
+                Proc::spawn("server", &args, &[])
+            })
+            .collect();
+        procs.into_iter().map(Server::ready).collect()
+    }
+
+    /// Waits for a spawned server's ready line.
+    fn ready(mut proc: Proc) -> Result<Server, String> {
         let line = proc.wait_for_line(|l| l.starts_with("ramstore server "), READY_TIMEOUT)?;
         // "ramstore server ID listening on ADDR[,] ..."
         let words: Vec<&str> = line.split_whitespace().collect();
