@@ -23,7 +23,7 @@ fn client(coordinator: &str) -> BlockingClient {
 fn value(i: usize, round: u8) -> Vec<u8> {
     // Every tenth value is 64 KiB, the rest 1 KiB: about 4.5 MiB per round over
     // three masters.
-    let len = if i % 10 == 0 { 64 * 1024 } else { 1024 };
+    let len = if i.is_multiple_of(10) { 64 * 1024 } else { 1024 };
     (0..len).map(|j| (i + j) as u8 ^ round).collect()
 }
 
@@ -33,7 +33,7 @@ fn write_history(client: &BlockingClient, table: u64) -> BTreeMap<String, Option
     let mut expected = BTreeMap::new();
     for round in 0..2u8 {
         for i in 0..OBJECTS {
-            if round == 1 && i % 3 != 0 {
+            if round == 1 && !i.is_multiple_of(3) {
                 continue;
             }
             let key = format!("key-{i}");
@@ -44,7 +44,7 @@ fn write_history(client: &BlockingClient, table: u64) -> BTreeMap<String, Option
             expected.insert(key, Some((v, version)));
         }
     }
-    for i in (0..OBJECTS).filter(|i| i % 7 == 0) {
+    for i in (0..OBJECTS).filter(|i| i.is_multiple_of(7)) {
         let key = format!("key-{i}");
         client
             .remove(table, key.as_bytes())
