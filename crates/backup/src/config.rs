@@ -29,13 +29,16 @@ const _: () = assert!(METADATA_SLOTS_BYTES <= METADATA_AREA_BYTES as usize);
 /// When a write is acknowledged (the crate doc states the full contract).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncMode {
-    /// RAMCloud semantics (R§4.2): open replicas live in memory and a write returns
-    /// once its bytes are there; a replica reaches the disk when it is closed. Durable
-    /// only if the machine can run [`crate::BackupStore::flush`] after a power
-    /// failure is detected (battery- or capacitor-backed power).
+    /// RAMCloud semantics (R§4.2): an open or write of a non-atomic replica returns
+    /// once it is written to the file (in the page cache), without a sync, so it
+    /// survives a crash of the backup process; `close` syncs. Acknowledged bytes of
+    /// open replicas survive a power failure only if the machine can run
+    /// [`crate::BackupStore::flush`] after the failure is detected (battery- or
+    /// capacitor-backed power). Atomic replicas stay in memory until closed.
     Buffered,
-    /// A write returns only after its bytes are on disk and `sync_data` returned.
-    /// Concurrent operations share one sync (group commit).
+    /// An open or write of a non-atomic replica returns only after it is on disk and
+    /// `sync_data` returned, so it survives a power failure. Concurrent operations
+    /// share one sync (group commit).
     Fsync,
 }
 

@@ -55,10 +55,13 @@
 //! # Invariants
 //!
 //! - Two slots per frame, written alternately: a metadata write never overwrites the
-//!   newest block already written for the replica, and the next one is not written
-//!   until the previous one's sync returned. So whatever a crash tears or reorders,
-//!   the last acknowledged state of a replica is still on disk (R§7.4 needs the
-//!   last acknowledged bytes of an open head).
+//!   newest block already written for the replica. In [`SyncMode::Fsync`] the next
+//!   one is not written until the previous one's sync returned, so whatever a crash
+//!   or power failure tears or reorders, the last acknowledged state of a replica is
+//!   still on disk (R§7.4 needs the last acknowledged bytes of an open head). In
+//!   [`SyncMode::Buffered`] blocks are not synced one by one: a crash of the process
+//!   keeps the last acknowledged state (it is in the page cache), a power failure
+//!   keeps only what the last sync made durable (see the durability contract).
 //! - A closed replica's block is in both slots, so it survives damage to either.
 //! - A replica's first block is written with the other slot blank, and `sequence`
 //!   is above every block on disk, so nothing of a frame's earlier owner can win.
@@ -80,25 +83,34 @@
 //!
 //! # Durability contract
 //!
-//! What each operation has made durable when it returns `Ok`:
+//! What each operation has put where when it returns `Ok`. *Written* means handed to
+//! the OS (in the page cache, not synced): it survives a crash of the backup process,
+//! but not a power failure or a crash of the machine's OS (both treated as a power
+//! failure below). *Synced* means on disk after `sync_data`: it survives both.
 //!
-//! | operation       | [`SyncMode::Buffered`]              | [`SyncMode::Fsync`]                        |
-//! | --------------- | ----------------------------------- | ------------------------------------------ |
-//! | `open`          | nothing (memory only)               | an empty open replica (atomic: nothing)    |
-//! | `write`         | nothing (memory only)               | the bytes and their metadata (atomic: none)|
-//! | `close`         | the whole closed replica            | the whole closed replica                   |
-//! | `free`          | nothing (blank slots written)       | the blank slots                            |
-//! | `flush`         | every open non-atomic replica       | every open non-atomic replica              |
+//! | operation | [`SyncMode::Buffered`]                | [`SyncMode::Fsync`]                   |
+//! | --------- | ------------------------------------- | ------------------------------------- |
+//! | `open`    | an empty open replica, written        | an empty open replica, synced         |
+//! | `write`   | the bytes and their metadata, written | the bytes and their metadata, synced  |
+//! | `close`   | the whole closed replica, synced      | the whole closed replica, synced      |
+//! | `free`    | the blank slots, written              | the blank slots, synced               |
+//! | `flush`   | every open non-atomic replica, synced | every open non-atomic replica, synced |
+//!
+//! Opens and writes of atomic replicas are memory only in both modes (a restart
+//! drops an unfinished atomic replica anyway). So in both modes a crash of the
+//! process loses no acknowledged byte of a non-atomic replica; the modes differ only
+//! in what a power failure loses.
 //!
 //! **Buffered mode is RAMCloud's (R§4.2).** A write is acknowledged when its bytes
-//! are in this process's memory. That is durable only under an assumption stated
-//! plainly here: *when power fails, the machine keeps running long enough (battery-
-//! or capacitor-backed power) for the backup to call [`BackupStore::flush`] and for
-//! that to finish*. At most `max_open_buffers × segment_bytes` (64 MiB by default)
-//! is then to be written. Without that assumption, a power failure loses the
-//! unclosed bytes of every open replica, on every backup at once — acknowledged
-//! writes included. A crash of the process alone loses the same bytes on this backup
-//! only, which the other replicas cover.
+//! and metadata are written to the file (in the page cache), without a sync. That
+//! survives a crash of the backup process, but a power failure only under an
+//! assumption stated plainly here: *when power fails, the machine keeps running long
+//! enough (battery- or capacitor-backed power) for the backup to call
+//! [`BackupStore::flush`] and for that to finish*. At most
+//! `max_open_buffers × segment_bytes` (64 MiB by default) is then unsynced. Without
+//! that assumption, a power failure loses the unclosed bytes of every open replica
+//! on every backup whose power fails — acknowledged writes included; across the
+//! cluster they are lost only if every backup holding them loses power at once.
 //!
 //! **Fsync mode** acknowledges only what is on disk and synced, and assumes nothing
 //! about power. Concurrent writers share one `sync_data` (group commit), so N
@@ -106,10 +118,10 @@
 //! still acknowledged from memory in this mode: the bytes of an unfinished atomic
 //! replica are discarded by a restart, so syncing them would buy nothing.
 //!
-//! In both modes, `close` returns only once the closed replica is on disk, and only
-//! then is its buffer released; bytes not yet on disk are therefore bounded by the
-//! open buffers. A failed operation may or may not have taken effect on disk, but
-//! never destroys a state acknowledged before it.
+//! In both modes, `close` returns only once the closed replica is on disk and
+//! synced, and only then is its buffer released; bytes not yet synced are therefore
+//! bounded by the open buffers. A failed operation may or may not have taken effect
+//! on disk, but never destroys a state acknowledged before it.
 //!
 //! # Restart
 //!

@@ -95,6 +95,8 @@ pub struct BackupStore<D: Disk> {
     next_sequence: AtomicU64,
     bytes_on_disk: AtomicU64,
     metadata_copy_errors: AtomicU64,
+    /// Syncs that failed (see `ReplicaState::failures_seen`).
+    sync_failures: AtomicU64,
 }
 
 impl<D: Disk> std::fmt::Debug for BackupStore<D> {
@@ -141,10 +143,16 @@ struct ReplicaState {
     /// Slot for the next metadata block; `None` until this replica wrote one (the
     /// first is written with a blank second slot).
     next_slot: Option<usize>,
-    /// The disk holds exactly the valid bytes and a metadata block describing them.
-    /// Cleared by buffered writes and by failed I/O, after which the next write to
-    /// disk rewrites all the bytes.
+    /// The valid bytes and a metadata block describing them were written to the
+    /// disk (in [`SyncMode::Buffered`] not necessarily synced yet). Cleared by
+    /// writes of atomic replicas (memory only) and by failed I/O, after which the
+    /// next write to disk rewrites all the bytes.
     persisted: bool,
+    /// [`BackupStore`]'s count of failed syncs when `persisted` was last judged. A
+    /// failed sync may drop any dirty page of the file (Linux drops them after a
+    /// failed fdatasync), so a replica that saw fewer failures than there have
+    /// been rewrites all its bytes before it next relies on them.
+    failures_seen: u64,
     /// Length described by the newest metadata block written (for stats).
     disk_len: u32,
 }
@@ -250,6 +258,7 @@ impl<D: Disk> BackupStore<D> {
                     // Never overwrite the slot the kept state came from.
                     next_slot: Some(r.slot ^ 1),
                     persisted: true,
+                    failures_seen: 0,
                     disk_len: r.meta.length,
                 }),
             };
@@ -274,6 +283,7 @@ impl<D: Disk> BackupStore<D> {
             next_sequence: AtomicU64::new(max_sequence + 1),
             bytes_on_disk: AtomicU64::new(bytes_on_disk),
             metadata_copy_errors: AtomicU64::new(0),
+            sync_failures: AtomicU64::new(0),
         }
     }
 
@@ -288,8 +298,8 @@ impl<D: Disk> BackupStore<D> {
     /// frame is free (checked in that order), so the master can go elsewhere;
     /// [`BackupError::Closed`] if the replica is closed, and
     /// [`BackupError::AtomicMismatch`] if it is open in the other mode.
-    /// In [`SyncMode::Fsync`] a non-atomic open returns once an empty open replica
-    /// is durable.
+    /// A non-atomic open returns once an empty open replica is written to the file:
+    /// synced in [`SyncMode::Fsync`], in the page cache in [`SyncMode::Buffered`].
     pub fn open(&self, master_id: u64, segment_id: u64, atomic: bool) -> Result<(), BackupError> {
         let key = (master_id, segment_id);
         // Each turn of the loop that finds a gone replica follows a free or failed
@@ -337,6 +347,7 @@ impl<D: Disk> BackupStore<D> {
                     crc: EMPTY_CRC,
                     next_slot: None,
                     persisted: false,
+                    failures_seen: self.sync_failures.load(Ordering::Acquire),
                     disk_len: 0,
                 }),
             });
@@ -373,9 +384,11 @@ impl<D: Disk> BackupStore<D> {
     /// nothing. Fails with [`BackupError::PastFrameEnd`] if the write would end past
     /// the frame, [`BackupError::Closed`] on a closed replica.
     ///
-    /// Returns once the bytes are in memory ([`SyncMode::Buffered`], and atomic
-    /// replicas in either mode, whose partial bytes are worthless after a crash) or
-    /// on disk and synced ([`SyncMode::Fsync`]). On error the replica is as before.
+    /// Returns once the bytes and their metadata are written to the file: in the
+    /// page cache, unsynced ([`SyncMode::Buffered`]; they survive a crash of this
+    /// process) or synced ([`SyncMode::Fsync`]). Writes of atomic replicas return
+    /// once in memory, in either mode: their partial bytes are worthless after a
+    /// crash. On error the replica is as before.
     pub fn write(
         &self,
         master_id: u64,
@@ -394,6 +407,7 @@ impl<D: Disk> BackupStore<D> {
         }
         let replica = self.lookup(master_id, segment_id)?;
         let mut guard = replica.state.lock();
+        self.forget_unsynced_after_failures(&mut guard);
         let ReplicaState {
             phase,
             len,
@@ -401,6 +415,7 @@ impl<D: Disk> BackupStore<D> {
             next_slot,
             persisted,
             disk_len,
+            ..
         } = &mut *guard;
         let buf = match phase {
             Phase::Open(buf) => buf,
@@ -488,6 +503,7 @@ impl<D: Disk> BackupStore<D> {
         let replica = self.lookup(master_id, segment_id)?;
         let mut guard = replica.state.lock();
         let st = &mut *guard;
+        self.forget_unsynced_after_failures(st);
         let buf = match &st.phase {
             Phase::Open(buf) => buf,
             Phase::Closed => return Ok(()),
@@ -621,14 +637,20 @@ impl<D: Disk> BackupStore<D> {
     /// Writes every open non-atomic replica whose bytes are not all on disk (with an
     /// open metadata block) and syncs: what a backup runs when it learns that power
     /// is failing (R§4.2), or before a planned shutdown in buffered mode. Returns
-    /// how many replicas it wrote. Open atomic replicas are skipped: a restart drops
-    /// them anyway.
+    /// how many replicas it wrote: normally none, since opens and writes already
+    /// wrote them, unsynced in buffered mode (only a replica whose last write to disk
+    /// failed is written here); the sync is what makes them durable. Open atomic
+    /// replicas are skipped: a restart drops them anyway.
     pub fn flush(&self) -> Result<usize, BackupError> {
         let replicas: Vec<Arc<Replica>> = self.catalog.lock().replicas.values().cloned().collect();
         let mut flushed = Vec::new();
         for replica in replicas.iter().filter(|r| !r.atomic) {
             let mut guard = replica.state.lock();
             let st = &mut *guard;
+            if !matches!(st.phase, Phase::Open(_)) {
+                continue;
+            }
+            self.forget_unsynced_after_failures(st);
             let Phase::Open(buf) = &st.phase else {
                 continue;
             };
@@ -686,7 +708,9 @@ impl<D: Disk> BackupStore<D> {
     }
 
     /// Stops the store and hands back its disk (what a restart reopens). Nothing is
-    /// written: open replicas in buffered mode are lost unless flushed first.
+    /// written or synced: open non-atomic replicas are in the file already (a
+    /// restart on the same disk keeps them, like a restart after a process crash),
+    /// but in buffered mode their bytes survive a power failure only once flushed.
     pub fn into_disk(self) -> D {
         self.disk
     }
@@ -719,7 +743,6 @@ impl<D: Disk> BackupStore<D> {
             })
     }
 
-    /// True if writes to a replica go to disk before they are acknowledged.
     /// Whether an open or write of a replica goes to the file before it is
     /// acknowledged: in both modes for non-atomic replicas (buffered mode without a
     /// sync, so the bytes survive a crash of this process in the page cache; R§4.2
@@ -804,9 +827,20 @@ impl<D: Disk> BackupStore<D> {
     }
 
     fn sync(&self) -> Result<(), BackupError> {
-        self.group
-            .sync(&self.disk)
-            .map_err(BackupError::io("syncing the disk"))
+        self.group.sync(&self.disk).map_err(|e| {
+            self.sync_failures.fetch_add(1, Ordering::AcqRel);
+            BackupError::io("syncing the disk")(e)
+        })
+    }
+
+    /// Marks the replica's bytes as not on disk if a sync failed since it last
+    /// looked: the failure may have dropped its dirty pages.
+    fn forget_unsynced_after_failures(&self, st: &mut ReplicaState) {
+        let failures = self.sync_failures.load(Ordering::Acquire);
+        if st.failures_seen != failures {
+            st.persisted = false;
+            st.failures_seen = failures;
+        }
     }
 
     fn set_disk_len(&self, disk_len: &mut u32, len: u32) {

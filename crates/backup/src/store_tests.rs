@@ -444,10 +444,11 @@ fn stats_track_frames_buffers_bytes() {
             ),
             (4, 4, 0, 0, 2, 0)
         );
+        // Writes of an open non-atomic replica go to the file in both modes
+        // (buffered: not synced yet), so they count at once.
         s.open(1, 1, false).unwrap();
         s.write(1, 1, 0, &[7; 100]).unwrap();
-        let on_disk_open = if mode == SyncMode::Fsync { 100 } else { 0 };
-        assert_eq!(s.stats().bytes_on_disk, on_disk_open);
+        assert_eq!(s.stats().bytes_on_disk, 100, "{mode:?}");
         s.close(1, 1).unwrap();
         s.open(1, 2, false).unwrap();
         s.write(1, 2, 0, &[7; 50]).unwrap();
@@ -456,25 +457,69 @@ fn stats_track_frames_buffers_bytes() {
             (st.frames_free, st.replicas, st.open_buffers_in_use),
             (2, 2, 1)
         );
-        assert_eq!(st.bytes_on_disk, 100 + on_disk_open / 2);
+        assert_eq!(st.bytes_on_disk, 150, "{mode:?}");
+        // An open atomic replica stays in memory: its bytes do not count.
+        s.open(1, 3, true).unwrap();
+        s.write(1, 3, 0, &[7; 30]).unwrap();
+        assert_eq!(s.stats().bytes_on_disk, 150, "{mode:?}");
         s.flush().unwrap();
-        assert_eq!(s.stats().bytes_on_disk, 150);
+        assert_eq!(s.stats().bytes_on_disk, 150, "{mode:?}");
         s.free(1, 1).unwrap();
         assert_eq!(s.stats().bytes_on_disk, 50);
+        // The restart drops the open atomic replica and keeps the other one.
         let (s, _) = restart(s);
         assert_eq!(s.stats().bytes_on_disk, 50);
         assert_eq!(s.stats().open_buffers_in_use, 1);
     }
 }
 
-#[test]
-fn restart_keeps_closed_and_drops_unflushed_buffered_open() {
+/// A closed replica and an open one with acknowledged, unsynced bytes.
+fn buffered_closed_and_open() -> BackupStore<MemDisk> {
     let s = new_store(SyncMode::Buffered);
     s.open(1, 1, false).unwrap();
     s.write(1, 1, 0, b"closed one").unwrap();
     s.close(1, 1).unwrap();
     s.open(2, 1, false).unwrap();
     s.write(2, 1, 0, b"still open").unwrap();
+    s
+}
+
+#[test]
+fn restart_keeps_buffered_open_bytes_after_a_process_crash() {
+    // A restart on the same disk is a crash of the backup process: the unsynced
+    // bytes are in the page cache, which the crash does not lose.
+    let s = buffered_closed_and_open();
+    assert!(s.disk().unsynced_writes() > 0);
+    let (s, summary) = restart(s);
+    assert_eq!(
+        s.list(),
+        vec![info(1, 1, 10, true, false), info(2, 1, 10, false, false)]
+    );
+    assert_eq!(s.read_replica(1, 1).unwrap(), b"closed one");
+    assert_eq!(s.read_replica(2, 1).unwrap(), b"still open");
+    assert_eq!(
+        (
+            summary.closed_replicas,
+            summary.open_replicas,
+            summary.empty_frames
+        ),
+        (1, 1, 2)
+    );
+    assert!(summary.corrupt.is_empty());
+    assert_eq!(s.stats().frames_free, 2);
+    // It is open again: writes continue and it closes.
+    s.write(2, 1, 10, b"!").unwrap();
+    s.close(2, 1).unwrap();
+    let (s, _) = restart(s);
+    assert_eq!(s.read_replica(2, 1).unwrap(), b"still open!");
+}
+
+#[test]
+fn power_loss_keeps_closed_and_drops_unflushed_buffered_open() {
+    // The twin of the test above with the power failing instead: what was never
+    // synced is lost (the flush assumption is what covers it).
+    let s = buffered_closed_and_open();
+    s.disk().power_loss_all();
     let (s, summary) = restart(s);
     assert_eq!(s.list(), vec![info(1, 1, 10, true, false)]);
     assert_eq!(s.read_replica(1, 1).unwrap(), b"closed one");
@@ -491,14 +536,18 @@ fn restart_keeps_closed_and_drops_unflushed_buffered_open() {
 }
 
 #[test]
-fn restart_keeps_flushed_buffered_open() {
+fn power_loss_keeps_flushed_buffered_open() {
     let s = new_store(SyncMode::Buffered);
     s.open(2, 1, false).unwrap();
     s.write(2, 1, 0, b"flushed").unwrap();
     s.open(2, 2, true).unwrap();
     s.write(2, 2, 0, b"atomic").unwrap();
-    assert_eq!(s.flush().unwrap(), 1);
+    // The buffered write is in the file already: the flush only syncs it.
+    assert!(s.disk().unsynced_writes() > 0);
+    let syncs = s.stats().syncs;
     assert_eq!(s.flush().unwrap(), 0);
+    assert_eq!(s.disk().unsynced_writes(), 0);
+    assert!(s.stats().syncs > syncs);
     s.write(2, 1, 7, b" then more").unwrap();
     s.disk().power_loss_all();
     let (s, summary) = restart(s);
@@ -900,7 +949,8 @@ fn failed_sync_bytes_are_written_again() {
     let (s, _) = restart(s);
     assert_eq!(s.read_replica(1, 1).unwrap(), b"one two three");
 
-    // Buffered flush: a close after a failed flush writes the bytes again.
+    // Buffered: the write put its bytes in the file (page cache) unsynced; the
+    // flush's sync fails and drops them, so the close must write them again.
     let (s, disk) = faulty_store(SyncMode::Buffered);
     s.open(1, 1, false).unwrap();
     s.write(1, 1, 0, b"flushed?").unwrap();
@@ -915,6 +965,30 @@ fn failed_sync_bytes_are_written_again() {
     let (s, summary) = restart(s);
     assert!(summary.corrupt.is_empty(), "{summary:?}");
     assert_eq!(s.read_replica(1, 1).unwrap(), b"flushed?");
+}
+
+/// Buffered: a failed sync (here a close's) may drop the unsynced pages of every
+/// open replica, not only its own; each close after it must write them again.
+#[test]
+fn failed_sync_drops_buffered_bytes_of_every_replica_and_close_rewrites_them() {
+    let (s, disk) = faulty_store(SyncMode::Buffered);
+    s.open(1, 1, false).unwrap();
+    s.write(1, 1, 0, b"bystander").unwrap();
+    s.open(1, 2, false).unwrap();
+    s.write(1, 2, 0, b"closing").unwrap();
+    disk.set_plan(FaultPlan {
+        fail_sync: Some(1),
+        ..FaultPlan::default()
+    });
+    assert!(s.close(1, 2).is_err());
+    disk.inner().drop_unsynced();
+    s.close(1, 2).unwrap();
+    s.close(1, 1).unwrap();
+    disk.inner().power_loss_all();
+    let (s, summary) = restart(s);
+    assert!(summary.corrupt.is_empty(), "{summary:?}");
+    assert_eq!(s.read_replica(1, 2).unwrap(), b"closing");
+    assert_eq!(s.read_replica(1, 1).unwrap(), b"bystander");
 }
 
 #[test]
@@ -1024,28 +1098,38 @@ fn faulty_free_keeps_replica() {
 
 #[test]
 fn full_disk_reports_storage_full() {
-    let (s, disk) = faulty_store(SyncMode::Buffered);
-    s.open(1, 1, false).unwrap();
-    s.write(1, 1, 0, b"small").unwrap();
-    s.close(1, 1).unwrap();
-    disk.set_plan(FaultPlan {
-        space_bytes: Some(100),
-        ..FaultPlan::default()
-    });
-    s.open(1, 2, false).unwrap();
-    s.write(1, 2, 0, &pattern(8, 2000)).unwrap();
-    let e = s.close(1, 2).unwrap_err();
-    match &e {
-        BackupError::Io { source, .. } => assert_eq!(source.kind(), io::ErrorKind::StorageFull),
-        other => panic!("{other}"),
+    // A write of an open non-atomic replica goes to the file in both modes, so a
+    // full disk fails the write itself (not only the close), before it is
+    // acknowledged.
+    for mode in MODES {
+        let (s, disk) = faulty_store(mode);
+        s.open(1, 1, false).unwrap();
+        s.write(1, 1, 0, b"small").unwrap();
+        s.close(1, 1).unwrap();
+        // Room for the open's metadata slots, not for the bytes.
+        disk.set_plan(FaultPlan {
+            space_bytes: Some(METADATA_SLOTS_BYTES as u64 + 100),
+            ..FaultPlan::default()
+        });
+        s.open(1, 2, false).unwrap();
+        let e = s.write(1, 2, 0, &pattern(8, 2000)).unwrap_err();
+        match &e {
+            BackupError::Io { source, .. } => {
+                assert_eq!(source.kind(), io::ErrorKind::StorageFull, "{mode:?}")
+            }
+            other => panic!("{mode:?}: {other}"),
+        }
+        // Everything else still works and the failed write took nothing; once
+        // space returns, the write and the close succeed.
+        assert_eq!(s.read_replica(1, 1).unwrap(), b"small");
+        assert_eq!(s.list()[1], info(1, 2, 0, false, false), "{mode:?}");
+        disk.heal();
+        s.write(1, 2, 0, &pattern(8, 2000)).unwrap();
+        s.close(1, 2).unwrap();
+        let (s, summary) = restart(s);
+        assert!(summary.corrupt.is_empty(), "{mode:?}: {summary:?}");
+        assert_eq!(s.read_replica(1, 2).unwrap(), pattern(8, 2000));
     }
-    // Everything else still works; once space returns, the close succeeds.
-    assert_eq!(s.read_replica(1, 1).unwrap(), b"small");
-    assert_eq!(s.read_replica(1, 2).unwrap(), pattern(8, 2000));
-    disk.heal();
-    s.close(1, 2).unwrap();
-    let (s, _) = restart(s);
-    assert_eq!(s.read_replica(1, 2).unwrap(), pattern(8, 2000));
 }
 
 /// What the script below leaves, replica by replica: (id, bytes, closed).
@@ -1122,8 +1206,10 @@ fn faulty_every_write_position_recovers() {
                 let ctx = format!("{mode:?} write {n} tear {tear}");
                 assert!(failures <= 1, "{ctx}");
                 check_expected(&s, &expected, true, &ctx);
+                // A restart of the process: the open replica's acknowledged bytes
+                // are in the file in both modes (buffered: in the page cache).
                 let (s, summary) = restart(s);
-                check_expected(&s, &expected, mode == SyncMode::Fsync, &ctx);
+                check_expected(&s, &expected, true, &ctx);
                 assert!(summary.corrupt.is_empty(), "{ctx}: {summary:?}");
             }
         }

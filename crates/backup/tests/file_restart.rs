@@ -83,23 +83,24 @@ fn file_restart_keeps_replicas_byte_exact() {
 
         s.open(12, 9, false).unwrap();
         s.write(12, 9, 0, &d).unwrap();
+        s.open(13, 1, true).unwrap();
+        s.write(13, 1, 0, b"unfinished atomic").unwrap();
+        // Stopping without a flush is a process crash: the open replica's bytes
+        // are in the file in both modes (buffered: in the page cache, unsynced).
         drop(s);
 
         let (s, summary) = reopen(&path, cfg);
-        let mut want = vec![
+        let want = vec![
             info(10, 1, 4096, true, false),
             info(11, 1, 1234, true, true),
+            info(12, 9, 77, false, false),
         ];
-        if mode == SyncMode::Fsync {
-            want.push(info(12, 9, 77, false, false));
-        }
         assert_eq!(s.list(), want, "{mode:?}");
         assert_eq!(s.read_replica(10, 1).unwrap(), a);
         assert_eq!(s.read_replica(11, 1).unwrap(), b);
         assert!(s.read_replica(10, 2).is_err());
-        if mode == SyncMode::Fsync {
-            assert_eq!(s.read_replica(12, 9).unwrap(), d);
-        }
+        assert!(s.read_replica(13, 1).is_err());
+        assert_eq!(s.read_replica(12, 9).unwrap(), d, "{mode:?}");
         assert!(summary.corrupt.is_empty(), "{summary:?}");
         assert_eq!(summary.closed_replicas, 2);
         assert_eq!(s.stats().frames_free, 4 - want.len() as u32);
@@ -112,18 +113,29 @@ fn file_restart_keeps_replicas_byte_exact() {
 }
 
 #[test]
-fn file_restart_keeps_flushed_open_replica() {
+fn file_restart_keeps_buffered_open_replica_after_a_process_crash() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("frames");
     let cfg = config(SyncMode::Buffered);
     let s = create(&path, cfg);
     s.open(3, 3, false).unwrap();
-    s.write(3, 3, 0, b"power is failing").unwrap();
-    assert_eq!(s.flush().unwrap(), 1);
+    s.write(3, 3, 0, b"acknowledged").unwrap();
+    // No flush: the process stops as if killed.
     drop(s);
     let (s, _) = reopen(&path, cfg);
-    assert_eq!(s.list(), vec![info(3, 3, 16, false, false)]);
-    assert_eq!(s.read_replica(3, 3).unwrap(), b"power is failing");
+    assert_eq!(s.list(), vec![info(3, 3, 12, false, false)]);
+    assert_eq!(s.read_replica(3, 3).unwrap(), b"acknowledged");
+    // The kept replica takes writes again; a flush finds them in the file already
+    // and only syncs.
+    s.write(3, 3, 12, b", power is failing").unwrap();
+    assert_eq!(s.flush().unwrap(), 0);
+    drop(s);
+    let (s, _) = reopen(&path, cfg);
+    assert_eq!(s.list(), vec![info(3, 3, 30, false, false)]);
+    assert_eq!(
+        s.read_replica(3, 3).unwrap(),
+        b"acknowledged, power is failing"
+    );
 }
 
 #[test]

@@ -214,13 +214,17 @@ pub async fn server(options: ServerOptions) -> Result<()> {
         .await
         .with_context(|| format!("starting the storage server on {listen}"))?;
     println!(
-        "ramstore server {} listening on {}{}{} (DRAM only: replication is not built yet)",
+        "ramstore server {} listening on {}{}{} ({})",
         s.service.server_id(),
         s.addr,
         s.metrics_addr
             .map(|m| format!(", metrics on http://{m}/metrics"))
             .unwrap_or_default(),
-        backup_note(&s)
+        backup_note(&s),
+        match s.service.replicas() {
+            Some(m) => format!("log replicated to {} backups", m.replicas()),
+            None => "DRAM only: --replicas 0".to_string(),
+        }
     );
     shutdown.wait().await;
     s.stop();

@@ -120,9 +120,9 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         backup_dir: Option<PathBuf>,
         /// When the backup acknowledges a write: `buffered` once the bytes are in
-        /// its memory (RAMCloud's choice; durable only if the machine can flush on
-        /// power loss), `fsync` once they are on disk. Closed replicas are always
-        /// on disk.
+        /// its memory — the page cache (RAMCloud's choice; survives a process crash,
+        /// but power loss only if the machine can flush), `fsync` once they are
+        /// synced to disk. Closed replicas are always synced. See docs/operations.md.
         #[arg(long, value_enum, default_value_t = BackupSync::Buffered)]
         backup_sync: BackupSync,
         /// Frames in the backup file: the most replicas it holds (8 MiB each,
@@ -229,7 +229,8 @@ enum Command {
 /// `--backup-sync`: when a backup acknowledges a write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum BackupSync {
-    /// Once the bytes are in the backup's memory (R§4.2).
+    /// Once the bytes are in the backup's memory: written to its file, not synced
+    /// (R§4.2).
     Buffered,
     /// Once the bytes are on disk and synced.
     Fsync,
