@@ -131,9 +131,11 @@ enum Command {
               value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_FRAME_COUNT)))]
         backup_frames: u32,
         /// Replicas the backup keeps open (8 MiB of memory each) at once; when all
-        /// are in use it refuses new ones and masters go elsewhere.
+        /// are in use it refuses new ones and masters go elsewhere. At least 2: a
+        /// master opens its next head before it closes the last (R§7.4), so one
+        /// backup may need two of its replicas open at once.
         #[arg(long, default_value_t = DEFAULT_OPEN_BUFFERS,
-              value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_OPEN_BUFFERS)))]
+              value_parser = clap::value_parser!(u32).range(2..=i64::from(MAX_OPEN_BUFFERS)))]
         backup_open_buffers: u32,
         /// Servers in one failure domain share a failure cause (a rack, a power
         /// supply): no two replicas of a segment, nor a replica and its master, are

@@ -108,8 +108,11 @@ struct Replica {
     acked: usize,
     opened: bool,
     closed: bool,
-    /// Written in atomic mode: a re-replica, sent whole with its close.
+    /// Written in atomic mode: a re-replica of a segment that no longer grows,
+    /// sent whole with its close and never offered in recovery before (R§8).
     atomic: bool,
+    /// Free whatever the backup holds of this segment before opening it.
+    clear_first: bool,
 }
 
 #[derive(Debug)]
@@ -122,8 +125,11 @@ struct Segment {
     replicas: Vec<Replica>,
     /// Backups that refused or failed this segment: not chosen again for it.
     excluded: Vec<u64>,
-    /// Some RPC for it succeeded: a replacement replica must be atomic.
+    /// Some RPC for it succeeded.
     started: bool,
+    /// A replica was dropped: a backup chosen from now on may hold a stale copy
+    /// (e.g. it restarted and kept it, R§8), which is freed before the new open.
+    clear_first: bool,
     /// Bytes on all R replicas.
     durable: usize,
     closed_durable: bool,
@@ -140,6 +146,7 @@ impl Segment {
             replicas: Vec::new(),
             excluded: Vec::new(),
             started: false,
+            clear_first: false,
             durable: 0,
             closed_durable: false,
             retry_at: None,
@@ -154,6 +161,7 @@ struct Send {
     address: String,
     from: usize,
     flags: BackupWriteFlags,
+    clear_first: bool,
 }
 
 struct Round {
@@ -495,6 +503,7 @@ impl ReplicaManager {
                     close: close_allowed,
                     atomic: r.atomic && !r.opened,
                 },
+                clear_first: r.clear_first && !r.opened,
             });
         }
         if sends.is_empty() {
@@ -549,7 +558,12 @@ impl ReplicaManager {
         let Some(seg) = st.segments.get_mut(&id) else {
             return false;
         };
-        let atomic = seg.started;
+        // A segment that still grows (an open head) gets a plain replica: it
+        // is written from byte 0 and counts toward durability only as far as it
+        // got. One that no longer grows is re-created atomically.
+        let atomic = seg.started && seg.close_requested;
+        let replacement = seg.started;
+        let clear_first = seg.clear_first;
         seg.replicas.push(Replica {
             backup,
             address,
@@ -557,8 +571,9 @@ impl ReplicaManager {
             opened: false,
             closed: false,
             atomic,
+            clear_first,
         });
-        if atomic {
+        if replacement {
             st.stats.rereplications += 1;
         }
         true
@@ -577,14 +592,26 @@ impl ReplicaManager {
         let master_id = self.state.lock().master_id;
         let results = futures_join(round.sends.iter().map(|s| {
             let slice = &bytes[s.from - round.from..];
-            self.client.write(
-                &s.address,
-                master_id,
-                round.segment_id,
-                s.from as u32,
-                slice,
-                s.flags,
-            )
+            async move {
+                if s.clear_first {
+                    // A stale copy (kept by a restarted backup, R§8) would make
+                    // the open fail; nothing of ours is on this backup otherwise.
+                    let _ = self
+                        .client
+                        .free(&s.address, master_id, round.segment_id)
+                        .await;
+                }
+                self.client
+                    .write(
+                        &s.address,
+                        master_id,
+                        round.segment_id,
+                        s.from as u32,
+                        slice,
+                        s.flags,
+                    )
+                    .await
+            }
         }))
         .await;
         self.finish_round(&round, length, results);
@@ -603,6 +630,7 @@ impl ReplicaManager {
             let mut st = self.state.lock();
             st.stats.rounds += 1;
             let mut lost = Vec::new();
+            let mut full = Vec::new();
             let mut retry = false;
             let Some(seg) = st.segments.get_mut(&round.segment_id) else {
                 return;
@@ -625,6 +653,12 @@ impl ReplicaManager {
                         seg.started = true;
                     }
                     Err(BackupClientError::Retry { .. }) => retry = true,
+                    // R§7.1: a full backup refuses the open; the place is filled
+                    // again after a pause, elsewhere if another backup is eligible.
+                    Err(BackupClientError::Full { .. }) if send.flags.open => {
+                        full.push(send.backup);
+                        retry = true;
+                    }
                     Err(e) => {
                         tracing::warn!(segment = round.segment_id, backup = send.backup, error = %e, "replication to a backup failed");
                         lost.push(send.backup);
@@ -646,7 +680,10 @@ impl ReplicaManager {
             st.stats.bytes_sent += sent;
             st.stats.rpc_failures += lost.len() as u64;
             for backup in lost {
-                drop_replica(&mut st, round.segment_id, backup);
+                drop_replica(&mut st, round.segment_id, backup, true);
+            }
+            for backup in full {
+                drop_replica(&mut st, round.segment_id, backup, false);
             }
             if let Some(id) = update_durability(&mut st, round.segment_id, self.replicas) {
                 replicated = Some(id);
@@ -769,18 +806,24 @@ fn update_durability(st: &mut State, id: u64, replicas: usize) -> Option<u64> {
 
 /// Removes `backup`'s replica of segment `id`; the next plan places a new one. A
 /// head that lost a replica is moved (R§8).
-fn drop_replica(st: &mut State, id: u64, backup: u64) {
+///
+/// `failed`: the backup failed (excluded for this segment from now on); otherwise
+/// it only refused to open the replica for now (full). Only the loss of a replica
+/// that held bytes moves the head: a place never filled is simply filled again.
+fn drop_replica(st: &mut State, id: u64, backup: u64, failed: bool) {
     let Some(seg) = st.segments.get_mut(&id) else {
         return;
     };
-    let before = seg.replicas.len();
-    seg.replicas.retain(|r| r.backup != backup);
-    if seg.replicas.len() == before {
+    let Some(index) = seg.replicas.iter().position(|r| r.backup == backup) else {
         return;
+    };
+    let dropped = seg.replicas.remove(index);
+    if failed {
+        seg.excluded.push(backup);
     }
-    seg.excluded.push(backup);
     seg.closed_durable = false;
-    let moves_head = seg.role == SegmentRole::Head && !seg.close_requested;
+    seg.clear_first = true;
+    let moves_head = dropped.opened && seg.role == SegmentRole::Head && !seg.close_requested;
     if let Some(b) = st.bytes_on.get_mut(&backup) {
         *b = b.saturating_sub(SEGMENT_BYTES as u64);
     }
@@ -798,7 +841,7 @@ fn lose_backup(st: &mut State, backup: u64) {
         .map(|(&id, _)| id)
         .collect();
     for id in ids {
-        drop_replica(st, id, backup);
+        drop_replica(st, id, backup, true);
     }
     st.bytes_on.remove(&backup);
 }
