@@ -279,8 +279,15 @@ fn main() {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    // Two async threads by default; RAMSTORE_WORKER_THREADS overrides (benchmarks
+    // compare thread counts on small machines).
+    let workers = std::env::var("RAMSTORE_WORKER_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| (1..=256).contains(&n))
+        .unwrap_or(2);
     Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()?)
 }
