@@ -1,0 +1,237 @@
+//! The replica manager against in-process backups (the `Transport` seam): random
+//! writes, overwrites and deletes while backups crash and new ones join; every
+//! acknowledged operation must be recoverable from the live backups alone — the
+//! newest digest names only segments some live backup offers, and replaying them
+//! gives exactly the model (R§4.2, R§7.4, R§8).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
+use ramstore_client::BackupClient;
+use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
+use ramstore_rpc::LocalTransport;
+use ramstore_server::backup_service::BackupService;
+use ramstore_server::cold_start::{digest_of, LogReplay};
+use ramstore_server::replica_manager::BackupInfo;
+use ramstore_server::{ReplicaManager, StorageService};
+
+/// Small segments, so a few hundred writes roll many heads.
+const SEGMENT_BYTES: usize = 128 * 1024;
+const MASTER_ID: u64 = 1;
+const TABLE: u64 = 7;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write {
+        key: u8,
+        len: u16,
+    },
+    Remove {
+        key: u8,
+    },
+    /// Crash backup `index` (of the live ones) and start a new one.
+    ReplaceBackup {
+        index: u8,
+    },
+    /// Combined-clean and compact now (survivors, frees, digests).
+    Clean,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => (any::<u8>(), 1u16..6000).prop_map(|(key, len)| Op::Write { key, len }),
+        3 => any::<u8>().prop_map(|key| Op::Remove { key }),
+        1 => any::<u8>().prop_map(|index| Op::ReplaceBackup { index }),
+        1 => Just(Op::Clean),
+    ]
+}
+
+struct Cluster {
+    transport: Arc<LocalTransport>,
+    live: Vec<(u64, String)>,
+    next_id: u64,
+    manager: Arc<ReplicaManager>,
+}
+
+impl Cluster {
+    fn add_backup(&mut self) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let addr = format!("backup-{id}");
+        let config = BackupConfig {
+            frame_count: 64,
+            segment_bytes: SEGMENT_BYTES as u32,
+            max_open_buffers: 16,
+            sync_mode: SyncMode::Buffered,
+        };
+        let store = BackupStore::create(Box::new(MemDisk::new()) as Box<dyn Disk>, config).unwrap();
+        // The backup's own master half is idle: a small log.
+        let mut own = StoreConfig::new(2 << 20);
+        own.segment_bytes = SEGMENT_BYTES;
+        own.cleaner = CleanerMode::Manual;
+        let service = StorageService::with_backup(
+            ObjectStore::new(own).unwrap(),
+            Some(BackupService::new(store)),
+        );
+        self.transport.register(&addr, Arc::new(service));
+        self.live.push((id, addr));
+        self.publish();
+    }
+
+    fn crash_backup(&mut self, index: usize) {
+        let (_, addr) = self.live.remove(index % self.live.len());
+        self.transport.unregister(&addr);
+        self.publish();
+    }
+
+    fn publish(&self) {
+        self.manager.set_backups(
+            self.live
+                .iter()
+                .map(|(id, addr)| BackupInfo {
+                    server_id: *id,
+                    address: addr.clone(),
+                    failure_domain: String::new(),
+                    backup_read_mbps: 100,
+                })
+                .collect(),
+        );
+    }
+
+    /// Replays the log as a cold start would, from the live backups only.
+    async fn recover(&self) -> BTreeMap<Vec<u8>, (Vec<u8>, u64)> {
+        let client = BackupClient::new(self.transport.clone());
+        let mut holders: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for (_, addr) in &self.live {
+            for r in client.get_replicas(addr, MASTER_ID).await.unwrap() {
+                holders.entry(r.segment_id).or_default().push(addr.clone());
+            }
+        }
+        let mut digest = None;
+        for (&id, addrs) in holders.iter().rev() {
+            let bytes = client
+                .read_replica(&addrs[0], MASTER_ID, id)
+                .await
+                .unwrap()
+                .bytes;
+            if let Some(d) = digest_of(&bytes) {
+                digest = Some(d);
+                break;
+            }
+        }
+        let digest = digest.expect("some live backup offers a head with a digest");
+        let mut replay = LogReplay::default();
+        for id in digest {
+            let addrs = holders
+                .get(&id)
+                .unwrap_or_else(|| panic!("segment {id} of the digest is on no live backup"));
+            let bytes = client
+                .read_replica(&addrs[0], MASTER_ID, id)
+                .await
+                .unwrap()
+                .bytes;
+            replay.add_segment(&bytes).expect("replica parses");
+        }
+        replay
+            .live()
+            .filter(|(t, ..)| *t == TABLE)
+            .map(|(_, k, v, value)| (k.to_vec(), (value.to_vec(), v)))
+            .collect()
+    }
+}
+
+async fn run(ops: Vec<Op>, replicas: usize) {
+    let transport = Arc::new(LocalTransport::new());
+    let manager = ReplicaManager::new(replicas, BackupClient::new(transport.clone()), 42);
+    let mut config = StoreConfig::new(16 << 20);
+    config.segment_bytes = SEGMENT_BYTES;
+    config.cleaner = CleanerMode::Manual;
+    config.replicas = manager.clone();
+    let store = Arc::new(ObjectStore::new(config).unwrap());
+    store.add_tablet(TABLE, 0, u64::MAX).unwrap();
+    let mut cluster = Cluster {
+        transport,
+        live: Vec::new(),
+        next_id: 2,
+        manager: manager.clone(),
+    };
+    for _ in 0..replicas + 1 {
+        cluster.add_backup();
+    }
+    let task = manager.start(store.log_handle(), MASTER_ID, "");
+    let mut model: BTreeMap<Vec<u8>, (Vec<u8>, u64)> = BTreeMap::new();
+    for (n, op) in ops.into_iter().enumerate() {
+        match op {
+            Op::Write { key, len } => {
+                let value = vec![(n % 251) as u8; len as usize];
+                let Ok(version) = store.write(TABLE, &[key], &value, &RejectRules::default())
+                else {
+                    continue; // NoSpace: not acknowledged, not in the model.
+                };
+                // With R + 1 backups and one failure at a time, R backups are
+                // always there: every write becomes durable.
+                manager
+                    .wait_durable(manager.sync_point())
+                    .await
+                    .expect("write durable");
+                model.insert(vec![key], (value, version));
+            }
+            Op::Remove { key } => {
+                if store.remove(TABLE, &[key], &RejectRules::default()).is_ok() {
+                    manager
+                        .wait_durable(manager.sync_point())
+                        .await
+                        .expect("remove durable");
+                    model.remove(&vec![key]);
+                }
+            }
+            Op::ReplaceBackup { index } => {
+                // One failure at a time: the others hold every acknowledged byte.
+                cluster.crash_backup(index as usize);
+                cluster.add_backup();
+            }
+            Op::Clean => {
+                // The cleaner waits for survivors' replicas: off the async threads.
+                let s = store.clone();
+                tokio::task::spawn_blocking(move || {
+                    s.clean_now(Some(ramstore_log::CleanKind::Combined));
+                    s.clean_now(Some(ramstore_log::CleanKind::Compaction));
+                })
+                .await
+                .unwrap();
+            }
+        }
+    }
+    // A final write makes every earlier head closed on all replicas (the rule
+    // for acknowledging it).
+    let version = store
+        .write(TABLE, b"last", b"last", &RejectRules::default())
+        .unwrap();
+    manager.wait_durable(manager.sync_point()).await.unwrap();
+    model.insert(b"last".to_vec(), (b"last".to_vec(), version));
+    let recovered = cluster.recover().await;
+    for (key, (value, version)) in &model {
+        let got = recovered
+            .get(key)
+            .unwrap_or_else(|| panic!("key {key:?} lost"));
+        assert_eq!(got.1, *version, "version of key {key:?}");
+        assert!(got.0 == *value, "value of key {key:?}");
+    }
+    for key in recovered.keys() {
+        assert!(model.contains_key(key), "deleted key {key:?} came back");
+    }
+    manager.shutdown();
+    task.abort();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn acknowledged_operations_survive_backup_crashes(ops in prop::collection::vec(op(), 50..300)) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(run(ops, 2));
+    }
+}
