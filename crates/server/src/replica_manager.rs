@@ -84,6 +84,10 @@ pub enum ReplicationError {
     /// backups up, or they are slow). The operation may be retried.
     #[error("fewer than the configured replicas acknowledged in time")]
     Timeout,
+    /// A backup refused this master's replication because the coordinator
+    /// declared it crashed (zombie fence, R§7.11): it must serve nothing more.
+    #[error("this master was declared crashed; its backups refuse its replication")]
+    Fenced,
 }
 
 /// Counters for `GetServerStats` and metrics.
@@ -191,6 +195,8 @@ struct State {
     roll_head: bool,
     /// The server is stopping: nobody waits for replication any more.
     stopping: bool,
+    /// A backup fenced this master off (R§7.11).
+    fenced: bool,
     stats: ReplicaStats,
 }
 
@@ -314,6 +320,9 @@ impl ReplicaManager {
             if self.is_durable(point) {
                 return Ok(());
             }
+            if self.is_fenced() {
+                return Err(ReplicationError::Fenced);
+            }
             if let Some(round) = self.plan_inline(point.0) {
                 self.rounds_in_flight.fetch_add(1, Ordering::Relaxed);
                 self.run_round(round).await;
@@ -334,6 +343,11 @@ impl ReplicaManager {
     pub fn shutdown(&self) {
         self.state.lock().stopping = true;
         self.closed.notify_all();
+    }
+
+    /// Whether a backup fenced this master off (R§7.11).
+    pub fn is_fenced(&self) -> bool {
+        self.state.lock().fenced
     }
 
     /// Counters.
@@ -632,6 +646,7 @@ impl ReplicaManager {
             let mut lost = Vec::new();
             let mut full = Vec::new();
             let mut retry = false;
+            let mut fenced = st.fenced;
             let Some(seg) = st.segments.get_mut(&round.segment_id) else {
                 return;
             };
@@ -653,6 +668,15 @@ impl ReplicaManager {
                         seg.started = true;
                     }
                     Err(BackupClientError::Retry { .. }) => retry = true,
+                    Err(BackupClientError::Failed {
+                        status: ramstore_wire::Status::ServerNotUp,
+                        ..
+                    }) => {
+                        if !fenced {
+                            tracing::error!(backup = send.backup, "a backup says this master was declared crashed (zombie fence); refusing all further operations");
+                        }
+                        fenced = true;
+                    }
                     // R§7.1: a full backup refuses the open; the place is filled
                     // again after a pause, elsewhere if another backup is eligible.
                     Err(BackupClientError::Full { .. }) if send.flags.open => {
@@ -677,6 +701,7 @@ impl ReplicaManager {
             if retry {
                 seg.retry_at = Some(Instant::now() + Duration::from_millis(RETRY_BACKOFF_MS));
             }
+            st.fenced = fenced;
             st.stats.bytes_sent += sent;
             st.stats.rpc_failures += lost.len() as u64;
             for backup in lost {

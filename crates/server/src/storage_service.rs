@@ -29,7 +29,7 @@ use ramstore_wire::{
 
 use crate::backup_service::{BackupService, ServerState};
 use crate::metrics::{Metrics, Op};
-use crate::replica_manager::{BackupInfo, ReplicaManager};
+use crate::replica_manager::{BackupInfo, ReplicaManager, ReplicationError};
 
 const _: () = assert!(ramstore_wire::MAX_KEY_BYTES == ramstore_log::MAX_KEY_BYTES);
 const _: () = assert!(ramstore_wire::MAX_VALUE_BYTES == ramstore_log::MAX_VALUE_BYTES);
@@ -633,6 +633,19 @@ impl StorageService {
         Handled::Deferred(Box::pin(async move {
             match manager.wait_durable(point).await {
                 Ok(()) => response,
+                Err(ReplicationError::Fenced) => {
+                    let mut refused = Vec::new();
+                    let _ = encode_response(
+                        id,
+                        op,
+                        &Response::Error(ErrorBody::Message {
+                            status: Status::ServerNotUp,
+                            message: "this master was declared crashed (its backups fence it off)",
+                        }),
+                        &mut refused,
+                    );
+                    refused
+                }
                 Err(_) => {
                     let mut retry = Vec::new();
                     let _ = encode_response(

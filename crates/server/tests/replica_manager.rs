@@ -12,9 +12,9 @@ use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
 use ramstore_client::BackupClient;
 use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
 use ramstore_rpc::LocalTransport;
-use ramstore_server::backup_service::BackupService;
+use ramstore_server::backup_service::{BackupService, ServerState};
 use ramstore_server::cold_start::{digest_of, LogReplay};
-use ramstore_server::replica_manager::BackupInfo;
+use ramstore_server::replica_manager::{BackupInfo, ReplicationError};
 use ramstore_server::{ReplicaManager, StorageService};
 
 /// Small segments, so a few hundred writes roll many heads.
@@ -51,6 +51,7 @@ fn op() -> impl Strategy<Value = Op> {
 struct Cluster {
     transport: Arc<LocalTransport>,
     live: Vec<(u64, String)>,
+    services: Vec<Arc<StorageService>>,
     next_id: u64,
     manager: Arc<ReplicaManager>,
 }
@@ -75,7 +76,9 @@ impl Cluster {
             ObjectStore::new(own).unwrap(),
             Some(BackupService::new(store)),
         );
-        self.transport.register(&addr, Arc::new(service));
+        let service = Arc::new(service);
+        self.services.push(service.clone());
+        self.transport.register(&addr, service);
         self.live.push((id, addr));
         self.publish();
     }
@@ -154,6 +157,7 @@ async fn run(ops: Vec<Op>, replicas: usize) {
     let mut cluster = Cluster {
         transport,
         live: Vec::new(),
+        services: Vec::new(),
         next_id: 2,
         manager: manager.clone(),
     };
@@ -234,4 +238,45 @@ proptest! {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         rt.block_on(run(ops, 2));
     }
+}
+
+/// Zombie fence (R§7.11): once a backup says this master was declared crashed,
+/// its writes are no longer acknowledged: `wait_durable` reports `Fenced`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_durable_reports_fenced_once_a_backup_fences_the_master() {
+    let transport = Arc::new(LocalTransport::new());
+    let manager = ReplicaManager::new(1, BackupClient::new(transport.clone()), 7);
+    let mut config = StoreConfig::new(16 << 20);
+    config.segment_bytes = SEGMENT_BYTES;
+    config.cleaner = CleanerMode::Manual;
+    config.replicas = manager.clone();
+    let store = ObjectStore::new(config).unwrap();
+    store.add_tablet(TABLE, 0, u64::MAX).unwrap();
+    let mut cluster = Cluster {
+        transport,
+        live: Vec::new(),
+        services: Vec::new(),
+        next_id: 2,
+        manager: manager.clone(),
+    };
+    cluster.add_backup();
+    let task = manager.start(store.log_handle(), MASTER_ID, "");
+    store
+        .write(TABLE, b"a", b"1", &RejectRules::default())
+        .unwrap();
+    manager.wait_durable(manager.sync_point()).await.unwrap();
+    assert!(!manager.is_fenced());
+
+    let backup = cluster.services[0].backup().unwrap();
+    backup.apply_server_list(&[(MASTER_ID, ServerState::Crashed), (2, ServerState::Up)]);
+    store
+        .write(TABLE, b"b", b"2", &RejectRules::default())
+        .unwrap();
+    assert_eq!(
+        manager.wait_durable(manager.sync_point()).await,
+        Err(ReplicationError::Fenced)
+    );
+    assert!(manager.is_fenced());
+    manager.shutdown();
+    task.abort();
 }
