@@ -668,4 +668,88 @@ fn backup_restart_under_a_live_master_lets_its_writes_continue() {
         }));
     }
     check_acknowledged(&client, table, &acked, VALUE);
+    // No stale copy is left behind: the restarted backup holds exactly one replica
+    // of each segment the master still tracks (R§8: re-created ones replaced the
+    // copies it kept).
+    let rt = runtime();
+    let backups = backup_client();
+    let backup_addr = cluster.servers[b].addr.clone();
+    wait_until("the backup to hold only current replicas", PATIENCE, || {
+        let held = replicas_on(&rt, &backups, &backup_addr, owner_id).len() as u64;
+        let tracked = num(&stats(&client, &master_addr), "replicated_segments");
+        (held == tracked).then_some(())
+    });
+}
+
+/// Three servers with R = 1: a backup of the master restarts and keeps its replicas
+/// (the master is UP). The master re-creates them — on the other backup or on the
+/// restarted one — and then frees every copy the restarted backup kept (R§8: "keep
+/// until the master confirms re-replication"): in the end that backup holds only
+/// replicas the master still tracks there, and all acknowledged data is readable.
+#[test]
+fn restarted_backup_is_left_with_no_stale_replicas() {
+    const VALUE: usize = 1 << 20;
+    let mut cluster = Cluster::start_with_coordinator_args(0, &["--failure-timeout-ms", "600000"]);
+    let dirs: Vec<String> = (0..3)
+        .map(|i| backup_dir(&cluster, &format!("backup-{i}")))
+        .collect();
+    for dir in &dirs {
+        add_backup_server(
+            &mut cluster,
+            "127.0.0.1:0",
+            dir,
+            &["--replicas", "1", "--backup-sync", "fsync"],
+        );
+    }
+    let client = cluster.client();
+    let table = client.create_table("t", 1).expect("create table");
+    let owner_id = owner_of(&client, table);
+    let master = cluster
+        .servers
+        .iter()
+        .position(|s| s.id == owner_id)
+        .expect("the owner is one of ours");
+    let write = |i: usize| {
+        client
+            .write(table, format!("key-{i}").as_bytes(), &value_of(i, VALUE))
+            .map(|v| (i, v))
+    };
+    let mut acked: Vec<(usize, u64)> = (0..30).map(|i| write(i).expect("write")).collect();
+    let rt = runtime();
+    let backups = backup_client();
+    // Restart the backup holding the most of the master's replicas.
+    let b = (0..3)
+        .filter(|&i| i != master)
+        .max_by_key(|&i| replicas_on(&rt, &backups, &cluster.servers[i].addr, owner_id).len())
+        .expect("two backups");
+    let extra = [
+        "--backup-dir",
+        dirs[b].as_str(),
+        "--backup-frames",
+        FRAMES,
+        "--replicas",
+        "1",
+        "--backup-sync",
+        "fsync",
+    ];
+    restart_server(&mut cluster, b, &extra);
+    let master_addr = cluster.servers[master].addr.clone();
+    // The master learned of the restart and re-created what the old id held.
+    wait_until("the master to re-replicate", PATIENCE, || {
+        (num(&stats(&client, &master_addr), "rereplications") >= 1).then_some(())
+    });
+    for i in 30..40 {
+        acked.push(write(i).expect("write after the restart"));
+    }
+    check_acknowledged(&client, table, &acked, VALUE);
+    let backup_addr = cluster.servers[b].addr.clone();
+    let other = 3 - master - b;
+    let other_addr = cluster.servers[other].addr.clone();
+    wait_until("stale replicas to be freed", PATIENCE, || {
+        let on_restarted = replicas_on(&rt, &backups, &backup_addr, owner_id).len() as u64;
+        let on_other = replicas_on(&rt, &backups, &other_addr, owner_id).len() as u64;
+        let tracked = num(&stats(&client, &master_addr), "replicated_segments");
+        // R = 1: each tracked segment has exactly one replica, on one of the two.
+        (on_restarted + on_other == tracked).then_some(())
+    });
 }

@@ -62,6 +62,8 @@ pub const REPLICATION_WAIT_MS: u64 = 1_000;
 /// Pause before a segment that found no backup (or a backup that asked to retry)
 /// is tried again.
 const RETRY_BACKOFF_MS: u64 = 20;
+/// Most stale replicas remembered for freeing on restarted backups.
+const MAX_STALE_REPLICAS: usize = 65_536;
 /// How soon the replicator sends bytes of a head that no writer is driving.
 const SWEEP_MS: u64 = 5;
 /// How often `sync_closed` re-checks while it waits (it is also woken).
@@ -197,6 +199,9 @@ struct State {
     stopping: bool,
     /// A backup fenced this master off (R§7.11).
     fenced: bool,
+    /// (address, segment) of replicas on backups that left the list: freed once a
+    /// backup restarted on that address is listed and the segment is safe elsewhere.
+    stale: Vec<(String, u64)>,
     stats: ReplicaStats,
 }
 
@@ -465,7 +470,8 @@ impl ReplicaManager {
                 }
             }
         }
-        let frees = take_frees(&mut st);
+        let mut frees = take_frees(&mut st);
+        frees.extend(stale_frees(&mut st));
         let roll = std::mem::take(&mut st.roll_head);
         (rounds, frees, roll, retry_at)
     }
@@ -865,10 +871,57 @@ fn lose_backup(st: &mut State, backup: u64) {
         .filter(|(_, s)| s.replicas.iter().any(|r| r.backup == backup))
         .map(|(&id, _)| id)
         .collect();
-    for id in ids {
+    let address = st
+        .segments
+        .values()
+        .flat_map(|s| s.replicas.iter())
+        .find(|r| r.backup == backup)
+        .map(|r| r.address.clone());
+    for &id in &ids {
         drop_replica(st, id, backup, true);
     }
+    // R§8: a backup restarted on the same address keeps these replicas while this
+    // master is UP, until the master frees them once re-replicated (`stale_frees`).
+    if let Some(address) = address {
+        let room = MAX_STALE_REPLICAS.saturating_sub(st.stale.len());
+        st.stale
+            .extend(ids.into_iter().take(room).map(|id| (address.clone(), id)));
+    }
     st.bytes_on.remove(&backup);
+}
+
+/// Stale replicas on restarted backups that may be freed now: the backup at the
+/// address is listed again (under a new id), and the segment is gone from the log
+/// or closed on R replicas none of which is on that backup. The backup is then
+/// excluded for that segment, so no later replica of it can land there and be hit
+/// by this free. Entries whose address nobody listens on stay.
+fn stale_frees(st: &mut State) -> Vec<(u64, String, u64)> {
+    let mut out = Vec::new();
+    let stale = std::mem::take(&mut st.stale);
+    for (address, id) in stale {
+        let Some(backup) = st
+            .backups
+            .iter()
+            .find(|b| b.address == address)
+            .map(|b| b.server_id)
+        else {
+            st.stale.push((address, id));
+            continue;
+        };
+        match st.segments.get_mut(&id) {
+            None => out.push((backup, address, id)),
+            Some(seg) if seg.replicas.iter().any(|r| r.backup == backup) => {
+                // Re-placed on the restarted backup itself: its stale copy was
+                // freed before the new open (`clear_first`).
+            }
+            Some(seg) if seg.closed_durable => {
+                seg.excluded.push(backup);
+                out.push((backup, address, id));
+            }
+            Some(_) => st.stale.push((address, id)),
+        }
+    }
+    out
 }
 
 /// Segments whose replicas may be freed now (their freeing head is open durably):
