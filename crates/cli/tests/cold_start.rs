@@ -23,7 +23,11 @@ fn client(coordinator: &str) -> BlockingClient {
 fn value(i: usize, round: u8) -> Vec<u8> {
     // Every tenth value is 64 KiB, the rest 1 KiB: about 4.5 MiB per round over
     // three masters.
-    let len = if i.is_multiple_of(10) { 64 * 1024 } else { 1024 };
+    let len = if i.is_multiple_of(10) {
+        64 * 1024
+    } else {
+        1024
+    };
     (0..len).map(|j| (i + j) as u8 ^ round).collect()
 }
 
