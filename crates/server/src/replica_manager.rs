@@ -133,6 +133,8 @@ struct Segment {
     excluded: Vec<u64>,
     /// Some RPC for it succeeded.
     started: bool,
+    /// Some of its bytes were on all R replicas (so may have been acknowledged).
+    acknowledged: bool,
     /// A replica was dropped: a backup chosen from now on may hold a stale copy
     /// (e.g. it restarted and kept it, R§8), which is freed before the new open.
     clear_first: bool,
@@ -152,6 +154,7 @@ impl Segment {
             replicas: Vec::new(),
             excluded: Vec::new(),
             started: false,
+            acknowledged: false,
             clear_first: false,
             durable: 0,
             closed_durable: false,
@@ -578,10 +581,13 @@ impl ReplicaManager {
         let Some(seg) = st.segments.get_mut(&id) else {
             return false;
         };
-        // A segment that still grows (an open head) gets a plain replica: it
-        // is written from byte 0 and counts toward durability only as far as it
-        // got. One that no longer grows is re-created atomically.
-        let atomic = seg.started && seg.close_requested;
+        // Once some bytes of the segment were acknowledged (on all R replicas),
+        // a new replica is atomic (R§8): a half-written copy offered in recovery
+        // could lack acknowledged bytes. It is sent whole once the segment stops
+        // growing; a head in that state is moved first (`drop_replica`). Before
+        // any acknowledgement a plain replica is safe: it gets every byte, and
+        // durability counts only what all R hold.
+        let atomic = seg.acknowledged;
         let replacement = seg.started;
         let clear_first = seg.clear_first;
         seg.replicas.push(Replica {
@@ -815,6 +821,7 @@ fn update_durability(st: &mut State, id: u64, replicas: usize) -> Option<u64> {
     } else {
         seg.replicas.iter().map(|r| r.acked).min().unwrap_or(0)
     };
+    seg.acknowledged |= seg.durable > 0;
     let opened = seg.replicas.len() == replicas && seg.replicas.iter().all(|r| r.opened);
     let all_closed = seg.replicas.len() == replicas && seg.replicas.iter().all(|r| r.closed);
     if seg.role == SegmentRole::Head
@@ -839,8 +846,9 @@ fn update_durability(st: &mut State, id: u64, replicas: usize) -> Option<u64> {
 /// head that lost a replica is moved (R§8).
 ///
 /// `failed`: the backup failed (excluded for this segment from now on); otherwise
-/// it only refused to open the replica for now (full). Only the loss of a replica
-/// that held bytes moves the head: a place never filled is simply filled again.
+/// it only refused to open the replica for now (full). A head some of whose bytes
+/// were acknowledged is moved (closed), since its new replica must be atomic and
+/// an atomic replica is sent whole; before that, the place is simply filled again.
 fn drop_replica(st: &mut State, id: u64, backup: u64, failed: bool) {
     let Some(seg) = st.segments.get_mut(&id) else {
         return;
@@ -848,13 +856,13 @@ fn drop_replica(st: &mut State, id: u64, backup: u64, failed: bool) {
     let Some(index) = seg.replicas.iter().position(|r| r.backup == backup) else {
         return;
     };
-    let dropped = seg.replicas.remove(index);
+    seg.replicas.remove(index);
     if failed {
         seg.excluded.push(backup);
     }
     seg.closed_durable = false;
     seg.clear_first = true;
-    let moves_head = dropped.opened && seg.role == SegmentRole::Head && !seg.close_requested;
+    let moves_head = seg.acknowledged && seg.role == SegmentRole::Head && !seg.close_requested;
     if let Some(b) = st.bytes_on.get_mut(&backup) {
         *b = b.saturating_sub(SEGMENT_BYTES as u64);
     }

@@ -130,11 +130,20 @@ impl Cluster {
             let addrs = holders
                 .get(&id)
                 .unwrap_or_else(|| panic!("segment {id} of the digest is on no live backup"));
-            let bytes = client
-                .read_replica(&addrs[0], MASTER_ID, id)
-                .await
-                .unwrap()
-                .bytes;
+            // Recovery may use any replica offered: replay the shortest, so a
+            // copy lacking acknowledged bytes cannot hide behind a complete one.
+            let mut shortest: Option<bytes::Bytes> = None;
+            for addr in addrs {
+                let bytes = client
+                    .read_replica(addr, MASTER_ID, id)
+                    .await
+                    .unwrap()
+                    .bytes;
+                if shortest.as_ref().is_none_or(|s| bytes.len() < s.len()) {
+                    shortest = Some(bytes);
+                }
+            }
+            let bytes = shortest.expect("at least one holder");
             replay.add_segment(&bytes).expect("replica parses");
         }
         replay
