@@ -129,6 +129,8 @@ impl std::fmt::Debug for LogHandle {
 pub struct ObjectStore {
     inner: Arc<Inner>,
     cleaner: Option<CleanerThread>,
+    /// The head segment the last write landed in: a new one wakes the cleaner.
+    last_head: std::sync::atomic::AtomicU64,
 }
 
 impl ObjectStore {
@@ -166,7 +168,11 @@ impl ObjectStore {
             }
             CleanerMode::Manual => None,
         };
-        Ok(Self { inner, cleaner })
+        Ok(Self {
+            inner,
+            cleaner,
+            last_head: std::sync::atomic::AtomicU64::new(u64::MAX),
+        })
     }
 
     /// The log (statistics, tests).
@@ -577,6 +583,7 @@ impl ObjectStore {
             (appended, version, head)
         };
         log.replicate(&appended);
+        self.note_head(appended.segment_id);
         Ok((version, head_bytes))
     }
 
@@ -647,6 +654,7 @@ impl ObjectStore {
             (appended, version)
         };
         log.replicate(&appended);
+        self.note_head(appended.segment_id);
         Ok(Some(version))
     }
 
@@ -761,6 +769,15 @@ impl ObjectStore {
         };
         inner.log.reclaim();
         result
+    }
+
+    /// Wakes the cleaner when writes reach a new head (the balancer's inputs
+    /// change by at most a segment between heads).
+    fn note_head(&self, segment_id: u64) {
+        if self.last_head.load(Ordering::Relaxed) != segment_id {
+            self.last_head.store(segment_id, Ordering::Relaxed);
+            self.kick_cleaner();
+        }
     }
 
     fn kick_cleaner(&self) {

@@ -30,6 +30,9 @@ pub use transport::{RpcError, Transport};
 
 /// Bytes of the length prefix.
 pub const LEN_PREFIX_BYTES: usize = 4;
+/// A call deadline meaning "none": the caller bounds the call itself (for example
+/// by dropping it). At least this long is treated as no deadline by the transports.
+pub const NO_DEADLINE: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
 /// Bytes of the frame header after the length prefix.
 pub const HEADER_BYTES: usize = 16;
 /// Largest frame accepted (prefix excluded): a whole 8 MiB log segment (a backup

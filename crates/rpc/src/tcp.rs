@@ -61,6 +61,9 @@ impl Connection {
         set_request_id(&mut frame, id);
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id, tx);
+        if deadline >= crate::NO_DEADLINE {
+            return self.call_without_deadline(id, &frame, rx).await;
+        }
         let sent = tokio::time::timeout(deadline, async {
             self.writer.lock().await.write_all(&frame).await
         })
@@ -85,6 +88,46 @@ impl Connection {
                 Err(RpcError::DeadlineExceeded)
             }
         }
+    }
+}
+
+impl Connection {
+    /// A call whose caller bounds its time itself: no timer is armed (arming one
+    /// per call wakes the runtime's timer driver, a cost on every replication
+    /// RPC; the replica manager bounds whole rounds instead).
+    async fn call_without_deadline(
+        &self,
+        id: u64,
+        frame: &[u8],
+        rx: oneshot::Receiver<Bytes>,
+    ) -> Result<Bytes, RpcError> {
+        if self.writer.lock().await.write_all(frame).await.is_err() {
+            self.pending.lock().remove(&id);
+            self.closed.store(true, Ordering::SeqCst);
+            return Err(RpcError::ConnectionClosed(self.addr.clone()));
+        }
+        let answer = RemoveOnDrop {
+            pending: &self.pending,
+            id,
+        };
+        let result = rx
+            .await
+            .map_err(|_| RpcError::ConnectionClosed(self.addr.clone()));
+        drop(answer);
+        result
+    }
+}
+
+/// Removes a call's entry from the pending map when the call ends or is dropped
+/// (a caller that gave up), so abandoned calls leave nothing behind.
+struct RemoveOnDrop<'a> {
+    pending: &'a Pending,
+    id: u64,
+}
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        self.pending.lock().remove(&self.id);
     }
 }
 

@@ -277,8 +277,10 @@ pub async fn reload(
             .collect();
         // Who holds which segment of the old master.
         let mut holders: HashMap<u64, Vec<(String, bool)>> = HashMap::new();
+        let mut answered = 0;
         for b in &listed {
             if let Ok(replicas) = backups.get_replicas(&b.address, old_id).await {
+                answered += 1;
                 for r in replicas {
                     holders
                         .entry(r.segment_id)
@@ -315,7 +317,11 @@ pub async fn reload(
             Some(Err(e)) => return Err(e),
             None => {}
         }
-        if tokio::time::Instant::now() >= deadline {
+        // Every backup listed answered and none holds anything of this master: its
+        // log never reached a backup, so nothing of it was ever acknowledged (a
+        // write is acknowledged only once on R backups).
+        let nothing_anywhere = holders.is_empty() && answered == listed.len() && !listed.is_empty();
+        if nothing_anywhere || tokio::time::Instant::now() >= deadline {
             if holders.is_empty() {
                 tracing::warn!(
                     old_id,

@@ -62,6 +62,13 @@ pub const REPLICATION_WAIT_MS: u64 = 1_000;
 /// Pause before a segment that found no backup (or a backup that asked to retry)
 /// is tried again.
 const RETRY_BACKOFF_MS: u64 = 20;
+/// Longest a replication round may wait for its backups before the replicas it
+/// waits for count as failed (a whole 8 MiB segment in fsync mode fits easily).
+const ROUND_DEADLINE_MS: u64 = 10_000;
+/// How often the replicator looks for rounds past their deadline.
+const ROUND_CHECK_MS: u64 = 500;
+/// Longest a free of a replica may take (fire and forget).
+const FREE_DEADLINE_MS: u64 = 10_000;
 /// Most stale replicas remembered for freeing on restarted backups.
 const MAX_STALE_REPLICAS: usize = 65_536;
 /// How soon the replicator sends bytes of a head that no writer is driving.
@@ -142,6 +149,9 @@ struct Segment {
     durable: usize,
     closed_durable: bool,
     retry_at: Option<Instant>,
+    /// The round in flight: when it started and how to cancel it (a backup that
+    /// hangs, or leaves the server list, must not hold the segment up).
+    round: Option<(Instant, Arc<Notify>)>,
 }
 
 impl Segment {
@@ -159,6 +169,7 @@ impl Segment {
             durable: 0,
             closed_durable: false,
             retry_at: None,
+            round: None,
         }
     }
 }
@@ -174,6 +185,7 @@ struct Send {
 }
 
 struct Round {
+    cancel: Arc<Notify>,
     segment_id: u64,
     from: usize,
     sends: Vec<Send>,
@@ -282,6 +294,10 @@ impl ReplicaManager {
         let mut st = self.state.lock();
         let up: BTreeSet<u64> = backups.iter().map(|b| b.server_id).collect();
         st.backups = backups;
+        // New backups may fill places now: retry at once, not after the backoff.
+        for seg in st.segments.values_mut() {
+            seg.retry_at = None;
+        }
         let lost: Vec<u64> = st
             .segments
             .values()
@@ -447,6 +463,17 @@ impl ReplicaManager {
         let now = Instant::now();
         let mut rounds = Vec::new();
         let mut retry_at: Option<Instant> = None;
+        let deadline = Duration::from_millis(ROUND_DEADLINE_MS);
+        for seg in st.segments.values() {
+            if let Some((started, cancel)) = &seg.round {
+                if now.duration_since(*started) >= deadline {
+                    cancel.notify_one();
+                }
+                // Look again soon while any round is in flight.
+                let at = now + Duration::from_millis(ROUND_CHECK_MS);
+                retry_at = Some(retry_at.map_or(at, |r| r.min(at)));
+            }
+        }
         let dirty = std::mem::take(&mut st.dirty);
         for id in dirty {
             if let Some(seg) = st.segments.get_mut(&id) {
@@ -533,8 +560,11 @@ impl ReplicaManager {
             return Planned::Nothing;
         }
         seg.in_flight = true;
+        let cancel = Arc::new(Notify::new());
+        seg.round = Some((Instant::now(), cancel.clone()));
         let from = sends.iter().map(|s| s.from).min().unwrap_or(0);
         Planned::Round(Round {
+            cancel,
             segment_id: id,
             from,
             sends,
@@ -616,7 +646,7 @@ impl ReplicaManager {
             return;
         };
         let master_id = self.state.lock().master_id;
-        let results = futures_join(round.sends.iter().map(|s| {
+        let replies = futures_join(round.sends.iter().map(|s| {
             let slice = &bytes[s.from - round.from..];
             async move {
                 if s.clear_first {
@@ -638,8 +668,22 @@ impl ReplicaManager {
                     )
                     .await
             }
-        }))
-        .await;
+        }));
+        // No timer per RPC (see `NO_DEADLINE`): the replicator cancels a round
+        // that outlives ROUND_DEADLINE_MS, or whose backup left the cluster.
+        let results = tokio::select! {
+            results = replies => results,
+            () = round.cancel.notified() => round
+                .sends
+                .iter()
+                .map(|s| {
+                    Err(BackupClientError::Unreachable {
+                        addr: s.address.clone(),
+                        source: ramstore_rpc::RpcError::DeadlineExceeded,
+                    })
+                })
+                .collect(),
+        };
         self.finish_round(&round, length, results);
         self.rounds_in_flight.fetch_sub(1, Ordering::Relaxed);
     }
@@ -663,6 +707,7 @@ impl ReplicaManager {
                 return;
             };
             seg.in_flight = false;
+            seg.round = None;
             let mut sent = 0u64;
             for (send, result) in round.sends.iter().zip(results) {
                 let Some(r) = seg.replicas.get_mut(send.index) else {
@@ -757,7 +802,14 @@ impl ReplicaManager {
 
     async fn free(&self, backup: u64, address: String, segment_id: u64) {
         let master_id = self.state.lock().master_id;
-        match self.client.free(&address, master_id, segment_id).await {
+        let free = self.client.free(&address, master_id, segment_id);
+        let result = tokio::time::timeout(Duration::from_millis(FREE_DEADLINE_MS), free)
+            .await
+            .unwrap_or(Err(BackupClientError::Unreachable {
+                addr: address.clone(),
+                source: ramstore_rpc::RpcError::DeadlineExceeded,
+            }));
+        match result {
             Ok(()) => self.state.lock().stats.replicas_freed += 1,
             Err(e) => {
                 tracing::debug!(backup, segment_id, error = %e, "freeing a replica failed")
@@ -886,6 +938,9 @@ fn lose_backup(st: &mut State, backup: u64) {
         .find(|r| r.backup == backup)
         .map(|r| r.address.clone());
     for &id in &ids {
+        if let Some((_, cancel)) = st.segments.get(&id).and_then(|s| s.round.as_ref()) {
+            cancel.notify_one();
+        }
         drop_replica(st, id, backup, true);
     }
     // R§8: a backup restarted on the same address keeps these replicas while this

@@ -166,7 +166,10 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         return Err(ServerError::Replicas(options.replicas));
     }
     let manager = (options.replicas > 0).then(|| {
-        let client = BackupClient::new(Arc::new(TcpTransport::new()));
+        // Rounds are bounded by the replica manager, not per RPC (no timer per
+        // replication RPC on the write path).
+        let client = BackupClient::new(Arc::new(TcpTransport::new()))
+            .with_rpc_deadline(ramstore_rpc::NO_DEADLINE);
         ReplicaManager::new(options.replicas, client, rand::random())
     });
     let mut store_config = StoreConfig::new(options.memory_bytes);
