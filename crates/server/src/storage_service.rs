@@ -75,6 +75,8 @@ pub struct StorageService {
     server_id: AtomicU64,
     server_list: Mutex<(u64, Vec<KnownServer>)>,
     metrics: Metrics,
+    /// Updates answered NO_SPACE.
+    no_space_answers: AtomicU64,
 }
 
 fn rules(w: &WireRejectRules) -> RejectRules {
@@ -145,6 +147,7 @@ impl StorageService {
             server_id: AtomicU64::new(0),
             server_list: Mutex::new((0, Vec::new())),
             metrics: Metrics::default(),
+            no_space_answers: AtomicU64::new(0),
         }
     }
 
@@ -212,7 +215,7 @@ impl StorageService {
                 value,
             } => match self.store.write(table_id, key, value, &rules(&r)) {
                 Ok(version) => encode_response(id, op, &Response::Write { version }, out)?,
-                Err(e) => encode_response(id, op, &Response::Error(error_body(e)), out)?,
+                Err(e) => encode_response(id, op, &Response::Error(self.refused(e)), out)?,
             },
             Request::Remove {
                 table_id,
@@ -228,7 +231,7 @@ impl StorageService {
                     },
                     out,
                 )?,
-                Err(e) => encode_response(id, op, &Response::Error(error_body(e)), out)?,
+                Err(e) => encode_response(id, op, &Response::Error(self.refused(e)), out)?,
             },
             Request::Increment {
                 table_id,
@@ -251,7 +254,7 @@ impl StorageService {
                     Ok((version, value)) => {
                         encode_response(id, op, &Response::Increment { version, value }, out)?
                     }
-                    Err(e) => encode_response(id, op, &Response::Error(error_body(e)), out)?,
+                    Err(e) => encode_response(id, op, &Response::Error(self.refused(e)), out)?,
                 }
             }
             Request::MultiRead(items) => {
@@ -285,7 +288,7 @@ impl StorageService {
                         Err(WriteError::WrongVersion { current }) => {
                             enc.push(Status::WrongVersion, current)?
                         }
-                        Err(e) => enc.push(write_status(e), 0)?,
+                        Err(e) => enc.push(write_status(self.count_refusal(e)), 0)?,
                     }
                 }
                 enc.finish()?;
@@ -302,7 +305,7 @@ impl StorageService {
                         Err(WriteError::WrongVersion { current }) => {
                             enc.push(Status::WrongVersion, false, current)?
                         }
-                        Err(e) => enc.push(write_status(e), false, 0)?,
+                        Err(e) => enc.push(write_status(self.count_refusal(e)), false, 0)?,
                     }
                 }
                 enc.finish()?;
@@ -428,6 +431,20 @@ impl StorageService {
         }
     }
 
+    /// The error body of a refused update, counted when it is NO_SPACE.
+    fn refused(&self, e: WriteError) -> ErrorBody<'static> {
+        error_body(self.count_refusal(e))
+    }
+
+    /// Counts NO_SPACE answers (the log is full until the cleaner frees space;
+    /// clients retry them, so only this counter shows them to an operator).
+    fn count_refusal(&self, e: WriteError) -> WriteError {
+        if matches!(e, WriteError::NoSpace) {
+            self.no_space_answers.fetch_add(1, Ordering::Relaxed);
+        }
+        e
+    }
+
     /// Marks the request as needing the replication wait if `view` lies in a
     /// segment not yet durable: a read never returns an object beyond the durable
     /// point (DESIGN §1).
@@ -469,6 +486,10 @@ impl StorageService {
         line("tablets", s.tablets.len().to_string());
         line("compactions", s.log.compactions.to_string());
         line("combined_passes", s.log.combined_passes.to_string());
+        line(
+            "no_space_answers",
+            self.no_space_answers.load(Ordering::Relaxed).to_string(),
+        );
         match &self.backup {
             Some(backup) => backup.stats_lines(&mut line),
             None => line("backup", "off".into()),
