@@ -244,6 +244,15 @@ fn listed_backups(stats: &str) -> Vec<ListedBackup> {
         .collect()
 }
 
+/// The status word of server `id` in the coordinator's stats text, if listed.
+fn status_of(stats: &str, id: u64) -> Option<&str> {
+    let prefix = format!("server.{id}=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.split_whitespace().nth(1))
+}
+
 /// Reloads the log of `old_id` into `store` (see the module doc) and returns what
 /// it found. `identity` is the identity file's path, for the error message.
 pub async fn reload(
@@ -271,6 +280,19 @@ pub async fn reload(
             .server_stats(coordinator)
             .await
             .map_err(|e| coord_err(e.to_string()))?;
+        match status_of(&stats, old_id) {
+            Some("up" | "crashed") => {}
+            other => {
+                // The coordinator forgot this id (its state was reset) or another
+                // server already replaced it: no tablet waits for this log.
+                tracing::warn!(
+                    old_id,
+                    status = other.unwrap_or("unknown"),
+                    "cold start: the coordinator no longer lists this server as up or crashed; starting empty"
+                );
+                return Ok(ReloadSummary::default());
+            }
+        }
         let listed: Vec<ListedBackup> = listed_backups(&stats)
             .into_iter()
             .filter(|b| b.server_id != old_id)
@@ -467,6 +489,9 @@ mod tests {
             server.4=127.0.0.1:4 up memory_bytes=1 services=1 failure_domain= backup_read_mbps=0\n";
         let ids: Vec<u64> = listed_backups(text).iter().map(|b| b.server_id).collect();
         assert_eq!(ids, vec![1, 3]);
+        assert_eq!(status_of(text, 2), Some("removed"));
+        assert_eq!(status_of(text, 3), Some("crashed"));
+        assert_eq!(status_of(text, 9), None);
     }
 
     #[test]
