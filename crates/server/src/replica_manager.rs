@@ -234,6 +234,8 @@ pub struct ReplicaManager {
     client: BackupClient,
     rng: Mutex<StdRng>,
     rounds_in_flight: AtomicU64,
+    /// Mirror of `State::fenced`, readable without the state lock.
+    fenced: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for ReplicaManager {
@@ -260,6 +262,7 @@ impl ReplicaManager {
             client,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             rounds_in_flight: AtomicU64::new(0),
+            fenced: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -370,8 +373,9 @@ impl ReplicaManager {
     }
 
     /// Whether a backup fenced this master off (R§7.11).
+    /// One atomic load: the storage service asks on every request.
     pub fn is_fenced(&self) -> bool {
-        self.state.lock().fenced
+        self.fenced.load(Ordering::Acquire)
     }
 
     /// Counters.
@@ -759,6 +763,9 @@ impl ReplicaManager {
                 seg.retry_at = Some(Instant::now() + Duration::from_millis(RETRY_BACKOFF_MS));
             }
             st.fenced = fenced;
+            if fenced {
+                self.fenced.store(true, Ordering::Release);
+            }
             st.stats.bytes_sent += sent;
             st.stats.rpc_failures += lost.len() as u64;
             for backup in lost {

@@ -445,6 +445,24 @@ impl StorageService {
         e
     }
 
+    /// A master its backups fenced off (R§7.11: the coordinator declared it
+    /// crashed) serves no object operation any more — not even a read, whose value
+    /// may since have been overwritten on the master that recovered it.
+    fn is_fenced_off(&self, op: Opcode) -> bool {
+        let data_op = matches!(
+            op,
+            Opcode::Read
+                | Opcode::Write
+                | Opcode::Remove
+                | Opcode::Increment
+                | Opcode::MultiRead
+                | Opcode::MultiWrite
+                | Opcode::MultiRemove
+                | Opcode::Enumerate
+        );
+        data_op && self.replicas.as_ref().is_some_and(|m| m.is_fenced())
+    }
+
     /// Marks the request as needing the replication wait if `view` lies in a
     /// segment not yet durable: a read never returns an object beyond the durable
     /// point (DESIGN §1).
@@ -695,6 +713,11 @@ impl Service for StorageService {
             Ok((header, req)) => {
                 let op = req.opcode();
                 READ_NEEDS_SYNC.set(false);
+                if self.is_fenced_off(op) {
+                    answer_fenced(header.request_id, op, out);
+                    self.metrics.record(Op::from(op), started.elapsed());
+                    return Handled::Done;
+                }
                 match self.dispatch(header.request_id, &req, out) {
                     Ok(true) => (
                         Some(op),
@@ -734,6 +757,20 @@ impl Service for StorageService {
             response
         })
     }
+}
+
+/// Answers an object operation sent to a fenced-off master: SERVER_NOT_UP, so the
+/// client asks the coordinator where the tablet is now.
+fn answer_fenced(id: u64, op: Opcode, out: &mut Vec<u8>) {
+    let _ = encode_response(
+        id,
+        op,
+        &Response::Error(ErrorBody::Message {
+            status: Status::ServerNotUp,
+            message: "this master was declared crashed (its backups fence it off)",
+        }),
+        out,
+    );
 }
 
 /// Answers a backup request sent to a server that runs no backup.

@@ -11,11 +11,14 @@ use proptest::prelude::*;
 use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
 use ramstore_client::BackupClient;
 use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
-use ramstore_rpc::LocalTransport;
+use ramstore_rpc::{LocalTransport, Service};
 use ramstore_server::backup_service::{BackupService, ServerState};
 use ramstore_server::cold_start::{digest_of, LogReplay};
 use ramstore_server::replica_manager::{BackupInfo, ReplicationError};
 use ramstore_server::{ReplicaManager, StorageService};
+use ramstore_wire::{
+    decode_response, encode_request, ErrorBody, Request, Response, Status, WireRejectRules,
+};
 
 /// Small segments, so a few hundred writes roll many heads.
 const SEGMENT_BYTES: usize = 128 * 1024;
@@ -261,6 +264,9 @@ async fn wait_durable_reports_fenced_once_a_backup_fences_the_master() {
     config.replicas = manager.clone();
     let store = ObjectStore::new(config).unwrap();
     store.add_tablet(TABLE, 0, u64::MAX).unwrap();
+    let log = store.log_handle();
+    let master = StorageService::new(store).with_replicas(manager.clone());
+    let store = master.store();
     let mut cluster = Cluster {
         transport,
         live: Vec::new(),
@@ -269,7 +275,7 @@ async fn wait_durable_reports_fenced_once_a_backup_fences_the_master() {
         manager: manager.clone(),
     };
     cluster.add_backup();
-    let task = manager.start(store.log_handle(), MASTER_ID, "");
+    let task = manager.start(log, MASTER_ID, "");
     store
         .write(TABLE, b"a", b"1", &RejectRules::default())
         .unwrap();
@@ -286,6 +292,27 @@ async fn wait_durable_reports_fenced_once_a_backup_fences_the_master() {
         Err(ReplicationError::Fenced)
     );
     assert!(manager.is_fenced());
+    // From then on the master serves no object operation, not even a read.
+    let read = encode(&Request::Read {
+        table_id: TABLE,
+        rules: WireRejectRules::default(),
+        key: b"a",
+    });
+    let mut out = Vec::new();
+    assert!(master.handle(&read, &mut out).is_done());
+    assert!(matches!(
+        decode_response(&out).unwrap().1,
+        Response::Error(ErrorBody::Message {
+            status: Status::ServerNotUp,
+            ..
+        })
+    ));
     manager.shutdown();
     task.abort();
+}
+
+fn encode(req: &Request<'_>) -> Vec<u8> {
+    let mut frame = Vec::new();
+    encode_request(1, req, &mut frame).unwrap();
+    frame
 }
