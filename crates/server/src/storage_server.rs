@@ -363,11 +363,18 @@ pub const READ_SPEED_PROBE_BYTES: u64 = 32 << 20;
 /// 1 MB/s (the least) if it cannot be measured, so masters prefer other backups.
 async fn read_speed(path: PathBuf) -> u32 {
     let shown = path.display().to_string();
-    let measured =
-        tokio::task::spawn_blocking(move || measure_read_mbps(&path, READ_SPEED_PROBE_BYTES))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))
-            .and_then(|r| r);
+    // Measured on a probe file written (and synced) next to the frames file: the
+    // frames file's unwritten extents read as zeros without touching the disk.
+    let probe = path.with_file_name(READ_SPEED_PROBE_FILE);
+    let measured = tokio::task::spawn_blocking(move || {
+        let result = write_probe(&probe, READ_SPEED_PROBE_WRITE_BYTES)
+            .and_then(|()| measure_read_mbps(&probe, READ_SPEED_PROBE_WRITE_BYTES));
+        let _ = std::fs::remove_file(&probe);
+        result
+    })
+    .await
+    .map_err(|e| std::io::Error::other(e.to_string()))
+    .and_then(|r| r);
     match measured {
         Ok(mbps) => {
             tracing::info!(path = %shown, backup_read_mbps = mbps, "backup disk read speed measured");
@@ -378,6 +385,25 @@ async fn read_speed(path: PathBuf) -> u32 {
             1
         }
     }
+}
+
+/// The probe file written beside the frames file to measure the disk's read speed.
+pub const READ_SPEED_PROBE_FILE: &str = "read-speed.probe";
+/// Bytes of the probe: enough to leave the disk's cache, little at start-up.
+pub const READ_SPEED_PROBE_WRITE_BYTES: u64 = 8 << 20;
+
+/// Writes `bytes` of non-zero data to `path` and syncs it to the disk.
+fn write_probe(path: &std::path::Path, bytes: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path)?;
+    let chunk: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8 + 1).collect();
+    let mut left = bytes;
+    while left > 0 {
+        let n = usize::try_from(left).map_or(chunk.len(), |l| l.min(chunk.len()));
+        file.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    file.sync_all()
 }
 
 /// The read speed of the disk holding `path`, in MB/s (10^6 bytes), at least 1:
@@ -526,6 +552,15 @@ mod tests {
             Some(1)
         );
         assert!(measure_read_mbps(&dir.path().join("missing"), 1).is_err());
+    }
+
+    #[test]
+    fn read_speed_probe_is_written_synced_and_read_back() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let probe = dir.path().join(READ_SPEED_PROBE_FILE);
+        write_probe(&probe, 3 << 20).expect("probe written");
+        assert_eq!(std::fs::metadata(&probe).expect("probe").len(), 3 << 20);
+        assert!(measure_read_mbps(&probe, 3 << 20).expect("measured") >= 1);
     }
 
     #[test]
