@@ -213,4 +213,13 @@ fn dev_restart_with_a_wiped_coordinator_starts_empty_at_once() {
         c.get_table_id("gone"),
         Err(ClientError::TableDoesntExist)
     ));
+    // Ids start over in a fresh coordinator: neither restarted server may take
+    // the other's new id for its own old one and replace it.
+    let stats = c.server_stats(&dev.addr).expect("coordinator stats");
+    let states: Vec<&str> = stats
+        .lines()
+        .filter(|l| l.starts_with("server."))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(states, ["up", "up"], "{stats}");
 }

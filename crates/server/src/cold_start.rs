@@ -81,18 +81,36 @@ pub struct ReloadSummary {
     pub max_version: u64,
 }
 
-/// The server id recorded by the previous run, if any.
-pub fn read_identity(dir: &Path) -> Result<Option<u64>, ColdStartError> {
+/// Who this server was in its previous run: its server id and the address it
+/// enlisted with. The address tells the old entry apart from a server that got the
+/// same id from a coordinator whose state was reset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub server_id: u64,
+    /// `None` in files written before the address was recorded.
+    pub address: Option<String>,
+}
+
+/// The identity recorded by the previous run, if any (`ID [ADDRESS]`).
+pub fn read_identity(dir: &Path) -> Result<Option<Identity>, ColdStartError> {
     let path = dir.join(IDENTITY_FILE);
+    let bad = |what: &str| ColdStartError::Identity {
+        path: path.display().to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string()),
+    };
     match std::fs::read_to_string(&path) {
-        Ok(text) => text
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|e| ColdStartError::Identity {
-                path: path.display().to_string(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-            }),
+        Ok(text) => {
+            let mut words = text.split_whitespace();
+            let server_id = words
+                .next()
+                .and_then(|w| w.parse().ok())
+                .ok_or_else(|| bad("no server id"))?;
+            let address = words.next().map(str::to_string);
+            if words.next().is_some() {
+                return Err(bad("more than an id and an address"));
+            }
+            Ok(Some(Identity { server_id, address }))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(ColdStartError::Identity {
             path: path.display().to_string(),
@@ -101,8 +119,8 @@ pub fn read_identity(dir: &Path) -> Result<Option<u64>, ColdStartError> {
     }
 }
 
-/// Records `id` as this server's id, atomically (temporary file, fsync, rename).
-pub fn write_identity(dir: &Path, id: u64) -> Result<(), ColdStartError> {
+/// Records this server's identity, atomically (temporary file, fsync, rename).
+pub fn write_identity(dir: &Path, server_id: u64, address: &str) -> Result<(), ColdStartError> {
     use std::io::Write;
     let path = dir.join(IDENTITY_FILE);
     let tmp = dir.join(format!("{IDENTITY_FILE}.tmp"));
@@ -111,7 +129,8 @@ pub fn write_identity(dir: &Path, id: u64) -> Result<(), ColdStartError> {
         source,
     };
     let mut f = std::fs::File::create(&tmp).map_err(fail)?;
-    f.write_all(format!("{id}\n").as_bytes()).map_err(fail)?;
+    f.write_all(format!("{server_id} {address}\n").as_bytes())
+        .map_err(fail)?;
     f.sync_all().map_err(fail)?;
     std::fs::rename(&tmp, &path).map_err(fail)?;
     if let Ok(d) = std::fs::File::open(dir) {
@@ -244,24 +263,42 @@ fn listed_backups(stats: &str) -> Vec<ListedBackup> {
         .collect()
 }
 
-/// The status word of server `id` in the coordinator's stats text, if listed.
-fn status_of(stats: &str, id: u64) -> Option<&str> {
+/// The address and status word of server `id` in the coordinator's stats text,
+/// if listed.
+fn entry_of(stats: &str, id: u64) -> Option<(&str, &str)> {
     let prefix = format!("server.{id}=");
-    stats
+    let mut words = stats
         .lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|v| v.split_whitespace().nth(1))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))?
+        .split_whitespace();
+    Some((words.next()?, words.next()?))
+}
+
+/// Whether the coordinator's entry for the old id is this server's previous run
+/// (up or crashed, and enlisted from the recorded address).
+fn is_ours(stats: &str, identity: &Identity) -> bool {
+    match entry_of(stats, identity.server_id) {
+        Some((address, "up" | "crashed")) => {
+            identity.address.as_deref().is_none_or(|a| a == address)
+        }
+        _ => false,
+    }
 }
 
 /// Reloads the log of `old_id` into `store` (see the module doc) and returns what
 /// it found. `identity` is the identity file's path, for the error message.
+///
+/// `Ok(None)`: the coordinator's entry for the old id is not this server's
+/// previous run (its state was reset, or another process already replaced it), so
+/// nothing was reloaded and the caller must not enlist as its replacement.
 pub async fn reload(
     coordinator: &str,
-    old_id: u64,
+    identity: &Identity,
     store: &ObjectStore,
     backups: &BackupClient,
-    identity: &Path,
-) -> Result<ReloadSummary, ColdStartError> {
+    identity_file: &Path,
+) -> Result<Option<ReloadSummary>, ColdStartError> {
+    let old_id = identity.server_id;
     let started = tokio::time::Instant::now();
     let deadline = started + Duration::from_millis(COLD_START_WAIT_MS);
     let coord_err = |reason: String| ColdStartError::Coordinator { old_id, reason };
@@ -280,18 +317,15 @@ pub async fn reload(
             .server_stats(coordinator)
             .await
             .map_err(|e| coord_err(e.to_string()))?;
-        match status_of(&stats, old_id) {
-            Some("up" | "crashed") => {}
-            other => {
-                // The coordinator forgot this id (its state was reset) or another
-                // server already replaced it: no tablet waits for this log.
-                tracing::warn!(
-                    old_id,
-                    status = other.unwrap_or("unknown"),
-                    "cold start: the coordinator no longer lists this server as up or crashed; starting empty"
-                );
-                return Ok(ReloadSummary::default());
-            }
+        if !is_ours(&stats, identity) {
+            // The coordinator forgot this server (its state was reset; the id may
+            // even belong to another server now) or another process replaced it:
+            // no tablet waits for this log.
+            tracing::warn!(
+                old_id,
+                "cold start: the coordinator lists no up or crashed entry of this server's previous run; starting empty"
+            );
+            return Ok(None);
         }
         let listed: Vec<ListedBackup> = listed_backups(&stats)
             .into_iter()
@@ -333,7 +367,7 @@ pub async fn reload(
                     }
                     let mut summary = replay(backups, old_id, &digest, &holders, store).await?;
                     summary.tablets = tablets.len();
-                    return Ok(summary);
+                    return Ok(Some(summary));
                 }
             }
             Some(Err(e)) => return Err(e),
@@ -349,13 +383,13 @@ pub async fn reload(
                     old_id,
                     "cold start: no backup holds any replica of this master's log; starting empty"
                 );
-                return Ok(ReloadSummary::default());
+                return Ok(Some(ReloadSummary::default()));
             }
             return Err(ColdStartError::Incomplete {
                 old_id,
                 missing,
                 waited_ms: started.elapsed().as_millis() as u64,
-                identity: identity.display().to_string(),
+                identity: identity_file.display().to_string(),
             });
         }
         tokio::time::sleep(Duration::from_millis(ASK_AGAIN_MS)).await;
@@ -489,17 +523,46 @@ mod tests {
             server.4=127.0.0.1:4 up memory_bytes=1 services=1 failure_domain= backup_read_mbps=0\n";
         let ids: Vec<u64> = listed_backups(text).iter().map(|b| b.server_id).collect();
         assert_eq!(ids, vec![1, 3]);
-        assert_eq!(status_of(text, 2), Some("removed"));
-        assert_eq!(status_of(text, 3), Some("crashed"));
-        assert_eq!(status_of(text, 9), None);
+        assert_eq!(entry_of(text, 2), Some(("127.0.0.1:2", "removed")));
+        assert_eq!(entry_of(text, 3), Some(("127.0.0.1:3", "crashed")));
+        assert_eq!(entry_of(text, 9), None);
+        let me = |id, address: Option<&str>| Identity {
+            server_id: id,
+            address: address.map(str::to_string),
+        };
+        assert!(is_ours(text, &me(1, Some("127.0.0.1:1"))));
+        assert!(is_ours(text, &me(3, None)), "crashed, no address recorded");
+        assert!(
+            !is_ours(text, &me(1, Some("127.0.0.1:7"))),
+            "the id was reused"
+        );
+        assert!(
+            !is_ours(text, &me(2, Some("127.0.0.1:2"))),
+            "removed: replaced"
+        );
+        assert!(!is_ours(text, &me(9, None)), "unknown id");
     }
 
     #[test]
     fn identity_round_trips_and_is_absent_at_first() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(read_identity(dir.path()).unwrap(), None);
-        write_identity(dir.path(), 42).unwrap();
-        assert_eq!(read_identity(dir.path()).unwrap(), Some(42));
+        write_identity(dir.path(), 42, "127.0.0.1:7001").unwrap();
+        assert_eq!(
+            read_identity(dir.path()).unwrap(),
+            Some(Identity {
+                server_id: 42,
+                address: Some("127.0.0.1:7001".into())
+            })
+        );
+        std::fs::write(dir.path().join(IDENTITY_FILE), "42\n").unwrap();
+        assert_eq!(
+            read_identity(dir.path()).unwrap(),
+            Some(Identity {
+                server_id: 42,
+                address: None
+            })
+        );
         std::fs::write(dir.path().join(IDENTITY_FILE), "garbage").unwrap();
         assert!(read_identity(dir.path()).is_err());
     }

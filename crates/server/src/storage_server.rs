@@ -226,33 +226,37 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     // Cold start: a replicating server restarted on its directory reloads its old
     // log from the backups before it enlists (see `cold_start`).
     let identity_dir = options.backup_dir.clone().filter(|_| manager.is_some());
-    let old_id = match &identity_dir {
+    let previous = match &identity_dir {
         Some(dir) => cold_start::read_identity(dir)?,
         None => None,
     };
-    if let (Some(old_id), Some(dir)) = (old_id, &identity_dir) {
+    let mut replaces = 0;
+    if let (Some(previous), Some(dir)) = (&previous, &identity_dir) {
         let client = BackupClient::new(Arc::new(TcpTransport::new()));
-        let identity = dir.join(cold_start::IDENTITY_FILE);
-        let summary = cold_start::reload(
+        let identity_file = dir.join(cold_start::IDENTITY_FILE);
+        let reloaded = cold_start::reload(
             &options.coordinator,
-            old_id,
+            previous,
             service.store(),
             &client,
-            &identity,
+            &identity_file,
         )
         .await?;
-        tracing::info!(
-            old_id,
-            segments = summary.segments,
-            objects = summary.objects,
-            tablets = summary.tablets,
-            "cold start: reloaded the log from backups"
-        );
+        if let Some(summary) = reloaded {
+            replaces = previous.server_id;
+            tracing::info!(
+                old_id = previous.server_id,
+                segments = summary.segments,
+                objects = summary.objects,
+                tablets = summary.tablets,
+                "cold start: reloaded the log from backups"
+            );
+        }
     }
     let server_id = enlist(
         &options.coordinator,
         &Request::Enlist {
-            replaces_server_id: old_id.unwrap_or(0),
+            replaces_server_id: replaces,
             services,
             memory_bytes: options.memory_bytes as u64,
             backup_read_mbps,
@@ -263,7 +267,7 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     .await?;
     service.set_server_id(server_id);
     if let Some(dir) = &identity_dir {
-        cold_start::write_identity(dir, server_id)?;
+        cold_start::write_identity(dir, server_id, &advertise)?;
     }
     if let Some(m) = &manager {
         tasks.push(m.start(
