@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Coordinator, Server};
+use common::{runtime, Coordinator, Server};
 use ramstore_client::{BackupClient, BackupReplica, BackupWriteFlags};
 use ramstore_rpc::TcpTransport;
 
@@ -21,14 +21,6 @@ fn bytes(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u8).wrapping_mul(131).wrapping_add(seed) ^ (i >> 13) as u8)
         .collect()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime")
 }
 
 fn start_server(coordinator: &Coordinator, backup_dir: &str) -> Server {

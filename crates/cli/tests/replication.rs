@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use common::{wait_until, Cluster, Server};
+use common::{runtime, wait_until, Cluster, Server};
 use ramstore_client::{BackupClient, BackupReplica, BackupWriteFlags, BlockingClient};
 use ramstore_rpc::TcpTransport;
 
@@ -27,14 +27,6 @@ const FRAME_METADATA_BYTES: u64 = 4096;
 const FRAMES: &str = "16";
 /// How long a condition that needs the cluster to react may take on a slow machine.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 fn backup_client() -> BackupClient {
     BackupClient::new(Arc::new(TcpTransport::new())).with_rpc_deadline(Duration::from_secs(20))
@@ -604,24 +596,19 @@ fn corrupt_frame_is_detected_and_never_used() {
     });
 }
 
-#[test]
-fn backup_restart_under_a_live_master_lets_its_writes_continue() {
-    const VALUE: usize = 1 << 20;
-    // No server is declared crashed: the restarted backup replaces its old entry.
+/// `servers` servers, each with a backup and R = 1, under a coordinator that never
+/// declares a server crashed (a restarted server replaces its old entry), and a
+/// table `t` of span 1. Backups sync (fsync), so an open head's replica is on disk
+/// when a backup dies and the restarted backup still holds it. Returns the
+/// cluster, the backup directories, the table, and the owner's index and id.
+fn restart_cluster(servers: usize) -> (Cluster, Vec<String>, u64, usize, u64) {
     let mut cluster = Cluster::start_with_coordinator_args(0, &["--failure-timeout-ms", "600000"]);
-    let dirs = [
-        backup_dir(&cluster, "backup-0"),
-        backup_dir(&cluster, "backup-1"),
-    ];
-    // fsync: the open head's replica is on disk when the backup dies, so the
-    // restarted backup still holds it.
+    let dirs: Vec<String> = (0..servers)
+        .map(|i| backup_dir(&cluster, &format!("backup-{i}")))
+        .collect();
     for dir in &dirs {
-        add_backup_server(
-            &mut cluster,
-            "127.0.0.1:0",
-            dir,
-            &["--replicas", "1", "--backup-sync", "fsync"],
-        );
+        // `add_backup_server` gives the directory and frames itself.
+        add_backup_server(&mut cluster, "127.0.0.1:0", dir, &restart_args(dir)[4..]);
     }
     let client = cluster.client();
     let table = client.create_table("t", 1).expect("create table");
@@ -631,6 +618,28 @@ fn backup_restart_under_a_live_master_lets_its_writes_continue() {
         .iter()
         .position(|s| s.id == owner_id)
         .expect("the owner is one of ours");
+    (cluster, dirs, table, master, owner_id)
+}
+
+/// The arguments of a server of [`restart_cluster`] on backup directory `dir`.
+fn restart_args(dir: &str) -> [&str; 8] {
+    [
+        "--backup-dir",
+        dir,
+        "--backup-frames",
+        FRAMES,
+        "--replicas",
+        "1",
+        "--backup-sync",
+        "fsync",
+    ]
+}
+
+#[test]
+fn backup_restart_under_a_live_master_lets_its_writes_continue() {
+    const VALUE: usize = 1 << 20;
+    let (mut cluster, dirs, table, master, owner_id) = restart_cluster(2);
+    let client = cluster.client();
     // The master's only backup.
     let b = 1 - master;
     let write = |i: usize| {
@@ -641,17 +650,7 @@ fn backup_restart_under_a_live_master_lets_its_writes_continue() {
     // Closed replicas and an open head on the backup.
     let mut acked: Vec<(usize, u64)> = (0..20).map(|i| write(i).expect("write")).collect();
 
-    let extra = [
-        "--backup-dir",
-        dirs[b].as_str(),
-        "--backup-frames",
-        FRAMES,
-        "--replicas",
-        "1",
-        "--backup-sync",
-        "fsync",
-    ];
-    restart_server(&mut cluster, b, &extra);
+    restart_server(&mut cluster, b, &restart_args(&dirs[b]));
     // The master has the server list showing the backup's old id removed once its
     // own backup fences that id (both act on the same list).
     let master_addr = cluster.servers[master].addr.clone();
@@ -689,26 +688,8 @@ fn backup_restart_under_a_live_master_lets_its_writes_continue() {
 #[test]
 fn restarted_backup_is_left_with_no_stale_replicas() {
     const VALUE: usize = 1 << 20;
-    let mut cluster = Cluster::start_with_coordinator_args(0, &["--failure-timeout-ms", "600000"]);
-    let dirs: Vec<String> = (0..3)
-        .map(|i| backup_dir(&cluster, &format!("backup-{i}")))
-        .collect();
-    for dir in &dirs {
-        add_backup_server(
-            &mut cluster,
-            "127.0.0.1:0",
-            dir,
-            &["--replicas", "1", "--backup-sync", "fsync"],
-        );
-    }
+    let (mut cluster, dirs, table, master, owner_id) = restart_cluster(3);
     let client = cluster.client();
-    let table = client.create_table("t", 1).expect("create table");
-    let owner_id = owner_of(&client, table);
-    let master = cluster
-        .servers
-        .iter()
-        .position(|s| s.id == owner_id)
-        .expect("the owner is one of ours");
     let write = |i: usize| {
         client
             .write(table, format!("key-{i}").as_bytes(), &value_of(i, VALUE))
@@ -722,17 +703,7 @@ fn restarted_backup_is_left_with_no_stale_replicas() {
         .filter(|&i| i != master)
         .max_by_key(|&i| replicas_on(&rt, &backups, &cluster.servers[i].addr, owner_id).len())
         .expect("two backups");
-    let extra = [
-        "--backup-dir",
-        dirs[b].as_str(),
-        "--backup-frames",
-        FRAMES,
-        "--replicas",
-        "1",
-        "--backup-sync",
-        "fsync",
-    ];
-    restart_server(&mut cluster, b, &extra);
+    restart_server(&mut cluster, b, &restart_args(&dirs[b]));
     let master_addr = cluster.servers[master].addr.clone();
     // The master learned of the restart and re-created what the old id held.
     wait_until("the master to re-replicate", PATIENCE, || {

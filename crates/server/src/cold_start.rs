@@ -141,21 +141,18 @@ pub fn write_identity(dir: &Path, server_id: u64, address: &str) -> Result<(), C
 
 /// The newest state of one key in a log being replayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Newest {
-    Object {
-        version: u64,
-        value: Vec<u8>,
-    },
-    /// Every version up to this one is dead.
-    Dead {
-        version: u64,
-    },
+struct Newest {
+    version: u64,
+    /// `None`: a tombstone, every version up to `version` is dead.
+    value: Option<Vec<u8>>,
 }
 
 /// Replays segments in any order, keeping the newest state of each key (R§7.6).
+/// Keys are looked up borrowed: an entry costs an allocation only for a key not
+/// seen before, and a newer value reuses the older one's buffer.
 #[derive(Debug, Default)]
 pub struct LogReplay {
-    keys: HashMap<(u64, Vec<u8>), Newest>,
+    keys: HashMap<u64, HashMap<Vec<u8>, Newest>>,
     max_version: u64,
 }
 
@@ -166,8 +163,8 @@ impl LogReplay {
             let (entry, len) = parse_entry(bytes)?;
             bytes = &bytes[len..];
             match entry {
-                Entry::Object(o) => self.object(o.table_id, o.key, o.version, o.value),
-                Entry::Tombstone(t) => self.tombstone(t.table_id, t.key, t.version),
+                Entry::Object(o) => self.apply(o.table_id, o.key, o.version, Some(o.value)),
+                Entry::Tombstone(t) => self.apply(t.table_id, t.key, t.version, None),
                 Entry::SafeVersion(s) => self.max_version = self.max_version.max(s.version),
                 Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::TabletStats(_) => {}
             }
@@ -175,34 +172,33 @@ impl LogReplay {
         Ok(())
     }
 
-    fn object(&mut self, table_id: u64, key: &[u8], version: u64, value: &[u8]) {
+    /// Keeps the entry if it is newer than what the key has: a higher version
+    /// wins, and at equal versions a tombstone wins over its object.
+    fn apply(&mut self, table_id: u64, key: &[u8], version: u64, value: Option<&[u8]>) {
         self.max_version = self.max_version.max(version);
-        let newer = match self.keys.get(&(table_id, key.to_vec())) {
-            Some(Newest::Object { version: v, .. }) => version > *v,
-            Some(Newest::Dead { version: v }) => version > *v,
-            None => true,
-        };
-        if newer {
-            self.keys.insert(
-                (table_id, key.to_vec()),
-                Newest::Object {
-                    version,
-                    value: value.to_vec(),
-                },
-            );
-        }
-    }
-
-    fn tombstone(&mut self, table_id: u64, key: &[u8], version: u64) {
-        self.max_version = self.max_version.max(version);
-        let kills = match self.keys.get(&(table_id, key.to_vec())) {
-            Some(Newest::Object { version: v, .. }) => *v <= version,
-            Some(Newest::Dead { version: v }) => *v < version,
-            None => true,
-        };
-        if kills {
-            self.keys
-                .insert((table_id, key.to_vec()), Newest::Dead { version });
+        let rank = |version: u64, value: Option<_>| (version, value.is_none());
+        let table = self.keys.entry(table_id).or_default();
+        match table.get_mut(key) {
+            Some(cur) if rank(version, value) > rank(cur.version, cur.value.as_deref()) => {
+                cur.version = version;
+                match (value, &mut cur.value) {
+                    (Some(v), Some(buf)) => {
+                        buf.clear();
+                        buf.extend_from_slice(v);
+                    }
+                    (v, slot) => *slot = v.map(<[u8]>::to_vec),
+                }
+            }
+            Some(_) => {}
+            None => {
+                table.insert(
+                    key.to_vec(),
+                    Newest {
+                        version,
+                        value: value.map(<[u8]>::to_vec),
+                    },
+                );
+            }
         }
     }
 
@@ -213,11 +209,11 @@ impl LogReplay {
 
     /// The live objects: (table, key, version, value).
     pub fn live(&self) -> impl Iterator<Item = (u64, &[u8], u64, &[u8])> + '_ {
-        self.keys.iter().filter_map(|((table, key), n)| match n {
-            Newest::Object { version, value } => {
-                Some((*table, key.as_slice(), *version, value.as_slice()))
-            }
-            Newest::Dead { .. } => None,
+        self.keys.iter().flat_map(|(&table, keys)| {
+            keys.iter().filter_map(move |(key, n)| {
+                let value = n.value.as_deref()?;
+                Some((table, key.as_slice(), n.version, value))
+            })
         })
     }
 }
@@ -345,33 +341,30 @@ pub async fn reload(
                 }
             }
         }
-        match find_log(backups, old_id, &holders).await {
-            Some(Ok(digest)) => {
-                missing = digest
-                    .iter()
-                    .copied()
-                    .filter(|id| !holders.contains_key(id))
+        if let Some(head) = find_log(backups, old_id, &holders).await {
+            missing = head
+                .digest
+                .iter()
+                .copied()
+                .filter(|id| !holders.contains_key(id))
+                .collect();
+            if missing.is_empty() {
+                let tablets: Vec<_> = client
+                    .tablet_map()
+                    .await
+                    .map_err(|e| coord_err(e.to_string()))?
+                    .into_iter()
+                    .filter(|t| t.server_id == old_id)
                     .collect();
-                if missing.is_empty() {
-                    let tablets: Vec<_> = client
-                        .tablet_map()
-                        .await
-                        .map_err(|e| coord_err(e.to_string()))?
-                        .into_iter()
-                        .filter(|t| t.server_id == old_id)
-                        .collect();
-                    for t in &tablets {
-                        // Owning them early is harmless: no client is sent here
-                        // before the coordinator moves them at enlistment.
-                        let _ = store.add_tablet(t.table_id, t.start_hash, t.end_hash);
-                    }
-                    let mut summary = replay(backups, old_id, &digest, &holders, store).await?;
-                    summary.tablets = tablets.len();
-                    return Ok(Some(summary));
+                for t in &tablets {
+                    // Owning them early is harmless: no client is sent here
+                    // before the coordinator moves them at enlistment.
+                    let _ = store.add_tablet(t.table_id, t.start_hash, t.end_hash);
                 }
+                let mut summary = replay(backups, old_id, &head, &holders, store).await?;
+                summary.tablets = tablets.len();
+                return Ok(Some(summary));
             }
-            Some(Err(e)) => return Err(e),
-            None => {}
         }
         // Every backup listed answered and none holds anything of this master: its
         // log never reached a backup, so nothing of it was ever acknowledged (a
@@ -398,11 +391,19 @@ pub async fn reload(
 
 /// The digest of the newest head among the offered replicas, or `None` if no
 /// offered replica has one yet.
+/// The newest head among a master's replicas: its id, the segments its digest
+/// names, and its bytes (replayed as they are, not read again).
+struct NewestHead {
+    segment_id: u64,
+    digest: Vec<u64>,
+    bytes: bytes::Bytes,
+}
+
 async fn find_log(
     backups: &BackupClient,
     old_id: u64,
     holders: &HashMap<u64, Vec<(String, bool)>>,
-) -> Option<Result<Vec<u64>, ColdStartError>> {
+) -> Option<NewestHead> {
     let mut ids: Vec<u64> = holders.keys().copied().collect();
     ids.sort_unstable_by(|a, b| b.cmp(a));
     for id in ids {
@@ -411,7 +412,11 @@ async fn find_log(
                 continue;
             };
             if let Some(digest) = digest_of(&replica.bytes) {
-                return Some(Ok(digest));
+                return Some(NewestHead {
+                    segment_id: id,
+                    digest,
+                    bytes: replica.bytes,
+                });
             }
             // A survivor (no digest): look at older segments.
             break;
@@ -423,12 +428,15 @@ async fn find_log(
 async fn replay(
     backups: &BackupClient,
     old_id: u64,
-    digest: &[u64],
+    head: &NewestHead,
     holders: &HashMap<u64, Vec<(String, bool)>>,
     store: &ObjectStore,
 ) -> Result<ReloadSummary, ColdStartError> {
     let mut log = LogReplay::default();
-    for &segment_id in digest {
+    for &segment_id in &head.digest {
+        if segment_id == head.segment_id && log.add_segment(&head.bytes).is_ok() {
+            continue;
+        }
         let mut holders_of = holders[&segment_id].clone();
         // Closed replicas first: they are whole and checksummed on disk.
         holders_of.sort_by_key(|(_, closed)| !closed);
@@ -467,7 +475,7 @@ async fn replay(
         objects += 1;
     }
     Ok(ReloadSummary {
-        segments: digest.len(),
+        segments: head.digest.len(),
         objects,
         tablets: 0,
         max_version: log.max_version(),

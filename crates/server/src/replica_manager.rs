@@ -36,7 +36,7 @@
 //! manager).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -185,6 +185,7 @@ struct Send {
 }
 
 struct Round {
+    master_id: u64,
     cancel: Arc<Notify>,
     segment_id: u64,
     from: usize,
@@ -230,12 +231,12 @@ pub struct ReplicaManager {
     wake: Notify,
     /// Wakes writers waiting for durability.
     durable_changed: Notify,
-    log: Mutex<Option<LogHandle>>,
+    /// Set once by `start`; read by every round without a lock.
+    log: std::sync::OnceLock<LogHandle>,
     client: BackupClient,
     rng: Mutex<StdRng>,
-    rounds_in_flight: AtomicU64,
     /// Mirror of `State::fenced`, readable without the state lock.
-    fenced: std::sync::atomic::AtomicBool,
+    fenced: AtomicBool,
 }
 
 impl std::fmt::Debug for ReplicaManager {
@@ -258,11 +259,10 @@ impl ReplicaManager {
             closed: Condvar::new(),
             wake: Notify::new(),
             durable_changed: Notify::new(),
-            log: Mutex::new(None),
+            log: std::sync::OnceLock::new(),
             client,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
-            rounds_in_flight: AtomicU64::new(0),
-            fenced: std::sync::atomic::AtomicBool::new(false),
+            fenced: AtomicBool::new(false),
         })
     }
 
@@ -279,7 +279,8 @@ impl ReplicaManager {
         master_id: u64,
         master_domain: &str,
     ) -> tokio::task::JoinHandle<()> {
-        *self.log.lock() = Some(log);
+        // A second `start` keeps the first log: a manager serves one store.
+        let _ = self.log.set(log);
         {
             let mut st = self.state.lock();
             st.master_id = master_id;
@@ -326,6 +327,14 @@ impl ReplicaManager {
         self.state.lock().head_position
     }
 
+    /// The sync point a writer must wait for, or `None` if the log is already
+    /// durable up to it: one lock for the common check on the write path.
+    pub fn pending_sync_point(&self) -> Option<(u64, usize)> {
+        let st = self.state.lock();
+        let point = st.head_position;
+        (!durable_at(&st, point)).then_some(point)
+    }
+
     /// Whether everything up to `point` is durable (see the module doc's rule).
     pub fn is_durable(&self, point: (u64, usize)) -> bool {
         durable_at(&self.state.lock(), point)
@@ -351,7 +360,6 @@ impl ReplicaManager {
                 return Err(ReplicationError::Fenced);
             }
             if let Some(round) = self.plan_inline(point.0) {
-                self.rounds_in_flight.fetch_add(1, Ordering::Relaxed);
                 self.run_round(round).await;
                 continue;
             }
@@ -406,7 +414,6 @@ impl ReplicaManager {
             }
             for round in rounds {
                 let me = self.clone();
-                self.rounds_in_flight.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(async move { me.run_round(round).await });
             }
             if roll {
@@ -426,8 +433,7 @@ impl ReplicaManager {
     }
 
     fn with_log<R>(&self, f: impl FnOnce(&ramstore_log::Log) -> R) -> Option<R> {
-        let handle = self.log.lock().clone()?;
-        handle.with(f)
+        self.log.get()?.with(f)
     }
 
     /// A round for head `segment_id` if it has work and none is in flight.
@@ -568,6 +574,7 @@ impl ReplicaManager {
         seg.round = Some((Instant::now(), cancel.clone()));
         let from = sends.iter().map(|s| s.from).min().unwrap_or(0);
         Planned::Round(Round {
+            master_id: st.master_id,
             cancel,
             segment_id: id,
             from,
@@ -649,7 +656,7 @@ impl ReplicaManager {
             self.forget(round.segment_id);
             return;
         };
-        let master_id = self.state.lock().master_id;
+        let master_id = round.master_id;
         let replies = futures_join(round.sends.iter().map(|s| {
             let slice = &bytes[s.from - round.from..];
             async move {
@@ -689,7 +696,6 @@ impl ReplicaManager {
                 .collect(),
         };
         self.finish_round(&round, length, results);
-        self.rounds_in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
     fn finish_round(
@@ -801,7 +807,6 @@ impl ReplicaManager {
             }
             st.open_heads.remove(&segment_id);
         }
-        self.rounds_in_flight.fetch_sub(1, Ordering::Relaxed);
         self.closed.notify_all();
         self.durable_changed.notify_waiters();
         self.wake.notify_one();

@@ -662,42 +662,29 @@ impl StorageService {
         if !waits_for_replication(op) {
             return Handled::Done;
         }
-        let point = manager.sync_point();
-        if manager.is_durable(point) {
+        let Some(point) = manager.pending_sync_point() else {
             return Handled::Done;
-        }
+        };
         let response = out[mark..].to_vec();
         out.truncate(mark);
         let manager = manager.clone();
         Handled::Deferred(Box::pin(async move {
+            let mut answer = Vec::new();
             match manager.wait_durable(point).await {
-                Ok(()) => response,
-                Err(ReplicationError::Fenced) => {
-                    let mut refused = Vec::new();
-                    let _ = encode_response(
-                        id,
-                        op,
-                        &Response::Error(ErrorBody::Message {
-                            status: Status::ServerNotUp,
-                            message: "this master was declared crashed (its backups fence it off)",
-                        }),
-                        &mut refused,
-                    );
-                    refused
-                }
+                Ok(()) => return response,
+                Err(ReplicationError::Fenced) => answer_fenced(id, op, &mut answer),
                 Err(_) => {
-                    let mut retry = Vec::new();
                     let _ = encode_response(
                         id,
                         op,
                         &Response::Error(ErrorBody::Retry {
                             delay_ms: RETRY_AFTER_REPLICATION_TIMEOUT_MS,
                         }),
-                        &mut retry,
+                        &mut answer,
                     );
-                    retry
                 }
             }
+            answer
         }))
     }
 }

@@ -157,22 +157,30 @@ impl Cluster {
     }
 }
 
-async fn run(ops: Vec<Op>, replicas: usize) {
+/// A master's store replicating through a new manager (R = `replicas`) to the
+/// in-process backups of an empty cluster; the table owned, nothing started yet.
+fn master(replicas: usize, seed: u64) -> (ObjectStore, Arc<ReplicaManager>, Cluster) {
     let transport = Arc::new(LocalTransport::new());
-    let manager = ReplicaManager::new(replicas, BackupClient::new(transport.clone()), 42);
+    let manager = ReplicaManager::new(replicas, BackupClient::new(transport.clone()), seed);
     let mut config = StoreConfig::new(16 << 20);
     config.segment_bytes = SEGMENT_BYTES;
     config.cleaner = CleanerMode::Manual;
     config.replicas = manager.clone();
-    let store = Arc::new(ObjectStore::new(config).unwrap());
+    let store = ObjectStore::new(config).unwrap();
     store.add_tablet(TABLE, 0, u64::MAX).unwrap();
-    let mut cluster = Cluster {
+    let cluster = Cluster {
         transport,
         live: Vec::new(),
         services: Vec::new(),
         next_id: 2,
         manager: manager.clone(),
     };
+    (store, manager, cluster)
+}
+
+async fn run(ops: Vec<Op>, replicas: usize) {
+    let (store, manager, mut cluster) = master(replicas, 42);
+    let store = Arc::new(store);
     for _ in 0..replicas + 1 {
         cluster.add_backup();
     }
@@ -256,24 +264,10 @@ proptest! {
 /// its writes are no longer acknowledged: `wait_durable` reports `Fenced`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_durable_reports_fenced_once_a_backup_fences_the_master() {
-    let transport = Arc::new(LocalTransport::new());
-    let manager = ReplicaManager::new(1, BackupClient::new(transport.clone()), 7);
-    let mut config = StoreConfig::new(16 << 20);
-    config.segment_bytes = SEGMENT_BYTES;
-    config.cleaner = CleanerMode::Manual;
-    config.replicas = manager.clone();
-    let store = ObjectStore::new(config).unwrap();
-    store.add_tablet(TABLE, 0, u64::MAX).unwrap();
+    let (store, manager, mut cluster) = master(1, 7);
     let log = store.log_handle();
     let master = StorageService::new(store).with_replicas(manager.clone());
     let store = master.store();
-    let mut cluster = Cluster {
-        transport,
-        live: Vec::new(),
-        services: Vec::new(),
-        next_id: 2,
-        manager: manager.clone(),
-    };
     cluster.add_backup();
     let task = manager.start(log, MASTER_ID, "");
     store

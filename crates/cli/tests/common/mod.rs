@@ -34,6 +34,15 @@ pub const CLI_TIMEOUT: Duration = Duration::from_secs(30);
 /// Log memory of each storage server the harness starts.
 pub const SERVER_MEMORY: &str = "64MiB";
 
+/// A small runtime for tests that call async APIs (`BackupClient`) from threads.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// A port that was free a moment ago (bound to port 0, then released).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -408,6 +417,11 @@ impl Server {
     /// enlists with `coordinator`; `extra` are more arguments (`--memory` in them
     /// replaces the default [`SERVER_MEMORY`], `--replicas` the default 0).
     pub fn start(coordinator: &str, listen: &str, extra: &[&str]) -> Result<Server, String> {
+        Server::ready(Server::spawn(coordinator, listen, extra))
+    }
+
+    /// Spawns `ramstore server` with the harness's defaults (see [`Server::start`]).
+    fn spawn(coordinator: &str, listen: &str, extra: &[&str]) -> Proc {
         let mut args = vec!["server", "--coordinator", coordinator, "--listen", listen];
         if !extra.contains(&"--memory") {
             args.extend_from_slice(&["--memory", SERVER_MEMORY]);
@@ -418,7 +432,7 @@ impl Server {
             args.extend_from_slice(&["--replicas", "0"]);
         }
         args.extend_from_slice(extra);
-        Server::ready(Proc::spawn("server", &args, &[]))
+        Proc::spawn("server", &args, &[])
     }
 
     /// Starts servers concurrently (each `(listen, extra)`, as in [`Server::start`])
@@ -432,17 +446,7 @@ impl Server {
     ) -> Result<Vec<Server>, String> {
         let procs: Vec<Proc> = servers
             .iter()
-            .map(|(listen, extra)| {
-                let mut args = vec!["server", "--coordinator", coordinator, "--listen", listen];
-                if !extra.contains(&"--memory") {
-                    args.extend_from_slice(&["--memory", SERVER_MEMORY]);
-                }
-                if !extra.contains(&"--replicas") {
-                    args.extend_from_slice(&["--replicas", "0"]);
-                }
-                args.extend_from_slice(extra);
-                Proc::spawn("server", &args, &[])
-            })
+            .map(|(listen, extra)| Server::spawn(coordinator, listen, extra))
             .collect();
         procs.into_iter().map(Server::ready).collect()
     }
