@@ -3,8 +3,11 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use ramstore_coordinator::{FailureDetectorConfig, StoreSpec};
-use ramstore_server::{ServerOptions, StartedServer, SyncMode};
+use ramstore_coordinator::{
+    exit_on_lost_leadership, CoordinatorOptions, FailureDetectorConfig, StoreSpec,
+    DEFAULT_LEASE_TTL_MS,
+};
+use ramstore_server::{MonitorConfig, ServerOptions, StartedServer, SyncMode, ZombieHook};
 
 /// Structured logs to stderr, filtered by `RUST_LOG` (default: info).
 pub fn init_logging() {
@@ -69,6 +72,25 @@ pub struct DevOptions {
     pub backup_sync: SyncMode,
     /// The coordinator's failure detector timing.
     pub detector: FailureDetectorConfig,
+    /// The servers' randomized pings (R§7.2).
+    pub monitor: MonitorConfig,
+}
+
+/// The exit code of a `ramstore server` that learned it was declared crashed
+/// (R§7.11: a zombie stops serving and exits).
+pub const ZOMBIE_EXIT_CODE: i32 = 4;
+
+/// The zombie hook of `ramstore server`: log and exit with [`ZOMBIE_EXIT_CODE`].
+/// (`ramstore dev` does not use it: its servers share the process with the
+/// coordinator; a zombie there only stops serving.)
+pub fn exit_as_zombie() -> ZombieHook {
+    ZombieHook::new(|| {
+        tracing::error!(
+            exit_code = ZOMBIE_EXIT_CODE,
+            "the cluster declared this server crashed; exiting (R§7.11)"
+        );
+        std::process::exit(ZOMBIE_EXIT_CODE);
+    })
 }
 
 /// Where server `n` (1-based) of `ramstore dev` keeps its backup.
@@ -133,6 +155,7 @@ pub async fn dev(o: DevOptions) -> Result<()> {
             backup_sync: o.backup_sync,
             backup_frames: o.backup_frames,
             replicas,
+            monitor: o.monitor,
             ..ServerOptions::new(coordinator_addr.clone())
         };
         starting.push((i, listen, tokio::spawn(ramstore_server::start(options))));
@@ -184,24 +207,64 @@ pub async fn dev(o: DevOptions) -> Result<()> {
     Ok(())
 }
 
+/// Options of `ramstore coordinator`.
+pub struct CoordinatorArgs {
+    pub listen: String,
+    pub store: StoreSpec,
+    /// Wait for the active coordinator to go away (etcd stores only).
+    pub standby: bool,
+    /// The leader lease's TTL (etcd stores only).
+    pub lease_ttl_ms: Option<u64>,
+    /// The failure detector's timing.
+    pub detector: FailureDetectorConfig,
+}
+
 /// Runs a coordinator until stopped; it declares crashed the servers that stop
-/// answering its pings (`detector`).
-pub async fn coordinator(
-    listen: String,
-    store: StoreSpec,
-    detector: FailureDetectorConfig,
-) -> Result<()> {
+/// answering its pings (`detector`). With an etcd store it first waits until it is
+/// the leader (R§9), and exits if it ever stops being the leader.
+pub async fn coordinator(a: CoordinatorArgs) -> Result<()> {
     init_logging();
-    let shutdown = Shutdown::install()?;
-    let c = ramstore_coordinator::start_with(&listen, &store, detector)
-        .await
-        .with_context(|| format!("starting the coordinator on {listen}"))?;
-    println!(
-        "ramstore coordinator listening on {} (store {store:?})",
-        c.addr
+    let is_etcd = matches!(a.store, StoreSpec::Etcd(_));
+    anyhow::ensure!(
+        is_etcd || !a.standby,
+        "--standby needs an etcd store (--store etcd://HOST:PORT): standbys find the \
+         active coordinator's lease there"
     );
-    shutdown.wait().await;
-    c.stop();
+    anyhow::ensure!(
+        is_etcd || a.lease_ttl_ms.is_none(),
+        "--lease-ttl-ms only applies to an etcd store (--store etcd://HOST:PORT)"
+    );
+    let shutdown = Shutdown::install()?;
+    let mut stop = std::pin::pin!(shutdown.wait());
+    let options = CoordinatorOptions {
+        detector: a.detector,
+        lease_ttl_ms: a.lease_ttl_ms.unwrap_or(DEFAULT_LEASE_TTL_MS),
+        // Lost leadership ends the process (R§9: only the leader may act).
+        on_leadership_lost: std::sync::Arc::new(exit_on_lost_leadership),
+    };
+    if is_etcd {
+        println!(
+            "ramstore coordinator {} for {} (store {}): it serves once it holds the leader lease",
+            if a.standby {
+                "standing by"
+            } else {
+                "campaigning"
+            },
+            a.listen,
+            a.store
+        );
+    }
+    let started = tokio::select! {
+        started = ramstore_coordinator::start_with_options(&a.listen, &a.store, options) => started,
+        () = &mut stop => return Ok(()),
+    };
+    let c = started.with_context(|| format!("starting the coordinator on {}", a.listen))?;
+    println!(
+        "ramstore coordinator listening on {} (store {})",
+        c.addr, a.store
+    );
+    stop.await;
+    c.shutdown().await;
     Ok(())
 }
 

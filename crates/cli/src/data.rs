@@ -318,6 +318,23 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         table_list(&stats).len(),
         map.len()
     );
+    for (key, value) in &stats {
+        if let Some(id) = key.strip_prefix("recovery.") {
+            println!("recovering server {id}: {}", value.replace('=', ": "));
+        }
+    }
+    if let Some(done) = stats.get("recoveries_completed") {
+        println!("recoveries completed: {done}");
+    }
+    Ok(())
+}
+
+/// `ramstore crash-server ID`.
+pub fn crash_server(client: &BlockingClient, id: u64) -> Result<()> {
+    client.crash_server(id).map_err(explain)?;
+    println!(
+        "server {id} declared crashed; its tablets are being recovered (see `ramstore status`)"
+    );
     Ok(())
 }
 

@@ -12,10 +12,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 use ramstore_coordinator::failure_detector::MAX_DETECTOR_MS;
 use ramstore_coordinator::{
     FailureDetectorConfig, StoreSpec, DEFAULT_FAILURE_TIMEOUT_MS, DEFAULT_PING_INTERVAL_MS,
+    DEFAULT_PING_TIMEOUT_MS,
 };
+use ramstore_server::failure_monitor::MAX_MONITOR_MS;
 use ramstore_server::{
-    ServerOptions, SyncMode, DEFAULT_BACKUP_FRAMES, DEFAULT_OPEN_BUFFERS, DEFAULT_REPLICAS,
-    MAX_FRAME_COUNT, MAX_OPEN_BUFFERS, MAX_REPLICAS,
+    MonitorConfig, ServerOptions, SyncMode, DEFAULT_BACKUP_FRAMES, DEFAULT_OPEN_BUFFERS,
+    DEFAULT_REPLICAS, MAX_FRAME_COUNT, MAX_OPEN_BUFFERS, MAX_REPLICAS,
 };
 
 #[derive(Parser)]
@@ -29,15 +31,22 @@ struct Cli {
     command: Command,
 }
 
-/// The coordinator's failure detector (R§7.2, R§7.3).
+/// The coordinator's failure detector (R§7.2, R§7.3; in `ramstore dev` the servers'
+/// pings use the same interval and timeout).
 #[derive(clap::Args, Clone, Copy)]
 struct DetectorArgs {
     /// How often the coordinator pings each UP server, in milliseconds.
     #[arg(long, default_value_t = DEFAULT_PING_INTERVAL_MS,
           value_parser = clap::value_parser!(u64).range(1..=MAX_DETECTOR_MS))]
     ping_interval_ms: u64,
-    /// A server that answers no ping for this many milliseconds is declared crashed
-    /// (at least the ping interval).
+    /// How long a ping may take before it counts as failed, in milliseconds (a
+    /// crashed server's refused connection fails at once).
+    #[arg(long, default_value_t = DEFAULT_PING_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_DETECTOR_MS))]
+    ping_timeout_ms: u64,
+    /// A suspected server that no path reaches is declared crashed only once it has
+    /// answered none of the coordinator's pings for this many milliseconds (at least
+    /// the ping interval).
     #[arg(long, default_value_t = DEFAULT_FAILURE_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..=MAX_DETECTOR_MS))]
     failure_timeout_ms: u64,
@@ -47,7 +56,40 @@ impl From<DetectorArgs> for FailureDetectorConfig {
     fn from(a: DetectorArgs) -> Self {
         FailureDetectorConfig {
             ping_interval_ms: a.ping_interval_ms,
+            ping_timeout_ms: a.ping_timeout_ms,
             failure_timeout_ms: a.failure_timeout_ms,
+        }
+    }
+}
+
+impl From<DetectorArgs> for MonitorConfig {
+    fn from(a: DetectorArgs) -> Self {
+        MonitorConfig {
+            ping_interval_ms: a.ping_interval_ms,
+            ping_timeout_ms: a.ping_timeout_ms,
+        }
+    }
+}
+
+/// A storage server's randomized pings (R§7.2).
+#[derive(clap::Args, Clone, Copy)]
+struct MonitorArgs {
+    /// How often this server pings a random other server, in milliseconds.
+    #[arg(long, default_value_t = ramstore_server::failure_monitor::DEFAULT_PING_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_MONITOR_MS))]
+    ping_interval_ms: u64,
+    /// How long a ping may take before the server reports the target to the
+    /// coordinator, in milliseconds.
+    #[arg(long, default_value_t = ramstore_server::failure_monitor::DEFAULT_PING_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_MONITOR_MS))]
+    ping_timeout_ms: u64,
+}
+
+impl From<MonitorArgs> for MonitorConfig {
+    fn from(a: MonitorArgs) -> Self {
+        MonitorConfig {
+            ping_interval_ms: a.ping_interval_ms,
+            ping_timeout_ms: a.ping_timeout_ms,
         }
     }
 }
@@ -88,19 +130,34 @@ enum Command {
         #[command(flatten)]
         detector: DetectorArgs,
     },
-    /// Run a coordinator.
+    /// Run a coordinator. With an etcd store, coordinators elect one active
+    /// coordinator through a lease in etcd; the others stand by and take over when
+    /// its lease expires (see docs/operations.md).
     Coordinator {
         #[arg(long, default_value = "127.0.0.1:7000")]
         listen: String,
-        /// Where state lives: file:DIR.
+        /// Where state lives: file:DIR (one coordinator), or
+        /// etcd://HOST:PORT[,HOST:PORT][/CLUSTER] (an active coordinator and
+        /// standbys; CLUSTER defaults to "default").
         #[arg(long, value_parser = parse_store)]
         store: StoreSpec,
+        /// Start as a standby: wait, without listening, until the active
+        /// coordinator's lease expires, then take over (etcd stores only).
+        #[arg(long)]
+        standby: bool,
+        /// Lifetime of the active coordinator's lease in etcd, in milliseconds
+        /// (whole seconds, 2000 to 60000; renewed every third of it). A standby
+        /// takes over within about twice this after the active coordinator dies
+        /// [default: 2000; etcd stores only].
+        #[arg(long, value_parser = parse_lease_ttl_ms)]
+        lease_ttl_ms: Option<u64>,
         #[command(flatten)]
         detector: DetectorArgs,
     },
     /// Run a storage server.
     Server {
-        /// The coordinator's address.
+        /// The coordinator's address, or several separated by commas (the active
+        /// coordinator and its standbys).
         #[arg(long, env = "RAMSTORE_COORDINATOR")]
         coordinator: String,
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -150,6 +207,8 @@ enum Command {
         #[arg(long, default_value_t = DEFAULT_REPLICAS as u8,
               value_parser = clap::value_parser!(u8).range(0..=MAX_REPLICAS as i64))]
         replicas: u8,
+        #[command(flatten)]
+        monitor: MonitorArgs,
     },
     /// Create a table (no-op if it exists).
     CreateTable {
@@ -219,8 +278,17 @@ enum Command {
         #[command(flatten)]
         at: At,
     },
-    /// Show servers, their tablets and memory use.
+    /// Show servers, their tablets and memory use, and recoveries in progress.
     Status {
+        #[command(flatten)]
+        at: At,
+    },
+    /// Ask the coordinator to treat a server as crashed: its tablets are recovered
+    /// on other masters from its backups (a drill; the server, if alive, is fenced
+    /// off and exits).
+    CrashServer {
+        /// The server id (see `ramstore status`).
+        id: u64,
         #[command(flatten)]
         at: At,
     },
@@ -250,13 +318,22 @@ impl From<BackupSync> for SyncMode {
 /// Which cluster a data command talks to.
 #[derive(clap::Args)]
 struct At {
-    /// The coordinator's address.
+    /// The coordinator's address, or several separated by commas (the active
+    /// coordinator and its standbys).
     #[arg(long, env = "RAMSTORE_COORDINATOR", default_value = "127.0.0.1:7000")]
     coordinator: String,
 }
 
 fn parse_store(s: &str) -> Result<StoreSpec, String> {
     s.parse()
+}
+
+fn parse_lease_ttl_ms(s: &str) -> Result<u64, String> {
+    let ms: u64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of milliseconds"))?;
+    ramstore_coordinator::validate_lease_ttl_ms(ms)?;
+    Ok(ms)
 }
 
 fn parse_failure_domain(s: &str) -> Result<String, String> {
@@ -311,13 +388,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             port,
             backup_frames,
             backup_sync: backup_sync.into(),
+            monitor: detector.into(),
             detector: detector.into(),
         })),
         Command::Coordinator {
             listen,
             store,
+            standby,
+            lease_ttl_ms,
             detector,
-        } => runtime()?.block_on(cluster::coordinator(listen, store, detector.into())),
+        } => runtime()?.block_on(cluster::coordinator(cluster::CoordinatorArgs {
+            listen,
+            store,
+            standby,
+            lease_ttl_ms,
+            detector: detector.into(),
+        })),
         Command::Server {
             coordinator,
             listen,
@@ -330,6 +416,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             backup_open_buffers,
             failure_domain,
             replicas,
+            monitor,
         } => runtime()?.block_on(cluster::server(ServerOptions {
             replicas: replicas.into(),
             listen,
@@ -342,6 +429,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             backup_frames,
             backup_open_buffers,
             failure_domain,
+            monitor: monitor.into(),
+            // R§7.11: a server declared crashed exits.
+            on_zombie: Some(cluster::exit_as_zombie()),
         })),
         Command::CreateTable { name, span, at } => {
             data::create_table(&data::connect(&at.coordinator)?, &name, span)
@@ -386,6 +476,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             data::scan(&data::connect(&at.coordinator)?, &table, limit)
         }
         Command::Status { at } => data::status(&data::connect(&at.coordinator)?, &at.coordinator),
+        Command::CrashServer { id, at } => data::crash_server(&data::connect(&at.coordinator)?, id),
         Command::Bench(args) => bench::run(args),
     }
 }

@@ -143,7 +143,16 @@ fn expect_closed(s: &mut TcpStream, what: &str) {
 /// Checks the connection still works: a Ping is answered with its nonce.
 fn assert_ping(s: &mut TcpStream, server_id: u64) {
     let nonce = 0x1234_5678_9abc_def0;
-    let r = exchange(s, &request(77, &Request::Ping { nonce }));
+    let r = exchange(
+        s,
+        &request(
+            77,
+            &Request::Ping {
+                nonce,
+                caller_id: 0,
+            },
+        ),
+    );
     assert_eq!((r.opcode, r.status, r.id), (PING, STATUS_OK, 77), "{r:?}");
     let mut expected = nonce.to_le_bytes().to_vec();
     expected.extend_from_slice(&server_id.to_le_bytes());
@@ -490,7 +499,10 @@ fn misbehaving_connections_do_not_disturb_a_good_client() {
                         cursor: 0,
                         max_bytes: 1000,
                     },
-                    Request::Ping { nonce: 3 },
+                    Request::Ping {
+                        nonce: 3,
+                        caller_id: 0,
+                    },
                 ];
                 let mut ids = HashMap::new();
                 let mut bytes = Vec::new();

@@ -31,8 +31,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use ramstore_rpc::{RpcError, Transport};
 use ramstore_wire::{
-    decode_response, encode_request, BackupWriteFlags, ErrorBody, Opcode, Request, Response,
-    Status, WireError, MAX_REPLICA_BYTES,
+    decode_response, encode_request, BackupStartPartitioningEncoder, BackupWriteFlags, ErrorBody,
+    Opcode, PartitionTablet, Request, Response, Status, WireError, MAX_REPLICA_BYTES,
 };
 
 /// Default deadline of one backup RPC: a close writes and syncs a whole 8 MiB
@@ -281,6 +281,62 @@ impl BackupClient {
         }
     }
 
+    /// Announces the partitions of crashed master `master_id` to the backup at
+    /// `addr` (R§7.5): it starts reading and bucketing its replicas of that master
+    /// and answers them in the order it reads them. `tablets` are (partition id,
+    /// table id, start hash, end hash). Idempotent per `recovery_id`.
+    pub async fn start_partitioning(
+        &self,
+        addr: &str,
+        master_id: u64,
+        recovery_id: u64,
+        tablets: &[PartitionTablet],
+    ) -> Result<Vec<BackupReplica>, BackupClientError> {
+        let mut frame = Vec::new();
+        let mut enc = BackupStartPartitioningEncoder::new(0, master_id, recovery_id, &mut frame);
+        for t in tablets {
+            enc.push(t).map_err(BackupClientError::Encode)?;
+        }
+        enc.finish().map_err(BackupClientError::Encode)?;
+        let response = self.send(addr, frame).await?;
+        match decode(addr, &response, Opcode::BackupStartPartitioning)? {
+            Response::BackupStartPartitioning { replicas } => Ok(replicas
+                .iter()
+                .map(|r| BackupReplica {
+                    segment_id: r.segment_id,
+                    length: r.length,
+                    closed: r.closed,
+                })
+                .collect()),
+            other => Err(unexpected(addr, &other)),
+        }
+    }
+
+    /// The entries of partition `partition_id` in replica `segment_id` of crashed
+    /// master `master_id`, as bucketed by the backup at `addr` (R§7.5). A backup
+    /// still reading that replica answers [`BackupClientError::Retry`].
+    pub async fn get_recovery_data(
+        &self,
+        addr: &str,
+        master_id: u64,
+        recovery_id: u64,
+        segment_id: u64,
+        partition_id: u32,
+    ) -> Result<Bytes, BackupClientError> {
+        let req = Request::BackupGetRecoveryData {
+            master_id,
+            recovery_id,
+            segment_id,
+            partition_id,
+        };
+        let frame = self.call(addr, &req, 0).await?;
+        match decode(addr, &frame, Opcode::BackupGetRecoveryData)? {
+            // `bytes` borrows `frame`, so the view needs no copy.
+            Response::BackupGetRecoveryData { bytes } => Ok(frame.slice_ref(bytes)),
+            other => Err(unexpected(addr, &other)),
+        }
+    }
+
     /// Encodes `req` and sends it; the response frame.
     async fn call(
         &self,
@@ -295,6 +351,11 @@ impl BackupClient {
         }
         let mut frame = Vec::with_capacity(BACKUP_REQUEST_OVERHEAD_BYTES + payload_bytes);
         encode_request(0, req, &mut frame).map_err(BackupClientError::Encode)?;
+        self.send(addr, frame).await
+    }
+
+    /// Sends an encoded request frame; the response frame.
+    async fn send(&self, addr: &str, frame: Vec<u8>) -> Result<Bytes, BackupClientError> {
         self.transport
             .call(addr, frame, self.rpc_deadline)
             .await

@@ -125,6 +125,11 @@ impl BlockingClient {
         block!(self, self.client.drop_table(name))
     }
 
+    /// See [`Client::crash_server`].
+    pub fn crash_server(&self, server_id: u64) -> Result<(), ClientError> {
+        block!(self, self.client.crash_server(server_id))
+    }
+
     /// See [`Client::split_tablet`].
     ///
     /// ```no_run

@@ -3,7 +3,7 @@
 //! operations at masters. Multi-operations are in `multi.rs`, enumeration in
 //! `enumerate.rs`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +50,12 @@ impl std::fmt::Debug for Client {
 pub(crate) struct Inner {
     pub(crate) options: ClientOptions,
     pub(crate) transport: Arc<dyn Transport>,
+    /// The coordinator addresses ([`ClientOptions::coordinator_addrs`]): the active
+    /// coordinator and its standbys (R§9).
+    coordinators: Vec<String>,
+    /// Index in `coordinators` of the one to ask next; moves on, round-robin, after a
+    /// transport failure (a dead coordinator, or a standby, which does not listen).
+    current_coordinator: AtomicUsize,
     map: RwLock<TabletMap>,
     /// Refresh attempts completed so far, published after each one. An operation
     /// reads it before it reads the map; if it has moved on by the time the
@@ -89,7 +95,35 @@ pub(crate) struct Route {
     pub(crate) map_version: u64,
 }
 
+/// Where a direct request goes.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    /// The coordinator, whichever of the configured addresses answers.
+    Coordinator,
+    /// One fixed address (`coordinator`: it is one of the coordinators, for
+    /// messages).
+    Server { addr: &'a str, coordinator: bool },
+}
+
 impl Inner {
+    /// The coordinator to ask now, with its index (for [`Self::coordinator_failed`]).
+    fn coordinator_addr(&self) -> (usize, &str) {
+        let i = self.current_coordinator.load(Ordering::Acquire) % self.coordinators.len();
+        (i, &self.coordinators[i])
+    }
+
+    /// Coordinator `index` could not be reached: move on to the next address, unless
+    /// a concurrent caller already has.
+    fn coordinator_failed(&self, index: usize) {
+        let next = (index + 1) % self.coordinators.len();
+        let _ = self.current_coordinator.compare_exchange(
+            index,
+            next,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
     pub(crate) fn route(&self, table_id: u64, hash: u64) -> Route {
         // Read the refresh count before the map: a refresh that completes in between
         // is then merely repeated, never missed.
@@ -130,7 +164,7 @@ impl Inner {
 
     /// One GetTabletMap; installs the answer unless it is older than the map held.
     async fn fetch_map(&self, deadline: Duration) -> Result<(), RefreshError> {
-        let coordinator = self.options.coordinator.as_str();
+        let (index, coordinator) = self.coordinator_addr();
         let fail = |reason: String, unreachable: bool| RefreshError {
             why: format!("fetching the tablet map from coordinator {coordinator}: {reason}"),
             reason,
@@ -140,11 +174,14 @@ impl Inner {
         let mut frame = Vec::with_capacity(REQUEST_OVERHEAD_BYTES);
         encode_request(0, &Request::GetTabletMap, &mut frame)
             .map_err(|e| fail(e.to_string(), false))?;
-        let bytes = self
-            .transport
-            .call(coordinator, frame, deadline)
-            .await
-            .map_err(|e| fail(transport_reason(&e), true))?;
+        let bytes = match self.transport.call(coordinator, frame, deadline).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                // R§9: the coordinator may have failed over; try the next one.
+                self.coordinator_failed(index);
+                return Err(fail(transport_reason(&e), true));
+            }
+        };
         let (header, response) =
             decode_response(&bytes).map_err(|e| fail(format!("malformed response: {e}"), false))?;
         match response {
@@ -302,14 +339,14 @@ impl Inner {
         Ok(())
     }
 
-    /// A request to one fixed server (the coordinator, or a server named by
-    /// address), retried on RETRY, back-pressure and transport errors for `total`.
-    /// When `coordinator` is set and the last failure was a transport error, giving
-    /// up says the coordinator is unreachable.
+    /// A request to the coordinator (moving on to the next configured address after
+    /// each transport failure) or to one server named by address, retried on RETRY,
+    /// back-pressure and transport errors for `total`. When the target is a
+    /// coordinator and the last failure was a transport error, giving up says the
+    /// coordinator is unreachable.
     async fn direct<T>(
         &self,
-        addr: &str,
-        coordinator: bool,
+        target: Target<'_>,
         total: Duration,
         op: Opcode,
         encode: impl Fn(&mut Vec<u8>) -> Result<(), WireError>,
@@ -317,18 +354,33 @@ impl Inner {
     ) -> Result<T, ClientError> {
         let mut retry = Retrier::new(total);
         let mut unreachable = false;
-        let what = || {
-            if coordinator {
-                format!("{op:?} at coordinator {addr}")
-            } else {
-                format!("{op:?} at {addr}")
-            }
+        let coordinator = match target {
+            Target::Coordinator => true,
+            Target::Server { coordinator, .. } => coordinator,
         };
         loop {
+            let (index, addr) = match target {
+                Target::Coordinator => {
+                    let (i, addr) = self.coordinator_addr();
+                    (Some(i), addr)
+                }
+                Target::Server { addr, .. } => (None, addr),
+            };
+            let what = || {
+                if coordinator {
+                    format!("{op:?} at coordinator {addr}")
+                } else {
+                    format!("{op:?} at {addr}")
+                }
+            };
             let Some(deadline) = retry.attempt_deadline(self.options.rpc_deadline) else {
                 if coordinator && unreachable {
+                    let at = match target {
+                        Target::Coordinator => self.options.coordinator.as_str(),
+                        Target::Server { addr, .. } => addr,
+                    };
                     return Err(ClientError::CoordinatorUnreachable(format!(
-                        "cannot reach coordinator at {addr}: {}",
+                        "cannot reach coordinator at {at}: {}",
                         retry.last()
                     )));
                 }
@@ -341,10 +393,14 @@ impl Inner {
                 Err(e) => {
                     unreachable = true;
                     retry.note(if coordinator {
-                        transport_reason(&e)
+                        format!("{addr}: {}", transport_reason(&e))
                     } else {
                         format!("{}: {e}", what())
                     });
+                    if let Some(i) = index {
+                        // R§9: the coordinator may have failed over; try the next.
+                        self.coordinator_failed(i);
+                    }
                     retry.back_off().await;
                     continue;
                 }
@@ -379,6 +435,19 @@ impl Inner {
         }
     }
 
+    /// Where a request "to `addr`" goes: the configured coordinator string means the
+    /// active coordinator; anything else is one server.
+    fn target<'a>(&self, addr: &'a str) -> Target<'a> {
+        if addr == self.options.coordinator {
+            Target::Coordinator
+        } else {
+            Target::Server {
+                addr,
+                coordinator: self.coordinators.iter().any(|c| c == addr),
+            }
+        }
+    }
+
     /// A request to the coordinator, within the operation deadline.
     async fn coordinator<T>(
         &self,
@@ -386,8 +455,7 @@ impl Inner {
         parse: impl FnOnce(Response<'_>) -> Option<T>,
     ) -> Result<T, ClientError> {
         self.direct(
-            &self.options.coordinator,
-            true,
+            Target::Coordinator,
             self.options.operation_deadline,
             req.opcode(),
             |out| encode_request(0, &req, out),
@@ -448,9 +516,12 @@ impl Client {
         options: ClientOptions,
         transport: Arc<dyn Transport>,
     ) -> Result<Client, ClientError> {
+        let coordinators = options.coordinator_addrs();
         let inner = Arc::new(Inner {
             options,
             transport,
+            coordinators,
+            current_coordinator: AtomicUsize::new(0),
             map: RwLock::new(TabletMap::default()),
             refreshes: AtomicU64::new(0),
             refresh: tokio::sync::Mutex::new(RefreshOutcome {
@@ -459,12 +530,19 @@ impl Client {
             }),
         });
         let mut retry = Retrier::new(inner.options.operation_deadline);
+        // Coordinators that refused in a row: each is tried once before giving up.
+        let mut unreachable = 0;
         loop {
             let Some(deadline) = retry.attempt_deadline(inner.options.rpc_deadline) else {
                 return Err(retry.deadline_exceeded());
             };
             match inner.refresh_map(inner.refresh_count(), deadline).await {
                 Ok(_) => return Ok(Client { inner }),
+                // A standby does not listen: go on to the next address at once.
+                Err(e) if e.unreachable && unreachable + 1 < inner.coordinators.len() => {
+                    unreachable += 1;
+                    retry.note(e.why);
+                }
                 // Fail fast: a wrong address should not take the whole deadline.
                 Err(e) if e.unreachable => {
                     return Err(ClientError::CoordinatorUnreachable(format!(
@@ -482,6 +560,7 @@ impl Client {
                 }
                 // Answered but not ready (RETRY, SERVER_NOT_UP, …): wait for it.
                 Err(e) => {
+                    unreachable = 0;
                     retry.note(e.why);
                     retry.back_off().await;
                 }
@@ -524,6 +603,24 @@ impl Client {
         self.inner
             .coordinator(Request::GetTableId { name }, |r| match r {
                 Response::GetTableId { table_id } => Some(table_id),
+                _ => None,
+            })
+            .await
+    }
+
+    /// Asks the coordinator to treat server `server_id` as crashed and recover its
+    /// tablets elsewhere (R§7; for drills and tests). Crashing a server that is
+    /// already crashed or removed changes nothing.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ramstore_client::Client) -> Result<(), ramstore_client::ClientError> {
+    /// client.crash_server(3).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn crash_server(&self, server_id: u64) -> Result<(), ClientError> {
+        self.inner
+            .coordinator(Request::CrashServer { server_id }, |r| match r {
+                Response::CrashServer => Some(()),
                 _ => None,
             })
             .await
@@ -870,7 +967,9 @@ impl Client {
     }
 
     /// The statistics text (`key=value` lines) of the server at `addr`. Tried for
-    /// at most one [`ClientOptions::rpc_deadline`].
+    /// at most one [`ClientOptions::rpc_deadline`]. An `addr` equal to
+    /// [`ClientOptions::coordinator`] (also a comma-separated list) means whichever
+    /// coordinator is active.
     ///
     /// ```no_run
     /// # async fn demo(client: ramstore_client::Client) -> Result<(), ramstore_client::ClientError> {
@@ -881,8 +980,7 @@ impl Client {
         let inner = &*self.inner;
         inner
             .direct(
-                addr,
-                addr == inner.options.coordinator,
+                inner.target(addr),
                 inner.options.rpc_deadline,
                 Opcode::GetServerStats,
                 |out| encode_request(0, &Request::GetServerStats, out),
@@ -909,11 +1007,17 @@ impl Client {
         let start = Instant::now();
         let server_id = inner
             .direct(
-                addr,
-                addr == inner.options.coordinator,
+                inner.target(addr),
                 inner.options.rpc_deadline,
                 Opcode::Ping,
-                |out| encode_request(0, &Request::Ping { nonce }, out),
+                // caller_id 0: a client is not a server (R§7.11).
+                |out| {
+                    let ping = Request::Ping {
+                        nonce,
+                        caller_id: 0,
+                    };
+                    encode_request(0, &ping, out)
+                },
                 |r| match r {
                     Response::Ping {
                         nonce: echoed,

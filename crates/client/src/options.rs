@@ -23,7 +23,9 @@ const _: () = assert!(DEFAULT_RPC_DEADLINE_MS <= DEFAULT_OPERATION_DEADLINE_MS);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientOptions {
-    /// The coordinator's address (`host:port`).
+    /// The coordinator's address (`host:port`), or several separated by commas
+    /// (`host:port,host:port`): the active coordinator and its standbys (R§9). On a
+    /// transport failure the client moves on to the next address, round-robin.
     pub coordinator: String,
     /// How long one attempt (one RPC) may take before it counts as failed and is
     /// retried (default 2 s).
@@ -41,11 +43,38 @@ impl ClientOptions {
     /// let options = ClientOptions::new("127.0.0.1:11100");
     /// assert_eq!(options.coordinator, "127.0.0.1:11100");
     /// ```
+    ///
+    /// Several coordinators (an active one and standbys) are given as one
+    /// comma-separated string:
+    ///
+    /// ```
+    /// # use ramstore_client::ClientOptions;
+    /// let options = ClientOptions::new("10.0.0.1:11100,10.0.0.2:11100");
+    /// assert_eq!(options.coordinator_addrs(), vec!["10.0.0.1:11100", "10.0.0.2:11100"]);
+    /// ```
     pub fn new(coordinator: impl Into<String>) -> Self {
         Self {
             coordinator: coordinator.into(),
             rpc_deadline: Duration::from_millis(DEFAULT_RPC_DEADLINE_MS),
             operation_deadline: Duration::from_millis(DEFAULT_OPERATION_DEADLINE_MS),
+        }
+    }
+
+    /// The coordinator addresses of [`Self::coordinator`], in order: split at commas,
+    /// blanks trimmed, empty items skipped. Never empty: a string without any address
+    /// gives itself, so that errors name what was configured.
+    pub fn coordinator_addrs(&self) -> Vec<String> {
+        let addrs: Vec<String> = self
+            .coordinator
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if addrs.is_empty() {
+            vec![self.coordinator.clone()]
+        } else {
+            addrs
         }
     }
 }

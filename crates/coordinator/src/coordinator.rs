@@ -195,19 +195,21 @@ impl CoordinatorCore {
             failure_domain,
             backup_read_mbps,
         );
+        // A replaced server's data is recovered from its backups like any crashed
+        // master's (R§7): one that owns tablets becomes Crashed and crash
+        // recovery moves them; one that owns none has nothing to recover.
         for &old in &replaced {
-            next.servers_mut().set_status(old, ServerStatus::Removed);
-        }
-        let mut moved = Vec::new();
-        if next.servers().get(id).is_some_and(ServerEntry::is_master) {
-            for t in next.tables_mut().tablets_mut() {
-                if replaced.contains(&t.server_id) {
-                    t.server_id = id;
-                    moved.push(*t);
-                }
+            let owns_tablets = next.tables().tablets().any(|t| t.server_id == old);
+            let status = if owns_tablets {
+                ServerStatus::Crashed
+            } else {
+                ServerStatus::Removed
+            };
+            if next.servers().get(old).is_some_and(|e| e.status < status) {
+                next.servers_mut().set_status(old, status);
             }
         }
-        moved.extend(place_orphans(&mut next));
+        let moved = place_orphans(&mut next);
         let mut actions = take_actions(&next, &moved);
         actions.push(Action::PushServerList);
         self.commit(next)?;
@@ -346,6 +348,81 @@ impl CoordinatorCore {
         }
         let mut next = self.state.clone();
         next.servers_mut().set_status(id, ServerStatus::Crashed);
+        self.commit(next)?;
+        Ok(vec![Action::PushServerList])
+    }
+
+    /// Crash recovery moved `ranges` (table id, start hash, end hash) of crashed
+    /// server `crashed` to `owner` (R§7.6): the ranges become `owner`'s, splitting
+    /// the crashed server's tablets where a range covers only part of one.
+    /// Idempotent: a range `owner` already holds changes nothing. A range held by
+    /// a third server is an error (and nothing changes).
+    pub fn recovered_partition(
+        &mut self,
+        crashed: ServerId,
+        ranges: &[(u64, u64, u64)],
+        owner: ServerId,
+    ) -> Result<Vec<Action>, CoordinatorError> {
+        if !self
+            .state
+            .servers()
+            .get(owner)
+            .is_some_and(ServerEntry::is_up)
+        {
+            return Err(CoordinatorError::UnknownServer(owner));
+        }
+        let mut next = self.state.clone();
+        let mut moved = Vec::new();
+        for &(table_id, start_hash, end_hash) in ranges {
+            let Some(table) = next.tables_mut().by_id_mut(table_id) else {
+                // Dropped during recovery: nothing to hand out.
+                continue;
+            };
+            table.split_at(start_hash);
+            if let Some(after) = end_hash.checked_add(1) {
+                table.split_at(after);
+            }
+            for t in table
+                .tablets
+                .iter_mut()
+                .filter(|t| t.start_hash >= start_hash && t.end_hash <= end_hash)
+            {
+                if t.server_id != crashed && t.server_id != owner {
+                    return Err(CoordinatorError::RecoveryConflict {
+                        table_id,
+                        start_hash: t.start_hash,
+                        owner: t.server_id,
+                    });
+                }
+                t.server_id = owner;
+                moved.push(*t);
+            }
+        }
+        let actions = take_actions(&next, &moved);
+        self.commit(next)?;
+        Ok(actions)
+    }
+
+    /// Ends the recovery of crashed server `crashed` once it owns no tablet: it
+    /// becomes Removed, so backups free its replicas (R§8). Returns no actions
+    /// while it still owns tablets, or if it is not Crashed.
+    pub fn finish_recovery(&mut self, crashed: ServerId) -> Result<Vec<Action>, CoordinatorError> {
+        let crashed_now = self
+            .state
+            .servers()
+            .get(crashed)
+            .is_some_and(|e| e.status == ServerStatus::Crashed);
+        let owns = self
+            .state
+            .tables()
+            .tablets()
+            .any(|t| t.server_id == crashed);
+        if !crashed_now || owns {
+            return Ok(Vec::new());
+        }
+        let mut next = self.state.clone();
+        next.servers_mut()
+            .set_status(crashed, ServerStatus::Removed);
         self.commit(next)?;
         Ok(vec![Action::PushServerList])
     }

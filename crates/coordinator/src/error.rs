@@ -35,6 +35,14 @@ pub enum CoordinatorError {
     /// No server ever had that id.
     #[error("unknown {0}")]
     UnknownServer(ServerId),
+    /// A recovered range is held by a server other than the crashed one and its
+    /// recovery master (a bug or a concurrent change; nothing was applied).
+    #[error("recovery conflict: table {table_id}'s tablet at {start_hash:#x} is held by {owner}")]
+    RecoveryConflict {
+        table_id: u64,
+        start_hash: u64,
+        owner: ServerId,
+    },
     /// External storage failed (the change was not applied), or the stored state could
     /// not be read back (at start-up).
     #[error("external storage: {0}")]

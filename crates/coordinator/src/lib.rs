@@ -21,7 +21,16 @@
 //! finds every change whose actions it might have handed out, and reissues them with
 //! [`CoordinatorCore::reissue_actions`]; all actions are idempotent at their receivers.
 //! [`FileStorage`] makes a write durable with write-temp/fsync/rename/fsync-directory
-//! and refuses a second coordinator on the same directory.
+//! and refuses a second coordinator on the same directory. [`EtcdStorage`] makes it
+//! durable in etcd (replicated by Raft before etcd answers); there several
+//! coordinators share the store, and only the one holding the leader lease
+//! ([`election`]) may write: its puts and deletes are etcd transactions conditional on
+//! the leader key it created (fencing), so a deposed leader's write fails with
+//! [`StorageError::NotLeader`] and never lands, and the new leader, which reads the
+//! state only after winning, sees every write its predecessor had acknowledged. An
+//! etcd call that times out ([`etcd_storage::ETCD_OP_TIMEOUT_MS`]) fails with
+//! [`StorageError::Backend`]; as for every failed write, the change is not applied,
+//! though etcd may or may not hold it (the next state document replaces it whole).
 //!
 //! Limitation until replication and crash recovery exist: a tablet moved off a
 //! removed or replaced server starts empty on its new owner, because its objects were
@@ -30,26 +39,46 @@
 //! Thread-safety: [`CoordinatorCore`] is `Send + Sync` but not internally
 //! synchronised; callers keep it behind one `Mutex` and hold it across each operation,
 //! so storage writes happen in the order changes are applied. Storage implementations
-//! are `Send + Sync`.
+//! are `Send + Sync`. Their calls are synchronous and may block the calling thread
+//! (an fsync; an etcd round trip, bounded by its timeout), also when it is an async
+//! worker. [`EtcdStorage`] never needs the caller's runtime: its etcd client lives on
+//! a dedicated thread with its own current-thread runtime, reached over a channel,
+//! which also renews the leader lease, so a busy or blocked coordinator runtime cannot
+//! starve the lease, and a call from any runtime flavour cannot deadlock.
 
 pub mod coordinator;
+pub mod election;
 pub mod error;
+pub mod etcd_storage;
 pub mod failure_detector;
 pub mod file_storage;
+pub mod partition;
 pub mod process;
+pub mod recovery;
 pub mod server_list;
 pub mod service;
 pub mod state;
 pub mod storage;
+pub mod suspicion;
 pub mod tables;
+pub mod test_etcd;
 
 pub use coordinator::{Action, CoordinatorCore};
+pub use election::{
+    campaign, validate_lease_ttl_ms, ElectionError, Leadership, LostCallback, DEFAULT_LEASE_TTL_MS,
+    MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS,
+};
 pub use error::CoordinatorError;
+pub use etcd_storage::{EtcdSpec, EtcdStorage};
 pub use failure_detector::{
     FailureDetector, FailureDetectorConfig, DEFAULT_FAILURE_TIMEOUT_MS, DEFAULT_PING_INTERVAL_MS,
+    DEFAULT_PING_TIMEOUT_MS,
 };
 pub use file_storage::FileStorage;
-pub use process::{start, start_with, StartError, StartedCoordinator, StoreSpec};
+pub use process::{
+    exit_on_lost_leadership, start, start_with, start_with_options, CoordinatorOptions, StartError,
+    StartedCoordinator, StoreSpec, EXIT_LEADERSHIP_LOST,
+};
 pub use server_list::{
     valid_failure_domain, ServerEntry, ServerId, ServerList, ServerStatus, MAX_ADDRESS_BYTES,
     MAX_FAILURE_DOMAIN_BYTES, SERVICE_BACKUP, SERVICE_MASTER,

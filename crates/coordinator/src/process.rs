@@ -1,4 +1,5 @@
-//! Running a coordinator: open external storage, restore state, serve.
+//! Running a coordinator: open external storage, become the leader (etcd stores),
+//! restore state, serve.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,11 +9,16 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::coordinator::CoordinatorCore;
+use crate::election::{campaign, Leadership, LostCallback, DEFAULT_LEASE_TTL_MS};
 use crate::error::CoordinatorError;
+use crate::etcd_storage::{EtcdSpec, EtcdStorage};
 use crate::failure_detector::FailureDetectorConfig;
 use crate::file_storage::FileStorage;
 use crate::service::CoordinatorService;
 use crate::storage::{ExternalStorage, MemoryStorage};
+
+/// Exit code of a `ramstore coordinator` process that lost its leadership.
+pub const EXIT_LEADERSHIP_LOST: i32 = 3;
 
 /// Where the coordinator keeps its state, parsed from `--store`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +27,9 @@ pub enum StoreSpec {
     File(std::path::PathBuf),
     /// `memory:`: nothing survives a restart (tests).
     Memory,
+    /// `etcd://HOST:PORT[,HOST:PORT…][/CLUSTER]`: an etcd cluster; coordinators
+    /// elect a leader there, and standbys take over (R§9).
+    Etcd(EtcdSpec),
 }
 
 impl std::str::FromStr for StoreSpec {
@@ -35,10 +44,64 @@ impl std::str::FromStr for StoreSpec {
         if s == "memory:" {
             return Ok(StoreSpec::Memory);
         }
+        if s.starts_with("etcd://") {
+            return EtcdSpec::parse(s).map(StoreSpec::Etcd);
+        }
         Err(format!(
-            "unknown store {s:?}: use file:DIR (etcd comes later)"
+            "unknown store {s:?}: use file:DIR, etcd://HOST:PORT[,HOST:PORT][/CLUSTER] or memory:"
         ))
     }
+}
+
+impl std::fmt::Display for StoreSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreSpec::File(dir) => write!(f, "file:{}", dir.display()),
+            StoreSpec::Memory => f.write_str("memory:"),
+            StoreSpec::Etcd(spec) => spec.fmt(f),
+        }
+    }
+}
+
+/// How a coordinator runs.
+#[derive(Clone)]
+pub struct CoordinatorOptions {
+    /// The failure detector's timing.
+    pub detector: FailureDetectorConfig,
+    /// Lifetime of the leader lease (etcd stores only; [`crate::election`]).
+    pub lease_ttl_ms: u64,
+    /// Runs once if an etcd coordinator loses its leadership, after it has stopped
+    /// serving. Default: [`exit_on_lost_leadership`]; tests pass a flag instead.
+    pub on_leadership_lost: LostCallback,
+}
+
+impl Default for CoordinatorOptions {
+    fn default() -> Self {
+        Self {
+            detector: FailureDetectorConfig::default(),
+            lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
+            on_leadership_lost: Arc::new(exit_on_lost_leadership),
+        }
+    }
+}
+
+impl std::fmt::Debug for CoordinatorOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoordinatorOptions")
+            .field("detector", &self.detector)
+            .field("lease_ttl_ms", &self.lease_ttl_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The production reaction to lost leadership (R§9): a coordinator that is not the
+/// leader must not act, and the simplest way to make sure nothing it has queued
+/// (notifications, failure decisions) goes out is to end the process. A supervisor
+/// restarts it, and it comes back as a standby.
+pub fn exit_on_lost_leadership(reason: &str) {
+    tracing::error!(reason, "exiting: this coordinator is no longer the leader");
+    eprintln!("error: lost coordinator leadership: {reason}");
+    std::process::exit(EXIT_LEADERSHIP_LOST);
 }
 
 /// Why a coordinator could not start.
@@ -55,6 +118,9 @@ pub enum StartError {
     /// The failure detector's timing makes no sense.
     #[error("bad failure detector settings: {0}")]
     BadConfig(String),
+    /// The lease settings make no sense.
+    #[error("bad leader lease settings: {0}")]
+    BadLease(String),
 }
 
 /// A running coordinator.
@@ -62,13 +128,38 @@ pub struct StartedCoordinator {
     pub addr: SocketAddr,
     pub service: Arc<CoordinatorService>,
     tasks: Vec<JoinHandle<()>>,
+    /// Held with an etcd store.
+    leadership: Option<Arc<Leadership>>,
 }
 
 impl StartedCoordinator {
+    /// Stops serving. With an etcd store the lease is revoked in the background
+    /// (best effort; see [`Self::shutdown`] to wait for it).
     pub fn stop(self) {
-        for t in self.tasks {
+        for t in &self.tasks {
             t.abort();
         }
+        if let Some(l) = self.leadership {
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move { l.resign().await });
+            }
+        }
+    }
+
+    /// Stops serving and, with an etcd store, gives leadership up (revokes the
+    /// lease), so that a standby takes over at once rather than after the TTL.
+    pub async fn shutdown(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        if let Some(l) = &self.leadership {
+            l.resign().await;
+        }
+    }
+
+    /// This coordinator's leadership (etcd stores only).
+    pub fn leadership(&self) -> Option<&Leadership> {
+        self.leadership.as_deref()
     }
 }
 
@@ -86,11 +177,67 @@ pub async fn start_with(
     store: &StoreSpec,
     detector: FailureDetectorConfig,
 ) -> Result<StartedCoordinator, StartError> {
+    let options = CoordinatorOptions {
+        detector,
+        ..CoordinatorOptions::default()
+    };
+    start_with_options(listen, store, options).await
+}
+
+/// [`start_with`] with every option. With an etcd store this first campaigns for
+/// leadership and waits — without binding `listen` — until it wins (a standby waits
+/// here for as long as the active coordinator lives); then it reads the state,
+/// binds, serves, and reissues the notifications its predecessor may not have
+/// finished (R§9, [`CoordinatorCore::reissue_actions`], queued by
+/// [`CoordinatorService::new`]). If leadership is lost later, serving stops at once
+/// and `options.on_leadership_lost` runs.
+pub async fn start_with_options(
+    listen: &str,
+    store: &StoreSpec,
+    options: CoordinatorOptions,
+) -> Result<StartedCoordinator, StartError> {
+    let detector = options.detector;
     detector.validate().map_err(StartError::BadConfig)?;
+    let mut leadership = None;
     let storage: Arc<dyn ExternalStorage> = match store {
         StoreSpec::File(dir) => Arc::new(FileStorage::open(dir).map_err(CoordinatorError::from)?),
         StoreSpec::Memory => Arc::new(MemoryStorage::new()),
+        StoreSpec::Etcd(spec) => {
+            crate::election::validate_lease_ttl_ms(options.lease_ttl_ms)
+                .map_err(StartError::BadLease)?;
+            let spec = spec.clone();
+            // Connecting waits (bounded) for etcd's first answer: off the async
+            // threads.
+            let etcd = tokio::task::spawn_blocking(move || EtcdStorage::connect(&spec))
+                .await
+                .map_err(|e| StartError::BadConfig(format!("etcd connect task failed: {e}")))?
+                .map_err(CoordinatorError::from)?;
+            let won = campaign(
+                &etcd,
+                options.lease_ttl_ms,
+                listen,
+                options.on_leadership_lost.clone(),
+            )
+            .await
+            .map_err(|e| StartError::BadLease(e.to_string()))?;
+            leadership = Some(Arc::new(won));
+            Arc::new(etcd)
+        }
     };
+    let started = serve_state(listen, storage, detector, leadership.clone()).await;
+    if let (Err(_), Some(l)) = (&started, &leadership) {
+        // Leader but unable to serve: let a standby have it now.
+        l.resign().await;
+    }
+    started
+}
+
+async fn serve_state(
+    listen: &str,
+    storage: Arc<dyn ExternalStorage>,
+    detector: FailureDetectorConfig,
+    leadership: Option<Arc<Leadership>>,
+) -> Result<StartedCoordinator, StartError> {
     let core = CoordinatorCore::open(storage)?;
     let service = CoordinatorService::new(core, Arc::new(TcpTransport::new()));
     let listener = TcpListener::bind(listen)
@@ -103,14 +250,33 @@ pub async fn start_with(
         addr: listen.to_string(),
         source,
     })?;
-    let tasks = vec![
+    let mut tasks = vec![
         tokio::spawn(serve(listener, service.clone())),
         tokio::spawn(service.clone().retry_loop()),
         tokio::spawn(service.clone().failure_detector_loop(detector)),
+        tokio::spawn(service.clone().recovery_loop()),
     ];
+    if let Some(l) = &leadership {
+        // R§9: only the leader acts. When leadership goes, stop serving, retrying
+        // notifications and detecting failures at once; the callback (which exits
+        // the process in production) runs from the election itself.
+        let mut lost = l.lost_signal();
+        let serving: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+        tasks.push(tokio::spawn(async move {
+            while !*lost.borrow_and_update() {
+                if lost.changed().await.is_err() {
+                    break;
+                }
+            }
+            for t in serving {
+                t.abort();
+            }
+        }));
+    }
     Ok(StartedCoordinator {
         addr,
         service,
         tasks,
+        leadership,
     })
 }

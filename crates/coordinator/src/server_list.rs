@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 pub const SERVICE_MASTER: u32 = 1 << 0;
 /// `services` bit: the server runs a backup (stores segment replicas on disk).
 pub const SERVICE_BACKUP: u32 = 1 << 1;
+/// `services` bit: the master replicates its log (R > 0), so its data is
+/// recovered from backups after a crash (R§7).
+pub const SERVICE_REPLICATED_LOG: u32 = 1 << 2;
 
 /// The longest server address accepted, in bytes (a host name of 253 bytes plus a
 /// port fits comfortably).
@@ -44,7 +47,9 @@ impl fmt::Display for ServerId {
 
 /// Where a server is in its life (R§7.3). Transitions only go forward:
 /// Up → Crashed → Removed, or Up → Removed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+// Ordered by life stage (Up < Crashed < Removed), which is the only direction a
+// status may move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum ServerStatus {
     /// Enlisted and believed alive; serves its tablets.
     Up,
@@ -89,6 +94,11 @@ impl ServerEntry {
 
     pub fn is_backup(&self) -> bool {
         self.services & SERVICE_BACKUP != 0
+    }
+
+    /// Whether the master replicates its log (its data survives its crash).
+    pub fn has_replicated_log(&self) -> bool {
+        self.services & SERVICE_REPLICATED_LOG != 0
     }
 }
 

@@ -8,9 +8,9 @@
 //! which is also how a restarted coordinator finishes what its predecessor started
 //! ([`CoordinatorCore::reissue_actions`]).
 //!
-//! [`CoordinatorService::failure_detector_loop`] pings every UP server and declares
-//! crashed those that stop answering (R§7.2, R§7.3; the decisions are in
-//! [`crate::failure_detector`]).
+//! [`CoordinatorService::failure_detector_loop`] (in [`crate::suspicion`]) pings every
+//! UP server, confirms suspected failures from several paths and declares crashed
+//! the servers none reaches (R§7.2, R§7.3, R§7.11).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,12 +23,9 @@ use ramstore_wire::{
     Response, ServerListEntry, ServerListUpdateEncoder, ServerStatus as WireStatus, Services,
     Status, TabletMapEncoder, WireError,
 };
-use tokio::task::JoinSet;
-use tokio::time::MissedTickBehavior;
 
 use crate::coordinator::{Action, CoordinatorCore};
 use crate::error::CoordinatorError;
-use crate::failure_detector::{FailureDetector, FailureDetectorConfig};
 use crate::server_list::{ServerId, ServerStatus, MAX_FAILURE_DOMAIN_BYTES};
 
 // Every failure domain the coordinator accepts fits the server list it pushes.
@@ -41,10 +38,14 @@ pub const RETRY_INTERVAL_MS: u64 = 500;
 
 /// The coordinator service. Thread-safe.
 pub struct CoordinatorService {
-    core: Mutex<CoordinatorCore>,
-    transport: Arc<dyn Transport>,
+    pub(crate) core: Mutex<CoordinatorCore>,
+    pub(crate) transport: Arc<dyn Transport>,
+    /// Suspected failures waiting for confirmation ([`crate::suspicion`]).
+    pub(crate) suspicions: crate::suspicion::Suspicions,
     /// Notifications that failed and must be sent again.
     unfinished: Mutex<Vec<Action>>,
+    /// Crash recoveries in progress ([`crate::recovery`]).
+    pub(crate) recoveries: crate::recovery::Recoveries,
 }
 
 fn error_status(e: &CoordinatorError) -> Status {
@@ -85,7 +86,9 @@ impl CoordinatorService {
         Arc::new(Self {
             core: Mutex::new(core),
             transport,
+            suspicions: Default::default(),
             unfinished: Mutex::new(reissue),
+            recoveries: Default::default(),
         })
     }
 
@@ -105,110 +108,8 @@ impl CoordinatorService {
         }
     }
 
-    /// Runs the failure detector forever (R§7.2, R§7.3; [`crate::failure_detector`]);
-    /// spawn it once. Every `ping_interval_ms` it pings each UP server that has no
-    /// ping in flight, all concurrently, each with
-    /// [`FailureDetectorConfig::ping_deadline_ms`]. A server none of whose pings
-    /// succeeded for `failure_timeout_ms` is declared crashed
-    /// ([`CoordinatorCore::server_crashed`]) and the actions that returns (the new
-    /// server list) are carried out like every other notification. If recording the
-    /// crash fails (external storage), it is tried again on the next tick.
-    ///
-    /// A ping counts as answered only by an OK Ping response echoing its nonce, from
-    /// that server id (or 0: a server that has not learned its id yet), so a new
-    /// process on a dead server's address does not keep the dead one alive.
-    pub async fn failure_detector_loop(self: Arc<Self>, config: FailureDetectorConfig) {
-        let origin = tokio::time::Instant::now();
-        let now_ms = move || u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let deadline = Duration::from_millis(config.ping_deadline_ms());
-        let mut detector = FailureDetector::new(config);
-        // Owned by this task: when it is aborted, so are its pings and pushes.
-        let mut pings: JoinSet<(ServerId, bool)> = JoinSet::new();
-        let mut notifications: JoinSet<()> = JoinSet::new();
-        let mut tick = tokio::time::interval(Duration::from_millis(config.ping_interval_ms));
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut nonce = 0u64;
-        loop {
-            tokio::select! {
-                Some(done) = pings.join_next() => {
-                    // A ping task cannot panic; an aborted one only happens at stop.
-                    if let Ok((id, answered)) = done {
-                        if answered {
-                            detector.ping_succeeded(id, now_ms());
-                        } else {
-                            detector.ping_failed(id);
-                        }
-                    }
-                }
-                Some(_) = notifications.join_next() => {}
-                _ = tick.tick() => {
-                    let up: Vec<(ServerId, String)> = self
-                        .core
-                        .lock()
-                        .state()
-                        .servers()
-                        .entries()
-                        .iter()
-                        .filter(|e| e.is_up())
-                        .map(|e| (e.id, e.address.clone()))
-                        .collect();
-                    let now = now_ms();
-                    detector.set_up_servers(up, now);
-                    for id in detector.overdue(now) {
-                        let result = self.core.lock().server_crashed(id);
-                        match result {
-                            Ok(actions) => {
-                                tracing::warn!(
-                                    server_id = id.0,
-                                    failure_timeout_ms = config.failure_timeout_ms,
-                                    "server answered no ping within the failure timeout: declared crashed"
-                                );
-                                detector.forget(id);
-                                let this = self.clone();
-                                notifications.spawn(async move { this.carry_out(actions).await });
-                            }
-                            Err(e) => tracing::error!(
-                                server_id = id.0,
-                                error = %e,
-                                "cannot record a crashed server; will try again"
-                            ),
-                        }
-                    }
-                    for (id, address) in detector.pings_due() {
-                        nonce = nonce.wrapping_add(1);
-                        let this = self.clone();
-                        let n = nonce;
-                        pings.spawn(async move {
-                            let answered = this.ping(&address, id, n, deadline).await;
-                            (id, answered)
-                        });
-                    }
-                }
-            }
-        }
-    }
-
-    /// Pings server `id` at `address`; whether it answered as itself (see
-    /// [`Self::failure_detector_loop`]).
-    async fn ping(&self, address: &str, id: ServerId, nonce: u64, deadline: Duration) -> bool {
-        let mut frame = Vec::new();
-        if encode_request(0, &Request::Ping { nonce }, &mut frame).is_err() {
-            return false;
-        }
-        match self.transport.call(address, frame, deadline).await {
-            Ok(bytes) => matches!(
-                decode_response(&bytes),
-                Ok((h, Response::Ping { nonce: echoed, server_id }))
-                    if h.status == Status::Ok
-                        && echoed == nonce
-                        && (server_id == 0 || server_id == id.0)
-            ),
-            Err(_) => false,
-        }
-    }
-
     /// Sends the notifications for `actions`; failures are queued for retry.
-    async fn carry_out(&self, actions: Vec<Action>) {
+    pub(crate) async fn carry_out(&self, actions: Vec<Action>) {
         for action in actions {
             if !self.still_relevant(&action) {
                 continue;
@@ -317,6 +218,7 @@ impl CoordinatorService {
             let services = Services {
                 master: s.is_master(),
                 backup: s.is_backup(),
+                replicated_log: s.has_replicated_log(),
             };
             let entry = ServerListEntry {
                 server_id: s.id.0,
@@ -466,6 +368,36 @@ impl CoordinatorService {
                 let text = self.stats_text();
                 encode_response(id, op, &Response::GetServerStats { text: &text }, out)
             }
+            // An operator's drill (`ramstore crash-server`): recovered like any
+            // crash (R§7).
+            Request::CrashServer { server_id } => {
+                let result = self.core.lock().server_crashed(ServerId(server_id));
+                match result {
+                    Ok(actions) => {
+                        tracing::warn!(server_id, "server declared crashed by an operator");
+                        self.unfinished.lock().extend(actions);
+                        encode_response(id, op, &Response::CrashServer, out)
+                    }
+                    Err(e) => encode_error(id, op, &e, out),
+                }
+            }
+            // Failure detection and zombies (R§7.2, R§7.11; `crate::suspicion`).
+            Request::Ping { nonce, caller_id } => {
+                self.answer_server_ping(id, nonce, caller_id, out)
+            }
+            Request::SuspectServer {
+                caller_id,
+                server_id,
+            } => self.answer_suspect(id, caller_id, server_id, out),
+            Request::PingServer { .. } => encode_response(
+                id,
+                op,
+                &Response::Error(ErrorBody::Message {
+                    status: Status::InvalidRequest,
+                    message: "this is the coordinator; PingServer is a storage-server operation",
+                }),
+                out,
+            ),
             _ => encode_response(
                 id,
                 op,
@@ -506,14 +438,37 @@ impl CoordinatorService {
         for t in core.tables() {
             text.push_str(&format!("table.{}={} {}\n", t.id, t.tablets.len(), t.name));
         }
+        drop(core);
+        text.push_str(&format!(
+            "recoveries_completed={}\n",
+            self.recoveries.completed()
+        ));
+        for (id, p) in self.recoveries.in_progress() {
+            text.push_str(&format!(
+                "recovery.{id}=attempt={} partitions_done={} partitions_total={} entries_replayed={} bytes_replayed={} state={}\n",
+                p.attempt, p.partitions_done, p.partitions_total, p.entries_replayed, p.bytes_replayed, p.state
+            ));
+        }
         text
+    }
+
+    /// Crash recoveries in progress and completed.
+    pub fn recoveries(&self) -> &crate::recovery::Recoveries {
+        &self.recoveries
     }
 }
 
 impl Service for CoordinatorService {
     fn handle(&self, frame: &[u8], out: &mut Vec<u8>) -> Handled {
         match decode_request(frame) {
-            Ok((header, Request::Ping { nonce })) => {
+            // A ping from a server (caller_id ≠ 0) checks its status: slow path.
+            Ok((
+                header,
+                Request::Ping {
+                    nonce,
+                    caller_id: 0,
+                },
+            )) => {
                 let _ = encode_response(
                     header.request_id,
                     Opcode::Ping,

@@ -5,9 +5,9 @@
 //! new coordinator can rebuild its state after a crash (R§9). [`ExternalStorage`] is
 //! that interface. Implementations here: [`crate::FileStorage`] (one directory on
 //! local disk, for `ramstore dev` and single-coordinator clusters) and
-//! [`MemoryStorage`] (tests). A later etcd implementation adds standby coordinators;
-//! the trait is kept object-safe so the coordinator can hold any of them as
-//! `Arc<dyn ExternalStorage>`.
+//! [`MemoryStorage`] (tests) and [`crate::EtcdStorage`] (an etcd cluster, for
+//! standby coordinators, [`crate::election`]). The trait is object-safe so the
+//! coordinator can hold any of them as `Arc<dyn ExternalStorage>`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -52,6 +52,21 @@ pub enum StorageError {
         /// The process id the holder wrote into the lock file, if readable.
         holder_pid: Option<u32>,
     },
+    /// The storage service (etcd) failed or did not answer within its timeout. As
+    /// for every failed write, the value is unknown until the next successful one.
+    #[error("external storage {op} {key:?}: {reason}")]
+    Backend {
+        /// What was being done ("get", "put", "connect", …).
+        op: &'static str,
+        /// The key concerned (empty if none).
+        key: String,
+        reason: String,
+    },
+    /// This coordinator is no longer the leader (R§9: its lease expired or another
+    /// coordinator took over), so its writes are refused; it must stop acting as
+    /// coordinator.
+    #[error("this coordinator is no longer the leader: {reason}")]
+    NotLeader { reason: String },
     /// The key is empty or longer than [`MAX_KEY_BYTES`].
     #[error("invalid storage key {key:?}: {reason}")]
     InvalidKey { key: String, reason: &'static str },

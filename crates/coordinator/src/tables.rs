@@ -98,6 +98,10 @@ impl Tables {
         self.by_name.get_mut(name)
     }
 
+    pub(crate) fn by_id_mut(&mut self, table_id: u64) -> Option<&mut Table> {
+        self.by_name.values_mut().find(|t| t.id == table_id)
+    }
+
     /// Adds a table under the next id with one tablet per `(range, owner)`; `ranges`
     /// must come from [`split_hash_space`].
     pub(crate) fn create(&mut self, name: &str, tablets: &[((u64, u64), ServerId)]) -> u64 {
@@ -173,6 +177,35 @@ impl Tables {
             }
         }
         Ok(())
+    }
+}
+
+impl Table {
+    /// Makes `split_hash` the start of a tablet, splitting the tablet that
+    /// contains it (both halves keep its owner). Nothing happens if a tablet
+    /// already starts there (0 always does).
+    pub(crate) fn split_at(&mut self, split_hash: u64) {
+        if self.tablets.iter().any(|t| t.start_hash == split_hash) {
+            return;
+        }
+        // The tablets cover [0, u64::MAX] from 0, so some tablet before the
+        // partition point strictly contains split_hash.
+        let Some(i) = self
+            .tablets
+            .partition_point(|t| t.start_hash <= split_hash)
+            .checked_sub(1)
+        else {
+            return;
+        };
+        let old = self.tablets[i];
+        self.tablets[i].end_hash = split_hash - 1;
+        self.tablets.insert(
+            i + 1,
+            TabletEntry {
+                start_hash: split_hash,
+                ..old
+            },
+        );
     }
 }
 

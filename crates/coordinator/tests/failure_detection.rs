@@ -1,8 +1,9 @@
-//! The coordinator's failure detector end to end (R§7.2, R§7.3): a real coordinator
-//! started as the process starts it, and fake storage servers on TCP that answer
-//! pings until told to stop. A server that stops answering becomes Crashed in the
-//! server list, the new list is pushed to the servers still up, and a server that
-//! keeps answering stays Up.
+//! The coordinator's failure detector end to end (R§7.2, R§7.3, R§7.11): a real
+//! coordinator started as the process starts it, and fake storage servers on TCP that
+//! answer pings (and ping others when the coordinator asks, `PingServer`) until told
+//! to stop. A server that stops answering becomes Crashed in the server list, the new
+//! list is pushed to the servers still up, and a server that keeps answering stays
+//! Up — also when another server reports it (a glitch on one path).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,6 +33,8 @@ struct FakeServer {
     id: AtomicU64,
     answering: AtomicBool,
     pings: AtomicU64,
+    /// `PingServer` requests it carried out.
+    pings_for_coordinator: AtomicU64,
     /// The newest server list pushed to it: id → status.
     server_list: Mutex<(u64, BTreeMap<u64, WireStatus>)>,
 }
@@ -47,7 +50,7 @@ impl Service for FakeServer {
         let id = header.request_id;
         let op = req.opcode();
         let response = match req {
-            Request::Ping { nonce } => {
+            Request::Ping { nonce, .. } => {
                 self.pings.fetch_add(1, Ordering::SeqCst);
                 Response::Ping {
                     nonce,
@@ -67,6 +70,7 @@ impl Service for FakeServer {
                 }
                 Response::ServerListUpdate
             }
+            Request::PingServer { .. } => return Handled::Slow,
             _ => Response::Error(ErrorBody::Message {
                 status: Status::InvalidRequest,
                 message: "fake server",
@@ -76,9 +80,56 @@ impl Service for FakeServer {
         Handled::Done
     }
 
-    fn handle_slow(self: Arc<Self>, _frame: Vec<u8>) -> SlowFuture {
-        Box::pin(async { Vec::new() })
+    /// `PingServer`: really pings the server over TCP, like a storage server.
+    fn handle_slow(self: Arc<Self>, frame: Vec<u8>) -> SlowFuture {
+        Box::pin(async move {
+            let Ok((header, Request::PingServer { server_id, address })) = decode_request(&frame)
+            else {
+                return Vec::new();
+            };
+            self.pings_for_coordinator.fetch_add(1, Ordering::SeqCst);
+            let answered = ping(&address.to_owned(), server_id).await;
+            let mut out = Vec::new();
+            let _ = encode_response(
+                header.request_id,
+                header.opcode,
+                &Response::PingServer { answered },
+                &mut out,
+            );
+            out
+        })
     }
+}
+
+/// Whether server `expect` at `address` answers a ping within 300 ms.
+async fn ping(address: &str, expect: u64) -> bool {
+    let mut frame = Vec::new();
+    let request = Request::Ping {
+        nonce: 7,
+        caller_id: 0,
+    };
+    encode_request(0, &request, &mut frame).unwrap();
+    match TcpTransport::new()
+        .call(address, frame, Duration::from_millis(300))
+        .await
+    {
+        Ok(bytes) => matches!(
+            decode_response(&bytes),
+            Ok((_, Response::Ping { nonce: 7, server_id })) if server_id == expect
+        ),
+        Err(_) => false,
+    }
+}
+
+/// Sends `request` to the coordinator and returns the status of its answer.
+async fn call_status(coordinator: &StartedCoordinator, request: &Request<'_>) -> Status {
+    let mut frame = Vec::new();
+    encode_request(0, request, &mut frame).unwrap();
+    let bytes = TcpTransport::new()
+        .call(&coordinator.addr.to_string(), frame, PATIENCE)
+        .await
+        .expect("coordinator answers");
+    decode_response(&bytes).expect("decodes").0.status
 }
 
 /// Starts a fake server on a free port, enlists it and returns it with its id.
@@ -96,6 +147,7 @@ async fn fake_server(coordinator: &StartedCoordinator) -> (Arc<FakeServer>, Serv
             services: Services {
                 master: true,
                 backup: false,
+                replicated_log: false,
             },
             memory_bytes: 1 << 20,
             backup_read_mbps: 0,
@@ -136,6 +188,7 @@ async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 async fn a_server_that_stops_answering_pings_is_declared_crashed() {
     let config = FailureDetectorConfig {
         ping_interval_ms: 20,
+        ping_timeout_ms: 200,
         failure_timeout_ms: 400,
     };
     let coordinator = start_with("127.0.0.1:0", &StoreSpec::Memory, config)
@@ -167,6 +220,29 @@ async fn a_server_that_stops_answering_pings_is_declared_crashed() {
         alive.server_list.lock().1.get(&alive_id.0),
         Some(&WireStatus::Up)
     );
+    // The zombie learns its fate from the coordinator (R§7.11): its pings and its
+    // reports are answered SERVER_NOT_UP; a live server's are not.
+    let zombie_ping = Request::Ping {
+        nonce: 1,
+        caller_id: victim_id.0,
+    };
+    assert_eq!(
+        call_status(&coordinator, &zombie_ping).await,
+        Status::ServerNotUp
+    );
+    let zombie_report = Request::SuspectServer {
+        caller_id: victim_id.0,
+        server_id: alive_id.0,
+    };
+    assert_eq!(
+        call_status(&coordinator, &zombie_report).await,
+        Status::ServerNotUp
+    );
+    let live_ping = Request::Ping {
+        nonce: 1,
+        caller_id: alive_id.0,
+    };
+    assert_eq!(call_status(&coordinator, &live_ping).await, Status::Ok);
     let stats = coordinator.service.stats_text();
     assert!(
         stats
@@ -192,6 +268,7 @@ async fn a_server_that_stops_answering_pings_is_declared_crashed() {
 async fn start_refuses_a_timeout_shorter_than_the_interval() {
     let config = FailureDetectorConfig {
         ping_interval_ms: 500,
+        ping_timeout_ms: 100,
         failure_timeout_ms: 100,
     };
     let err = start_with("127.0.0.1:0", &StoreSpec::Memory, config)
@@ -199,4 +276,54 @@ async fn start_refuses_a_timeout_shorter_than_the_interval() {
         .err()
         .expect("refused");
     assert!(err.to_string().contains("failure timeout"), "{err}");
+}
+
+/// A glitch on one path (R§7.2, C§4.1): a server reports a live server it could not
+/// reach; the coordinator's own ping and the helpers' pings reach it, so it stays UP,
+/// however often the report comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspect_server_reachable_on_other_paths_stays_up() {
+    let config = FailureDetectorConfig {
+        ping_interval_ms: 50,
+        ping_timeout_ms: 300,
+        failure_timeout_ms: 100,
+    };
+    let coordinator = start_with("127.0.0.1:0", &StoreSpec::Memory, config)
+        .await
+        .unwrap();
+    let (reporter, reporter_id) = fake_server(&coordinator).await;
+    let (helper_a, _) = fake_server(&coordinator).await;
+    let (helper_b, _) = fake_server(&coordinator).await;
+    let (_suspect, suspect_id) = fake_server(&coordinator).await;
+    let report = Request::SuspectServer {
+        caller_id: reporter_id.0,
+        server_id: suspect_id.0,
+    };
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1_500) {
+        assert_eq!(call_status(&coordinator, &report).await, Status::Ok);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The coordinator asked the two servers other than the reporter to confirm.
+    assert!(helper_a.pings_for_coordinator.load(Ordering::SeqCst) >= 1);
+    assert!(helper_b.pings_for_coordinator.load(Ordering::SeqCst) >= 1);
+    assert_eq!(reporter.pings_for_coordinator.load(Ordering::SeqCst), 0);
+    assert_eq!(status_of(&coordinator, suspect_id), ServerStatus::Up);
+    assert_eq!(status_of(&coordinator, reporter_id), ServerStatus::Up);
+    // A report about a server that is not listed changes nothing either.
+    let unknown = Request::SuspectServer {
+        caller_id: reporter_id.0,
+        server_id: 999,
+    };
+    assert_eq!(call_status(&coordinator, &unknown).await, Status::Ok);
+    // The coordinator is no storage server: PingServer is refused.
+    let misdirected = Request::PingServer {
+        server_id: suspect_id.0,
+        address: "127.0.0.1:1",
+    };
+    assert_eq!(
+        call_status(&coordinator, &misdirected).await,
+        Status::InvalidRequest
+    );
+    coordinator.stop();
 }

@@ -439,6 +439,60 @@ impl ObjectStore {
         .map(|_| ())
     }
 
+    /// Replays an object of a crashed master's log (R§7.6): it becomes the key's
+    /// object, with exactly `version`, unless the key already holds a version at
+    /// least as new (entries arrive in any order). Returns whether it was applied.
+    /// A replaced object dies as in any overwrite (a tombstone is logged for it),
+    /// so the recovered log is as safe to clean as one written by clients.
+    pub fn replay_object(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        version: u64,
+    ) -> Result<bool, WriteError> {
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(WriteError::ValueTooLarge(value.len()));
+        }
+        let applied = self.update(
+            table_id,
+            key,
+            &RejectRules::default(),
+            Some(version),
+            |current| match current {
+                Some(c) if c.version() >= version => Err(WriteError::WrongVersion {
+                    current: c.version(),
+                }),
+                _ => Ok(NewValue::Borrowed(value)),
+            },
+        );
+        match applied {
+            Ok(_) => Ok(true),
+            Err(WriteError::WrongVersion { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replays a tombstone of a crashed master's log (R§7.6): the key's object
+    /// dies if its version is at most `version`. Returns whether one died.
+    pub fn replay_tombstone(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        version: u64,
+    ) -> Result<bool, WriteError> {
+        let rules = RejectRules {
+            given_version: version,
+            version_gt_given: true,
+            ..RejectRules::default()
+        };
+        match self.remove(table_id, key, &rules) {
+            Ok(removed) => Ok(removed.is_some()),
+            Err(WriteError::WrongVersion { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Makes every later write of a new object get a version of at least
     /// `version` (R§3.1: versions never go back, also across a reload).
     pub fn raise_safe_version(&self, version: u64) {

@@ -69,14 +69,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::backup_recovery::{BackupRecoveries, Fetched, MAX_RECOVERY_PARTITIONS};
+
 use parking_lot::{Mutex, RwLock};
 
 use ramstore_backup::{
     BackupConfig, BackupError, BackupStats, BackupStore, Disk, FileDisk, RestartSummary, SyncMode,
 };
 use ramstore_wire::{
-    encode_response, BackupReplicasEncoder, BackupWriteFlags, ErrorBody, Request, Response, Status,
-    WireError,
+    encode_response, BackupReplicasEncoder, BackupWriteFlags, ErrorBody, Opcode, Request, Response,
+    Status, WireError,
 };
 
 /// Name of the frames file inside the backup directory.
@@ -87,6 +89,8 @@ const FRAMES_FILE_NEW: &str = "replicas.frames.new";
 /// and checksumming 64 KiB takes microseconds, far inside the ping budget. Group
 /// commits are usually much smaller; whole segments (re-replication) go slow.
 pub const MAX_FAST_BACKUP_WRITE_BYTES: usize = 64 * 1024;
+/// The delay a recovery master is asked to wait for a replica still being read.
+const RECOVERY_DATA_RETRY_MS: u32 = 2;
 
 /// A store whose disk is chosen at run time: the frames file in production, an
 /// in-memory or fault-injecting disk in tests.
@@ -123,6 +127,8 @@ pub struct BackupService {
     /// Writes refused by the fence.
     fenced_writes: AtomicU64,
     retention: Arc<Retention>,
+    /// Replicas of crashed masters being bucketed for recovery (R§7.5).
+    recoveries: BackupRecoveries,
 }
 
 /// What is left to decide about the replicas found at start-up (R§8).
@@ -148,7 +154,7 @@ impl Retention {
                     tracing::info!(
                         master_id,
                         segment_id,
-                        "freed a replica found at start-up: its master is removed (R§8)"
+                        "freed a replica: its master is removed (R§8)"
                     );
                 }
                 // Freed meanwhile (by a BackupFree): nothing left to do.
@@ -198,6 +204,7 @@ impl BackupService {
                 replicas: Mutex::new(found),
                 ..Retention::default()
             }),
+            recoveries: BackupRecoveries::default(),
         }
     }
 
@@ -282,6 +289,13 @@ impl BackupService {
             }
         }
 
+        let removed: Vec<u64> = servers
+            .iter()
+            .filter(|(_, state)| *state == ServerState::Removed)
+            .map(|(id, _)| *id)
+            .collect();
+        self.recoveries.forget(&removed);
+
         let states: HashMap<u64, ServerState> = servers.iter().copied().collect();
         let mut to_free = Vec::new();
         let mut absent = BTreeSet::new();
@@ -315,6 +329,20 @@ impl BackupService {
                     );
                 }
             }
+        }
+        // Replicas written in this run by masters since removed (recovered, or
+        // replaced): nothing will ever read them (R§8).
+        if !removed.is_empty() {
+            let removed: BTreeSet<u64> = removed.iter().copied().collect();
+            to_free.extend(
+                self.store
+                    .list()
+                    .into_iter()
+                    .filter(|r| removed.contains(&r.master_id))
+                    .map(|r| (r.master_id, r.segment_id)),
+            );
+            to_free.sort_unstable();
+            to_free.dedup();
         }
         if to_free.is_empty() {
             return;
@@ -419,6 +447,17 @@ impl BackupService {
                 Err(e) => Err(e),
             },
             Request::BackupGetReplicas { master_id } => Ok(self.get_replicas(id, master_id, out)),
+            Request::BackupStartPartitioning {
+                master_id,
+                recovery_id,
+                tablets,
+            } => Ok(self.start_partitioning(id, master_id, recovery_id, tablets, out)),
+            Request::BackupGetRecoveryData {
+                master_id,
+                recovery_id,
+                segment_id,
+                partition_id,
+            } => Ok(self.recovery_data(id, master_id, recovery_id, segment_id, partition_id, out)),
             Request::BackupReadReplica {
                 master_id,
                 segment_id,
@@ -498,15 +537,97 @@ impl BackupService {
     /// ones not in atomic mode (an open atomic replica is never offered, R§8).
     fn get_replicas(&self, id: u64, master_id: u64, out: &mut Vec<u8>) -> Result<(), WireError> {
         let mut enc = BackupReplicasEncoder::new(id, out);
-        for r in self
-            .store
-            .list()
-            .into_iter()
-            .filter(|r| r.master_id == master_id && (r.closed || !r.atomic))
-        {
+        for r in self.offered(master_id) {
             enc.push(r.segment_id, r.length, r.closed)?;
         }
         enc.finish()
+    }
+
+    /// The replicas of `master_id` that recovery may use (see [`Self::get_replicas`]).
+    fn offered(&self, master_id: u64) -> Vec<ramstore_backup::ReplicaInfo> {
+        self.store
+            .list()
+            .into_iter()
+            .filter(|r| r.master_id == master_id && (r.closed || !r.atomic))
+            .collect()
+    }
+
+    /// Starts bucketing the offered replicas of a crashed master (R§7.5) and
+    /// answers the order they are read in.
+    fn start_partitioning(
+        &self,
+        id: u64,
+        master_id: u64,
+        recovery_id: u64,
+        tablets: ramstore_wire::PartitionTablets<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let tablets: Vec<_> = tablets.iter().collect();
+        if tablets
+            .iter()
+            .any(|t| t.partition_id as usize >= MAX_RECOVERY_PARTITIONS)
+        {
+            return encode_response(
+                id,
+                Opcode::BackupStartPartitioning,
+                &Response::Error(ErrorBody::Message {
+                    status: Status::InvalidRequest,
+                    message: "partition id beyond MAX_RECOVERY_PARTITIONS",
+                }),
+                out,
+            );
+        }
+        let offered = self.offered(master_id);
+        let order = self
+            .recoveries
+            .start(&self.store, master_id, recovery_id, offered, tablets);
+        let mut enc = BackupReplicasEncoder::for_partitioning(id, out);
+        for r in order {
+            enc.push(r.segment_id, r.length, r.closed)?;
+        }
+        enc.finish()
+    }
+
+    /// One partition's entries of one replica, or RETRY while it is being read.
+    fn recovery_data(
+        &self,
+        id: u64,
+        master_id: u64,
+        recovery_id: u64,
+        segment_id: u64,
+        partition_id: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let op = Opcode::BackupGetRecoveryData;
+        let message;
+        let body = match self
+            .recoveries
+            .fetch(master_id, recovery_id, segment_id, partition_id)
+        {
+            Fetched::Ready(buckets, i) => {
+                return encode_response(
+                    id,
+                    op,
+                    &Response::BackupGetRecoveryData { bytes: &buckets[i] },
+                    out,
+                )
+            }
+            Fetched::NotYet => ErrorBody::Retry {
+                delay_ms: RECOVERY_DATA_RETRY_MS,
+            },
+            Fetched::Unknown => ErrorBody::Message {
+                status: Status::ObjectDoesntExist,
+                message: "no such recovery, replica or partition on this backup",
+            },
+            Fetched::Failed(why) => {
+                message = why;
+                ErrorBody::Message {
+                    status: Status::Internal,
+                    message: &message,
+                }
+            }
+        };
+        encode_response(id, op, &Response::Error(body), out)
     }
 
     /// A replica's bytes and whether it was closed. The state is looked at first:

@@ -16,15 +16,19 @@
 //! `durability=dram-only`. What the backup half makes durable, and when, is
 //! `ramstore_backup`'s contract under the configured [`SyncMode`].
 
+pub mod backup_recovery;
 pub mod backup_service;
 pub mod cold_start;
+pub mod failure_monitor;
 pub mod metrics;
 pub mod placement;
+pub mod recovery_master;
 pub mod replica_manager;
 pub mod storage_server;
 pub mod storage_service;
 
 pub use backup_service::{BackupService, FRAMES_FILE, MAX_FAST_BACKUP_WRITE_BYTES};
+pub use failure_monitor::{MonitorConfig, ZombieHook};
 pub use ramstore_backup::{SyncMode, DEFAULT_OPEN_BUFFERS, MAX_FRAME_COUNT, MAX_OPEN_BUFFERS};
 pub use replica_manager::{ReplicaManager, DEFAULT_REPLICAS, MAX_REPLICAS};
 pub use storage_server::{start, ServerError, ServerOptions, StartedServer, DEFAULT_BACKUP_FRAMES};

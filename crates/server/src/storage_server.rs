@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 
 use crate::backup_service::BackupService;
 use crate::cold_start;
+use crate::failure_monitor::{self, MonitorConfig, ZombieHook};
 use crate::metrics::{render_backup, render_store};
 use crate::replica_manager::{ReplicaManager, MAX_REPLICAS};
 use crate::storage_service::StorageService;
@@ -62,6 +63,13 @@ pub struct ServerOptions {
     /// (R§4.2); 0 keeps the log in DRAM only. `ramstore server` defaults to
     /// [`crate::replica_manager::DEFAULT_REPLICAS`].
     pub replicas: usize,
+    /// The failure monitor's timing (R§7.2, [`crate::failure_monitor`]): how often
+    /// this server pings a random other server, and how long it waits for answers.
+    pub monitor: MonitorConfig,
+    /// What to do on learning this server was declared crashed (R§7.11); `None`:
+    /// only stop serving object operations (in-process tests). The `ramstore` binary
+    /// exits.
+    pub on_zombie: Option<ZombieHook>,
 }
 
 impl ServerOptions {
@@ -81,6 +89,8 @@ impl ServerOptions {
             backup_open_buffers: ramstore_backup::DEFAULT_OPEN_BUFFERS,
             failure_domain: String::new(),
             replicas: 0,
+            monitor: MonitorConfig::default(),
+            on_zombie: None,
         }
     }
 
@@ -108,6 +118,9 @@ pub enum ServerError {
     Config(#[from] ramstore_master::ConfigError),
     #[error("--replicas {0} is too many: at most {MAX_REPLICAS}")]
     Replicas(usize),
+    /// The failure monitor's timing makes no sense.
+    #[error("bad failure monitor settings: {0}")]
+    Monitor(String),
     #[error(transparent)]
     ColdStart(#[from] cold_start::ColdStartError),
     #[error("coordinator at {addr} refused enlistment: {reason}")]
@@ -165,6 +178,7 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     if options.replicas > MAX_REPLICAS {
         return Err(ServerError::Replicas(options.replicas));
     }
+    options.monitor.validate().map_err(ServerError::Monitor)?;
     let manager = (options.replicas > 0).then(|| {
         // Rounds are bounded by the replica manager, not per RPC (no timer per
         // replication RPC on the write path).
@@ -188,6 +202,7 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     let services = Services {
         master: true,
         backup: backup.is_some(),
+        replicated_log: manager.is_some(),
     };
     let mut service = StorageService::with_backup(store, backup);
     if let Some(m) = &manager {
@@ -223,36 +238,17 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         .advertise
         .clone()
         .unwrap_or_else(|| addr.to_string());
-    // Cold start: a replicating server restarted on its directory reloads its old
-    // log from the backups before it enlists (see `cold_start`).
+    // Restart: a replicating server restarted on its directory names its previous
+    // run, whose data crash recovery then brings back (see `cold_start`).
     let identity_dir = options.backup_dir.clone().filter(|_| manager.is_some());
     let previous = match &identity_dir {
         Some(dir) => cold_start::read_identity(dir)?,
         None => None,
     };
-    let mut replaces = 0;
-    if let (Some(previous), Some(dir)) = (&previous, &identity_dir) {
-        let client = BackupClient::new(Arc::new(TcpTransport::new()));
-        let identity_file = dir.join(cold_start::IDENTITY_FILE);
-        let reloaded = cold_start::reload(
-            &options.coordinator,
-            previous,
-            service.store(),
-            &client,
-            &identity_file,
-        )
-        .await?;
-        if let Some(summary) = reloaded {
-            replaces = previous.server_id;
-            tracing::info!(
-                old_id = previous.server_id,
-                segments = summary.segments,
-                objects = summary.objects,
-                tablets = summary.tablets,
-                "cold start: reloaded the log from backups"
-            );
-        }
-    }
+    let replaces = match &previous {
+        Some(previous) => cold_start::replaced_id(&options.coordinator, previous).await?,
+        None => 0,
+    };
     let server_id = enlist(
         &options.coordinator,
         &Request::Enlist {
@@ -276,6 +272,14 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
             &options.failure_domain,
         ));
     }
+    // Randomized pings and zombie detection (R§7.2, R§7.11).
+    tasks.push(failure_monitor::start(
+        service.clone(),
+        Arc::new(TcpTransport::new()),
+        options.coordinator.clone(),
+        options.monitor,
+        options.on_zombie.clone(),
+    ));
     tracing::info!(
         server_id,
         %addr,
@@ -470,6 +474,9 @@ fn drop_cached_pages(file: &std::fs::File, len: u64) {
 
 /// Enlists with the coordinator, retrying while it is unreachable (it may start
 /// after us). A refusal for a bad request (a bad failure domain, say) is final.
+/// `coordinator` may list several addresses separated by commas (the active
+/// coordinator and its standbys, R§9): after a transport failure the next one is
+/// tried, round-robin.
 async fn enlist(coordinator: &str, request: &Request<'_>) -> Result<u64, ServerError> {
     let transport = TcpTransport::new();
     let mut frame = Vec::new();
@@ -477,11 +484,22 @@ async fn enlist(coordinator: &str, request: &Request<'_>) -> Result<u64, ServerE
         addr: coordinator.into(),
         reason: e.to_string(),
     })?;
+    let addrs: Vec<&str> = coordinator
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect();
+    let mut next = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(ENLIST_TIMEOUT_MS);
     let mut last = String::new();
     while tokio::time::Instant::now() < deadline {
+        let addr = addrs
+            .get(next % addrs.len().max(1))
+            .copied()
+            .unwrap_or(coordinator);
+        next += 1;
         match transport
-            .call(coordinator, frame.clone(), Duration::from_secs(10))
+            .call(addr, frame.clone(), Duration::from_secs(10))
             .await
         {
             Ok(bytes) => match decode_response(&bytes) {
@@ -501,7 +519,13 @@ async fn enlist(coordinator: &str, request: &Request<'_>) -> Result<u64, ServerE
                 Ok((_, other)) => last = format!("unexpected answer {other:?}"),
                 Err(e) => last = e.to_string(),
             },
-            Err(e) => last = e.to_string(),
+            Err(e) => {
+                last = e.to_string();
+                // A standby does not listen: try the next coordinator at once.
+                if next % addrs.len().max(1) != 0 {
+                    continue;
+                }
+            }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -29,7 +29,9 @@ use ramstore_wire::{
 
 use crate::backup_service::{BackupService, ServerState};
 use crate::metrics::{Metrics, Op};
+use crate::recovery_master::{self, PartitionJob};
 use crate::replica_manager::{BackupInfo, ReplicaManager, ReplicationError};
+use ramstore_client::BackupClient;
 
 const _: () = assert!(ramstore_wire::MAX_KEY_BYTES == ramstore_log::MAX_KEY_BYTES);
 const _: () = assert!(ramstore_wire::MAX_VALUE_BYTES == ramstore_log::MAX_VALUE_BYTES);
@@ -42,6 +44,9 @@ const _: () = assert!(ramstore_wire::MAX_FRAME_BYTES == ramstore_rpc::MAX_FRAME_
 /// The answer to a backup request sent to a server that runs no backup.
 const NO_BACKUP_MESSAGE: &str =
     "this server runs no backup service (start it with --backup-dir DIR)";
+
+/// Deadline of one bucket fetch during recovery (a whole segment's bucket).
+const RECOVERY_FETCH_DEADLINE_MS: u64 = 10_000;
 
 /// Largest batch an enumeration response carries; with whole hash buckets on top it
 /// stays far below the frame limit.
@@ -73,10 +78,15 @@ pub struct StorageService {
     replicas: Option<Arc<ReplicaManager>>,
     backup: Option<BackupService>,
     server_id: AtomicU64,
-    server_list: Mutex<(u64, Vec<KnownServer>)>,
+    pub(crate) server_list: Mutex<(u64, Vec<KnownServer>)>,
+    /// Failure detection and zombie state (R§7.2, R§7.11; [`crate::failure_monitor`]).
+    pub(crate) failure: crate::failure_monitor::FailureState,
     metrics: Metrics,
     /// Updates answered NO_SPACE.
     no_space_answers: AtomicU64,
+    /// Fetches crashed masters' entries from backups when this master recovers a
+    /// partition (R§7.6).
+    recovery_client: BackupClient,
 }
 
 fn rules(w: &WireRejectRules) -> RejectRules {
@@ -146,8 +156,11 @@ impl StorageService {
             backup,
             server_id: AtomicU64::new(0),
             server_list: Mutex::new((0, Vec::new())),
+            failure: Default::default(),
             metrics: Metrics::default(),
             no_space_answers: AtomicU64::new(0),
+            recovery_client: BackupClient::new(Arc::new(ramstore_rpc::TcpTransport::new()))
+                .with_rpc_deadline(std::time::Duration::from_millis(RECOVERY_FETCH_DEADLINE_MS)),
         }
     }
 
@@ -194,15 +207,7 @@ impl StorageService {
     fn dispatch(&self, id: u64, req: &Request<'_>, out: &mut Vec<u8>) -> Result<bool, WireError> {
         let op = req.opcode();
         match *req {
-            Request::Ping { nonce } => encode_response(
-                id,
-                op,
-                &Response::Ping {
-                    nonce,
-                    server_id: self.server_id(),
-                },
-                out,
-            )?,
+            Request::Ping { nonce, caller_id } => self.answer_ping(id, nonce, caller_id, out)?,
             Request::Read {
                 table_id,
                 rules: r,
@@ -357,6 +362,8 @@ impl StorageService {
                     }
                 }
                 drop(list);
+                // A list naming this server crashed makes it a zombie (R§7.11).
+                self.note_server_list(&servers);
                 // Zombie fence and restart retention (R§7.11, R§8); states only move
                 // forward, so an older list is harmless here.
                 if let Some(backup) = &self.backup {
@@ -372,11 +379,17 @@ impl StorageService {
                 let text = self.stats_text();
                 encode_response(id, op, &Response::GetServerStats { text: &text }, out)?
             }
-            Request::Enumerate { .. } | Request::DropTabletOwnership { .. } => return Ok(false),
+            Request::Enumerate { .. }
+            | Request::DropTabletOwnership { .. }
+            | Request::RecoverPartition { .. }
+            // Pings a suspect for the coordinator: async, see `handle_slow`.
+            | Request::PingServer { .. } => return Ok(false),
             Request::BackupWrite { .. }
             | Request::BackupFree { .. }
             | Request::BackupGetReplicas { .. }
-            | Request::BackupReadReplica { .. } => match &self.backup {
+            | Request::BackupReadReplica { .. }
+            | Request::BackupStartPartitioning { .. }
+            | Request::BackupGetRecoveryData { .. } => match &self.backup {
                 Some(backup) if backup.is_fast(req) => backup.answer(id, req, out)?,
                 Some(_) => return Ok(false),
                 None => no_backup(id, op, out)?,
@@ -387,6 +400,8 @@ impl StorageService {
             | Request::DropTable { .. }
             | Request::SplitTablet { .. }
             | Request::Enlist { .. }
+            | Request::CrashServer { .. }
+            | Request::SuspectServer { .. }
             | Request::GetTabletMap => encode_response(
                 id,
                 op,
@@ -460,7 +475,8 @@ impl StorageService {
                 | Opcode::MultiRemove
                 | Opcode::Enumerate
         );
-        data_op && self.replicas.as_ref().is_some_and(|m| m.is_fenced())
+        // A zombie (R§7.11, `crate::failure_monitor`) refuses them too.
+        data_op && (self.is_zombie() || self.replicas.as_ref().is_some_and(|m| m.is_fenced()))
     }
 
     /// Marks the request as needing the replication wait if `view` lies in a
@@ -549,7 +565,9 @@ impl StorageService {
             Request::BackupWrite { .. }
             | Request::BackupFree { .. }
             | Request::BackupGetReplicas { .. }
-            | Request::BackupReadReplica { .. } => match &self.backup {
+            | Request::BackupReadReplica { .. }
+            | Request::BackupStartPartitioning { .. }
+            | Request::BackupGetRecoveryData { .. } => match &self.backup {
                 Some(backup) => backup.answer(id, &req, &mut out),
                 // `dispatch` answers these itself when there is no backup.
                 None => no_backup(id, op, &mut out),
@@ -689,6 +707,50 @@ impl StorageService {
     }
 }
 
+impl AsRef<ObjectStore> for StorageService {
+    fn as_ref(&self) -> &ObjectStore {
+        &self.store
+    }
+}
+
+impl StorageService {
+    /// Recovers one partition of a crashed master (R§7.6) and answers what it
+    /// replayed, or INTERNAL with the reason (the coordinator retries elsewhere).
+    async fn recover_partition(self: Arc<Self>, id: u64, job: PartitionJob) -> Vec<u8> {
+        let started = Instant::now();
+        let backups = self.recovery_client.clone();
+        let replicas = self.replicas.clone();
+        let result = recovery_master::recover(self.clone(), replicas, backups, job).await;
+        let mut out = Vec::new();
+        let op = Opcode::RecoverPartition;
+        let _ = match result {
+            Ok(counts) => encode_response(
+                id,
+                op,
+                &Response::RecoverPartition {
+                    entries: counts.entries,
+                    bytes: counts.bytes,
+                },
+                &mut out,
+            ),
+            Err(e) => {
+                let message = e.to_string();
+                encode_response(
+                    id,
+                    op,
+                    &Response::Error(ErrorBody::Message {
+                        status: Status::Internal,
+                        message: &message,
+                    }),
+                    &mut out,
+                )
+            }
+        };
+        self.metrics.record(Op::from(op), started.elapsed());
+        out
+    }
+}
+
 /// The delay a RETRY after a replication timeout asks for.
 const RETRY_AFTER_REPLICATION_TIMEOUT_MS: u32 = 50;
 
@@ -702,6 +764,12 @@ impl Service for StorageService {
                 READ_NEEDS_SYNC.set(false);
                 if self.is_fenced_off(op) {
                     answer_fenced(header.request_id, op, out);
+                    self.metrics.record(Op::from(op), started.elapsed());
+                    return Handled::Done;
+                }
+                // A server resumed after a freeze checks its status first (R§7.11).
+                if let Some(body) = self.unconfirmed_refusal(op, started) {
+                    let _ = encode_response(header.request_id, op, &Response::Error(body), out);
                     self.metrics.record(Op::from(op), started.elapsed());
                     return Handled::Done;
                 }
@@ -729,6 +797,14 @@ impl Service for StorageService {
     }
 
     fn handle_slow(self: Arc<Self>, frame: Vec<u8>) -> SlowFuture {
+        if let Some(answer) = self.ping_server_answer(&frame) {
+            return answer;
+        }
+        if let Ok((header, req)) = decode_request(&frame) {
+            if let Some(job) = PartitionJob::from_request(&req) {
+                return Box::pin(self.recover_partition(header.request_id, job));
+            }
+        }
         Box::pin(async move {
             let started = Instant::now();
             // `handle` decoded this frame before calling it slow.

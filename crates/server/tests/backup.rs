@@ -473,7 +473,10 @@ async fn handle_sends_disk_work_to_the_slow_path() {
     // ... while pings and a write to another replica are answered at once.
     let started = Instant::now();
     out.clear();
-    let ping = frame(&Request::Ping { nonce: 3 });
+    let ping = frame(&Request::Ping {
+        nonce: 3,
+        caller_id: 0,
+    });
     assert_eq!(service.handle(&ping, &mut out), Handled::Done);
     out.clear();
     let more = write_frame(2, 5, b"more", BackupWriteFlags::WRITE);

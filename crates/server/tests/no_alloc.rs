@@ -125,7 +125,10 @@ fn read_fast_path_makes_no_heap_allocation() {
         0,
         "misses allocated"
     );
-    let ping = request(&Request::Ping { nonce: 9 });
+    let ping = request(&Request::Ping {
+        nonce: 9,
+        caller_id: 0,
+    });
     assert_eq!(
         allocations_for(&service, &ping, &mut out, 100),
         0,

@@ -47,6 +47,7 @@ fn entry(
         services: Services {
             master: true,
             backup,
+            replicated_log: false,
         },
         backup_read_mbps,
         address: "host:1",

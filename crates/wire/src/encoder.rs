@@ -13,7 +13,8 @@ use crate::frame::{begin_frame, end_frame, patch_u32, patch_u64};
 use crate::list::sealed::Sealed;
 use crate::list::{
     EnumeratedObject, MultiReadItem, MultiReadResult, MultiRemoveItem, MultiRemoveResult,
-    MultiWriteItem, MultiWriteResult, ReplicaEntry, ServerListEntry, TabletMapEntry,
+    MultiWriteItem, MultiWriteResult, PartitionTablet, RecoveryItem, ReplicaEntry, ServerListEntry,
+    TabletMapEntry,
 };
 use crate::opcode::Opcode;
 use crate::rules::WireRejectRules;
@@ -475,6 +476,18 @@ impl<'o> BackupReplicasEncoder<'o> {
         ))
     }
 
+    /// The same list, answering a BackupStartPartitioning request.
+    pub fn for_partitioning(request_id: u64, out: &'o mut Vec<u8>) -> Self {
+        Self(ListFrame::begin(
+            out,
+            Opcode::BackupStartPartitioning,
+            FLAG_RESPONSE,
+            request_id,
+            usize::MAX,
+            |_| {},
+        ))
+    }
+
     /// One replica: its segment id, valid bytes, and whether it is closed.
     pub fn push(&mut self, segment_id: u64, length: u32, closed: bool) -> Result<(), WireError> {
         self.0.push(|out| {
@@ -485,5 +498,67 @@ impl<'o> BackupReplicasEncoder<'o> {
             }
             .write(out)
         })
+    }
+}
+
+/// Builds a BackupStartPartitioning request frame tablet by tablet.
+#[must_use = "an encoder discards its frame unless `finish` is called"]
+pub struct BackupStartPartitioningEncoder<'o>(ListFrame<'o>);
+encoder_common!(BackupStartPartitioningEncoder);
+encoder_finish!(BackupStartPartitioningEncoder);
+
+impl<'o> BackupStartPartitioningEncoder<'o> {
+    pub fn new(request_id: u64, master_id: u64, recovery_id: u64, out: &'o mut Vec<u8>) -> Self {
+        Self(ListFrame::begin(
+            out,
+            Opcode::BackupStartPartitioning,
+            0,
+            request_id,
+            usize::MAX,
+            |o| {
+                put_u64(o, master_id);
+                put_u64(o, recovery_id);
+            },
+        ))
+    }
+
+    /// One tablet of partition `tablet.partition_id`.
+    pub fn push(&mut self, tablet: &PartitionTablet) -> Result<(), WireError> {
+        self.0.push(|out| tablet.write(out))
+    }
+}
+
+/// Builds a RecoverPartition request frame item by item.
+#[must_use = "an encoder discards its frame unless `finish` is called"]
+pub struct RecoverPartitionEncoder<'o>(ListFrame<'o>);
+encoder_common!(RecoverPartitionEncoder);
+encoder_finish!(RecoverPartitionEncoder);
+
+impl<'o> RecoverPartitionEncoder<'o> {
+    pub fn new(
+        request_id: u64,
+        crashed_id: u64,
+        recovery_id: u64,
+        partition_id: u32,
+        out: &'o mut Vec<u8>,
+    ) -> Self {
+        Self(ListFrame::begin(
+            out,
+            Opcode::RecoverPartition,
+            0,
+            request_id,
+            usize::MAX,
+            |o| {
+                put_u64(o, crashed_id);
+                put_u64(o, recovery_id);
+                put_u32(o, partition_id);
+            },
+        ))
+    }
+
+    /// One tablet or replica source; fails, appending nothing, if an address is too
+    /// long or the frame would exceed its limit.
+    pub fn push(&mut self, item: &RecoveryItem<'_>) -> Result<(), WireError> {
+        self.0.push(|out| item.write(out))
     }
 }

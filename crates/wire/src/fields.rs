@@ -57,12 +57,19 @@ impl TryFrom<u8> for ServerStatus {
 pub const SERVICE_MASTER: u32 = 1;
 /// Bit of [`Services::backup`] in the services word.
 pub const SERVICE_BACKUP: u32 = 2;
+/// Bit of [`Services::replicated_log`] in the services word.
+pub const SERVICE_REPLICATED_LOG: u32 = 4;
 
-/// The services a server runs (`u32` bit set: bit 0 master, bit 1 backup).
+/// The services a server runs (`u32` bit set: bit 0 master, bit 1 backup, bit 2
+/// replicated log).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Services {
     pub master: bool,
     pub backup: bool,
+    /// The master replicates its log to backups (R > 0): after a crash its data
+    /// is recovered from them, and recovery waits until its whole log is found.
+    /// Without it (R = 0) the master's objects live only in its DRAM.
+    pub replicated_log: bool,
 }
 
 impl Services {
@@ -70,18 +77,24 @@ impl Services {
     pub const BOTH: Services = Services {
         master: true,
         backup: true,
+        replicated_log: false,
     };
 
     /// The bit set as sent on the wire.
     pub fn bits(self) -> u32 {
         (if self.master { SERVICE_MASTER } else { 0 })
             | (if self.backup { SERVICE_BACKUP } else { 0 })
+            | (if self.replicated_log {
+                SERVICE_REPLICATED_LOG
+            } else {
+                0
+            })
     }
 
     /// Services from their wire form; unknown bits are an error, so a service this
     /// version does not know is never silently dropped from the server list.
     pub fn from_bits(bits: u32) -> Result<Self, WireError> {
-        if bits & !(SERVICE_MASTER | SERVICE_BACKUP) != 0 {
+        if bits & !(SERVICE_MASTER | SERVICE_BACKUP | SERVICE_REPLICATED_LOG) != 0 {
             return Err(WireError::BadEnum {
                 field: "services",
                 value: u64::from(bits),
@@ -90,6 +103,7 @@ impl Services {
         Ok(Services {
             master: bits & SERVICE_MASTER != 0,
             backup: bits & SERVICE_BACKUP != 0,
+            replicated_log: bits & SERVICE_REPLICATED_LOG != 0,
         })
     }
 }

@@ -53,6 +53,38 @@
 //! BackupGetReplicas response count u32 | count × (segment_id u64 | length u32 | closed u8)
 //! BackupReadReplica request  master_id u64 | segment_id u64
 //! BackupReadReplica response closed u8 | len u32 | bytes (len ≤ MAX_REPLICA_BYTES)
+//! BackupStartPartitioning request  master_id u64 | recovery_id u64 | count u32
+//!                            | count × (partition_id u32 | table_id u64 | start_hash u64
+//!                            | end_hash u64)
+//! BackupStartPartitioning response (as BackupGetReplicas, in the order it reads them)
+//! BackupGetRecoveryData request  master_id u64 | recovery_id u64 | segment_id u64
+//!                            | partition_id u32
+//! BackupGetRecoveryData response len u32 | entries (len ≤ MAX_REPLICA_BYTES)
+//! ```
+//!
+//! # Recovery (R§7.5–7.6)
+//!
+//! ```text
+//! RecoverPartition request   crashed_id u64 | recovery_id u64 | partition_id u32 | count u32
+//!                            | count × item; item = 0 u8 | table_id u64 | start_hash u64
+//!                            | end_hash u64 (a tablet), or 1 u8 | segment_id u64 | address
+//!                            (a replica and a backup holding it)
+//! RecoverPartition response  entries u64 | bytes u64
+//! CrashServer request        server_id u64
+//! CrashServer response       (empty)
+//! ```
+//!
+//! # Failure detection (R§7.2, R§7.11, C§4.1)
+//!
+//! ```text
+//! Ping request               nonce u64 | caller_id u64 (0: not a server)
+//! Ping response              nonce u64 | server_id u64 (0: not enlisted yet)
+//!   SERVER_NOT_UP "you are not UP in the cluster": the receiver lists the caller
+//!   CRASHED or removed (the caller is a zombie and must stop)
+//! SuspectServer request      caller_id u64 | server_id u64
+//! SuspectServer response     (empty); SERVER_NOT_UP if the caller is not UP
+//! PingServer request         server_id u64 | address
+//! PingServer response        answered u8 (1: the server answered as itself)
 //! ```
 //!
 //! One BackupWrite does open + write + close when its flags say so, so a master's
@@ -88,22 +120,23 @@ mod rules;
 mod status;
 
 pub use encoder::{
-    BackupReplicasEncoder, EnumerateResponseEncoder, MultiReadRequestEncoder,
-    MultiReadResponseEncoder, MultiRemoveRequestEncoder, MultiRemoveResponseEncoder,
-    MultiWriteRequestEncoder, MultiWriteResponseEncoder, ServerListUpdateEncoder, TabletMapEncoder,
+    BackupReplicasEncoder, BackupStartPartitioningEncoder, EnumerateResponseEncoder,
+    MultiReadRequestEncoder, MultiReadResponseEncoder, MultiRemoveRequestEncoder,
+    MultiRemoveResponseEncoder, MultiWriteRequestEncoder, MultiWriteResponseEncoder,
+    RecoverPartitionEncoder, ServerListUpdateEncoder, TabletMapEncoder,
 };
 pub use error::WireError;
 pub use fields::{
     BackupWriteFlags, NumberKind, ServerStatus, Services, BACKUP_WRITE_ATOMIC, BACKUP_WRITE_CLOSE,
-    BACKUP_WRITE_OPEN, SERVICE_BACKUP, SERVICE_MASTER,
+    BACKUP_WRITE_OPEN, SERVICE_BACKUP, SERVICE_MASTER, SERVICE_REPLICATED_LOG,
 };
 pub use frame::{decode_header, decode_raw_header, frame_len, Header, RawHeader};
 pub use list::{
     EnumeratedObject, EnumeratedObjects, List, ListItem, ListIter, MultiReadItem, MultiReadItems,
     MultiReadResult, MultiReadResults, MultiRemoveItem, MultiRemoveItems, MultiRemoveResult,
     MultiRemoveResults, MultiWriteItem, MultiWriteItems, MultiWriteResult, MultiWriteResults,
-    ReplicaEntries, ReplicaEntry, ServerListEntries, ServerListEntry, TabletMapEntries,
-    TabletMapEntry,
+    PartitionTablet, PartitionTablets, RecoveryItem, RecoveryItems, ReplicaEntries, ReplicaEntry,
+    ServerListEntries, ServerListEntry, TabletMapEntries, TabletMapEntry,
 };
 pub use opcode::Opcode;
 pub use request::{decode_request, encode_request, Request};

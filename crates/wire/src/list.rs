@@ -433,6 +433,89 @@ list_item!(ReplicaEntry, min = 8 + 4 + 1, max = UNBOUNDED,
     }
 );
 
+/// One tablet of a recovery partition in a BackupStartPartitioning request: the
+/// backup puts the entries of `table_id` whose key hash lies in
+/// `[start_hash, end_hash]` into the bucket of `partition_id` (R§7.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionTablet {
+    pub partition_id: u32,
+    pub table_id: u64,
+    pub start_hash: u64,
+    pub end_hash: u64,
+}
+
+list_item!(PartitionTablet, min = 4 + 8 + 8 + 8, max = UNBOUNDED,
+    read(r) {
+        let t = PartitionTablet {
+            partition_id: r.u32()?,
+            table_id: r.u64()?,
+            start_hash: r.u64()?,
+            end_hash: r.u64()?,
+        };
+        if t.start_hash > t.end_hash {
+            return Err(WireError::Malformed("a tablet's start hash exceeds its end hash"));
+        }
+        Ok(t)
+    },
+    write(s, out) {
+        put_u32(out, s.partition_id);
+        put_u64(out, s.table_id);
+        put_u64(out, s.start_hash);
+        put_u64(out, s.end_hash);
+        Ok(())
+    }
+);
+
+/// One item of a RecoverPartition request: a tablet the partition covers, or a
+/// replica of the crashed master's log and a backup that holds it (R§7.6).
+///
+/// Wire: `kind u8` (0 tablet, 1 replica), then `table_id u64 | start_hash u64 |
+/// end_hash u64` or `segment_id u64 | address (u16 len + UTF-8)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryItem<'a> {
+    Tablet {
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+    },
+    Replica {
+        segment_id: u64,
+        address: &'a str,
+    },
+}
+
+list_item!(RecoveryItem<'a>, min = 1 + 8 + 2, max = UNBOUNDED,
+    read(r) {
+        match r.u8()? {
+            0 => {
+                let (table_id, start_hash, end_hash) = (r.u64()?, r.u64()?, r.u64()?);
+                if start_hash > end_hash {
+                    return Err(WireError::Malformed("a tablet's start hash exceeds its end hash"));
+                }
+                Ok(RecoveryItem::Tablet { table_id, start_hash, end_hash })
+            }
+            1 => Ok(RecoveryItem::Replica { segment_id: r.u64()?, address: r.string()? }),
+            _ => Err(WireError::Malformed("unknown recovery item kind")),
+        }
+    },
+    write(s, out) {
+        match *s {
+            RecoveryItem::Tablet { table_id, start_hash, end_hash } => {
+                put_u8(out, 0);
+                put_u64(out, table_id);
+                put_u64(out, start_hash);
+                put_u64(out, end_hash);
+                Ok(())
+            }
+            RecoveryItem::Replica { segment_id, address } => {
+                put_u8(out, 1);
+                put_u64(out, segment_id);
+                put_string(out, address)
+            }
+        }
+    }
+);
+
 /// Objects of a MultiRead request.
 pub type MultiReadItems<'a> = List<'a, MultiReadItem<'a>>;
 /// Objects of a MultiWrite request.
@@ -451,5 +534,9 @@ pub type EnumeratedObjects<'a> = List<'a, EnumeratedObject<'a>>;
 pub type ServerListEntries<'a> = List<'a, ServerListEntry<'a>>;
 /// Tablets of a GetTabletMap response.
 pub type TabletMapEntries<'a> = List<'a, TabletMapEntry<'a>>;
-/// Replicas of a BackupGetReplicas response.
+/// Replicas of a BackupGetReplicas or BackupStartPartitioning response.
 pub type ReplicaEntries<'a> = List<'a, ReplicaEntry>;
+/// Tablets of a BackupStartPartitioning request.
+pub type PartitionTablets<'a> = List<'a, PartitionTablet>;
+/// Tablets and replica sources of a RecoverPartition request.
+pub type RecoveryItems<'a> = List<'a, RecoveryItem<'a>>;

@@ -34,11 +34,28 @@ pub enum Opcode {
     BackupGetReplicas = 22,
     /// Recovery / cold start → backup: the bytes of one replica (R§7.4, R§7.10).
     BackupReadReplica = 23,
+    /// Coordinator → backup: read the replicas of a crashed master and bucket their
+    /// entries by recovery partition (R§7.5).
+    BackupStartPartitioning = 24,
+    /// Recovery master → backup: the entries of one partition from one replica
+    /// (R§7.5, R§7.6).
+    BackupGetRecoveryData = 25,
+    /// Coordinator → recovery master: recover one partition of a crashed master
+    /// (R§7.6).
+    RecoverPartition = 26,
+    /// Operator → coordinator: treat a server as crashed (drills and tests).
+    CrashServer = 27,
+    /// Storage server → coordinator: a ping to `server_id` failed; please confirm
+    /// (R§7.2).
+    SuspectServer = 28,
+    /// Coordinator → storage server: ping this server for me and say whether it
+    /// answered (a second path to a suspect, C§4.1).
+    PingServer = 29,
 }
 
 impl Opcode {
     /// Every opcode, in code order (for tests and tables).
-    pub const ALL: [Opcode; 23] = [
+    pub const ALL: [Opcode; 29] = [
         Opcode::Ping,
         Opcode::CreateTable,
         Opcode::GetTableId,
@@ -62,6 +79,12 @@ impl Opcode {
         Opcode::BackupFree,
         Opcode::BackupGetReplicas,
         Opcode::BackupReadReplica,
+        Opcode::BackupStartPartitioning,
+        Opcode::BackupGetRecoveryData,
+        Opcode::RecoverPartition,
+        Opcode::CrashServer,
+        Opcode::SuspectServer,
+        Opcode::PingServer,
     ];
 
     /// The code sent on the wire.
@@ -93,7 +116,7 @@ mod tests {
             assert_eq!(usize::from(op.code()), i + 1);
             assert_eq!(Opcode::try_from(op.code()), Ok(*op));
         }
-        for bad in [0, 24, u16::MAX] {
+        for bad in [0, Opcode::ALL.len() as u16 + 1, u16::MAX] {
             assert_eq!(Opcode::try_from(bad), Err(WireError::UnknownOpcode(bad)));
         }
     }

@@ -8,7 +8,10 @@ use crate::codec::{
 use crate::error::WireError;
 use crate::fields::{BackupWriteFlags, NumberKind, Services};
 use crate::frame::{atomically, begin_frame, end_frame, split_frame, Header};
-use crate::list::{List, MultiReadItems, MultiRemoveItems, MultiWriteItems, ServerListEntries};
+use crate::list::{
+    List, MultiReadItems, MultiRemoveItems, MultiWriteItems, PartitionTablets, RecoveryItems,
+    ServerListEntries,
+};
 use crate::opcode::Opcode;
 use crate::rules::WireRejectRules;
 use crate::status::Status;
@@ -18,9 +21,13 @@ use crate::status::Status;
 /// new ones with the encoders in [`crate::encoder`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request<'a> {
-    /// Liveness check; the server echoes `nonce`.
+    /// Liveness check; the server echoes `nonce`. `caller_id` is the sending
+    /// server's id (0: not a server, e.g. the coordinator or a client): a receiver
+    /// whose server list shows the caller CRASHED or removed answers SERVER_NOT_UP,
+    /// which is how a zombie learns its fate (R§7.11).
     Ping {
         nonce: u64,
+        caller_id: u64,
     },
     /// Create a table spread over `server_span` masters (no-op if it exists).
     CreateTable {
@@ -134,6 +141,48 @@ pub enum Request<'a> {
         master_id: u64,
         segment_id: u64,
     },
+    /// Read every replica of crashed master `master_id` this backup offers and put
+    /// each entry into the bucket of the partition whose tablet holds it (R§7.5).
+    /// Idempotent per `recovery_id`; a new id replaces an older recovery's buckets.
+    /// Build with [`crate::BackupStartPartitioningEncoder`].
+    BackupStartPartitioning {
+        master_id: u64,
+        recovery_id: u64,
+        tablets: PartitionTablets<'a>,
+    },
+    /// The entries of partition `partition_id` found in replica `segment_id` of
+    /// `master_id` (RETRY until the backup has bucketed that replica).
+    BackupGetRecoveryData {
+        master_id: u64,
+        recovery_id: u64,
+        segment_id: u64,
+        partition_id: u32,
+    },
+    /// Recover partition `partition_id` of crashed master `crashed_id`: fetch its
+    /// entries from the listed replicas, replay them, make them durable, answer.
+    /// Build with [`crate::RecoverPartitionEncoder`].
+    RecoverPartition {
+        crashed_id: u64,
+        recovery_id: u64,
+        partition_id: u32,
+        items: RecoveryItems<'a>,
+    },
+    /// Treat server `server_id` as crashed and recover its tablets.
+    CrashServer {
+        server_id: u64,
+    },
+    /// Server `caller_id` could not ping server `server_id`: the coordinator
+    /// confirms from other paths before declaring it crashed (R§7.2, C§4.1). A
+    /// caller the coordinator does not list as UP is answered SERVER_NOT_UP.
+    SuspectServer {
+        caller_id: u64,
+        server_id: u64,
+    },
+    /// Ping server `server_id` at `address` and say whether it answered as itself.
+    PingServer {
+        server_id: u64,
+        address: &'a str,
+    },
 }
 
 impl Request<'_> {
@@ -162,6 +211,12 @@ impl Request<'_> {
             Request::BackupFree { .. } => Opcode::BackupFree,
             Request::BackupGetReplicas { .. } => Opcode::BackupGetReplicas,
             Request::BackupReadReplica { .. } => Opcode::BackupReadReplica,
+            Request::BackupStartPartitioning { .. } => Opcode::BackupStartPartitioning,
+            Request::BackupGetRecoveryData { .. } => Opcode::BackupGetRecoveryData,
+            Request::RecoverPartition { .. } => Opcode::RecoverPartition,
+            Request::CrashServer { .. } => Opcode::CrashServer,
+            Request::SuspectServer { .. } => Opcode::SuspectServer,
+            Request::PingServer { .. } => Opcode::PingServer,
         }
     }
 }
@@ -188,7 +243,10 @@ pub fn decode_request(frame: &[u8]) -> Result<(Header, Request<'_>), WireError> 
 
 fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, WireError> {
     Ok(match opcode {
-        Opcode::Ping => Request::Ping { nonce: r.u64()? },
+        Opcode::Ping => Request::Ping {
+            nonce: r.u64()?,
+            caller_id: r.u64()?,
+        },
         Opcode::CreateTable => Request::CreateTable {
             server_span: r.u32()?,
             name: r.string()?,
@@ -272,6 +330,34 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
             master_id: r.u64()?,
             segment_id: r.u64()?,
         },
+        Opcode::BackupStartPartitioning => Request::BackupStartPartitioning {
+            master_id: r.u64()?,
+            recovery_id: r.u64()?,
+            tablets: List::read(r)?,
+        },
+        Opcode::BackupGetRecoveryData => Request::BackupGetRecoveryData {
+            master_id: r.u64()?,
+            recovery_id: r.u64()?,
+            segment_id: r.u64()?,
+            partition_id: r.u32()?,
+        },
+        Opcode::RecoverPartition => Request::RecoverPartition {
+            crashed_id: r.u64()?,
+            recovery_id: r.u64()?,
+            partition_id: r.u32()?,
+            items: List::read(r)?,
+        },
+        Opcode::CrashServer => Request::CrashServer {
+            server_id: r.u64()?,
+        },
+        Opcode::SuspectServer => Request::SuspectServer {
+            caller_id: r.u64()?,
+            server_id: r.u64()?,
+        },
+        Opcode::PingServer => Request::PingServer {
+            server_id: r.u64()?,
+            address: r.string()?,
+        },
     })
 }
 
@@ -293,7 +379,10 @@ pub fn encode_request(
 
 fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
     match req {
-        Request::Ping { nonce } => put_u64(out, *nonce),
+        Request::Ping { nonce, caller_id } => {
+            put_u64(out, *nonce);
+            put_u64(out, *caller_id);
+        }
         Request::CreateTable { server_span, name } => {
             put_u32(out, *server_span);
             put_string(out, name)?;
@@ -415,6 +504,49 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             put_u64(out, *segment_id);
         }
         Request::BackupGetReplicas { master_id } => put_u64(out, *master_id),
+        Request::BackupStartPartitioning {
+            master_id,
+            recovery_id,
+            tablets,
+        } => {
+            put_u64(out, *master_id);
+            put_u64(out, *recovery_id);
+            tablets.write(out);
+        }
+        Request::BackupGetRecoveryData {
+            master_id,
+            recovery_id,
+            segment_id,
+            partition_id,
+        } => {
+            put_u64(out, *master_id);
+            put_u64(out, *recovery_id);
+            put_u64(out, *segment_id);
+            put_u32(out, *partition_id);
+        }
+        Request::RecoverPartition {
+            crashed_id,
+            recovery_id,
+            partition_id,
+            items,
+        } => {
+            put_u64(out, *crashed_id);
+            put_u64(out, *recovery_id);
+            put_u32(out, *partition_id);
+            items.write(out);
+        }
+        Request::CrashServer { server_id } => put_u64(out, *server_id),
+        Request::SuspectServer {
+            caller_id,
+            server_id,
+        } => {
+            put_u64(out, *caller_id);
+            put_u64(out, *server_id);
+        }
+        Request::PingServer { server_id, address } => {
+            put_u64(out, *server_id);
+            put_string(out, address)?;
+        }
     }
     Ok(())
 }

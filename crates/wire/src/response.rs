@@ -87,6 +87,28 @@ pub enum Response<'a> {
         closed: bool,
         bytes: &'a [u8],
     },
+    /// The replicas the backup buckets, in the order it reads them (R§7.5: recovery
+    /// masters ask for them in this order). Build with
+    /// [`crate::BackupReplicasEncoder::for_partitioning`].
+    BackupStartPartitioning {
+        replicas: ReplicaEntries<'a>,
+    },
+    /// The partition's entries from one replica, in log entry format.
+    BackupGetRecoveryData {
+        bytes: &'a [u8],
+    },
+    /// What the recovery master replayed: entries applied and their bytes.
+    RecoverPartition {
+        entries: u64,
+        bytes: u64,
+    },
+    CrashServer,
+    /// The suspicion is noted (the coordinator confirms it in the background).
+    SuspectServer,
+    /// Whether the pinged server answered as itself within the pinger's timeout.
+    PingServer {
+        answered: bool,
+    },
     /// Any status other than OK, for any opcode.
     Error(ErrorBody<'a>),
 }
@@ -154,6 +176,12 @@ impl Response<'_> {
             Response::BackupFree => Opcode::BackupFree,
             Response::BackupGetReplicas { .. } => Opcode::BackupGetReplicas,
             Response::BackupReadReplica { .. } => Opcode::BackupReadReplica,
+            Response::BackupStartPartitioning { .. } => Opcode::BackupStartPartitioning,
+            Response::BackupGetRecoveryData { .. } => Opcode::BackupGetRecoveryData,
+            Response::RecoverPartition { .. } => Opcode::RecoverPartition,
+            Response::CrashServer => Opcode::CrashServer,
+            Response::SuspectServer => Opcode::SuspectServer,
+            Response::PingServer { .. } => Opcode::PingServer,
             Response::Error(_) => return None,
         })
     }
@@ -242,6 +270,21 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
         Opcode::BackupReadReplica => Response::BackupReadReplica {
             closed: r.bool("closed")?,
             bytes: r.replica_bytes()?,
+        },
+        Opcode::BackupStartPartitioning => Response::BackupStartPartitioning {
+            replicas: List::read(r)?,
+        },
+        Opcode::BackupGetRecoveryData => Response::BackupGetRecoveryData {
+            bytes: r.replica_bytes()?,
+        },
+        Opcode::RecoverPartition => Response::RecoverPartition {
+            entries: r.u64()?,
+            bytes: r.u64()?,
+        },
+        Opcode::CrashServer => Response::CrashServer,
+        Opcode::SuspectServer => Response::SuspectServer,
+        Opcode::PingServer => Response::PingServer {
+            answered: r.bool("answered")?,
         },
     })
 }
@@ -377,12 +420,21 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
             tablets.write(out);
         }
         Response::GetServerStats { text } => put_long_string(out, text)?,
-        Response::BackupGetReplicas { replicas } => replicas.write(out),
+        Response::BackupGetReplicas { replicas }
+        | Response::BackupStartPartitioning { replicas } => replicas.write(out),
         Response::BackupReadReplica { closed, bytes } => {
             put_bool(out, *closed);
             put_replica_bytes(out, bytes)?;
         }
-        Response::DropTable
+        Response::BackupGetRecoveryData { bytes } => put_replica_bytes(out, bytes)?,
+        Response::RecoverPartition { entries, bytes } => {
+            put_u64(out, *entries);
+            put_u64(out, *bytes);
+        }
+        Response::PingServer { answered } => put_bool(out, *answered),
+        Response::CrashServer
+        | Response::SuspectServer
+        | Response::DropTable
         | Response::SplitTablet
         | Response::ServerListUpdate
         | Response::TakeTabletOwnership

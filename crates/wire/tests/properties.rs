@@ -123,7 +123,13 @@ fn check_any_input(input: &[u8]) {
 fn frame() -> impl Strategy<Value = Vec<u8>> {
     let id = any::<u64>();
     prop_oneof![
-        (id, any::<u64>()).prop_map(|(id, nonce)| encode_req(id, &Request::Ping { nonce })),
+        (id, any::<u64>()).prop_map(|(id, nonce)| encode_req(
+            id,
+            &Request::Ping {
+                nonce,
+                caller_id: nonce.rotate_left(7)
+            }
+        )),
         (id, any::<u64>(), rules(), bytes(), bytes()).prop_map(|(id, t, r, k, v)| encode_req(
             id,
             &Request::Write {

@@ -288,7 +288,10 @@ fn every_truncation_is_an_error() {
 
 #[test]
 fn trailing_bytes_are_an_error() {
-    let frame = request_frame(&Request::Ping { nonce: 1 });
+    let frame = request_frame(&Request::Ping {
+        nonce: 1,
+        caller_id: 0,
+    });
     // After the frame the prefix announces.
     let mut long = frame.clone();
     long.push(0);
@@ -303,7 +306,10 @@ fn trailing_bytes_are_an_error() {
 
 #[test]
 fn direction_and_header_fields_are_checked() {
-    let req = request_frame(&Request::Ping { nonce: 1 });
+    let req = request_frame(&Request::Ping {
+        nonce: 1,
+        caller_id: 0,
+    });
     let resp = response_frame(
         Opcode::Ping,
         &Response::Ping {

@@ -168,7 +168,7 @@ impl FakeMaster {
             return;
         }
         match req {
-            Request::Ping { nonce } => ok(
+            Request::Ping { nonce, .. } => ok(
                 id,
                 op,
                 Response::Ping {
@@ -497,7 +497,7 @@ impl FakeCoordinator {
         let op = header.opcode;
         match req {
             Request::GetTabletMap => self.tablet_map(id, out),
-            Request::Ping { nonce } => ok(
+            Request::Ping { nonce, .. } => ok(
                 id,
                 op,
                 Response::Ping {

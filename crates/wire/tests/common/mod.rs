@@ -39,6 +39,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
             "ping_request",
             Request::Ping {
                 nonce: 0x1122_3344_5566_7788,
+                caller_id: 5,
             },
         ),
         (
@@ -187,14 +188,81 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
                 segment_id: SEGMENT,
             },
         ),
+        (
+            "backup_get_recovery_data_request",
+            Request::BackupGetRecoveryData {
+                master_id: MASTER,
+                recovery_id: RECOVERY,
+                segment_id: SEGMENT,
+                partition_id: 2,
+            },
+        ),
+        (
+            "crash_server_request",
+            Request::CrashServer { server_id: 3 },
+        ),
+        (
+            "suspect_server_request",
+            Request::SuspectServer {
+                caller_id: 5,
+                server_id: 3,
+            },
+        ),
+        (
+            "ping_server_request",
+            Request::PingServer {
+                server_id: 3,
+                address: "10.0.0.3:7001",
+            },
+        ),
     ]
 }
+
+/// Recovery id of the recovery samples.
+pub const RECOVERY: u64 = 0x2122_2324_2526_2728;
 
 /// Master and segment ids of the backup samples.
 pub const MASTER: u64 = 0x0102_0304_0506_0708;
 pub const SEGMENT: u64 = 0x1112_1314_1516_1718;
 /// Replica bytes of the backup samples.
 pub const REPLICA_BYTES: &[u8] = b"segment";
+
+/// Tablets of the BackupStartPartitioning sample: two partitions.
+pub fn partition_tablets() -> Vec<PartitionTablet> {
+    vec![
+        PartitionTablet {
+            partition_id: 0,
+            table_id: TABLE,
+            start_hash: 0,
+            end_hash: 0x7fff_ffff_ffff_ffff,
+        },
+        PartitionTablet {
+            partition_id: 1,
+            table_id: TABLE,
+            start_hash: 0x8000_0000_0000_0000,
+            end_hash: u64::MAX,
+        },
+    ]
+}
+
+/// Items of the RecoverPartition sample: a tablet and two replica sources.
+pub fn recovery_items() -> Vec<RecoveryItem<'static>> {
+    vec![
+        RecoveryItem::Tablet {
+            table_id: TABLE,
+            start_hash: 0x8000_0000_0000_0000,
+            end_hash: u64::MAX,
+        },
+        RecoveryItem::Replica {
+            segment_id: SEGMENT,
+            address: "10.0.0.3:7000",
+        },
+        RecoveryItem::Replica {
+            segment_id: SEGMENT + 1,
+            address: "10.0.0.4:7000",
+        },
+    ]
+}
 
 /// (segment id, length, closed) of the BackupGetReplicas sample.
 pub fn replicas() -> Vec<(u64, u32, bool)> {
@@ -252,6 +320,7 @@ pub fn server_list() -> Vec<ServerListEntry<'static>> {
             services: Services {
                 master: true,
                 backup: false,
+                replicated_log: false,
             },
             backup_read_mbps: 0,
             address: "10.0.0.2:7000",
@@ -302,6 +371,22 @@ pub fn list_request_frames() -> Vec<(&'static str, Vec<u8>)> {
         .finish()
         .expect("finish");
     frames.push(("multi_read_empty_request", out));
+
+    let mut out = Vec::new();
+    let mut e = BackupStartPartitioningEncoder::new(ID, MASTER, RECOVERY, &mut out);
+    for tablet in partition_tablets() {
+        e.push(&tablet).expect("push");
+    }
+    e.finish().expect("finish");
+    frames.push(("backup_start_partitioning_request", out));
+
+    let mut out = Vec::new();
+    let mut e = RecoverPartitionEncoder::new(ID, MASTER, RECOVERY, 1, &mut out);
+    for item in recovery_items() {
+        e.push(&item).expect("push");
+    }
+    e.finish().expect("finish");
+    frames.push(("recover_partition_request", out));
 
     frames
 }
@@ -413,6 +498,44 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
             },
         ),
         (
+            "backup_get_recovery_data_response",
+            Opcode::BackupGetRecoveryData,
+            Response::BackupGetRecoveryData {
+                bytes: REPLICA_BYTES,
+            },
+        ),
+        (
+            "recover_partition_response",
+            Opcode::RecoverPartition,
+            Response::RecoverPartition {
+                entries: 7,
+                bytes: 0x1_0000,
+            },
+        ),
+        (
+            "crash_server_response",
+            Opcode::CrashServer,
+            Response::CrashServer,
+        ),
+        (
+            "suspect_server_response",
+            Opcode::SuspectServer,
+            Response::SuspectServer,
+        ),
+        (
+            "ping_server_response",
+            Opcode::PingServer,
+            Response::PingServer { answered: true },
+        ),
+        (
+            "server_not_up_response",
+            Opcode::Ping,
+            Response::Error(ErrorBody::Message {
+                status: Status::ServerNotUp,
+                message: "you are not UP in the cluster",
+            }),
+        ),
+        (
             "no_space_response",
             Opcode::BackupWrite,
             Response::Error(ErrorBody::Message {
@@ -513,6 +636,14 @@ pub fn other_response_frames() -> Vec<(&'static str, Vec<u8>)> {
     }
     e.finish().expect("finish");
     frames.push(("backup_get_replicas_response", out));
+
+    let mut out = Vec::new();
+    let mut e = BackupReplicasEncoder::for_partitioning(ID, &mut out);
+    for (segment_id, length, closed) in replicas() {
+        e.push(segment_id, length, closed).expect("push");
+    }
+    e.finish().expect("finish");
+    frames.push(("backup_start_partitioning_response", out));
 
     let mut out = Vec::new();
     encode_error_response(

@@ -1,0 +1,613 @@
+//! Master crash recovery, the coordinator's part (R§7.4–7.10): for every crashed
+//! master that still owns tablets, find its log on the backups, split its tablets
+//! into partitions, have recovery masters replay them, then hand the tablets out.
+//!
+//! # One attempt
+//! 1. Ask every UP backup which replicas of the crashed master it holds (R§7.4).
+//! 2. Read the newest replica that starts with a log digest: the digest names every
+//!    segment of the log, and the tablet statistics beside it size the tablets
+//!    (R§7.5). If some named segment is on no backup, the log is incomplete: the
+//!    attempt ends and the next one (after [`RETRY_INTERVAL_MS`]) asks again —
+//!    recovery waits rather than serve partial data.
+//! 3. Partition the tablets ([`crate::partition`]), give each partition to an UP
+//!    master, and announce the partitions to every backup holding replicas, which
+//!    start bucketing their entries (R§7.5).
+//! 4. Send each recovery master its partition with the replica locations; they
+//!    replay in parallel (R§7.6). Each partition that succeeds is handed out at
+//!    once ([`CoordinatorCore::recovered_partition`], persisted first, R§9); one
+//!    that fails (its recovery master crashed, or a replica could not be read) is
+//!    left to the next attempt, which recovers only what is still unrecovered.
+//! 5. When the crashed master owns no tablet, it becomes Removed and its backups
+//!    free its replicas ([`CoordinatorCore::finish_recovery`]).
+//!
+//! A master that never replicated its log (R = 0) has nothing to recover: its
+//! tablets go to other masters empty, as its objects lived only in its DRAM.
+//!
+//! Restart safety (R§9): everything an attempt learns is recomputed by the next
+//! one, and the only persisted effects are the idempotent moves of recovered
+//! ranges; so a coordinator that takes over simply starts recovering every
+//! Crashed server again.
+//!
+//! Thread-safety: one task per crashed master; attempts of different masters run
+//! concurrently (several crashed masters recover at once). Progress for operators
+//! lives in [`Recoveries`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use ramstore_client::BackupClient;
+use ramstore_log::entry::{parse_entry, Entry};
+use ramstore_wire::{
+    decode_response, PartitionTablet, RecoverPartitionEncoder, RecoveryItem, Response, Status,
+};
+use rand::seq::SliceRandom;
+use tokio::task::JoinSet;
+
+use crate::partition::{partition, PartitionLimits, TabletLoad};
+use crate::server_list::{ServerEntry, ServerId, ServerStatus};
+use crate::service::CoordinatorService;
+use crate::tables::TabletEntry;
+
+/// Pause between two attempts of one recovery (and between checks for new
+/// crashed masters).
+pub const RETRY_INTERVAL_MS: u64 = 200;
+/// Deadline of the RPCs that find the log (replica lists, the head's bytes).
+const FIND_LOG_DEADLINE_MS: u64 = 10_000;
+/// How often a running partition checks that its recovery master is still UP.
+const WATCH_INTERVAL_MS: u64 = 100;
+/// Entries of a head read to find its digest and tablet statistics.
+const HEAD_ENTRIES_SCANNED: usize = 8;
+
+/// Progress of one crashed master's recovery, for `ramstore status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryProgress {
+    pub attempt: u64,
+    pub partitions_total: u64,
+    pub partitions_done: u64,
+    pub entries_replayed: u64,
+    pub bytes_replayed: u64,
+    /// What the recovery is doing or waiting for.
+    pub state: String,
+}
+
+/// Recoveries in progress and what recovery has done so far. Thread-safe.
+#[derive(Debug, Default)]
+pub struct Recoveries {
+    running: Mutex<BTreeMap<u64, RecoveryProgress>>,
+    completed: AtomicU64,
+    limits: Mutex<PartitionLimits>,
+}
+
+impl Recoveries {
+    /// Recoveries in progress, by crashed server id.
+    pub fn in_progress(&self) -> BTreeMap<u64, RecoveryProgress> {
+        self.running.lock().clone()
+    }
+
+    /// Recoveries finished since this coordinator started.
+    pub fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Relaxed)
+    }
+
+    /// Sets the partition bounds used from the next attempt on.
+    pub fn set_limits(&self, limits: PartitionLimits) {
+        *self.limits.lock() = limits;
+    }
+
+    fn update(&self, id: ServerId, f: impl FnOnce(&mut RecoveryProgress)) {
+        f(self.running.lock().entry(id.0).or_default());
+    }
+}
+
+/// How an attempt ended.
+enum Attempt {
+    /// The crashed master owns no tablet any more.
+    Done,
+    /// Try again later, for this reason.
+    Again(String),
+}
+
+/// The crashed master's log as the newest head describes it.
+struct FoundLog {
+    /// Segment id → addresses of the backups holding it.
+    holders: HashMap<u64, Vec<String>>,
+    digest: Vec<u64>,
+    stats: Vec<ramstore_log::entry::TabletStat>,
+}
+
+impl CoordinatorService {
+    /// Recovers every crashed master that owns tablets, forever (spawn once).
+    pub async fn recovery_loop(self: Arc<Self>) {
+        let mut running: HashMap<ServerId, tokio::task::JoinHandle<()>> = HashMap::new();
+        loop {
+            running.retain(|_, task| !task.is_finished());
+            let crashed: Vec<ServerId> = self
+                .core
+                .lock()
+                .state()
+                .servers()
+                .entries()
+                .iter()
+                .filter(|e| e.status == ServerStatus::Crashed)
+                .map(|e| e.id)
+                .collect();
+            for id in crashed {
+                if !running.contains_key(&id) {
+                    let this = self.clone();
+                    running.insert(id, tokio::spawn(this.recover_master(id)));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(RETRY_INTERVAL_MS)).await;
+        }
+    }
+
+    async fn recover_master(self: Arc<Self>, crashed: ServerId) {
+        let started = tokio::time::Instant::now();
+        tracing::warn!(crashed_id = crashed.0, "recovering a crashed master");
+        for attempt in 1u64.. {
+            self.recoveries.update(crashed, |p| {
+                p.attempt = attempt;
+                p.partitions_total = 0;
+                p.partitions_done = 0;
+            });
+            match self.recovery_attempt(crashed).await {
+                Attempt::Done => break,
+                Attempt::Again(why) => {
+                    if attempt == 1 || attempt % 25 == 0 {
+                        tracing::warn!(crashed_id = crashed.0, attempt, %why, "recovery will try again");
+                    }
+                    self.recoveries.update(crashed, |p| p.state = why);
+                    tokio::time::sleep(Duration::from_millis(RETRY_INTERVAL_MS)).await;
+                }
+            }
+        }
+        self.recoveries.running.lock().remove(&crashed.0);
+        self.recoveries.completed.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            crashed_id = crashed.0,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "recovery of a crashed master finished"
+        );
+    }
+
+    async fn recovery_attempt(self: &Arc<Self>, crashed: ServerId) -> Attempt {
+        let (entry, tablets, backups, masters) = {
+            let core = self.core.lock();
+            let Some(entry) = core.server(crashed).cloned() else {
+                return Attempt::Done;
+            };
+            let tablets: Vec<TabletEntry> = core
+                .state()
+                .tables()
+                .tablets()
+                .filter(|t| t.server_id == crashed)
+                .copied()
+                .collect();
+            let up: Vec<ServerEntry> = core
+                .state()
+                .servers()
+                .entries()
+                .iter()
+                .filter(|e| e.is_up())
+                .cloned()
+                .collect();
+            let backups: Vec<String> = up
+                .iter()
+                .filter(|e| e.is_backup())
+                .map(|e| e.address.clone())
+                .collect();
+            let masters: Vec<ServerEntry> = up.into_iter().filter(|e| e.is_master()).collect();
+            (entry, tablets, backups, masters)
+        };
+        if entry.status != ServerStatus::Crashed {
+            return Attempt::Done;
+        }
+        if tablets.is_empty() {
+            return self.finish(crashed).await;
+        }
+        if !entry.has_replicated_log() {
+            return self.give_away_empty(crashed).await;
+        }
+        if masters.is_empty() {
+            return Attempt::Again("no UP master to recover onto".into());
+        }
+        self.recoveries
+            .update(crashed, |p| p.state = "finding the log".into());
+        let client = BackupClient::new(self.transport.clone())
+            .with_rpc_deadline(Duration::from_millis(FIND_LOG_DEADLINE_MS));
+        let log = match find_log(&client, crashed, &backups).await {
+            Ok(log) => log,
+            Err(why) => return Attempt::Again(why),
+        };
+        let loads = tablet_loads(&tablets, &log.stats);
+        let limits = *self.recoveries.limits.lock();
+        let parts = partition(&loads, limits, &mut rand::thread_rng());
+        let recovery_id: u64 = rand::random();
+        let mut order = masters.clone();
+        order.shuffle(&mut rand::thread_rng());
+        // Announce the partitions to every backup holding a replica (R§7.5).
+        let announced: Vec<PartitionTablet> = parts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| {
+                p.iter().map(move |t| PartitionTablet {
+                    partition_id: i as u32,
+                    table_id: t.table_id,
+                    start_hash: t.start_hash,
+                    end_hash: t.end_hash,
+                })
+            })
+            .collect();
+        let mut holder_addresses: Vec<&String> = log.holders.values().flatten().collect();
+        holder_addresses.sort();
+        holder_addresses.dedup();
+        let mut published: HashMap<String, Vec<u64>> = HashMap::new();
+        for address in holder_addresses {
+            match client
+                .start_partitioning(address, crashed.0, recovery_id, &announced)
+                .await
+            {
+                Ok(order) => {
+                    published.insert(
+                        address.clone(),
+                        order.iter().map(|r| r.segment_id).collect(),
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(crashed_id = crashed.0, backup = %address, error = %e, "recovery: a backup did not start partitioning")
+                }
+            }
+        }
+        let sources = fetch_order(&log, &published);
+        if let Some(missing) = log
+            .digest
+            .iter()
+            .find(|id| !sources.iter().any(|(s, _)| s == *id))
+        {
+            return Attempt::Again(format!(
+                "segment {missing} of the log is on no backup that started partitioning"
+            ));
+        }
+        self.recoveries.update(crashed, |p| {
+            p.partitions_total = parts.len() as u64;
+            p.state = format!("replaying {} partitions", parts.len());
+        });
+        let mut running: JoinSet<(usize, ServerId, Result<(u64, u64), String>)> = JoinSet::new();
+        for (i, part) in parts.iter().enumerate() {
+            let master = order[i % order.len()].clone();
+            let this = self.clone();
+            let ranges: Vec<(u64, u64, u64)> = part
+                .iter()
+                .map(|t| (t.table_id, t.start_hash, t.end_hash))
+                .collect();
+            let sources = sources.clone();
+            running.spawn(async move {
+                let result = this
+                    .run_partition(crashed, recovery_id, i as u32, &master, &ranges, &sources)
+                    .await;
+                (i, master.id, result)
+            });
+        }
+        let mut failed = 0;
+        while let Some(done) = running.join_next().await {
+            let Ok((i, master, result)) = done else {
+                failed += 1;
+                continue;
+            };
+            match result {
+                Ok((entries, bytes)) => {
+                    let ranges: Vec<(u64, u64, u64)> = parts[i]
+                        .iter()
+                        .map(|t| (t.table_id, t.start_hash, t.end_hash))
+                        .collect();
+                    let moved = self
+                        .core
+                        .lock()
+                        .recovered_partition(crashed, &ranges, master);
+                    match moved {
+                        Ok(actions) => {
+                            self.carry_out(actions).await;
+                            self.recoveries.update(crashed, |p| {
+                                p.partitions_done += 1;
+                                p.entries_replayed += entries;
+                                p.bytes_replayed += bytes;
+                            });
+                        }
+                        Err(e) => {
+                            failed += 1;
+                            tracing::warn!(crashed_id = crashed.0, partition = i, error = %e, "recovery: cannot hand out a recovered partition");
+                        }
+                    }
+                }
+                Err(why) => {
+                    failed += 1;
+                    tracing::warn!(crashed_id = crashed.0, partition = i, recovery_master = master.0, %why, "recovery: a partition failed; it is retried");
+                }
+            }
+        }
+        if failed > 0 {
+            return Attempt::Again(format!("{failed} partitions failed"));
+        }
+        self.finish(crashed).await
+    }
+
+    /// Sends one partition to its recovery master and waits for the answer, or
+    /// until the recovery master is no longer UP.
+    async fn run_partition(
+        &self,
+        crashed: ServerId,
+        recovery_id: u64,
+        partition_id: u32,
+        master: &ServerEntry,
+        ranges: &[(u64, u64, u64)],
+        sources: &[(u64, Vec<String>)],
+    ) -> Result<(u64, u64), String> {
+        let mut frame = Vec::new();
+        let mut enc =
+            RecoverPartitionEncoder::new(0, crashed.0, recovery_id, partition_id, &mut frame);
+        for &(table_id, start_hash, end_hash) in ranges {
+            enc.push(&RecoveryItem::Tablet {
+                table_id,
+                start_hash,
+                end_hash,
+            })
+            .map_err(|e| e.to_string())?;
+        }
+        for (segment_id, holders) in sources {
+            for address in holders {
+                enc.push(&RecoveryItem::Replica {
+                    segment_id: *segment_id,
+                    address,
+                })
+                .map_err(|e| e.to_string())?;
+            }
+        }
+        enc.finish().map_err(|e| e.to_string())?;
+        let call = self
+            .transport
+            .call(&master.address, frame, ramstore_rpc::NO_DEADLINE);
+        tokio::pin!(call);
+        let mut watch = tokio::time::interval(Duration::from_millis(WATCH_INTERVAL_MS));
+        let reply = loop {
+            tokio::select! {
+                reply = &mut call => break reply,
+                _ = watch.tick() => {
+                    let up = self.core.lock().server(master.id).is_some_and(ServerEntry::is_up);
+                    if !up {
+                        return Err(format!("recovery master {} is no longer up", master.id.0));
+                    }
+                }
+            }
+        };
+        let bytes = reply.map_err(|e| e.to_string())?;
+        match decode_response(&bytes) {
+            Ok((h, Response::RecoverPartition { entries, bytes })) if h.status == Status::Ok => {
+                Ok((entries, bytes))
+            }
+            Ok((_, Response::Error(body))) => Err(format!("{body:?}")),
+            Ok((_, other)) => Err(format!("unexpected answer {other:?}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// The crashed master owns nothing more: Removed (R§8).
+    async fn finish(&self, crashed: ServerId) -> Attempt {
+        let result = self.core.lock().finish_recovery(crashed);
+        match result {
+            Ok(actions) => {
+                self.carry_out(actions).await;
+                Attempt::Done
+            }
+            Err(e) => Attempt::Again(format!("cannot record the end of recovery: {e}")),
+        }
+    }
+
+    /// A master without a replicated log: its tablets restart empty elsewhere.
+    async fn give_away_empty(&self, crashed: ServerId) -> Attempt {
+        tracing::warn!(
+            crashed_id = crashed.0,
+            "crashed master kept its objects in DRAM only (no replicas): its tablets restart empty on other masters"
+        );
+        let result = self.core.lock().remove_server(crashed);
+        match result {
+            Ok(actions) => {
+                self.carry_out(actions).await;
+                Attempt::Done
+            }
+            Err(e) => Attempt::Again(format!("cannot reassign the tablets: {e}")),
+        }
+    }
+}
+
+/// Finds the crashed master's log: who holds which replica, and the newest
+/// digest with the tablet statistics beside it (R§7.4, R§7.5).
+async fn find_log(
+    client: &BackupClient,
+    crashed: ServerId,
+    backups: &[String],
+) -> Result<FoundLog, String> {
+    let mut holders: HashMap<u64, Vec<String>> = HashMap::new();
+    let mut asks: JoinSet<(String, Result<Vec<ramstore_client::BackupReplica>, String>)> =
+        JoinSet::new();
+    for address in backups {
+        let client = client.clone();
+        let address = address.clone();
+        asks.spawn(async move {
+            let r = client
+                .get_replicas(&address, crashed.0)
+                .await
+                .map_err(|e| e.to_string());
+            (address, r)
+        });
+    }
+    while let Some(Ok((address, replicas))) = asks.join_next().await {
+        if let Ok(replicas) = replicas {
+            for r in replicas {
+                holders
+                    .entry(r.segment_id)
+                    .or_default()
+                    .push(address.clone());
+            }
+        }
+    }
+    if holders.is_empty() {
+        return Err("no backup offers any replica of its log yet".into());
+    }
+    let mut ids: Vec<u64> = holders.keys().copied().collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    for id in ids {
+        for address in &holders[&id] {
+            let Ok(replica) = client.read_replica(address, crashed.0, id).await else {
+                continue;
+            };
+            let (digest, stats) = head_contents(&replica.bytes);
+            if let Some(digest) = digest {
+                let missing: Vec<u64> = digest
+                    .iter()
+                    .copied()
+                    .filter(|s| !holders.contains_key(s))
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(format!(
+                        "the log is incomplete: segments {missing:?} are on no reachable backup"
+                    ));
+                }
+                return Ok(FoundLog {
+                    holders,
+                    digest,
+                    stats,
+                });
+            }
+            // A survivor segment (no digest): look at older ones.
+            break;
+        }
+    }
+    Err("no replica with a log digest is readable yet".into())
+}
+
+/// The digest and tablet statistics at the start of a head segment's bytes.
+fn head_contents(mut bytes: &[u8]) -> (Option<Vec<u64>>, Vec<ramstore_log::entry::TabletStat>) {
+    let mut digest = None;
+    let mut stats = Vec::new();
+    for _ in 0..HEAD_ENTRIES_SCANNED {
+        let Ok((entry, len)) = parse_entry(bytes) else {
+            break;
+        };
+        match entry {
+            Entry::LogDigest(d) => digest = Some(d.segment_ids().collect()),
+            Entry::TabletStats(s) => stats = s.stats().collect(),
+            _ => {}
+        }
+        bytes = &bytes[len..];
+    }
+    (digest, stats)
+}
+
+/// Each crashed tablet with the bytes and entries its statistics give, scaled by
+/// how much of each recorded tablet it overlaps.
+fn tablet_loads(
+    tablets: &[TabletEntry],
+    stats: &[ramstore_log::entry::TabletStat],
+) -> Vec<TabletLoad> {
+    tablets
+        .iter()
+        .map(|t| {
+            let (mut bytes, mut entries) = (0f64, 0f64);
+            for s in stats.iter().filter(|s| s.table_id == t.table_id) {
+                let lo = s.start_hash.max(t.start_hash);
+                let hi = s.end_hash.min(t.end_hash);
+                if lo > hi {
+                    continue;
+                }
+                let share = ((hi - lo) as f64 + 1.0) / ((s.end_hash - s.start_hash) as f64 + 1.0);
+                bytes += s.bytes as f64 * share;
+                entries += s.entry_count as f64 * share;
+            }
+            TabletLoad {
+                table_id: t.table_id,
+                start_hash: t.start_hash,
+                end_hash: t.end_hash,
+                bytes: bytes as u64,
+                entries: entries as u64,
+            }
+        })
+        .collect()
+}
+
+/// The digest's segments in fetch order, each with the backups that bucket it:
+/// segments early in the backups' published orders first, so recovery masters
+/// ask for what the backups read first (R§7.5).
+fn fetch_order(log: &FoundLog, published: &HashMap<String, Vec<u64>>) -> Vec<(u64, Vec<String>)> {
+    let mut rank: HashMap<u64, (usize, Vec<String>)> = HashMap::new();
+    for (address, order) in published {
+        for (pos, segment) in order.iter().enumerate() {
+            let e = rank.entry(*segment).or_insert((usize::MAX, Vec::new()));
+            e.0 = e.0.min(pos);
+            e.1.push(address.clone());
+        }
+    }
+    let mut out: Vec<(usize, u64, Vec<String>)> = log
+        .digest
+        .iter()
+        .filter_map(|id| {
+            rank.get(id).map(|(pos, holders)| {
+                let mut holders = holders.clone();
+                // Spread the load: each segment starts with a random holder.
+                holders.shuffle(&mut rand::thread_rng());
+                (*pos, *id, holders)
+            })
+        })
+        .collect();
+    out.sort_by_key(|(pos, id, _)| (*pos, *id));
+    out.into_iter().map(|(_, id, h)| (id, h)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ramstore_log::entry::{
+        encode_log_digest, encode_segment_header, encode_tablet_stats, TabletStat,
+    };
+
+    #[test]
+    fn head_contents_finds_the_digest_and_stats() {
+        let mut head = Vec::new();
+        encode_segment_header(3, 9, &mut head);
+        encode_log_digest(&[1, 4, 9], &mut head);
+        let stat = TabletStat {
+            table_id: 2,
+            start_hash: 0,
+            end_hash: u64::MAX,
+            entry_count: 10,
+            bytes: 1000,
+        };
+        encode_tablet_stats(&[stat], &mut head);
+        let (digest, stats) = head_contents(&head);
+        assert_eq!(digest, Some(vec![1, 4, 9]));
+        assert_eq!(stats, vec![stat]);
+        assert_eq!(head_contents(&head[..5]).0, None);
+    }
+
+    #[test]
+    fn tablet_loads_scale_by_overlap() {
+        let stat = ramstore_log::entry::TabletStat {
+            table_id: 2,
+            start_hash: 0,
+            end_hash: u64::MAX,
+            entry_count: 100,
+            bytes: 1000,
+        };
+        let half = TabletEntry {
+            table_id: 2,
+            start_hash: 0,
+            end_hash: u64::MAX / 2,
+            server_id: ServerId(1),
+        };
+        let loads = tablet_loads(&[half], &[stat]);
+        assert!((499..=501).contains(&loads[0].bytes), "{loads:?}");
+        assert!((49..=51).contains(&loads[0].entries), "{loads:?}");
+    }
+}

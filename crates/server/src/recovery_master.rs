@@ -1,0 +1,427 @@
+//! The recovery master's half of crash recovery (R§7.6): given one partition of a
+//! crashed master (its tablets, and which backups hold which replica), fetch the
+//! partition's bucket of every replica with several requests outstanding, replay
+//! the entries in whatever order they arrive, make the result durable in this
+//! master's own log, and answer the coordinator.
+//!
+//! Replay keeps the newest state of each key (R§7.6): an object is applied only if
+//! the key holds no version at least as new and no tombstone at least as new was
+//! replayed; a tombstone kills the key's object if that object's version is at most
+//! the tombstone's. Versions never go back (R§3.1): the safe version is raised above
+//! every version seen, safe-version entries included.
+//!
+//! Objects go through the ordinary write path ([`ObjectStore::replay_object`]), so
+//! they are appended to this master's log and replicated to its backups like any
+//! write; the answer is sent only once everything replayed is durable, so the
+//! coordinator never hands out a tablet whose data a second crash could lose.
+//!
+//! A partition that fails (a replica no backup can serve, memory full, a
+//! replication failure) drops the tablets it added: the coordinator retries the
+//! partition elsewhere in a new attempt.
+//!
+//! Thread-safety: one call of [`recover`] per partition; several may run at once
+//! (several crashed masters, several partitions), each replaying on the blocking
+//! pool.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ramstore_client::{BackupClient, BackupClientError};
+use ramstore_log::entry::{parse_entry, Entry};
+use ramstore_master::{ObjectStore, WriteError};
+use ramstore_wire::{RecoveryItem, Request};
+use tokio::task::JoinSet;
+
+use crate::replica_manager::ReplicaManager;
+
+/// Bucket fetches a recovery master keeps outstanding (R§7.6: several, so the
+/// network and the backups' disks stay busy while it replays).
+pub const MAX_FETCHES_IN_FLIGHT: usize = 4;
+/// How long a fetch keeps asking a backup that is still reading the replica.
+const FETCH_PATIENCE_MS: u64 = 120_000;
+/// How long replay waits for log memory (the cleaner) before failing the partition.
+const NO_SPACE_PATIENCE_MS: u64 = 10_000;
+
+/// One partition to recover, as the coordinator's RecoverPartition names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionJob {
+    pub crashed_id: u64,
+    pub recovery_id: u64,
+    pub partition_id: u32,
+    /// (table id, start hash, end hash).
+    pub tablets: Vec<(u64, u64, u64)>,
+    /// Segment ids in fetch order, each with the backups that hold it.
+    pub sources: Vec<(u64, Vec<String>)>,
+}
+
+impl PartitionJob {
+    /// The job a RecoverPartition request describes; `None` for other requests.
+    pub fn from_request(req: &Request<'_>) -> Option<Self> {
+        let Request::RecoverPartition {
+            crashed_id,
+            recovery_id,
+            partition_id,
+            items,
+        } = *req
+        else {
+            return None;
+        };
+        let mut job = PartitionJob {
+            crashed_id,
+            recovery_id,
+            partition_id,
+            tablets: Vec::new(),
+            sources: Vec::new(),
+        };
+        let mut index: HashMap<u64, usize> = HashMap::new();
+        for item in items.iter() {
+            match item {
+                RecoveryItem::Tablet {
+                    table_id,
+                    start_hash,
+                    end_hash,
+                } => job.tablets.push((table_id, start_hash, end_hash)),
+                RecoveryItem::Replica {
+                    segment_id,
+                    address,
+                } => {
+                    let i = *index.entry(segment_id).or_insert_with(|| {
+                        job.sources.push((segment_id, Vec::new()));
+                        job.sources.len() - 1
+                    });
+                    job.sources[i].1.push(address.to_string());
+                }
+            }
+        }
+        Some(job)
+    }
+}
+
+/// Why a partition's recovery failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecoveryError {
+    #[error("no backup could serve segment {segment_id}: {reason}")]
+    Fetch { segment_id: u64, reason: String },
+    #[error("segment {segment_id}: {reason}")]
+    Replay { segment_id: u64, reason: String },
+    #[error("tablet {table_id} [{start_hash:#x}, {end_hash:#x}]: {reason}")]
+    Tablet {
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+        reason: String,
+    },
+    #[error("the recovered objects could not be made durable: {0}")]
+    Replication(String),
+}
+
+/// What a partition's replay applied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplayCounts {
+    /// Entries read from the buckets (objects, tombstones, safe versions).
+    pub entries: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Objects that became the key's object (at the time they were replayed).
+    pub applied: u64,
+}
+
+/// The replay state of one partition.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// Newest tombstone version per (table, key): an older object arriving later
+    /// must not come back.
+    tombstones: HashMap<u64, HashMap<Vec<u8>, u64>>,
+    max_version: u64,
+    counts: ReplayCounts,
+}
+
+impl Replay {
+    /// The highest version any replayed entry carried.
+    pub fn max_version(&self) -> u64 {
+        self.max_version
+    }
+
+    pub fn counts(&self) -> ReplayCounts {
+        self.counts
+    }
+
+    /// Replays one bucket's entries into `store` (see the module doc). Waits
+    /// (bounded) while the log is full: the cleaner frees space.
+    pub fn apply(&mut self, store: &ObjectStore, mut bytes: &[u8]) -> Result<(), String> {
+        while !bytes.is_empty() {
+            let (entry, len) = parse_entry(bytes).map_err(|e| e.to_string())?;
+            bytes = &bytes[len..];
+            self.counts.entries += 1;
+            self.counts.bytes += len as u64;
+            match entry {
+                Entry::Object(o) => {
+                    self.max_version = self.max_version.max(o.version);
+                    if self.tombstoned(o.table_id, o.key, o.version) {
+                        continue;
+                    }
+                    let applied =
+                        with_space(|| store.replay_object(o.table_id, o.key, o.value, o.version))?;
+                    self.counts.applied += u64::from(applied);
+                }
+                Entry::Tombstone(t) => {
+                    self.max_version = self.max_version.max(t.version);
+                    let newest = self
+                        .tombstones
+                        .entry(t.table_id)
+                        .or_default()
+                        .entry(t.key.to_vec())
+                        .or_insert(0);
+                    *newest = (*newest).max(t.version);
+                    with_space(|| store.replay_tombstone(t.table_id, t.key, t.version))?;
+                }
+                Entry::SafeVersion(v) => self.max_version = self.max_version.max(v.version),
+                Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::TabletStats(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn tombstoned(&self, table_id: u64, key: &[u8], version: u64) -> bool {
+        !self.tombstones.is_empty()
+            && self
+                .tombstones
+                .get(&table_id)
+                .and_then(|t| t.get(key))
+                .is_some_and(|&dead| dead >= version)
+    }
+}
+
+/// Runs `op`, retrying while the log answers NO_SPACE (bounded).
+fn with_space(mut op: impl FnMut() -> Result<bool, WriteError>) -> Result<bool, String> {
+    let deadline = std::time::Instant::now() + Duration::from_millis(NO_SPACE_PATIENCE_MS);
+    loop {
+        match op() {
+            Ok(applied) => return Ok(applied),
+            Err(WriteError::NoSpace) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// Recovers one partition into the store `owner` holds (see the module doc) and
+/// returns what it replayed.
+pub async fn recover<S>(
+    owner: Arc<S>,
+    replicas: Option<Arc<ReplicaManager>>,
+    backups: BackupClient,
+    job: PartitionJob,
+) -> Result<ReplayCounts, RecoveryError>
+where
+    S: AsRef<ObjectStore> + Send + Sync + 'static,
+{
+    let started = std::time::Instant::now();
+    for &(table_id, start_hash, end_hash) in &job.tablets {
+        if let Err(e) = owner
+            .as_ref()
+            .as_ref()
+            .add_tablet(table_id, start_hash, end_hash)
+        {
+            drop_tablets(&owner, &job);
+            return Err(RecoveryError::Tablet {
+                table_id,
+                start_hash,
+                end_hash,
+                reason: e.to_string(),
+            });
+        }
+    }
+    let result = fetch_and_replay(&owner, replicas, &backups, &job).await;
+    match &result {
+        Ok(counts) => tracing::info!(
+            crashed_id = job.crashed_id,
+            partition_id = job.partition_id,
+            segments = job.sources.len(),
+            entries = counts.entries,
+            bytes = counts.bytes,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "recovered a partition"
+        ),
+        Err(e) => {
+            tracing::warn!(crashed_id = job.crashed_id, partition_id = job.partition_id, error = %e, "partition recovery failed");
+            drop_tablets(&owner, &job);
+        }
+    }
+    result
+}
+
+fn drop_tablets<S: AsRef<ObjectStore>>(owner: &Arc<S>, job: &PartitionJob) {
+    for &(table_id, start_hash, end_hash) in &job.tablets {
+        owner
+            .as_ref()
+            .as_ref()
+            .drop_tablet(table_id, start_hash, end_hash);
+    }
+}
+
+async fn fetch_and_replay<S>(
+    owner: &Arc<S>,
+    replicas: Option<Arc<ReplicaManager>>,
+    backups: &BackupClient,
+    job: &PartitionJob,
+) -> Result<ReplayCounts, RecoveryError>
+where
+    S: AsRef<ObjectStore> + Send + Sync + 'static,
+{
+    let mut sources = job.sources.iter().cloned();
+    let mut fetches: JoinSet<(u64, Result<Bytes, String>)> = JoinSet::new();
+    let spawn_fetch = |fetches: &mut JoinSet<_>, (segment_id, holders): (u64, Vec<String>)| {
+        let backups = backups.clone();
+        let (crashed_id, recovery_id, partition_id) =
+            (job.crashed_id, job.recovery_id, job.partition_id);
+        fetches.spawn(async move {
+            let fetched = fetch(
+                &backups,
+                &holders,
+                crashed_id,
+                recovery_id,
+                segment_id,
+                partition_id,
+            )
+            .await;
+            (segment_id, fetched)
+        });
+    };
+    for source in sources.by_ref().take(MAX_FETCHES_IN_FLIGHT) {
+        spawn_fetch(&mut fetches, source);
+    }
+    let mut replay = Replay::default();
+    while let Some(done) = fetches.join_next().await {
+        let (segment_id, fetched) = done.map_err(|e| RecoveryError::Fetch {
+            segment_id: 0,
+            reason: e.to_string(),
+        })?;
+        let bytes = fetched.map_err(|reason| RecoveryError::Fetch { segment_id, reason })?;
+        if let Some(next) = sources.next() {
+            spawn_fetch(&mut fetches, next);
+        }
+        // Replay is CPU work: off the runtime's threads, one bucket at a time.
+        let owner = Arc::clone(owner);
+        replay = tokio::task::spawn_blocking(move || {
+            let applied = replay.apply(owner.as_ref().as_ref(), &bytes);
+            (replay, applied)
+        })
+        .await
+        .map_err(|e| RecoveryError::Replay {
+            segment_id,
+            reason: e.to_string(),
+        })
+        .and_then(|(replay, applied)| match applied {
+            Ok(()) => Ok(replay),
+            Err(reason) => Err(RecoveryError::Replay { segment_id, reason }),
+        })?;
+    }
+    let store = owner.as_ref().as_ref();
+    store.raise_safe_version(replay.max_version() + 1);
+    if let Some(manager) = replicas {
+        // Everything replayed is in the log up to the current head: wait until it
+        // is on R backups (R§7.6) before the coordinator hands out the tablets.
+        loop {
+            match manager.wait_durable(manager.sync_point()).await {
+                Ok(()) => break,
+                Err(crate::replica_manager::ReplicationError::Timeout) => continue,
+                Err(e) => return Err(RecoveryError::Replication(e.to_string())),
+            }
+        }
+    }
+    Ok(replay.counts())
+}
+
+/// Fetches one bucket from the first holder that serves it.
+async fn fetch(
+    backups: &BackupClient,
+    holders: &[String],
+    crashed_id: u64,
+    recovery_id: u64,
+    segment_id: u64,
+    partition_id: u32,
+) -> Result<Bytes, String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(FETCH_PATIENCE_MS);
+    let mut last_error = String::from("no backup holds it");
+    for address in holders {
+        loop {
+            match backups
+                .get_recovery_data(address, crashed_id, recovery_id, segment_id, partition_id)
+                .await
+            {
+                Ok(bytes) => return Ok(bytes),
+                Err(BackupClientError::Retry { delay_ms, .. })
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(u64::from(delay_ms.max(1)))).await;
+                }
+                Err(e) => {
+                    last_error = e.to_string();
+                    break;
+                }
+            }
+        }
+    }
+    Err(last_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ramstore_log::entry::{encode_object, encode_safe_version, encode_tombstone};
+    use ramstore_master::StoreConfig;
+
+    fn store() -> ObjectStore {
+        let store = ObjectStore::new(StoreConfig::new(16 << 20)).unwrap();
+        store.add_tablet(1, 0, u64::MAX).unwrap();
+        store
+    }
+
+    fn value(store: &ObjectStore, key: &[u8]) -> Option<(u64, Vec<u8>)> {
+        let mut v = Vec::new();
+        store.read(1, key, &mut v).ok().map(|version| (version, v))
+    }
+
+    #[test]
+    fn apply_keeps_the_newest_version_whatever_the_order() {
+        let mut old = Vec::new();
+        encode_object(1, 3, 0, b"k", b"old", &mut old);
+        encode_object(1, 5, 0, b"gone", b"x", &mut old);
+        let mut new = Vec::new();
+        encode_object(1, 4, 0, b"k", b"new", &mut new);
+        encode_tombstone(1, 5, 1, b"gone", &mut new);
+        encode_safe_version(40, &mut new);
+        for order in [[&old, &new], [&new, &old]] {
+            let store = store();
+            let mut replay = Replay::default();
+            for bucket in order {
+                replay.apply(&store, bucket).unwrap();
+            }
+            assert_eq!(value(&store, b"k"), Some((4, b"new".to_vec())));
+            assert_eq!(value(&store, b"gone"), None, "a tombstone must win");
+            assert_eq!(replay.max_version(), 40);
+            assert_eq!(replay.counts().entries, 5);
+        }
+    }
+
+    #[test]
+    fn apply_of_a_corrupt_bucket_is_an_error() {
+        let mut bucket = Vec::new();
+        encode_object(1, 3, 0, b"k", b"value", &mut bucket);
+        let n = bucket.len();
+        bucket[n - 2] ^= 1;
+        assert!(Replay::default().apply(&store(), &bucket).is_err());
+    }
+
+    #[test]
+    fn apply_to_a_tablet_not_owned_is_an_error() {
+        let mut bucket = Vec::new();
+        encode_object(2, 3, 0, b"k", b"value", &mut bucket);
+        assert!(Replay::default().apply(&store(), &bucket).is_err());
+    }
+}
