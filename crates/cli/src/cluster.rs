@@ -217,6 +217,8 @@ pub struct CoordinatorArgs {
     pub lease_ttl_ms: Option<u64>,
     /// The failure detector's timing.
     pub detector: FailureDetectorConfig,
+    /// How crash recovery partitions a crashed master's tablets.
+    pub recovery: ramstore_coordinator::partition::PartitionLimits,
 }
 
 /// Runs a coordinator until stopped; it declares crashed the servers that stop
@@ -236,29 +238,28 @@ pub async fn coordinator(a: CoordinatorArgs) -> Result<()> {
     );
     let shutdown = Shutdown::install()?;
     let mut stop = std::pin::pin!(shutdown.wait());
+    let announce = {
+        let (standby, listen, store) = (a.standby, a.listen.clone(), a.store.to_string());
+        move || {
+            println!(
+                "ramstore coordinator {} for {listen} (store {store}): it serves once it holds the leader lease",
+                if standby { "standing by" } else { "campaigning" },
+            );
+        }
+    };
     let options = CoordinatorOptions {
         detector: a.detector,
         lease_ttl_ms: a.lease_ttl_ms.unwrap_or(DEFAULT_LEASE_TTL_MS),
         // Lost leadership ends the process (R§9: only the leader may act).
         on_leadership_lost: std::sync::Arc::new(exit_on_lost_leadership),
+        on_campaign: Some(std::sync::Arc::new(announce)),
     };
-    if is_etcd {
-        println!(
-            "ramstore coordinator {} for {} (store {}): it serves once it holds the leader lease",
-            if a.standby {
-                "standing by"
-            } else {
-                "campaigning"
-            },
-            a.listen,
-            a.store
-        );
-    }
     let started = tokio::select! {
         started = ramstore_coordinator::start_with_options(&a.listen, &a.store, options) => started,
         () = &mut stop => return Ok(()),
     };
     let c = started.with_context(|| format!("starting the coordinator on {}", a.listen))?;
+    c.service.recoveries().set_limits(a.recovery);
     println!(
         "ramstore coordinator listening on {} (store {})",
         c.addr, a.store

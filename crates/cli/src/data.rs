@@ -254,8 +254,9 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
     let stats = coordinator_stats(client, coordinator)?;
     let map = client.tablet_map().map_err(explain)?;
     println!(
-        "coordinator {coordinator}: server list version {}",
-        stats.get("server_list_version").map_or("?", |s| s)
+        "coordinator {coordinator}: server list version {}, recoveries completed {}",
+        stats.get("server_list_version").map_or("?", |s| s),
+        stats.get("recoveries_completed").map_or("?", |s| s)
     );
     println!(
         "{:>4} {:<22} {:<8} {:>8} {:>10} {:>12} {:>12} {:>6} {:>11} {:>8} {:>7} {:>18}",
@@ -318,13 +319,11 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         table_list(&stats).len(),
         map.len()
     );
+    // Recoveries in progress, after the summary (scripts read the rows above).
     for (key, value) in &stats {
         if let Some(id) = key.strip_prefix("recovery.") {
-            println!("recovering server {id}: {}", value.replace('=', ": "));
+            println!("recovering server {id}: {}", value.replace('=', " "));
         }
-    }
-    if let Some(done) = stats.get("recoveries_completed") {
-        println!("recoveries completed: {done}");
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use ramstore_coordinator::failure_detector::MAX_DETECTOR_MS;
+use ramstore_coordinator::partition::PartitionLimits;
 use ramstore_coordinator::{
     FailureDetectorConfig, StoreSpec, DEFAULT_FAILURE_TIMEOUT_MS, DEFAULT_PING_INTERVAL_MS,
     DEFAULT_PING_TIMEOUT_MS,
@@ -67,6 +68,29 @@ impl From<DetectorArgs> for MonitorConfig {
         MonitorConfig {
             ping_interval_ms: a.ping_interval_ms,
             ping_timeout_ms: a.ping_timeout_ms,
+        }
+    }
+}
+
+/// How crash recovery splits a crashed master's tablets (R§7.5).
+#[derive(clap::Args, Clone, Copy)]
+struct RecoveryArgs {
+    /// Most bytes of log entries one recovery master replays for one crashed
+    /// master (tablets above it are split) [default: 512 MiB].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    recovery_partition_bytes: Option<u64>,
+    /// Most log entries one recovery master replays for one crashed master
+    /// [default: 4000000].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    recovery_partition_entries: Option<u64>,
+}
+
+impl From<RecoveryArgs> for PartitionLimits {
+    fn from(a: RecoveryArgs) -> Self {
+        let d = PartitionLimits::default();
+        PartitionLimits {
+            max_bytes: a.recovery_partition_bytes.unwrap_or(d.max_bytes),
+            max_entries: a.recovery_partition_entries.unwrap_or(d.max_entries),
         }
     }
 }
@@ -153,6 +177,8 @@ enum Command {
         lease_ttl_ms: Option<u64>,
         #[command(flatten)]
         detector: DetectorArgs,
+        #[command(flatten)]
+        recovery: RecoveryArgs,
     },
     /// Run a storage server.
     Server {
@@ -397,12 +423,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             standby,
             lease_ttl_ms,
             detector,
+            recovery,
         } => runtime()?.block_on(cluster::coordinator(cluster::CoordinatorArgs {
             listen,
             store,
             standby,
             lease_ttl_ms,
             detector: detector.into(),
+            recovery: recovery.into(),
         })),
         Command::Server {
             coordinator,

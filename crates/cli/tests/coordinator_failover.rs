@@ -190,6 +190,49 @@ fn coordinator_failover_standby_takes_over_under_load() {
 }
 
 #[test]
+fn coordinator_exits_when_it_loses_its_lease() {
+    let mut etcd = TestEtcd::start().unwrap_or_else(|e| panic!("{e}"));
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut c = coordinator("coordinator", &addr, &etcd.store_arg(), &[]);
+    c.wait_for_line(ready_line, READY_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Without etcd no keepalive succeeds: within one TTL of the last successful one
+    // the coordinator must stop acting, i.e. exit (R§9).
+    etcd.kill();
+    let killed = Instant::now();
+    let status = c
+        .wait_timeout(Duration::from_millis(2 * LEASE_TTL_MS))
+        .unwrap_or_else(|| panic!("still running after 2 TTLs\n{}", c.transcript()));
+    assert_eq!(
+        status.code(),
+        Some(ramstore_coordinator::EXIT_LEADERSHIP_LOST),
+        "{}",
+        c.transcript()
+    );
+    assert!(killed.elapsed() <= Duration::from_millis(LEASE_TTL_MS + 500));
+    // Give the stderr reader a moment to collect the last words.
+    thread::sleep(Duration::from_millis(50));
+    assert!(
+        c.transcript().contains("lost coordinator leadership"),
+        "{}",
+        c.transcript()
+    );
+    // Nobody answers at its address any more.
+    assert!(std::net::TcpStream::connect(&addr).is_err());
+}
+
+#[test]
+fn coordinator_without_etcd_fails_at_start_with_a_clear_error() {
+    let dead = format!("etcd://127.0.0.1:{}", free_port());
+    let out = run_cli(
+        &["coordinator", "--listen", "127.0.0.1:0", "--store", &dead],
+        &[],
+    );
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("does not answer"), "{out:?}");
+}
+
+#[test]
 fn coordinator_standby_and_lease_flags_need_an_etcd_store() {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = format!("file:{}", dir.path().display());

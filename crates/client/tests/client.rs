@@ -517,6 +517,46 @@ async fn an_unreachable_coordinator_is_reported_clearly() {
 }
 
 #[tokio::test]
+async fn coordinator_list_moves_on_to_the_next_address() {
+    // An active coordinator and a standby (R§9): the standby does not listen yet.
+    let cluster = FakeCluster::new(2);
+    let options = ClientOptions {
+        rpc_deadline: Duration::from_millis(200),
+        operation_deadline: Duration::from_secs(5),
+        ..ClientOptions::new(format!("standby, {COORDINATOR}"))
+    };
+    assert_eq!(options.coordinator_addrs(), vec!["standby", COORDINATOR]);
+    // Connecting skips the silent first address.
+    let c = client(&cluster, options.clone()).await;
+    let t = c.create_table("t", 2).await.unwrap();
+    c.write(t, b"k", b"v").await.unwrap();
+    // Failover: the active one dies and the standby takes over with the same state.
+    cluster.transport.unregister(COORDINATOR);
+    cluster
+        .transport
+        .register("standby", cluster.coordinator.clone());
+    assert_eq!(c.create_table("u", 1).await.unwrap(), t + 1);
+    assert_eq!(c.get_table_id("t").await.unwrap(), t);
+    assert_eq!(c.tablet_map().await.unwrap().len(), 3);
+    assert_eq!(c.read(t, b"k").await.unwrap().0, b"v");
+    // With neither answering, giving up names the whole list.
+    cluster.transport.unregister("standby");
+    let short = ClientOptions {
+        operation_deadline: Duration::from_millis(300),
+        ..options
+    };
+    let err = Client::with_transport(short, Arc::new(cluster.transport.clone()))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().starts_with(&format!(
+            "cannot reach coordinator at standby, {COORDINATOR}"
+        )),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn enumeration_returns_every_object_once_across_masters() {
     let cluster = FakeCluster::new(3);
     let c = client(&cluster, options()).await;

@@ -46,7 +46,7 @@ pub const LEASE_TTL_UNIT_MS: u64 = 1_000;
 /// Keepalives sent per lease TTL: two may be lost before the lease is.
 pub const KEEPALIVES_PER_TTL: u64 = 3;
 /// Longest pause between a standby's looks at the leader key.
-pub const STANDBY_POLL_MAX_MS: u64 = 250;
+pub const STANDBY_POLL_MAX_MS: u64 = 100;
 /// Pause before retrying a failed keepalive.
 const KEEPALIVE_RETRY_MS: u64 = 100;
 
@@ -73,7 +73,10 @@ pub fn validate_lease_ttl_ms(ms: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// Called once when this coordinator stops being the leader, with the reason.
+/// Called once when this coordinator stops being the leader, with the reason. It
+/// may run on the etcd client's thread or on a thread that was writing to the
+/// store, so it must not call the store itself; it should return quickly (or exit
+/// the process).
 pub type LostCallback = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Why campaigning could not start.
@@ -395,6 +398,8 @@ async fn keep_alive(
 ) {
     let mut last_ok_sent = granted_at;
     let mut stream = None;
+    // Failed keepalives in a row: only the first of a run is logged as a warning.
+    let mut failures = 0u32;
     loop {
         if !state.is_held() {
             return;
@@ -427,6 +432,7 @@ async fn keep_alive(
         match attempt {
             Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
                 last_ok_sent = sent;
+                failures = 0;
                 let checked = tokio::time::timeout(interval, check_leader_key(&mut client, &state));
                 if let Ok(Some(reason)) = checked.await {
                     state.lose(&reason);
@@ -445,7 +451,12 @@ async fn keep_alive(
                     Ok(Err(e)) => e.to_string(),
                     Err(_) => "no keepalive answer in time".to_owned(),
                 };
-                tracing::warn!(reason = %why, "lease keepalive failed; retrying");
+                failures += 1;
+                if failures == 1 {
+                    tracing::warn!(reason = %why, "lease keepalive failed; retrying");
+                } else {
+                    tracing::debug!(reason = %why, failures, "lease keepalive failed again");
+                }
                 stream = None;
                 tokio::time::sleep(Duration::from_millis(KEEPALIVE_RETRY_MS)).await;
             }

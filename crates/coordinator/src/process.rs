@@ -73,6 +73,9 @@ pub struct CoordinatorOptions {
     /// Runs once if an etcd coordinator loses its leadership, after it has stopped
     /// serving. Default: [`exit_on_lost_leadership`]; tests pass a flag instead.
     pub on_leadership_lost: LostCallback,
+    /// Runs once an etcd store has answered, just before campaigning (and perhaps
+    /// standing by for a long time) begins.
+    pub on_campaign: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl Default for CoordinatorOptions {
@@ -81,6 +84,7 @@ impl Default for CoordinatorOptions {
             detector: FailureDetectorConfig::default(),
             lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
             on_leadership_lost: Arc::new(exit_on_lost_leadership),
+            on_campaign: None,
         }
     }
 }
@@ -189,8 +193,11 @@ pub async fn start_with(
 /// here for as long as the active coordinator lives); then it reads the state,
 /// binds, serves, and reissues the notifications its predecessor may not have
 /// finished (R§9, [`CoordinatorCore::reissue_actions`], queued by
-/// [`CoordinatorService::new`]). If leadership is lost later, serving stops at once
-/// and `options.on_leadership_lost` runs.
+/// [`CoordinatorService::new`]). If leadership is lost later, the coordinator stops
+/// at once accepting connections, retrying notifications and detecting failures, and
+/// `options.on_leadership_lost` runs; the default callback ends the process, which
+/// also closes the connections already open (a test's callback must not rely on a
+/// deposed coordinator being silent on those; its writes are refused by the fence).
 pub async fn start_with_options(
     listen: &str,
     store: &StoreSpec,
@@ -212,6 +219,9 @@ pub async fn start_with_options(
                 .await
                 .map_err(|e| StartError::BadConfig(format!("etcd connect task failed: {e}")))?
                 .map_err(CoordinatorError::from)?;
+            if let Some(f) = &options.on_campaign {
+                f();
+            }
             let won = campaign(
                 &etcd,
                 options.lease_ttl_ms,

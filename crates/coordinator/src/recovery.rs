@@ -54,10 +54,14 @@ use crate::tables::TabletEntry;
 /// Pause between two attempts of one recovery (and between checks for new
 /// crashed masters).
 pub const RETRY_INTERVAL_MS: u64 = 200;
-/// Deadline of the RPCs that find the log (replica lists, the head's bytes).
-const FIND_LOG_DEADLINE_MS: u64 = 10_000;
+/// Deadline of the RPCs that find the log and announce the partitions (replica
+/// lists, the head's bytes): a backup slower than this (frozen, overloaded) is
+/// left out of the attempt rather than hold up the recovery.
+const FIND_LOG_DEADLINE_MS: u64 = 2_000;
 /// How often a running partition checks that its recovery master is still UP.
 const WATCH_INTERVAL_MS: u64 = 100;
+/// Bytes per entry assumed when estimating entries from bytes (a small object).
+const ESTIMATED_ENTRY_BYTES: u64 = 64;
 /// Entries of a head read to find its digest and tablet statistics.
 const HEAD_ENTRIES_SCANNED: usize = 8;
 
@@ -102,6 +106,10 @@ impl Recoveries {
     }
 }
 
+/// A partition's index, its recovery master, and (entries, bytes) replayed or
+/// why it failed.
+type PartitionOutcome = (usize, ServerId, Result<(u64, u64), String>);
+
 /// How an attempt ended.
 enum Attempt {
     /// The crashed master owns no tablet any more.
@@ -116,6 +124,8 @@ struct FoundLog {
     holders: HashMap<u64, Vec<String>>,
     digest: Vec<u64>,
     stats: Vec<ramstore_log::entry::TabletStat>,
+    /// Bytes of the log: the longest replica of each segment the digest names.
+    log_bytes: u64,
 }
 
 impl CoordinatorService {
@@ -135,10 +145,9 @@ impl CoordinatorService {
                 .map(|e| e.id)
                 .collect();
             for id in crashed {
-                if !running.contains_key(&id) {
-                    let this = self.clone();
-                    running.insert(id, tokio::spawn(this.recover_master(id)));
-                }
+                running
+                    .entry(id)
+                    .or_insert_with(|| tokio::spawn(self.clone().recover_master(id)));
             }
             tokio::time::sleep(Duration::from_millis(RETRY_INTERVAL_MS)).await;
         }
@@ -222,7 +231,7 @@ impl CoordinatorService {
             Ok(log) => log,
             Err(why) => return Attempt::Again(why),
         };
-        let loads = tablet_loads(&tablets, &log.stats);
+        let loads = tablet_loads(&tablets, &log.stats, log.log_bytes);
         let limits = *self.recoveries.limits.lock();
         let parts = partition(&loads, limits, &mut rand::thread_rng());
         let recovery_id: u64 = rand::random();
@@ -241,26 +250,10 @@ impl CoordinatorService {
                 })
             })
             .collect();
-        let mut holder_addresses: Vec<&String> = log.holders.values().flatten().collect();
+        let mut holder_addresses: Vec<String> = log.holders.values().flatten().cloned().collect();
         holder_addresses.sort();
         holder_addresses.dedup();
-        let mut published: HashMap<String, Vec<u64>> = HashMap::new();
-        for address in holder_addresses {
-            match client
-                .start_partitioning(address, crashed.0, recovery_id, &announced)
-                .await
-            {
-                Ok(order) => {
-                    published.insert(
-                        address.clone(),
-                        order.iter().map(|r| r.segment_id).collect(),
-                    );
-                }
-                Err(e) => {
-                    tracing::warn!(crashed_id = crashed.0, backup = %address, error = %e, "recovery: a backup did not start partitioning")
-                }
-            }
-        }
+        let published = announce(&client, crashed, recovery_id, &announced, holder_addresses).await;
         let sources = fetch_order(&log, &published);
         if let Some(missing) = log
             .digest
@@ -271,11 +264,20 @@ impl CoordinatorService {
                 "segment {missing} of the log is on no backup that started partitioning"
             ));
         }
+        tracing::info!(
+            crashed_id = crashed.0,
+            recovery_id,
+            partitions = parts.len(),
+            recovery_masters = order.len(),
+            segments = sources.len(),
+            log_bytes = log.log_bytes,
+            "recovery: replaying"
+        );
         self.recoveries.update(crashed, |p| {
             p.partitions_total = parts.len() as u64;
             p.state = format!("replaying {} partitions", parts.len());
         });
-        let mut running: JoinSet<(usize, ServerId, Result<(u64, u64), String>)> = JoinSet::new();
+        let mut running: JoinSet<PartitionOutcome> = JoinSet::new();
         for (i, part) in parts.iter().enumerate() {
             let master = order[i % order.len()].clone();
             let this = self.clone();
@@ -422,6 +424,42 @@ impl CoordinatorService {
     }
 }
 
+/// Announces the partitions to every backup in `holders` at once (R§7.5); the
+/// order each published. A backup that does not answer within the deadline is
+/// left out of this attempt (its replicas are read from the others).
+async fn announce(
+    client: &BackupClient,
+    crashed: ServerId,
+    recovery_id: u64,
+    tablets: &[PartitionTablet],
+    holders: Vec<String>,
+) -> HashMap<String, Vec<u64>> {
+    let tablets: Arc<[PartitionTablet]> = tablets.into();
+    let mut asks = JoinSet::new();
+    for address in holders {
+        let client = client.clone();
+        let tablets = tablets.clone();
+        asks.spawn(async move {
+            let order = client
+                .start_partitioning(&address, crashed.0, recovery_id, &tablets)
+                .await;
+            (address, order)
+        });
+    }
+    let mut published = HashMap::new();
+    while let Some(Ok((address, order))) = asks.join_next().await {
+        match order {
+            Ok(order) => {
+                published.insert(address, order.iter().map(|r| r.segment_id).collect());
+            }
+            Err(e) => {
+                tracing::warn!(crashed_id = crashed.0, backup = %address, error = %e, "recovery: a backup did not start partitioning")
+            }
+        }
+    }
+    published
+}
+
 /// Finds the crashed master's log: who holds which replica, and the newest
 /// digest with the tablet statistics beside it (R§7.4, R§7.5).
 async fn find_log(
@@ -430,6 +468,7 @@ async fn find_log(
     backups: &[String],
 ) -> Result<FoundLog, String> {
     let mut holders: HashMap<u64, Vec<String>> = HashMap::new();
+    let mut lengths: HashMap<u64, u64> = HashMap::new();
     let mut asks: JoinSet<(String, Result<Vec<ramstore_client::BackupReplica>, String>)> =
         JoinSet::new();
     for address in backups {
@@ -450,6 +489,8 @@ async fn find_log(
                     .entry(r.segment_id)
                     .or_default()
                     .push(address.clone());
+                let longest = lengths.entry(r.segment_id).or_default();
+                *longest = (*longest).max(u64::from(r.length));
             }
         }
     }
@@ -475,10 +516,12 @@ async fn find_log(
                         "the log is incomplete: segments {missing:?} are on no reachable backup"
                     ));
                 }
+                let log_bytes = digest.iter().filter_map(|s| lengths.get(s)).sum();
                 return Ok(FoundLog {
                     holders,
                     digest,
                     stats,
+                    log_bytes,
                 });
             }
             // A survivor segment (no digest): look at older ones.
@@ -506,13 +549,18 @@ fn head_contents(mut bytes: &[u8]) -> (Option<Vec<u64>>, Vec<ramstore_log::entry
     (digest, stats)
 }
 
-/// Each crashed tablet with the bytes and entries its statistics give, scaled by
-/// how much of each recorded tablet it overlaps.
+/// Each crashed tablet with an estimate of its bytes and entries (R§7.5). The
+/// statistics in the head were recorded when the head opened, so they miss what
+/// was written since: when the log holds more bytes than they account for, the
+/// surplus is shared out in proportion to them (evenly if they are all zero),
+/// and entries are estimated at no more than [`ESTIMATED_ENTRY_BYTES`] each, so
+/// partitions err on the small side.
 fn tablet_loads(
     tablets: &[TabletEntry],
     stats: &[ramstore_log::entry::TabletStat],
+    log_bytes: u64,
 ) -> Vec<TabletLoad> {
-    tablets
+    let recorded: Vec<(f64, f64)> = tablets
         .iter()
         .map(|t| {
             let (mut bytes, mut entries) = (0f64, 0f64);
@@ -526,6 +574,22 @@ fn tablet_loads(
                 bytes += s.bytes as f64 * share;
                 entries += s.entry_count as f64 * share;
             }
+            (bytes, entries)
+        })
+        .collect();
+    let total: f64 = recorded.iter().map(|(b, _)| b).sum();
+    let surplus = (log_bytes as f64 - total).max(0.0);
+    tablets
+        .iter()
+        .zip(&recorded)
+        .map(|(t, &(bytes, entries))| {
+            let share = if total > 0.0 {
+                bytes / total
+            } else {
+                1.0 / tablets.len() as f64
+            };
+            let bytes = bytes + surplus * share;
+            let entries = entries.max(bytes / ESTIMATED_ENTRY_BYTES as f64);
             TabletLoad {
                 table_id: t.table_id,
                 start_hash: t.start_hash,
@@ -606,8 +670,21 @@ mod tests {
             end_hash: u64::MAX / 2,
             server_id: ServerId(1),
         };
-        let loads = tablet_loads(&[half], &[stat]);
+        let loads = tablet_loads(&[half], &[stat], 0);
         assert!((499..=501).contains(&loads[0].bytes), "{loads:?}");
         assert!((49..=51).contains(&loads[0].entries), "{loads:?}");
+        // Bytes written since the statistics were recorded are shared out.
+        let loads = tablet_loads(&[half], &[stat], 64_000);
+        assert!((63_900..=64_100).contains(&loads[0].bytes), "{loads:?}");
+        assert!(loads[0].entries >= 998, "{loads:?}");
+        // No statistics at all: an even share each.
+        let other = TabletEntry {
+            start_hash: u64::MAX / 2 + 1,
+            end_hash: u64::MAX,
+            ..half
+        };
+        let loads = tablet_loads(&[half, other], &[], 6_400);
+        assert_eq!(loads[0].bytes, 3_200);
+        assert_eq!(loads[1].entries, 50);
     }
 }

@@ -54,7 +54,7 @@ pub enum StorageError {
     },
     /// The storage service (etcd) failed or did not answer within its timeout. As
     /// for every failed write, the value is unknown until the next successful one.
-    #[error("external storage {op} {key:?}: {reason}")]
+    #[error("{op}{}: {reason}", key_text(.key))]
     Backend {
         /// What was being done ("get", "put", "connect", …).
         op: &'static str,
@@ -70,6 +70,14 @@ pub enum StorageError {
     /// The key is empty or longer than [`MAX_KEY_BYTES`].
     #[error("invalid storage key {key:?}: {reason}")]
     InvalidKey { key: String, reason: &'static str },
+}
+
+fn key_text(key: &str) -> String {
+    if key.is_empty() {
+        String::new()
+    } else {
+        format!(" {key:?}")
+    }
 }
 
 fn holder_text(pid: &Option<u32>) -> String {

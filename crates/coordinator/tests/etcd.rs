@@ -267,3 +267,50 @@ async fn start_with_options_standby_takes_over_with_the_state() {
     );
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_with_options_stops_serving_when_its_leader_key_goes() {
+    let etcd = etcd();
+    let store: StoreSpec = format!("{}/i", etcd.store_arg()).parse().expect("store");
+    let (lost, flag) = lost_flag();
+    let a = start_with_options(
+        "127.0.0.1:0",
+        &store,
+        CoordinatorOptions {
+            on_leadership_lost: lost,
+            ..CoordinatorOptions::default()
+        },
+    )
+    .await
+    .expect("a starts");
+    assert!(tokio::net::TcpStream::connect(a.addr).await.is_ok());
+    // An operator (or a bug) deletes the leader key: the keepalive's check notices
+    // within a keepalive interval (TTL/3) and the coordinator stops serving.
+    let mut raw = etcd_client::Client::connect([format!("http://{}", etcd.client_addr)], None)
+        .await
+        .expect("raw client");
+    let StoreSpec::Etcd(spec) = &store else {
+        panic!("an etcd store")
+    };
+    raw.delete(spec.leader_key(), None).await.expect("delete");
+    let deleted = Instant::now();
+    let mut signal = a.leadership().expect("leadership").lost_signal();
+    tokio::time::timeout(Duration::from_secs(2), signal.wait_for(|lost| *lost))
+        .await
+        .expect("leadership lost within 2 s")
+        .expect("signal");
+    assert!(deleted.elapsed() < Duration::from_millis(1_500));
+    let reason = flag.lock().unwrap().clone().expect("callback ran");
+    assert!(reason.contains("leader key"), "{reason}");
+    // Serving stopped: the listener is closed.
+    let mut refused = false;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(a.addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(refused, "a deposed coordinator still accepts connections");
+    assert!(!a.leadership().expect("leadership").is_leader());
+}

@@ -88,7 +88,7 @@ impl Service for FakeServer {
                 return Vec::new();
             };
             self.pings_for_coordinator.fetch_add(1, Ordering::SeqCst);
-            let answered = ping(&address.to_owned(), server_id).await;
+            let answered = ping(address, server_id).await;
             let mut out = Vec::new();
             let _ = encode_response(
                 header.request_id,

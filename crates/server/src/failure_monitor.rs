@@ -9,12 +9,12 @@
 //! anything (`ramstore_coordinator::suspicion`). With no other UP server, the server
 //! pings the coordinator instead, to check its own status. The coordinator also asks
 //! servers to ping a suspect for it (`PingServer`, answered by
-//! [`StorageService::ping_server_answer`]).
+//! `StorageService::ping_server_answer`).
 //!
 //! **Zombies (R§7.11).** A server the coordinator declared crashed may still run
 //! (it was hung, or cut off). It learns its fate when
 //! (a) a ping it sends is answered SERVER_NOT_UP (the receiver lists it CRASHED or
-//! removed: [`StorageService::answer_ping`]),
+//! removed: `StorageService::answer_ping`),
 //! (b) its replica manager is fenced (its backups refuse it),
 //! (c) the coordinator answers its `SuspectServer` or `Ping` with SERVER_NOT_UP, or
 //! (d) a server list names its own id CRASHED or removed.
@@ -447,9 +447,10 @@ async fn run(
     }
 }
 
-/// Sends `request` to the first coordinator address that answers; `NotUp` if it
-/// says this server is not UP, `Answered` for any other answer, `Failed` if none
-/// answered.
+/// Sends `request` to the first coordinator address that answers, all within
+/// [`COORDINATOR_CALL_DEADLINE_MS`] (so a round stays short however many standbys
+/// are listed); `NotUp` if it says this server is not UP, `Answered` for any other
+/// answer, `Failed` if none answered in time.
 async fn call_coordinator(
     transport: &dyn Transport,
     coordinator: &str,
@@ -460,6 +461,21 @@ async fn call_coordinator(
         return Pinged::Failed;
     }
     let deadline = Duration::from_millis(COORDINATOR_CALL_DEADLINE_MS);
+    tokio::time::timeout(
+        deadline,
+        first_answer(transport, coordinator, frame, deadline),
+    )
+    .await
+    .unwrap_or(Pinged::Failed)
+}
+
+/// The answer of the first address in `coordinator` that answers at all.
+async fn first_answer(
+    transport: &dyn Transport,
+    coordinator: &str,
+    frame: Vec<u8>,
+    deadline: Duration,
+) -> Pinged {
     for address in coordinator
         .split(',')
         .map(str::trim)

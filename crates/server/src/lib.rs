@@ -6,6 +6,11 @@
 //! answers UNKNOWN_TABLET for every other key. Requests are served on the task that
 //! read them; enumeration and tablet drops run off the fast path.
 //!
+//! The failure monitor ([`failure_monitor`]) pings a random other server every
+//! 100 ms, reports failed pings to the coordinator, and makes a server that learns it
+//! was declared crashed (a zombie, R§7.11) refuse object operations and call its
+//! zombie hook (the `ramstore` binary exits).
+//!
 //! The backup ([`backup_service`]) keeps other masters' segment replicas in
 //! `<backup_dir>/replicas.frames` and serves BackupWrite, BackupFree,
 //! BackupGetReplicas and BackupReadReplica; requests that may wait for the disk run

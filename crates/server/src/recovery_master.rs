@@ -41,6 +41,9 @@ use crate::replica_manager::ReplicaManager;
 pub const MAX_FETCHES_IN_FLIGHT: usize = 4;
 /// How long a fetch keeps asking a backup that is still reading the replica.
 const FETCH_PATIENCE_MS: u64 = 120_000;
+/// How long a recovered partition may wait to become durable (too few backups)
+/// before it fails and the coordinator tries again, perhaps elsewhere.
+const DURABILITY_PATIENCE_MS: u64 = 30_000;
 /// How long replay waits for log memory (the cleaner) before failing the partition.
 const NO_SPACE_PATIENCE_MS: u64 = 10_000;
 
@@ -127,6 +130,10 @@ pub struct ReplayCounts {
     pub bytes: u64,
     /// Objects that became the key's object (at the time they were replayed).
     pub applied: u64,
+    /// Time spent replaying (parsing and applying; not waiting for fetches), in
+    /// microseconds: replay runs on one core per partition, so bytes over this is
+    /// the replay rate per core.
+    pub replay_micros: u64,
 }
 
 /// The replay state of one partition.
@@ -244,6 +251,7 @@ where
             segments = job.sources.len(),
             entries = counts.entries,
             bytes = counts.bytes,
+            replay_us = counts.replay_micros,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "recovered a partition"
         ),
@@ -308,7 +316,9 @@ where
         // Replay is CPU work: off the runtime's threads, one bucket at a time.
         let owner = Arc::clone(owner);
         replay = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             let applied = replay.apply(owner.as_ref().as_ref(), &bytes);
+            replay.counts.replay_micros += started.elapsed().as_micros() as u64;
             (replay, applied)
         })
         .await
@@ -326,10 +336,15 @@ where
     if let Some(manager) = replicas {
         // Everything replayed is in the log up to the current head: wait until it
         // is on R backups (R§7.6) before the coordinator hands out the tablets.
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(DURABILITY_PATIENCE_MS);
         loop {
             match manager.wait_durable(manager.sync_point()).await {
                 Ok(()) => break,
-                Err(crate::replica_manager::ReplicationError::Timeout) => continue,
+                Err(crate::replica_manager::ReplicationError::Timeout)
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    continue
+                }
                 Err(e) => return Err(RecoveryError::Replication(e.to_string())),
             }
         }

@@ -198,10 +198,10 @@ mod tests {
             assert_eq!(ServerStatus::try_from(s as u8), Ok(s));
         }
         assert!(ServerStatus::try_from(3).is_err());
-        for bits in 0..4 {
+        for bits in 0..8 {
             assert_eq!(Services::from_bits(bits).map(Services::bits), Ok(bits));
         }
-        assert!(Services::from_bits(4).is_err());
+        assert!(Services::from_bits(8).is_err());
     }
 
     #[test]
