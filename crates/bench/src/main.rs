@@ -11,6 +11,7 @@
 
 mod cleaner;
 mod memory;
+mod replay;
 mod report;
 mod retry;
 mod throttle;
@@ -31,6 +32,8 @@ enum Scenario {
     Memory(memory::MemoryArgs),
     /// Write throughput vs memory utilisation (L Fig. 6).
     Cleaner(cleaner::CleanerArgs),
+    /// Crash-recovery replay on one core (R Table V), in process.
+    Replay(replay::ReplayArgs),
     /// Child process of `memory`: one workload against ramstore (JSON on stdout).
     #[command(hide = true)]
     MemoryRamstore(memory::ChildArgs),
@@ -44,6 +47,7 @@ fn main() -> anyhow::Result<()> {
     match &cli.scenario {
         Scenario::Memory(a) => memory::run(a),
         Scenario::Cleaner(a) => cleaner::run(a),
+        Scenario::Replay(a) => replay::run(a),
         Scenario::MemoryRamstore(a) => memory::run_ramstore_child(a),
         Scenario::MemoryBaseline(a) => memory::run_baseline_child(a),
     }

@@ -73,7 +73,8 @@ pub fn validate_lease_ttl_ms(ms: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// Called once when this coordinator stops being the leader, with the reason. It
+/// Called once when this coordinator stops being the leader, with the reason, just
+/// after [`Leadership::lost_signal`] has fired (so serving stops first). It
 /// may run on the etcd client's thread or on a thread that was writing to the
 /// store, so it must not call the store itself; it should return quickly (or exit
 /// the process).

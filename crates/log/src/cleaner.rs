@@ -70,7 +70,10 @@ pub struct PassOutcome {
     pub made_progress: bool,
 }
 
-fn thread_cpu_ns() -> u64 {
+/// CPU time the calling thread has used, in nanoseconds (0 if the clock is
+/// unavailable): costs are measured in CPU time, which other processes on a
+/// shared machine do not inflate.
+pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -36,7 +36,7 @@ mod tombstones;
 pub mod varint;
 
 pub use balancer::CleanKind;
-pub use cleaner::{PassOutcome, Relocator};
+pub use cleaner::{thread_cpu_ns, PassOutcome, Relocator};
 pub use log::{
     AppendError, Appended, DeadObject, HeadMetadata, Log, LogConfig, LogConfigError, LogStats,
     NewObject, NoMetadata, ObjectView,

@@ -134,6 +134,9 @@ pub struct ReplayCounts {
     /// microseconds: replay runs on one core per partition, so bytes over this is
     /// the replay rate per core.
     pub replay_micros: u64,
+    /// CPU time the replay used, in microseconds: on a shared machine the fair
+    /// measure of the replay rate per core.
+    pub replay_cpu_micros: u64,
 }
 
 /// The replay state of one partition.
@@ -252,6 +255,7 @@ where
             entries = counts.entries,
             bytes = counts.bytes,
             replay_us = counts.replay_micros,
+            replay_cpu_us = counts.replay_cpu_micros,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "recovered a partition"
         ),
@@ -317,8 +321,11 @@ where
         let owner = Arc::clone(owner);
         replay = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
+            let cpu_started = ramstore_log::thread_cpu_ns();
             let applied = replay.apply(owner.as_ref().as_ref(), &bytes);
             replay.counts.replay_micros += started.elapsed().as_micros() as u64;
+            replay.counts.replay_cpu_micros +=
+                ramstore_log::thread_cpu_ns().saturating_sub(cpu_started) / 1000;
             (replay, applied)
         })
         .await
