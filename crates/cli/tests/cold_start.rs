@@ -176,11 +176,19 @@ fn cluster_sigkill_of_every_process_then_restart_brings_back_every_acknowledged_
     coordinator.proc.kill();
     drop(servers);
     drop(coordinator);
-    let _coordinator = Coordinator::start_on(port, &store).expect("coordinator restarts");
-    let _servers = start_all(&addr);
+    let coordinator = Coordinator::start_on(port, &store).expect("coordinator restarts");
+    let servers = start_all(&addr);
     let c = client(&addr);
     let table = c.get_table_id("cold").expect("table survives");
-    check(&c, table, &expected);
+    let checked =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&c, table, &expected)));
+    if let Err(p) = checked {
+        eprintln!("{}", coordinator.proc.transcript());
+        for s in &servers {
+            eprintln!("--- server {} ---\n{}", s.id, s.proc.transcript());
+        }
+        std::panic::resume_unwind(p)
+    }
 }
 
 /// A restart whose coordinator state was wiped (its directory deleted) starts at

@@ -469,6 +469,7 @@ async fn find_log(
 ) -> Result<FoundLog, String> {
     let mut holders: HashMap<u64, Vec<String>> = HashMap::new();
     let mut lengths: HashMap<u64, u64> = HashMap::new();
+    let mut open: std::collections::HashSet<u64> = std::collections::HashSet::new();
     let mut asks: JoinSet<(String, Result<Vec<ramstore_client::BackupReplica>, String>)> =
         JoinSet::new();
     for address in backups {
@@ -491,6 +492,9 @@ async fn find_log(
                     .push(address.clone());
                 let longest = lengths.entry(r.segment_id).or_default();
                 *longest = (*longest).max(u64::from(r.length));
+                if !r.closed {
+                    open.insert(r.segment_id);
+                }
             }
         }
     }
@@ -506,6 +510,15 @@ async fn find_log(
             };
             let (digest, stats) = head_contents(&replica.bytes);
             if let Some(digest) = digest {
+                // A head is closed only once its successor is open on all its
+                // replicas (R§7.4): a closed newest head means the real head is on
+                // a backup that is not up (yet), and recovering from this one
+                // would lose everything written since.
+                if !open.contains(&id) {
+                    return Err(format!(
+                        "the newest head found (segment {id}) is closed: the log's head is on a backup that is not up"
+                    ));
+                }
                 let missing: Vec<u64> = digest
                     .iter()
                     .copied()

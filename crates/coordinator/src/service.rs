@@ -138,13 +138,14 @@ impl CoordinatorService {
     async fn send(&self, action: &Action) -> bool {
         match action {
             Action::TakeTablet {
+                server_id,
                 address,
                 table_id,
                 start_hash,
                 end_hash,
-                ..
             } => {
                 let req = Request::TakeTabletOwnership {
+                    server_id: server_id.0,
                     table_id: *table_id,
                     start_hash: *start_hash,
                     end_hash: *end_hash,
@@ -152,13 +153,14 @@ impl CoordinatorService {
                 self.notify(address, &req).await
             }
             Action::DropTablet {
+                server_id,
                 address,
                 table_id,
                 start_hash,
                 end_hash,
-                ..
             } => {
                 let req = Request::DropTabletOwnership {
+                    server_id: server_id.0,
                     table_id: *table_id,
                     start_hash: *start_hash,
                     end_hash: *end_hash,
@@ -166,10 +168,10 @@ impl CoordinatorService {
                 self.notify(address, &req).await
             }
             Action::SplitTablet {
+                server_id,
                 address,
                 table_id,
                 split_hash,
-                ..
             } => {
                 // A master learns of a split as ownership of the upper half, which
                 // lies inside a tablet it owns; it splits its tablet to match.
@@ -178,6 +180,7 @@ impl CoordinatorService {
                 });
                 let Some(end_hash) = end else { return true };
                 let req = Request::TakeTabletOwnership {
+                    server_id: server_id.0,
                     table_id: *table_id,
                     start_hash: *split_hash,
                     end_hash,

@@ -240,6 +240,63 @@ impl ObjectStore {
         Ok(())
     }
 
+    /// Adds a tablet that crash recovery is about to fill (R§7.6): replay writes
+    /// to it, clients get UNKNOWN_TABLET until [`Self::take_tablet`] hands it over.
+    /// Idempotent for a tablet still recovering; a range overlapping any other
+    /// owned tablet is refused (`BadTablet`).
+    pub fn add_recovering_tablet(
+        &self,
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+    ) -> Result<(), ConfigError> {
+        let bad = ConfigError::BadTablet {
+            table_id,
+            start_hash,
+            end_hash,
+        };
+        if start_hash > end_hash {
+            return Err(bad);
+        }
+        let _changing = self.inner.tablet_changes.lock();
+        let map = self.inner.shared.tablets.load();
+        match map.overlaps(table_id, start_hash, end_hash) {
+            None => {
+                let tablet = Tablet::new(table_id, start_hash, end_hash);
+                tablet.set_recovering(true);
+                self.inner.shared.tablets.store(Arc::new(map.with(tablet)));
+                Ok(())
+            }
+            Some(t)
+                if t.start_hash == start_hash && t.end_hash == end_hash && t.is_recovering() =>
+            {
+                Ok(())
+            }
+            Some(_) => Err(bad),
+        }
+    }
+
+    /// The coordinator gives this master the tablet (TakeTabletOwnership): a
+    /// recovered tablet starts serving; otherwise as [`Self::add_tablet`].
+    pub fn take_tablet(
+        &self,
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+    ) -> Result<(), ConfigError> {
+        {
+            let _changing = self.inner.tablet_changes.lock();
+            let map = self.inner.shared.tablets.load();
+            if let Some(t) = map.overlaps(table_id, start_hash, end_hash) {
+                if t.start_hash == start_hash && t.end_hash == end_hash && t.is_recovering() {
+                    t.set_recovering(false);
+                    return Ok(());
+                }
+            }
+        }
+        self.add_tablet(table_id, start_hash, end_hash)
+    }
+
     /// Splits the owned tablet holding `split_hash` so that a tablet starts there.
     /// Idempotent; `BadTablet` if no owned tablet holds the hash.
     pub fn split_tablet(&self, table_id: u64, split_hash: u64) -> Result<(), ConfigError> {
@@ -366,7 +423,7 @@ impl ObjectStore {
             .shared
             .tablets
             .load()
-            .find(table_id, hash)
+            .find_serving(table_id, hash)
             .is_none()
         {
             return Err(ReadError::UnknownTablet);
@@ -486,7 +543,7 @@ impl ObjectStore {
             version_gt_given: true,
             ..RejectRules::default()
         };
-        match self.remove(table_id, key, &rules) {
+        match self.remove_as(table_id, key, &rules, true) {
             Ok(removed) => Ok(removed.is_some()),
             Err(WriteError::WrongVersion { .. }) => Ok(false),
             Err(e) => Err(e),
@@ -569,6 +626,7 @@ impl ObjectStore {
             let tablets = inner.shared.tablets.load();
             let tablet = tablets
                 .find(table_id, hash)
+                .filter(|t| forced_version.is_some() || !t.is_recovering())
                 .ok_or(WriteError::UnknownTablet)?;
             let mut current_view = None;
             let current = guard
@@ -648,6 +706,18 @@ impl ObjectStore {
         key: &[u8],
         rules: &RejectRules,
     ) -> Result<Option<u64>, WriteError> {
+        self.remove_as(table_id, key, rules, false)
+    }
+
+    /// [`Self::remove`]; `replaying` lets crash recovery's replay reach a tablet
+    /// that is still being recovered.
+    fn remove_as(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        rules: &RejectRules,
+        replaying: bool,
+    ) -> Result<Option<u64>, WriteError> {
         if key.len() > MAX_KEY_BYTES {
             return Err(WriteError::KeyTooLarge(key.len()));
         }
@@ -660,6 +730,7 @@ impl ObjectStore {
             let tablets = inner.shared.tablets.load();
             let tablet = tablets
                 .find(table_id, hash)
+                .filter(|t| replaying || !t.is_recovering())
                 .ok_or(WriteError::UnknownTablet)?;
             let mut current = None;
             let found = guard.find(|r| match log.object(LogRef(r)) {
@@ -758,7 +829,7 @@ impl ObjectStore {
     ) -> Result<Option<u64>, ReadError> {
         let tablets = self.inner.shared.tablets.load();
         let tablet = tablets
-            .find(table_id, cursor)
+            .find_serving(table_id, cursor)
             .ok_or(ReadError::UnknownTablet)?;
         let end = tablet.end_hash;
         let index = &self.inner.index;

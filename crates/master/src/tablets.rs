@@ -4,7 +4,7 @@
 //! The map is replaced whole on every change (rare) and read without a lock on every
 //! operation (`ArcSwap`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One tablet and its live-object statistics.
@@ -15,6 +15,10 @@ pub struct Tablet {
     pub end_hash: u64,
     entries: AtomicU64,
     bytes: AtomicU64,
+    /// Being filled by crash recovery (R§7.6): only replay writes to it, and
+    /// clients are answered UNKNOWN_TABLET until the coordinator hands it over,
+    /// so a partly replayed tablet is never served.
+    recovering: AtomicBool,
 }
 
 impl Tablet {
@@ -25,7 +29,17 @@ impl Tablet {
             end_hash,
             entries: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            recovering: AtomicBool::new(false),
         }
+    }
+
+    /// Whether crash recovery is still filling the tablet (see the field).
+    pub fn is_recovering(&self) -> bool {
+        self.recovering.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_recovering(&self, recovering: bool) {
+        self.recovering.store(recovering, Ordering::Release);
     }
 
     pub fn contains(&self, table_id: u64, hash: u64) -> bool {
@@ -65,6 +79,12 @@ pub struct TabletMap {
 }
 
 impl TabletMap {
+    /// The tablet holding `hash` of `table_id`, if it serves clients (is not
+    /// being recovered).
+    pub fn find_serving(&self, table_id: u64, hash: u64) -> Option<&Arc<Tablet>> {
+        self.find(table_id, hash).filter(|t| !t.is_recovering())
+    }
+
     /// The tablet holding `hash` of `table_id`.
     pub fn find(&self, table_id: u64, hash: u64) -> Option<&Arc<Tablet>> {
         let i = self

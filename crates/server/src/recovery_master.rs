@@ -15,6 +15,11 @@
 //! write; the answer is sent only once everything replayed is durable, so the
 //! coordinator never hands out a tablet whose data a second crash could lose.
 //!
+//! The partition's tablets are added in the recovering state: replay fills
+//! them, but clients are answered UNKNOWN_TABLET until the coordinator, having
+//! recorded the move, sends TakeTabletOwnership — a partly replayed tablet is
+//! never served.
+//!
 //! A partition that fails (a replica no backup can serve, memory full, a
 //! replication failure) drops the tablets it added: the coordinator retries the
 //! partition elsewhere in a new attempt.
@@ -232,11 +237,9 @@ where
 {
     let started = std::time::Instant::now();
     for &(table_id, start_hash, end_hash) in &job.tablets {
-        if let Err(e) = owner
-            .as_ref()
-            .as_ref()
-            .add_tablet(table_id, start_hash, end_hash)
-        {
+        // Not served until the coordinator hands it over (TakeTabletOwnership).
+        let store = owner.as_ref().as_ref();
+        if let Err(e) = store.add_recovering_tablet(table_id, start_hash, end_hash) {
             drop_tablets(&owner, &job);
             return Err(RecoveryError::Tablet {
                 table_id,

@@ -41,6 +41,12 @@ const _: () =
     assert!(ramstore_wire::MAX_REPLICA_BYTES == ramstore_backup::FRAME_SEGMENT_BYTES as usize);
 const _: () = assert!(ramstore_wire::MAX_FRAME_BYTES == ramstore_rpc::MAX_FRAME_BYTES);
 
+/// The answer to a tablet notification meant for another server id (a process
+/// that took over a dead server's address, or one not enlisted yet): the
+/// coordinator retries it while that server is up, and drops it once it is not.
+const NOT_THE_SERVER_MEANT: &str =
+    "this server is not the server id the tablet notification is meant for";
+
 /// The answer to a backup request sent to a server that runs no backup.
 const NO_BACKUP_MESSAGE: &str =
     "this server runs no backup service (start it with --backup-dir DIR)";
@@ -315,11 +321,26 @@ impl StorageService {
                 }
                 enc.finish()?;
             }
+            Request::TakeTabletOwnership { server_id, .. }
+            | Request::DropTabletOwnership { server_id, .. }
+                if server_id != self.server_id() =>
+            {
+                encode_response(
+                    id,
+                    op,
+                    &Response::Error(ErrorBody::Message {
+                        status: Status::ServerNotUp,
+                        message: NOT_THE_SERVER_MEANT,
+                    }),
+                    out,
+                )?
+            }
             Request::TakeTabletOwnership {
                 table_id,
                 start_hash,
                 end_hash,
-            } => match self.store.add_tablet(table_id, start_hash, end_hash) {
+                ..
+            } => match self.store.take_tablet(table_id, start_hash, end_hash) {
                 Ok(()) => {
                     tracing::info!(table_id, start_hash, end_hash, "took tablet ownership");
                     encode_response(id, op, &Response::TakeTabletOwnership, out)?
@@ -557,6 +578,7 @@ impl StorageService {
                 table_id,
                 start_hash,
                 end_hash,
+                ..
             } => {
                 self.store.drop_tablet(table_id, start_hash, end_hash);
                 tracing::info!(table_id, start_hash, end_hash, "dropped tablet");

@@ -104,13 +104,18 @@ pub enum Request<'a> {
         servers: ServerListEntries<'a>,
     },
     /// The tablet `[start_hash, end_hash]` of `table_id` is now the receiver's.
+    /// `server_id` is the server the coordinator means: a process that is not
+    /// that server (e.g. a new one on a dead server's address) refuses.
     TakeTabletOwnership {
+        server_id: u64,
         table_id: u64,
         start_hash: u64,
         end_hash: u64,
     },
-    /// The tablet `[start_hash, end_hash]` of `table_id` is no longer the receiver's.
+    /// The tablet `[start_hash, end_hash]` of `table_id` is no longer the receiver's
+    /// (`server_id` as for TakeTabletOwnership).
     DropTabletOwnership {
+        server_id: u64,
         table_id: u64,
         start_hash: u64,
         end_hash: u64,
@@ -301,11 +306,13 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
             servers: List::read(r)?,
         },
         Opcode::TakeTabletOwnership => Request::TakeTabletOwnership {
+            server_id: r.u64()?,
             table_id: r.u64()?,
             start_hash: r.u64()?,
             end_hash: r.u64()?,
         },
         Opcode::DropTabletOwnership => Request::DropTabletOwnership {
+            server_id: r.u64()?,
             table_id: r.u64()?,
             start_hash: r.u64()?,
             end_hash: r.u64()?,
@@ -465,15 +472,18 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             servers.write(out);
         }
         Request::TakeTabletOwnership {
+            server_id,
             table_id,
             start_hash,
             end_hash,
         }
         | Request::DropTabletOwnership {
+            server_id,
             table_id,
             start_hash,
             end_hash,
         } => {
+            put_u64(out, *server_id);
             put_u64(out, *table_id);
             put_u64(out, *start_hash);
             put_u64(out, *end_hash);

@@ -131,6 +131,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
         (
             "take_tablet_ownership_request",
             Request::TakeTabletOwnership {
+                server_id: 3,
                 table_id: TABLE,
                 start_hash: 0,
                 end_hash: 0x7fff_ffff_ffff_ffff,
@@ -139,6 +140,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
         (
             "drop_tablet_ownership_request",
             Request::DropTabletOwnership {
+                server_id: 4,
                 table_id: TABLE,
                 start_hash: 0x8000_0000_0000_0000,
                 end_hash: u64::MAX,
