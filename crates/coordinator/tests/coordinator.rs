@@ -311,42 +311,20 @@ fn state_without_failure_domains_still_loads() {
 }
 
 #[test]
-fn enlist_replacement_reassigns_tablets() {
+fn enlist_replacement_crashes_the_old_id_for_recovery() {
     let (_s, mut core) = memory_core();
     let ids = with_masters(&mut core, 2);
     core.create_table("t", 4).unwrap();
     let before = tablets_of(&core, "t");
     let old = ids[0];
-    let old_tablets: Vec<_> = before
-        .iter()
-        .filter(|t| t.server_id == old)
-        .copied()
-        .collect();
-    assert_eq!(old_tablets.len(), 2);
 
-    // The restarted process names its old identity and has a new address.
+    // The restarted process names its old identity and has a new address: the
+    // old id is crashed and keeps its tablets until crash recovery moves them.
     let (new, actions) = core.enlist("host1:2", BOTH, GIB, "", 0, Some(old)).unwrap();
     assert_eq!(new, ServerId(3));
-    assert_eq!(core.server(old).unwrap().status, ServerStatus::Removed);
-    let after = tablets_of(&core, "t");
-    assert_covers_hash_space(&after);
-    for (b, a) in before.iter().zip(&after) {
-        let expected = if b.server_id == old { new } else { b.server_id };
-        assert_eq!(a.server_id, expected);
-        assert_eq!((a.start_hash, a.end_hash), (b.start_hash, b.end_hash));
-    }
-    let mut expected: Vec<_> = old_tablets
-        .iter()
-        .map(|t| Action::TakeTablet {
-            server_id: new,
-            address: "host1:2".to_owned(),
-            table_id: t.table_id,
-            start_hash: t.start_hash,
-            end_hash: t.end_hash,
-        })
-        .collect();
-    expected.push(Action::PushServerList);
-    assert_eq!(actions, expected);
+    assert_eq!(core.server(old).unwrap().status, ServerStatus::Crashed);
+    assert_eq!(tablets_of(&core, "t"), before);
+    assert_eq!(actions, vec![Action::PushServerList]);
 }
 
 #[test]
@@ -354,13 +332,13 @@ fn enlist_same_address_replaces_up_server() {
     let (_s, mut core) = memory_core();
     let ids = with_masters(&mut core, 2);
     core.create_table("t", 2).unwrap();
-    let (new, actions) = core.enlist("host2:1", BOTH, GIB, "", 0, None).unwrap();
-    assert_eq!(core.server(ids[1]).unwrap().status, ServerStatus::Removed);
+    let (_new, actions) = core.enlist("host2:1", BOTH, GIB, "", 0, None).unwrap();
+    // The old process at that address is gone: crashed, its tablet awaits recovery.
+    assert_eq!(core.server(ids[1]).unwrap().status, ServerStatus::Crashed);
     assert_eq!(core.server(ids[0]).unwrap().status, ServerStatus::Up);
     let owners: Vec<_> = tablets_of(&core, "t").iter().map(|t| t.server_id).collect();
-    assert_eq!(owners, vec![ids[0], new]);
-    assert_eq!(actions.len(), 2);
-    assert!(matches!(actions[0], Action::TakeTablet { server_id, .. } if server_id == new));
+    assert_eq!(owners, vec![ids[0], ids[1]]);
+    assert_eq!(actions, vec![Action::PushServerList]);
     // An unknown `replaces` is ignored.
     let (_, actions) = core
         .enlist("host9:1", BOTH, GIB, "", 0, Some(ServerId(99)))
@@ -369,16 +347,60 @@ fn enlist_same_address_replaces_up_server() {
 }
 
 #[test]
-fn enlist_non_master_replacement_spreads_tablets_to_masters() {
+fn enlist_replacing_a_server_without_tablets_removes_it() {
+    let (_s, mut core) = memory_core();
+    let ids = with_masters(&mut core, 2);
+    let (_new, actions) = core
+        .enlist("host1:1", SERVICE_BACKUP, 0, "", 0, None)
+        .unwrap();
+    assert_eq!(core.server(ids[0]).unwrap().status, ServerStatus::Removed);
+    assert_eq!(actions, vec![Action::PushServerList]);
+}
+
+#[test]
+fn recovered_partition_moves_ranges_splitting_tablets_and_finishes() {
     let (_s, mut core) = memory_core();
     let ids = with_masters(&mut core, 3);
     core.create_table("t", 3).unwrap();
-    let (new, actions) = core
-        .enlist("host1:1", SERVICE_BACKUP, 0, "", 0, None)
+    let crashed = ids[0];
+    let mine = tablets_of(&core, "t")
+        .into_iter()
+        .find(|t| t.server_id == crashed)
         .unwrap();
-    let owners: Vec<_> = tablets_of(&core, "t").iter().map(|t| t.server_id).collect();
-    assert!(!owners.contains(&ids[0]) && !owners.contains(&new));
-    assert_eq!(actions.len(), 2, "one TakeTablet and the push");
+    core.server_crashed(crashed).unwrap();
+    // Two partitions, each half of the crashed tablet.
+    let mid = mine.start_hash + (mine.end_hash - mine.start_hash) / 2;
+    let lower = [(mine.table_id, mine.start_hash, mid)];
+    let upper = [(mine.table_id, mid + 1, mine.end_hash)];
+    let actions = core.recovered_partition(crashed, &lower, ids[1]).unwrap();
+    assert_eq!(
+        actions,
+        vec![Action::TakeTablet {
+            server_id: ids[1],
+            address: core.server(ids[1]).unwrap().address.clone(),
+            table_id: mine.table_id,
+            start_hash: mine.start_hash,
+            end_hash: mid,
+        }]
+    );
+    assert!(
+        core.finish_recovery(crashed).unwrap().is_empty(),
+        "still owns the upper half"
+    );
+    // Idempotent.
+    core.recovered_partition(crashed, &lower, ids[1]).unwrap();
+    // A range someone else holds is a conflict, and changes nothing.
+    assert!(core.recovered_partition(crashed, &lower, ids[2]).is_err());
+    core.recovered_partition(crashed, &upper, ids[2]).unwrap();
+    let after = tablets_of(&core, "t");
+    assert_covers_hash_space(&after);
+    assert_eq!(after.len(), 4, "the crashed tablet was split in two");
+    assert!(after.iter().all(|t| t.server_id != crashed));
+    assert_eq!(
+        core.finish_recovery(crashed).unwrap(),
+        vec![Action::PushServerList]
+    );
+    assert_eq!(core.server(crashed).unwrap().status, ServerStatus::Removed);
 }
 
 #[test]
