@@ -13,7 +13,7 @@ use ramstore_coordinator::failure_detector::MAX_DETECTOR_MS;
 use ramstore_coordinator::partition::PartitionLimits;
 use ramstore_coordinator::{
     FailureDetectorConfig, StoreSpec, DEFAULT_FAILURE_TIMEOUT_MS, DEFAULT_PING_INTERVAL_MS,
-    DEFAULT_PING_TIMEOUT_MS,
+    DEFAULT_PING_TIMEOUT_MS, DEFAULT_UNRESPONSIVE_TIMEOUT_MS,
 };
 use ramstore_server::failure_monitor::MAX_MONITOR_MS;
 use ramstore_server::{
@@ -51,6 +51,12 @@ struct DetectorArgs {
     #[arg(long, default_value_t = DEFAULT_FAILURE_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..=MAX_DETECTOR_MS))]
     failure_timeout_ms: u64,
+    /// The same when its pings only time out (no refused connection: the process
+    /// may be alive but slow), in milliseconds; at least --failure-timeout-ms
+    /// counts.
+    #[arg(long, default_value_t = DEFAULT_UNRESPONSIVE_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_DETECTOR_MS))]
+    unresponsive_timeout_ms: u64,
 }
 
 impl From<DetectorArgs> for FailureDetectorConfig {
@@ -59,6 +65,7 @@ impl From<DetectorArgs> for FailureDetectorConfig {
             ping_interval_ms: a.ping_interval_ms,
             ping_timeout_ms: a.ping_timeout_ms,
             failure_timeout_ms: a.failure_timeout_ms,
+            unresponsive_timeout_ms: a.unresponsive_timeout_ms,
         }
     }
 }

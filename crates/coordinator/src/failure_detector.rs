@@ -41,6 +41,12 @@ pub const DEFAULT_PING_TIMEOUT_MS: u64 = 300;
 /// confirmed suspicion declares it crashed, by default: a blip shorter than this never
 /// starts a recovery, and a SIGKILLed server is still declared within ~300 ms.
 pub const DEFAULT_FAILURE_TIMEOUT_MS: u64 = 250;
+/// How long a server must have answered none of the coordinator's pings before a
+/// confirmed suspicion declares it crashed when the pings only *timed out* (the
+/// server may be alive but slow, e.g. swamped by a bulk load on a busy machine),
+/// by default. A dead process's refused connection needs only
+/// [`DEFAULT_FAILURE_TIMEOUT_MS`].
+pub const DEFAULT_UNRESPONSIVE_TIMEOUT_MS: u64 = 2_000;
 /// The longest accepted ping interval or failure timeout (one hour): longer values are
 /// surely typos.
 pub const MAX_DETECTOR_MS: u64 = 3_600_000;
@@ -58,8 +64,12 @@ pub struct FailureDetectorConfig {
     /// its confirmation pings), in milliseconds.
     pub ping_timeout_ms: u64,
     /// A confirmed suspicion declares a server crashed only once it has answered
-    /// none of the coordinator's pings for this long, in milliseconds.
+    /// none of the coordinator's pings for this long, in milliseconds, when its
+    /// process is certainly gone (connection refused or closed).
     pub failure_timeout_ms: u64,
+    /// The same when the pings only timed out (the process may be slow): at least
+    /// this long, and at least `failure_timeout_ms`.
+    pub unresponsive_timeout_ms: u64,
 }
 
 impl Default for FailureDetectorConfig {
@@ -68,6 +78,7 @@ impl Default for FailureDetectorConfig {
             ping_interval_ms: DEFAULT_PING_INTERVAL_MS,
             ping_timeout_ms: DEFAULT_PING_TIMEOUT_MS,
             failure_timeout_ms: DEFAULT_FAILURE_TIMEOUT_MS,
+            unresponsive_timeout_ms: DEFAULT_UNRESPONSIVE_TIMEOUT_MS,
         }
     }
 }
@@ -81,6 +92,7 @@ impl FailureDetectorConfig {
             ("ping interval", self.ping_interval_ms),
             ("ping timeout", self.ping_timeout_ms),
             ("failure timeout", self.failure_timeout_ms),
+            ("unresponsive timeout", self.unresponsive_timeout_ms),
         ] {
             if !(1..=MAX_DETECTOR_MS).contains(&v) {
                 return Err(format!(
@@ -230,6 +242,7 @@ mod tests {
             ping_interval_ms: interval,
             ping_timeout_ms: 300,
             failure_timeout_ms: timeout,
+            unresponsive_timeout_ms: timeout,
         }
     }
 

@@ -72,7 +72,7 @@ pub use error::CoordinatorError;
 pub use etcd_storage::{EtcdSpec, EtcdStorage};
 pub use failure_detector::{
     FailureDetector, FailureDetectorConfig, DEFAULT_FAILURE_TIMEOUT_MS, DEFAULT_PING_INTERVAL_MS,
-    DEFAULT_PING_TIMEOUT_MS,
+    DEFAULT_PING_TIMEOUT_MS, DEFAULT_UNRESPONSIVE_TIMEOUT_MS,
 };
 pub use file_storage::FileStorage;
 pub use process::{

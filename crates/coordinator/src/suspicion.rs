@@ -61,6 +61,9 @@ pub enum PathOutcome {
     Answered,
     /// No answer, a wrong answer, or the path could not be tried.
     Failed,
+    /// The coordinator's own ping found the process gone: its port refused the
+    /// connection, or the connection was closed (a live process does neither).
+    Gone,
 }
 
 /// What a finished confirmation decides.
@@ -84,7 +87,7 @@ pub fn verdict(
     up: bool,
     paths: &[PathOutcome],
     silent_ms: u64,
-    failure_timeout_ms: u64,
+    config: &FailureDetectorConfig,
 ) -> Verdict {
     if !up {
         return Verdict::Ignore;
@@ -93,9 +96,19 @@ pub fn verdict(
         // No path tried is no evidence either way; keep the server.
         return Verdict::Alive;
     }
-    if silent_ms < failure_timeout_ms {
+    // A refused or closed connection proves the process gone; timeouts alone may
+    // be a live but slow server (a busy machine, a bulk load), which must not
+    // start a recovery: it gets the longer timeout.
+    let timeout_ms = if paths.contains(&PathOutcome::Gone) {
+        config.failure_timeout_ms
+    } else {
+        config
+            .unresponsive_timeout_ms
+            .max(config.failure_timeout_ms)
+    };
+    if silent_ms < timeout_ms {
         return Verdict::Recheck {
-            after_ms: failure_timeout_ms - silent_ms,
+            after_ms: timeout_ms - silent_ms,
         };
     }
     Verdict::Crashed
@@ -278,7 +291,7 @@ impl CoordinatorService {
                     // A server UP in the core but not watched yet (enlisted since the
                     // last tick) counts as having just answered.
                     let silent = detector.silent_ms(id, now).unwrap_or(0);
-                    match verdict(up, &paths, silent, config.failure_timeout_ms) {
+                    match verdict(up, &paths, silent, &config) {
                         Verdict::Ignore => {
                             confirming.remove(&id);
                         }
@@ -415,16 +428,12 @@ impl CoordinatorService {
         nonce: u64,
         timeout: Duration,
     ) -> Vec<PathOutcome> {
-        let own = self.ping(address, suspect, nonce, timeout);
+        let own = self.ping_outcome(address, suspect, nonce, timeout);
         let first = self.ask_helper(helpers.first(), suspect, address, timeout);
         let second = self.ask_helper(helpers.get(1), suspect, address, timeout);
         const _: () = assert!(CONFIRMING_HELPERS == 2, "confirm asks exactly two helpers");
         let (own, first, second) = tokio::join!(own, first, second);
-        let mut paths = vec![if own {
-            PathOutcome::Answered
-        } else {
-            PathOutcome::Failed
-        }];
+        let mut paths = vec![own];
         paths.extend(first);
         paths.extend(second);
         paths
@@ -471,23 +480,44 @@ impl CoordinatorService {
         nonce: u64,
         deadline: Duration,
     ) -> bool {
+        self.ping_outcome(address, id, nonce, deadline).await == PathOutcome::Answered
+    }
+
+    /// Pings server `id` at `address`: answered as itself, gone (refused or
+    /// closed connection), or failed otherwise (timeout, wrong answer).
+    async fn ping_outcome(
+        &self,
+        address: &str,
+        id: ServerId,
+        nonce: u64,
+        deadline: Duration,
+    ) -> PathOutcome {
         let mut frame = Vec::new();
         let request = Request::Ping {
             nonce,
             caller_id: 0,
         };
         if encode_request(0, &request, &mut frame).is_err() {
-            return false;
+            return PathOutcome::Failed;
         }
         match self.transport.call(address, frame, deadline).await {
-            Ok(bytes) => matches!(
-                decode_response(&bytes),
-                Ok((h, Response::Ping { nonce: echoed, server_id }))
-                    if h.status == Status::Ok
-                        && echoed == nonce
-                        && (server_id == 0 || server_id == id.0)
-            ),
-            Err(_) => false,
+            Ok(bytes) => match decode_response(&bytes) {
+                Ok((
+                    h,
+                    Response::Ping {
+                        nonce: echoed,
+                        server_id,
+                    },
+                )) if h.status == Status::Ok
+                    && echoed == nonce
+                    && (server_id == 0 || server_id == id.0) =>
+                {
+                    PathOutcome::Answered
+                }
+                _ => PathOutcome::Failed,
+            },
+            Err(e) if e.peer_gone() => PathOutcome::Gone,
+            Err(_) => PathOutcome::Failed,
         }
     }
 }
@@ -503,7 +533,7 @@ fn not_up() -> Response<'static> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use PathOutcome::{Answered, Failed};
+    use PathOutcome::{Answered, Failed, Gone};
 
     fn up(ids: &[u64]) -> Vec<(ServerId, String)> {
         ids.iter()
@@ -511,15 +541,25 @@ mod tests {
             .collect()
     }
 
+    /// Gone after 250 ms of silence, unresponsive after 2000 ms.
+    fn config() -> FailureDetectorConfig {
+        FailureDetectorConfig {
+            ping_interval_ms: 100,
+            ping_timeout_ms: 300,
+            failure_timeout_ms: 250,
+            unresponsive_timeout_ms: 2_000,
+        }
+    }
+
     #[test]
     fn verdict_one_failed_path_of_three_is_not_a_crash() {
         for paths in [
             [Failed, Answered, Answered],
             [Answered, Failed, Failed],
-            [Failed, Failed, Answered],
+            [Gone, Failed, Answered],
         ] {
             assert_eq!(
-                verdict(true, &paths, 10_000, 250),
+                verdict(true, &paths, 10_000, &config()),
                 Verdict::Alive,
                 "{paths:?}"
             );
@@ -529,30 +569,56 @@ mod tests {
     #[test]
     fn verdict_all_paths_failed_is_a_crash() {
         assert_eq!(
-            verdict(true, &[Failed, Failed, Failed], 250, 250),
+            verdict(true, &[Gone, Failed, Failed], 250, &config()),
+            Verdict::Crashed
+        );
+        assert_eq!(
+            verdict(true, &[Failed, Failed, Failed], 2_000, &config()),
             Verdict::Crashed
         );
         // Fewer helpers (a small cluster): the paths tried all failed.
-        assert_eq!(verdict(true, &[Failed], 1_000, 250), Verdict::Crashed);
+        assert_eq!(verdict(true, &[Gone], 1_000, &config()), Verdict::Crashed);
     }
 
     #[test]
     fn verdict_all_failed_but_recently_heard_is_rechecked() {
         assert_eq!(
-            verdict(true, &[Failed, Failed, Failed], 100, 250),
+            verdict(true, &[Gone, Failed, Failed], 100, &config()),
             Verdict::Recheck { after_ms: 150 }
+        );
+    }
+
+    /// Regression: a master swamped by a bulk load on a busy 2-core machine
+    /// answered no ping within 300 ms on any path and was declared crashed (and,
+    /// as a zombie, exited). Timeouts alone now need the unresponsive timeout.
+    #[test]
+    fn verdict_timeouts_alone_wait_for_the_unresponsive_timeout() {
+        assert_eq!(
+            verdict(true, &[Failed, Failed, Failed], 700, &config()),
+            Verdict::Recheck { after_ms: 1_300 }
+        );
+        let disabled = FailureDetectorConfig {
+            failure_timeout_ms: 3_600_000,
+            ..config()
+        };
+        assert_eq!(
+            verdict(true, &[Failed, Failed, Failed], 10_000, &disabled),
+            Verdict::Recheck {
+                after_ms: 3_590_000
+            },
+            "the longer of the two timeouts counts"
         );
     }
 
     #[test]
     fn verdict_suspect_already_crashed_is_ignored() {
         assert_eq!(
-            verdict(false, &[Failed, Failed, Failed], 10_000, 250),
+            verdict(false, &[Failed, Failed, Failed], 10_000, &config()),
             Verdict::Ignore
         );
-        assert_eq!(verdict(false, &[Answered], 0, 250), Verdict::Ignore);
+        assert_eq!(verdict(false, &[Answered], 0, &config()), Verdict::Ignore);
         // Not even tried (it left the list before the confirmation started).
-        assert_eq!(verdict(false, &[], 0, 250), Verdict::Ignore);
+        assert_eq!(verdict(false, &[], 0, &config()), Verdict::Ignore);
     }
 
     #[test]

@@ -190,6 +190,7 @@ async fn a_server_that_stops_answering_pings_is_declared_crashed() {
         ping_interval_ms: 20,
         ping_timeout_ms: 200,
         failure_timeout_ms: 400,
+        unresponsive_timeout_ms: 400,
     };
     let coordinator = start_with("127.0.0.1:0", &StoreSpec::Memory, config)
         .await
@@ -270,6 +271,7 @@ async fn start_refuses_a_timeout_shorter_than_the_interval() {
         ping_interval_ms: 500,
         ping_timeout_ms: 100,
         failure_timeout_ms: 100,
+        unresponsive_timeout_ms: 100,
     };
     let err = start_with("127.0.0.1:0", &StoreSpec::Memory, config)
         .await
@@ -287,6 +289,7 @@ async fn suspect_server_reachable_on_other_paths_stays_up() {
         ping_interval_ms: 50,
         ping_timeout_ms: 300,
         failure_timeout_ms: 100,
+        unresponsive_timeout_ms: 100,
     };
     let coordinator = start_with("127.0.0.1:0", &StoreSpec::Memory, config)
         .await

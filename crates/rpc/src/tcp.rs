@@ -37,10 +37,12 @@ impl Connection {
             .map_err(|_| RpcError::ConnectFailed {
                 addr: addr.to_string(),
                 reason: "timed out".into(),
+                refused: false,
             })?
             .map_err(|e| RpcError::ConnectFailed {
                 addr: addr.to_string(),
                 reason: e.to_string(),
+                refused: e.kind() == std::io::ErrorKind::ConnectionRefused,
             })?;
         let _ = stream.set_nodelay(true);
         let (reader, writer) = stream.into_split();

@@ -24,8 +24,15 @@ pub trait Transport: Send + Sync + 'static {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RpcError {
+    /// `refused`: the peer's host answered that nothing listens on the port — the
+    /// process is gone (a failure detector may act on this at once, unlike on a
+    /// timeout, which a slow but live process also causes).
     #[error("cannot connect to {addr}: {reason}")]
-    ConnectFailed { addr: String, reason: String },
+    ConnectFailed {
+        addr: String,
+        reason: String,
+        refused: bool,
+    },
     #[error("connection to {0} closed")]
     ConnectionClosed(String),
     #[error("no response within the deadline")]
@@ -37,6 +44,15 @@ pub enum RpcError {
 }
 
 impl RpcError {
+    /// Whether the peer process is certainly gone: nothing listens on its port, or
+    /// it closed the connection (a live process does neither).
+    pub fn peer_gone(&self) -> bool {
+        matches!(
+            self,
+            RpcError::ConnectFailed { refused: true, .. } | RpcError::ConnectionClosed(_)
+        )
+    }
+
     /// Whether the peer may be gone (the caller should refresh its view of the
     /// cluster before retrying).
     pub fn peer_unreachable(&self) -> bool {
