@@ -242,6 +242,13 @@ enum Command {
         replicas: u8,
         #[command(flatten)]
         monitor: MonitorArgs,
+        /// Fault all log memory in on a background thread at start-up, so the
+        /// kernel's zeroing of fresh pages never lands on writes or recovery replay
+        /// (the process holds --memory resident from the start). It keeps a core
+        /// busy for about a second per GiB: on a machine shared by several servers
+        /// the others may miss pings meanwhile, so start them one at a time.
+        #[arg(long)]
+        prefault_memory: bool,
     },
     /// Create a table (no-op if it exists).
     CreateTable {
@@ -452,6 +459,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             failure_domain,
             replicas,
             monitor,
+            prefault_memory,
         } => runtime()?.block_on(cluster::server(ServerOptions {
             replicas: replicas.into(),
             listen,
@@ -467,6 +475,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             monitor: monitor.into(),
             // R§7.11: a server declared crashed exits.
             on_zombie: Some(cluster::exit_as_zombie()),
+            prefault_memory,
         })),
         Command::CreateTable { name, span, at } => {
             data::create_table(&data::connect(&at.coordinator)?, &name, span)

@@ -791,6 +791,12 @@ impl Log {
         Ok(head.writer.length)
     }
 
+    /// Faults all log memory in now ([`SegletPool::prefault`]); call it off the
+    /// hot path (a background thread at start-up).
+    pub fn prefault_memory(&self) -> std::io::Result<()> {
+        self.pool.prefault()
+    }
+
     /// Reports an append to the replica sink; call after releasing bucket locks and
     /// before acknowledging the operation.
     pub fn replicate(&self, appended: &Appended) {

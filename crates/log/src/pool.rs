@@ -173,6 +173,50 @@ impl SegletPool {
             .saturating_sub(self.reserves.floor(class))
     }
 
+    /// Faults the whole pool in now (MADV_POPULATE_WRITE, Linux 5.14+): the kernel
+    /// zeroes each page on first touch, which otherwise lands on the writes,
+    /// replays and cleaning passes that first reach a page — a fifth of a
+    /// recovery master's CPU in a profile. Safe while the pool is in use (it only
+    /// maps pages; contents are untouched). An error (an older kernel) leaves the
+    /// pool as it was: pages are then zeroed on first touch, as before.
+    pub fn prefault(&self) -> std::io::Result<()> {
+        /// Bytes faulted in per call (16 huge pages; a multiple of the seglet).
+        const PREFAULT_CHUNK_BYTES: usize = 32 << 20;
+        const _: () = assert!(PREFAULT_CHUNK_BYTES % SEGLET_BYTES == 0);
+        #[cfg(target_os = "linux")]
+        {
+            // In chunks: each call holds the process's mmap lock, and one call over
+            // the whole pool stalled every thread that needed the lock (any
+            // allocation that maps memory) for seconds — long enough for the
+            // cluster to declare the server crashed.
+            let mut offset = 0;
+            while offset < self.bytes {
+                let len = PREFAULT_CHUNK_BYTES.min(self.bytes - offset);
+                // SAFETY: [offset, offset + len) lies inside this pool's mapping,
+                // alive as long as `self`; MADV_POPULATE_WRITE never changes bytes.
+                let rc = unsafe {
+                    libc::madvise(
+                        self.base.as_ptr().add(offset).cast(),
+                        len,
+                        libc::MADV_POPULATE_WRITE,
+                    )
+                };
+                if rc != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                offset += len;
+            }
+            Ok(())
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "prefaulting log memory needs Linux",
+            ))
+        }
+    }
+
     /// Takes `n` seglets at once, or none if `class` may not take that many.
     pub fn allocate(&self, n: usize, class: AllocClass, out: &mut Vec<u32>) -> bool {
         let mut free = self.free.lock();
@@ -368,5 +412,21 @@ mod tests {
             pool.copy_out(SegletPool::log_ref(s[1], SEGLET_BYTES - 4), &mut short),
             4
         );
+    }
+
+    #[test]
+    fn prefault_keeps_contents_and_succeeds_on_linux() {
+        let pool = SegletPool::new(10 * SEGLET_BYTES, reserves()).unwrap();
+        let mut s = Vec::new();
+        assert!(pool.allocate(1, AllocClass::Write, &mut s));
+        // SAFETY: freshly allocated, owned by this test.
+        unsafe { pool.write(s[0], 0, b"kept") };
+        let faulted = pool.prefault();
+        if cfg!(target_os = "linux") {
+            faulted.expect("MADV_POPULATE_WRITE (Linux 5.14+)");
+        }
+        let mut out = [0u8; 4];
+        assert_eq!(pool.copy_out(SegletPool::log_ref(s[0], 0), &mut out), 4);
+        assert_eq!(&out, b"kept");
     }
 }

@@ -70,6 +70,11 @@ pub struct ServerOptions {
     /// only stop serving object operations (in-process tests). The `ramstore` binary
     /// exits.
     pub on_zombie: Option<ZombieHook>,
+    /// Fault all log memory in on a background thread right after start-up, so
+    /// the kernel's zeroing of fresh pages never lands on writes or recovery
+    /// replay (the process then holds `memory_bytes` resident). Off by default
+    /// (`ramstore server --prefault-memory`): it keeps a core busy meanwhile.
+    pub prefault_memory: bool,
 }
 
 impl ServerOptions {
@@ -91,6 +96,7 @@ impl ServerOptions {
             replicas: 0,
             monitor: MonitorConfig::default(),
             on_zombie: None,
+            prefault_memory: false,
         }
     }
 
@@ -209,6 +215,21 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         service = service.with_replicas(m.clone());
     }
     let service = Arc::new(service);
+    if options.prefault_memory {
+        let owner = service.clone();
+        tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            match owner.store().log().prefault_memory() {
+                Ok(()) => tracing::info!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "log memory faulted in"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot fault log memory in ahead of use; pages are zeroed on first touch")
+                }
+            }
+        });
+    }
     let listener =
         TcpListener::bind(&options.listen)
             .await
