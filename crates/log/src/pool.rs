@@ -182,7 +182,7 @@ impl SegletPool {
     pub fn prefault(&self) -> std::io::Result<()> {
         /// Bytes faulted in per call (16 huge pages; a multiple of the seglet).
         const PREFAULT_CHUNK_BYTES: usize = 32 << 20;
-        const _: () = assert!(PREFAULT_CHUNK_BYTES % SEGLET_BYTES == 0);
+        const _: () = assert!(PREFAULT_CHUNK_BYTES.is_multiple_of(SEGLET_BYTES));
         #[cfg(target_os = "linux")]
         {
             // In chunks: each call holds the process's mmap lock, and one call over
