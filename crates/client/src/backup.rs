@@ -245,14 +245,7 @@ impl BackupClient {
             .call(addr, &Request::BackupGetReplicas { master_id }, 0)
             .await?;
         match decode(addr, &frame, Opcode::BackupGetReplicas)? {
-            Response::BackupGetReplicas { replicas } => Ok(replicas
-                .iter()
-                .map(|r| BackupReplica {
-                    segment_id: r.segment_id,
-                    length: r.length,
-                    closed: r.closed,
-                })
-                .collect()),
+            Response::BackupGetReplicas { replicas } => Ok(replica_list(replicas)),
             other => Err(unexpected(addr, &other)),
         }
     }
@@ -300,14 +293,7 @@ impl BackupClient {
         enc.finish().map_err(BackupClientError::Encode)?;
         let response = self.send(addr, frame).await?;
         match decode(addr, &response, Opcode::BackupStartPartitioning)? {
-            Response::BackupStartPartitioning { replicas } => Ok(replicas
-                .iter()
-                .map(|r| BackupReplica {
-                    segment_id: r.segment_id,
-                    length: r.length,
-                    closed: r.closed,
-                })
-                .collect()),
+            Response::BackupStartPartitioning { replicas } => Ok(replica_list(replicas)),
             other => Err(unexpected(addr, &other)),
         }
     }
@@ -364,6 +350,18 @@ impl BackupClient {
                 source,
             })
     }
+}
+
+/// The replicas of a BackupGetReplicas or BackupStartPartitioning answer.
+fn replica_list(replicas: ramstore_wire::ReplicaEntries<'_>) -> Vec<BackupReplica> {
+    replicas
+        .iter()
+        .map(|r| BackupReplica {
+            segment_id: r.segment_id,
+            length: r.length,
+            closed: r.closed,
+        })
+        .collect()
 }
 
 /// Decodes a response to a request with `opcode`; error statuses become errors.

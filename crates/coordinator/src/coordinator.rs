@@ -305,25 +305,17 @@ impl CoordinatorCore {
         if table.tablets.iter().any(|t| t.start_hash == split_hash) {
             return Ok(Vec::new());
         }
-        // The tablets cover [0, u64::MAX] starting at 0 (checked at load, kept by
-        // every operation) and split_hash is not 0 (0 starts a tablet), so the tablet
-        // before the partition point exists and strictly contains split_hash.
-        let Some(i) = table
+        table.split_at(split_hash);
+        // split_hash does not start a tablet (checked above), so the split made
+        // one starting there, whose owner is the old tablet's.
+        let Some(old) = table
             .tablets
-            .partition_point(|t| t.start_hash <= split_hash)
-            .checked_sub(1)
+            .iter()
+            .find(|t| t.start_hash == split_hash)
+            .copied()
         else {
             return Ok(Vec::new());
         };
-        let old = table.tablets[i];
-        table.tablets[i].end_hash = split_hash - 1;
-        table.tablets.insert(
-            i + 1,
-            TabletEntry {
-                start_hash: split_hash,
-                ..old
-            },
-        );
         let action = Action::SplitTablet {
             server_id: old.server_id,
             address: address_of(&next, old.server_id),
