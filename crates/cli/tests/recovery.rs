@@ -20,7 +20,7 @@ use common::{wait_until, Cluster};
 use ramstore_client::{BlockingClient, ClientError, ClientOptions, RejectRules};
 
 /// How long a condition that needs the cluster to react may take on a slow machine.
-const PATIENCE: Duration = Duration::from_secs(60);
+const PATIENCE: Duration = Duration::from_secs(120);
 /// Keys each load worker owns (no two workers share a key, so each has an exact
 /// model of its keys).
 const KEYS_PER_WORKER: usize = 150;
@@ -91,11 +91,20 @@ fn state_of(client: &BlockingClient, cluster: &Cluster, id: u64) -> String {
         .unwrap_or_default()
 }
 
-/// Waits until server `id` is removed: recovered (R§7).
+/// Waits until server `id` is removed: recovered (R§7). On a timeout, prints
+/// every process's log before failing.
 fn wait_recovered(client: &BlockingClient, cluster: &Cluster, id: u64) {
-    wait_until(&format!("server {id} recovered"), PATIENCE, || {
-        (state_of(client, cluster, id) == "removed").then_some(())
-    });
+    let deadline = Instant::now() + PATIENCE;
+    while state_of(client, cluster, id) != "removed" {
+        if Instant::now() > deadline {
+            eprintln!("{}", cluster.coordinator.proc.transcript());
+            for s in &cluster.servers {
+                eprintln!("{}", s.proc.transcript());
+            }
+            panic!("timed out waiting for server {id} to be recovered");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// What a worker knows of one of its keys: the acknowledged value and version,

@@ -49,7 +49,7 @@ const FETCH_PATIENCE_MS: u64 = 120_000;
 /// How long a recovered partition may wait to become durable (too few backups,
 /// or a large recovery whose re-replication is slower than its replay)
 /// before it fails and the coordinator tries again, perhaps elsewhere.
-const DURABILITY_PATIENCE_MS: u64 = 120_000;
+const DURABILITY_PATIENCE_MS: u64 = 30_000;
 /// How long replay waits for log memory (the cleaner) before failing the partition.
 const NO_SPACE_PATIENCE_MS: u64 = 10_000;
 
