@@ -178,17 +178,22 @@ async fn put_of_deposed_leader_is_refused_by_etcd() {
         .expect("b wins");
     assert_ne!(leader_a.create_revision(), leader_b.create_revision());
     b.put(STATE_KEY, b"b1").unwrap();
-    assert!(leader_a.is_leader(), "A has not noticed yet");
+    // Usually A has not noticed yet, so the refusal must come from etcd's fence.
+    // (etcd may answer a keepalive for the revoked lease at any moment; then A
+    // already knows, and its own bookkeeping refuses — still never a write.)
+    let unaware = leader_a.is_leader();
     let e = a.put(STATE_KEY, b"a2").unwrap_err();
     assert!(matches!(e, StorageError::NotLeader { .. }), "{e:?}");
     assert!(matches!(
         a.delete(STATE_KEY),
         Err(StorageError::NotLeader { .. })
     ));
-    // The refused write deposed A at once and told its owner.
+    // The refused write (or the keepalive) deposed A and told its owner.
     assert!(!leader_a.is_leader());
     let reason = flag_a.lock().unwrap().clone().expect("lost callback ran");
-    assert!(reason.contains("refused"), "{reason}");
+    if unaware {
+        assert!(reason.contains("refused"), "{reason}");
+    }
     assert_eq!(b.get(STATE_KEY).unwrap().as_deref(), Some(&b"b1"[..]));
 }
 
