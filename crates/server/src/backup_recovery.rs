@@ -105,6 +105,7 @@ impl BackupRecoveries {
         });
         by_master.insert(master_id, partitioning.clone());
         drop(by_master);
+        let order = partitioning.order.clone();
         let store = Arc::clone(store);
         let job = move || bucket_all(&store, master_id, &partitioning, &tablets);
         match tokio::runtime::Handle::try_current() {
@@ -113,11 +114,7 @@ impl BackupRecoveries {
             }
             Err(_) => job(),
         }
-        self.by_master
-            .lock()
-            .get(&master_id)
-            .map(|p| p.order.clone())
-            .unwrap_or_default()
+        order
     }
 
     /// The entries of `partition_id` in replica `segment_id` of `master_id`.

@@ -300,18 +300,7 @@ impl StorageService {
         op: Opcode,
         now: Instant,
     ) -> Option<ErrorBody<'static>> {
-        let object_op = matches!(
-            op,
-            Opcode::Read
-                | Opcode::Write
-                | Opcode::Remove
-                | Opcode::Increment
-                | Opcode::MultiRead
-                | Opcode::MultiWrite
-                | Opcode::MultiRemove
-                | Opcode::Enumerate
-        );
-        if !object_op || !self.failure.unconfirmed(now) {
+        if !crate::storage_service::is_object_op(op) || !self.failure.unconfirmed(now) {
             return None;
         }
         let delay_ms = self

@@ -185,13 +185,14 @@ impl Replay {
                 }
                 Entry::Tombstone(t) => {
                     self.max_version = self.max_version.max(t.version);
-                    let newest = self
-                        .tombstones
-                        .entry(t.table_id)
-                        .or_default()
-                        .entry(t.key.to_vec())
-                        .or_insert(0);
-                    *newest = (*newest).max(t.version);
+                    // Looked up borrowed: a key already seen costs no allocation.
+                    let table = self.tombstones.entry(t.table_id).or_default();
+                    match table.get_mut(t.key) {
+                        Some(newest) => *newest = (*newest).max(t.version),
+                        None => {
+                            table.insert(t.key.to_vec(), t.version);
+                        }
+                    }
                     with_space(|| store.replay_tombstone(t.table_id, t.key, t.version))?;
                 }
                 Entry::SafeVersion(v) => self.max_version = self.max_version.max(v.version),

@@ -325,15 +325,7 @@ impl StorageService {
             | Request::DropTabletOwnership { server_id, .. }
                 if server_id != self.server_id() =>
             {
-                encode_response(
-                    id,
-                    op,
-                    &Response::Error(ErrorBody::Message {
-                        status: Status::ServerNotUp,
-                        message: NOT_THE_SERVER_MEANT,
-                    }),
-                    out,
-                )?
+                answer_message(id, op, Status::ServerNotUp, NOT_THE_SERVER_MEANT, out)?
             }
             Request::TakeTabletOwnership {
                 table_id,
@@ -345,18 +337,7 @@ impl StorageService {
                     tracing::info!(table_id, start_hash, end_hash, "took tablet ownership");
                     encode_response(id, op, &Response::TakeTabletOwnership, out)?
                 }
-                Err(e) => {
-                    let message = e.to_string();
-                    encode_response(
-                        id,
-                        op,
-                        &Response::Error(ErrorBody::Message {
-                            status: Status::InvalidRequest,
-                            message: &message,
-                        }),
-                        out,
-                    )?
-                }
+                Err(e) => answer_message(id, op, Status::InvalidRequest, &e.to_string(), out)?,
             },
             Request::ServerListUpdate {
                 list_version,
@@ -423,13 +404,11 @@ impl StorageService {
             | Request::Enlist { .. }
             | Request::CrashServer { .. }
             | Request::SuspectServer { .. }
-            | Request::GetTabletMap => encode_response(
+            | Request::GetTabletMap => answer_message(
                 id,
                 op,
-                &Response::Error(ErrorBody::Message {
-                    status: Status::InvalidRequest,
-                    message: "this is a storage server; send table operations to the coordinator",
-                }),
+                Status::InvalidRequest,
+                "this is a storage server; send table operations to the coordinator",
                 out,
             )?,
         }
@@ -485,17 +464,7 @@ impl StorageService {
     /// crashed) serves no object operation any more — not even a read, whose value
     /// may since have been overwritten on the master that recovered it.
     fn is_fenced_off(&self, op: Opcode) -> bool {
-        let data_op = matches!(
-            op,
-            Opcode::Read
-                | Opcode::Write
-                | Opcode::Remove
-                | Opcode::Increment
-                | Opcode::MultiRead
-                | Opcode::MultiWrite
-                | Opcode::MultiRemove
-                | Opcode::Enumerate
-        );
+        let data_op = is_object_op(op);
         // A zombie (R§7.11, `crate::failure_monitor`) refuses them too.
         data_op && (self.is_zombie() || self.replicas.as_ref().is_some_and(|m| m.is_fenced()))
     }
@@ -755,18 +724,7 @@ impl StorageService {
                 },
                 &mut out,
             ),
-            Err(e) => {
-                let message = e.to_string();
-                encode_response(
-                    id,
-                    op,
-                    &Response::Error(ErrorBody::Message {
-                        status: Status::Internal,
-                        message: &message,
-                    }),
-                    &mut out,
-                )
-            }
+            Err(e) => answer_message(id, op, Status::Internal, &e.to_string(), &mut out),
         };
         self.metrics.record(Op::from(op), started.elapsed());
         out
@@ -844,31 +802,53 @@ impl Service for StorageService {
     }
 }
 
+/// Whether `op` reads or changes objects (what a fenced, zombie or frozen master
+/// refuses, R§7.11).
+pub(crate) fn is_object_op(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::Read
+            | Opcode::Write
+            | Opcode::Remove
+            | Opcode::Increment
+            | Opcode::MultiRead
+            | Opcode::MultiWrite
+            | Opcode::MultiRemove
+            | Opcode::Enumerate
+    )
+}
+
+/// Appends an error response with `status` and a message for humans.
+fn answer_message(
+    id: u64,
+    op: Opcode,
+    status: Status,
+    message: &str,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    encode_response(
+        id,
+        op,
+        &Response::Error(ErrorBody::Message { status, message }),
+        out,
+    )
+}
+
 /// Answers an object operation sent to a fenced-off master: SERVER_NOT_UP, so the
 /// client asks the coordinator where the tablet is now.
 fn answer_fenced(id: u64, op: Opcode, out: &mut Vec<u8>) {
-    let _ = encode_response(
+    let _ = answer_message(
         id,
         op,
-        &Response::Error(ErrorBody::Message {
-            status: Status::ServerNotUp,
-            message: "this master was declared crashed (its backups fence it off)",
-        }),
+        Status::ServerNotUp,
+        "this master was declared crashed (its backups fence it off)",
         out,
     );
 }
 
 /// Answers a backup request sent to a server that runs no backup.
 fn no_backup(id: u64, op: Opcode, out: &mut Vec<u8>) -> Result<(), WireError> {
-    encode_response(
-        id,
-        op,
-        &Response::Error(ErrorBody::Message {
-            status: Status::InvalidRequest,
-            message: NO_BACKUP_MESSAGE,
-        }),
-        out,
-    )
+    answer_message(id, op, Status::InvalidRequest, NO_BACKUP_MESSAGE, out)
 }
 
 /// Answers a request that did not decode: its status says why, with the request id
