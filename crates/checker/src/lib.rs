@@ -1,0 +1,277 @@
+//! Checks a recorded client history of a ramstore cluster against the store's
+//! guarantees (DESIGN §1): (a) every acknowledged write is readable with its value or
+//! a later one, (b) no deleted object comes back, (c) versions per key only grow,
+//! (d) per-key linearizability of reads, writes, deletes, conditional writes and
+//! increments.
+//!
+//! A history is a list of [`Op`]s (invocation, return, arguments, outcome) recorded
+//! by client workers on one monotonic clock; the reliability harness
+//! (`ramstore-harness`) records them, and `ramstore-checker FILE` checks a history
+//! saved as JSON lines.
+//!
+//! How it decides:
+//! - Operations are grouped by object (table, key). Linearizability is local, so each
+//!   object is checked alone (`linearizability.rs`: Wing & Gong search with
+//!   memoization over the model in `model.rs`).
+//! - An operation whose outcome is unknown (timeout, lost connection) may have taken
+//!   effect at any time after its invocation, or never; a failed read is ignored.
+//! - Until ramstore has RIFL-style completion records, a retried call may take
+//!   effect more than once (at-least-once, DESIGN §1). With
+//!   [`CheckOptions::at_least_once`] every mutating call may also have taken effect
+//!   once more, unseen, between its invocation and its return (a duplicate from a
+//!   retry); without it such a duplicate is a violation.
+//! - The named real-time checks (`checks.rs`) classify what went wrong (lost write,
+//!   resurrected delete, version regressed) before the search gives its verdict.
+//!
+//! Invariants: a history with a violation is never reported clean — the checker's
+//! tests (`tests/planted.rs`) plant each kind of violation and show it is caught; a
+//! search that exceeds its step budget is reported as inconclusive, never as clean.
+//!
+//! Thread-safety: everything here is plain data and pure functions; [`check`] may
+//! run on any thread.
+
+pub mod checks;
+pub mod history;
+pub mod linearizability;
+pub mod model;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+pub use history::{Call, History, Op, Outcome, Refusal, Rules};
+use linearizability::{check_key, SearchOp, Verdict};
+
+/// States the search may explore per object before it gives up (inconclusive).
+pub const DEFAULT_MAX_STEPS_PER_KEY: u64 = 2_000_000;
+
+/// How to check.
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    /// Mutating calls may have taken effect a second time within their own
+    /// interval (at-least-once retries; see the crate documentation).
+    pub at_least_once: bool,
+    /// Search budget per object (explored states).
+    pub max_steps_per_key: u64,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            at_least_once: true,
+            max_steps_per_key: DEFAULT_MAX_STEPS_PER_KEY,
+        }
+    }
+}
+
+/// The kinds of violation the checker names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ViolationKind {
+    /// (a) An acknowledged write was not seen by a later read (absent or older).
+    LostWrite,
+    /// (b) A read found an object a completed remove had deleted.
+    ResurrectedDelete,
+    /// (c) A version lower than one observed earlier was observed.
+    VersionRegressed,
+    /// (d) No sequential order of the object's operations explains the outcomes.
+    NotLinearizable,
+}
+
+/// One violation, with the object and a description of the operations involved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub kind: ViolationKind,
+    pub table: u64,
+    pub key: Vec<u8>,
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} on table {} key {:?}: {}",
+            self.kind,
+            self.table,
+            String::from_utf8_lossy(&self.key),
+            self.message
+        )
+    }
+}
+
+/// What the checker found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Operations in the history.
+    pub ops: usize,
+    /// Operations with a definite outcome (checked exactly).
+    pub definite: usize,
+    /// Mutating operations whose outcome is unknown (may or may not have happened).
+    pub indeterminate: usize,
+    /// Failed reads (ignored).
+    pub failed_reads: usize,
+    /// Objects (table, key) checked.
+    pub keys: usize,
+    /// Definite operations by call: reads, writes (incl. conditional), removes,
+    /// increments.
+    pub reads: usize,
+    pub writes: usize,
+    pub removes: usize,
+    pub increments: usize,
+    pub violations: Vec<Violation>,
+    /// Objects whose search ran out of budget.
+    pub inconclusive: Vec<(u64, Vec<u8>)>,
+}
+
+impl Report {
+    /// No violation and every object decided.
+    pub fn is_clean(&self) -> bool {
+        self.violations.is_empty() && self.inconclusive.is_empty()
+    }
+
+    /// Violations of one kind.
+    pub fn count(&self, kind: ViolationKind) -> usize {
+        self.violations.iter().filter(|v| v.kind == kind).count()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "checked {} operations on {} keys: {} definite ({} reads, {} writes, {} removes, {} increments), {} indeterminate, {} failed reads",
+            self.ops,
+            self.keys,
+            self.definite,
+            self.reads,
+            self.writes,
+            self.removes,
+            self.increments,
+            self.indeterminate,
+            self.failed_reads
+        )?;
+        let verdict = if self.is_clean() {
+            "clean".to_string()
+        } else {
+            format!(
+                "{} violations ({} lost writes, {} resurrected deletes, {} versions regressed, {} not linearizable), {} keys inconclusive",
+                self.violations.len(),
+                self.count(ViolationKind::LostWrite),
+                self.count(ViolationKind::ResurrectedDelete),
+                self.count(ViolationKind::VersionRegressed),
+                self.count(ViolationKind::NotLinearizable),
+                self.inconclusive.len()
+            )
+        };
+        writeln!(f, "verdict: {verdict}")?;
+        for v in self.violations.iter().take(20) {
+            writeln!(f, "  {v}")?;
+        }
+        if self.violations.len() > 20 {
+            writeln!(f, "  … and {} more", self.violations.len() - 20)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks `history` (see the crate documentation).
+pub fn check(history: &History, options: &CheckOptions) -> Report {
+    let mut report = Report {
+        ops: history.ops.len(),
+        ..Report::default()
+    };
+    /// An object's operations, with their indices in the history.
+    type KeyOps<'h> = Vec<(usize, &'h Op)>;
+    let mut by_key: BTreeMap<(u64, &[u8]), KeyOps<'_>> = BTreeMap::new();
+    for (i, op) in history.ops.iter().enumerate() {
+        if op.is_definite() {
+            report.definite += 1;
+            match op.call {
+                Call::Read => report.reads += 1,
+                Call::Write { .. } => report.writes += 1,
+                Call::Remove { .. } => report.removes += 1,
+                Call::Increment { .. } => report.increments += 1,
+            }
+        } else if op.call.mutates() {
+            report.indeterminate += 1;
+        } else {
+            report.failed_reads += 1;
+            continue;
+        }
+        by_key
+            .entry((op.table, op.key.as_slice()))
+            .or_default()
+            .push((i, op));
+    }
+    report.keys = by_key.len();
+    for ((table, key), ops) in by_key {
+        let plain: Vec<&Op> = ops.iter().map(|(_, o)| *o).collect();
+        let before = report.violations.len();
+        checks::real_time_checks(table, key, &plain, &mut report.violations);
+        let search = search_ops(&ops, options.at_least_once);
+        match check_key(&search, options.max_steps_per_key) {
+            Verdict::Linearizable => {
+                // The named checks are implied by linearizability, so one that fired
+                // on a linearizable object is a checker bug: say so rather than
+                // report the history clean or hide the finding.
+                for v in &mut report.violations[before..] {
+                    v.message
+                        .push_str(" (yet the search found a linearization: checker bug)");
+                }
+            }
+            Verdict::NotLinearizable { linearized, stuck } => {
+                let mut message = format!(
+                    "no linearization of {} operations; the deepest order placed {linearized} definite operations, then none of these could come next:",
+                    ops.len()
+                );
+                for s in stuck.iter().take(8) {
+                    let op = &history.ops[*s];
+                    message.push_str(&format!(
+                        "\n      client {} {} -> {} [{} ns .. {:?}]",
+                        op.client,
+                        checks::short_call(&op.call),
+                        checks::short_outcome(&op.outcome),
+                        op.invoke_ns,
+                        op.return_ns
+                    ));
+                }
+                report.violations.push(Violation {
+                    kind: ViolationKind::NotLinearizable,
+                    table,
+                    key: key.to_vec(),
+                    message,
+                });
+            }
+            Verdict::Inconclusive => report.inconclusive.push((table, key.to_vec())),
+        }
+    }
+    report
+}
+
+/// The search's view of one object's operations: indeterminate ones optional with
+/// an unbounded return; with `at_least_once`, an optional duplicate of every
+/// mutating call within its own interval.
+fn search_ops(ops: &[(usize, &Op)], at_least_once: bool) -> Vec<SearchOp> {
+    let mut out = Vec::with_capacity(ops.len() * 2);
+    for &(i, op) in ops {
+        let definite = op.is_definite();
+        out.push(SearchOp {
+            invoke: op.invoke_ns,
+            ret: op.effective_return_ns(),
+            optional: !definite,
+            call: op.call.clone(),
+            outcome: op.outcome.clone(),
+            source: i,
+        });
+        if at_least_once && op.call.mutates() {
+            out.push(SearchOp {
+                invoke: op.invoke_ns,
+                ret: op.effective_return_ns(),
+                optional: true,
+                call: op.call.clone(),
+                outcome: Outcome::Unknown("a possible duplicate of a retried call".into()),
+                source: i,
+            });
+        }
+    }
+    out
+}
