@@ -233,6 +233,9 @@ impl Log {
             + 64;
         let mut w = SegmentWriter::new(meta.id, meta.slot, self.config.segment_bytes);
         if !self.cleaner_reserve(&mut w, need.min(meta.mem_length)) {
+            self.counters
+                .passes_without_memory
+                .fetch_add(1, Ordering::Relaxed);
             self.release_victims(std::slice::from_ref(&meta));
             return None;
         }
@@ -434,6 +437,9 @@ impl Log {
             .pool
             .allocate(stash_seglets, AllocClass::Cleaner, &mut stash)
         {
+            self.counters
+                .passes_without_memory
+                .fetch_add(1, Ordering::Relaxed);
             self.release_victims(&victims);
             return None;
         }

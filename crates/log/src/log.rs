@@ -236,6 +236,7 @@ pub(crate) struct CleanerCounters {
     pub tombstones_dropped: AtomicU64,
     pub cpu_ns: AtomicU64,
     pub emergency_heads: AtomicU64,
+    pub passes_without_memory: AtomicU64,
 }
 
 /// A snapshot of the log's statistics.
@@ -264,6 +265,9 @@ pub struct LogStats {
     pub tombstones_dropped: u64,
     pub cleaner_cpu_ns: u64,
     pub emergency_heads: u64,
+    /// Cleaning passes that found work but could not take the seglets for their
+    /// output (the cleaner then waits for memory to come back).
+    pub passes_without_memory: u64,
 }
 
 /// The log of one master. Thread-safe (see the crate doc).
@@ -1039,6 +1043,7 @@ impl Log {
             combined_bytes_copied: get(&c.combined_bytes_copied),
             seglets_freed: get(&c.seglets_freed),
             tombstones_dropped: get(&c.tombstones_dropped),
+            passes_without_memory: get(&c.passes_without_memory),
             cleaner_cpu_ns: get(&c.cpu_ns),
             emergency_heads: get(&c.emergency_heads),
         }

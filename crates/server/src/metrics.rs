@@ -155,7 +155,7 @@ impl Metrics {
 /// Appends log and cleaner gauges of a store in Prometheus text.
 pub fn render_store(stats: &ramstore_master::StoreStats, out: &mut String) {
     let l = &stats.log;
-    let gauges: [(&str, &str, f64); 12] = [
+    let gauges: [(&str, &str, f64); 13] = [
         (
             "ramstore_log_memory_bytes",
             "Bytes of log memory.",
@@ -201,6 +201,11 @@ pub fn render_store(stats: &ramstore_master::StoreStats, out: &mut String) {
             "ramstore_cleaner_cpu_seconds_total",
             "CPU time spent cleaning.",
             l.cleaner_cpu_ns as f64 / 1e9,
+        ),
+        (
+            "ramstore_cleaner_passes_without_memory_total",
+            "Cleaning passes that found work but no free seglets for their output.",
+            l.passes_without_memory as f64,
         ),
         (
             "ramstore_log_appended_bytes_total",
