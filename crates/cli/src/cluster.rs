@@ -74,6 +74,10 @@ pub struct DevOptions {
     pub detector: FailureDetectorConfig,
     /// The servers' randomized pings (R§7.2).
     pub monitor: MonitorConfig,
+    /// Serve the Redis protocol on this port of 127.0.0.1.
+    pub resp_port: Option<u16>,
+    /// The password Redis clients must give with AUTH.
+    pub require_pass: Option<String>,
 }
 
 /// The exit code of a `ramstore server` that learned it was declared crashed
@@ -191,20 +195,78 @@ pub async fn dev(o: DevOptions) -> Result<()> {
         ),
         r => println!("Durability: every write is on {r} backups before it is acknowledged."),
     }
+    let resp = match o.resp_port {
+        Some(port) => {
+            Some(start_dev_resp(&coordinator_addr, &servers, port, o.require_pass).await?)
+        }
+        None => None,
+    };
     println!("Try, in another terminal:");
     println!("  export RAMSTORE_COORDINATOR={coordinator_addr}");
     println!("  ramstore create-table demo");
     println!("  ramstore put demo hello world");
     println!("  ramstore get demo hello");
     println!("  ramstore status");
+    if let Some((addr, _)) = &resp {
+        println!("  redis-cli -p {}", addr.port());
+    }
     println!("Press Ctrl-C to stop.");
     shutdown.wait().await;
     println!("stopping");
+    if let Some((_, task)) = resp {
+        task.abort();
+    }
     for s in servers {
         s.stop();
     }
     coordinator.stop();
     Ok(())
+}
+
+/// Starts the Redis protocol front end of `ramstore dev` on 127.0.0.1:`port`, in
+/// the server that owns database 0 (table `db0`, made here with one tablet), so
+/// database 0's commands are answered without a hop between servers.
+async fn start_dev_resp(
+    coordinator: &str,
+    servers: &[StartedServer],
+    port: u16,
+    require_pass: Option<String>,
+) -> Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+    let client = ramstore_client::Client::connect(ramstore_client::ClientOptions::new(coordinator))
+        .await
+        .context("connecting the Redis front end's client")?;
+    let db0 = client
+        .create_table("db0", 1)
+        .await
+        .context("creating table db0 for the Redis front end")?;
+    let owner = client
+        .tablet_map()
+        .await
+        .context("reading the tablet map")?
+        .into_iter()
+        .find(|t| t.table_id == db0)
+        .map(|t| t.address);
+    let server = servers
+        .iter()
+        .find(|s| Some(s.addr.to_string()) == owner)
+        .or(servers.first())
+        .context("no storage server to serve the Redis protocol")?;
+    let backend = ramstore_resp::Backend::new(Some(server.service.clone()), client, 1);
+    let config = ramstore_resp::RespConfig {
+        require_pass,
+        port,
+        memory_bytes: server.service.store().stats().log.memory_bytes as u64,
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let (addr, task) = ramstore_resp::start(&listen, backend, config)
+        .await
+        .with_context(|| format!("serving the Redis protocol on {listen}"))?;
+    println!(
+        "Redis protocol (RESP2/RESP3) on {addr}, served by storage server {} ({}); database 0 lives there.",
+        server.service.server_id(),
+        server.addr
+    );
+    Ok((addr, task))
 }
 
 /// Options of `ramstore coordinator`.
@@ -283,7 +345,10 @@ pub async fn server(options: ServerOptions) -> Result<()> {
         s.addr,
         s.metrics_addr
             .map(|m| format!(", metrics on http://{m}/metrics"))
-            .unwrap_or_default(),
+            .unwrap_or_default()
+            + &s.resp_addr
+                .map(|r| format!(", Redis protocol on {r}"))
+                .unwrap_or_default(),
         backup_note(&s),
         match s.service.replicas() {
             Some(m) => format!("log replicated to {} backups", m.replicas()),

@@ -160,6 +160,13 @@ enum Command {
         replicas: u8,
         #[command(flatten)]
         detector: DetectorArgs,
+        /// Also serve the Redis protocol on 127.0.0.1:PORT (redis-cli -p PORT), from
+        /// the server that owns database 0 (table db0).
+        #[arg(long, value_name = "PORT")]
+        resp_port: Option<u16>,
+        /// The password Redis clients must give with AUTH (default: none).
+        #[arg(long, value_name = "PASSWORD")]
+        requirepass: Option<String>,
     },
     /// Run a coordinator. With an etcd store, coordinators elect one active
     /// coordinator through a lease in etcd; the others stand by and take over when
@@ -249,6 +256,18 @@ enum Command {
         /// the others may miss pings meanwhile, so start them one at a time.
         #[arg(long)]
         prefault_memory: bool,
+        /// Also serve the Redis protocol (RESP2/RESP3) here, e.g. 127.0.0.1:6379:
+        /// keys this server owns are answered locally, others are forwarded to
+        /// their master (one extra hop). See docs/operations.md.
+        #[arg(long, value_name = "ADDR")]
+        resp_listen: Option<String>,
+        /// The password Redis clients must give with AUTH (default: none).
+        #[arg(long, value_name = "PASSWORD")]
+        requirepass: Option<String>,
+        /// Masters a Redis database's table (db0, db1, …) spans when the Redis
+        /// front end creates it.
+        #[arg(long, default_value_t = 1)]
+        resp_table_span: u32,
     },
     /// Create a table (no-op if it exists).
     CreateTable {
@@ -420,7 +439,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             backup_sync,
             replicas,
             detector,
+            resp_port,
+            requirepass,
         } => runtime()?.block_on(cluster::dev(cluster::DevOptions {
+            resp_port,
+            require_pass: requirepass,
             replicas: replicas.into(),
             dir,
             servers,
@@ -460,7 +483,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             replicas,
             monitor,
             prefault_memory,
+            resp_listen,
+            requirepass,
+            resp_table_span,
         } => runtime()?.block_on(cluster::server(ServerOptions {
+            resp_listen,
+            resp_require_pass: requirepass,
+            resp_table_span,
             replicas: replicas.into(),
             listen,
             advertise,

@@ -51,10 +51,17 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn enumerate(&self, table_id: u64) -> Enumeration {
+        self.enumerate_from(table_id, 0)
+    }
+
+    /// Like [`Client::enumerate`], resuming at `cursor`, a value an earlier
+    /// enumeration's [`Enumeration::cursor`] returned (0: the start). Lets a caller
+    /// that keeps no state between batches (Redis SCAN) walk a table.
+    pub fn enumerate_from(&self, table_id: u64, cursor: u64) -> Enumeration {
         Enumeration {
             client: self.clone(),
             table_id,
-            cursor: 0,
+            cursor,
             done: false,
             batch: VecDeque::new(),
         }
@@ -90,6 +97,29 @@ impl Enumeration {
                 return Some(Err(e));
             }
         }
+    }
+
+    /// The next whole batch, as one master returned it (possibly empty when the
+    /// cursor moves past an empty range); `None` once the enumeration is over.
+    /// Objects already taken with [`Enumeration::next`] are not repeated.
+    pub async fn next_batch(&mut self) -> Option<Result<Vec<EnumeratedObject>, ClientError>> {
+        if !self.batch.is_empty() {
+            return Some(Ok(self.batch.drain(..).collect()));
+        }
+        if self.done {
+            return None;
+        }
+        if let Err(e) = self.fetch().await {
+            self.done = true;
+            return Some(Err(e));
+        }
+        Some(Ok(self.batch.drain(..).collect()))
+    }
+
+    /// Where the enumeration resumes once the objects fetched so far are consumed
+    /// (for [`Client::enumerate_from`]); `None` when nothing is left to fetch.
+    pub fn cursor(&self) -> Option<u64> {
+        (!self.done).then_some(self.cursor)
     }
 
     /// Fetches the batch at the cursor and moves the cursor past it.

@@ -75,6 +75,14 @@ pub struct ServerOptions {
     /// replay (the process then holds `memory_bytes` resident). Off by default
     /// (`ramstore server --prefault-memory`): it keeps a core busy meanwhile.
     pub prefault_memory: bool,
+    /// Where to serve the Redis protocol (`ramstore server --resp-listen`);
+    /// `None`: nowhere. See `ramstore_resp`.
+    pub resp_listen: Option<String>,
+    /// The password Redis clients must give with AUTH (`--requirepass`).
+    pub resp_require_pass: Option<String>,
+    /// Masters each Redis database's table (`db{n}`) spans when the RESP front end
+    /// creates it (`--resp-table-span`; 1: the whole database on one master).
+    pub resp_table_span: u32,
 }
 
 impl ServerOptions {
@@ -97,6 +105,9 @@ impl ServerOptions {
             monitor: MonitorConfig::default(),
             on_zombie: None,
             prefault_memory: false,
+            resp_listen: None,
+            resp_require_pass: None,
+            resp_table_span: 1,
         }
     }
 
@@ -145,12 +156,18 @@ pub enum ServerError {
     /// `#[source]`: the message already says it, and error chains would repeat it.)
     #[error("backup store in {}: {error}", dir.display())]
     Backup { dir: PathBuf, error: BackupError },
+    /// The Redis protocol front end could not start (its client could not reach
+    /// the coordinator).
+    #[error("Redis protocol front end: {0}")]
+    Resp(String),
 }
 
 /// A running storage server.
 pub struct StartedServer {
     pub addr: SocketAddr,
     pub metrics_addr: Option<SocketAddr>,
+    /// Where the Redis protocol is served, if it is.
+    pub resp_addr: Option<SocketAddr>,
     pub service: Arc<StorageService>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -301,6 +318,14 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         options.monitor,
         options.on_zombie.clone(),
     ));
+    let resp_addr = match &options.resp_listen {
+        Some(listen) => {
+            let (resp_addr, task) = start_resp(listen, &options, service.clone()).await?;
+            tasks.push(task);
+            Some(resp_addr)
+        }
+        None => None,
+    };
     tracing::info!(
         server_id,
         %addr,
@@ -313,9 +338,37 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     Ok(StartedServer {
         addr,
         metrics_addr,
+        resp_addr,
         service,
         tasks,
     })
+}
+
+/// Starts the Redis protocol front end on `listen`: keys this master owns are
+/// served by `service` in-process, others forwarded through a client of the
+/// cluster (made here, after enlistment, so the coordinator knows this server).
+async fn start_resp(
+    listen: &str,
+    options: &ServerOptions,
+    service: Arc<StorageService>,
+) -> Result<(SocketAddr, JoinHandle<()>), ServerError> {
+    let client = ramstore_client::Client::connect(ramstore_client::ClientOptions::new(
+        options.coordinator.clone(),
+    ))
+    .await
+    .map_err(|e| ServerError::Resp(e.to_string()))?;
+    let backend = ramstore_resp::Backend::new(Some(service), client, options.resp_table_span);
+    let config = ramstore_resp::RespConfig {
+        require_pass: options.resp_require_pass.clone(),
+        port: 0,
+        memory_bytes: options.memory_bytes as u64,
+    };
+    ramstore_resp::start(listen, backend, config)
+        .await
+        .map_err(|source| ServerError::Listen {
+            addr: listen.to_string(),
+            source,
+        })
 }
 
 /// Opens (or creates) the backup store off the async threads: the format and the

@@ -1,0 +1,233 @@
+//! The RESP listener and the per-connection loop: read what the socket has, run
+//! every complete command in it in order, write all their replies in one write.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::backend::Backend;
+use crate::commands::{Connection, Flow};
+use crate::protocol::{parse_command, Encoder, Version};
+
+/// Bytes a connection reads at most per socket read (a whole pipeline of small
+/// commands usually arrives in one).
+pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Replies are written out once this many bytes are waiting, even mid-pipeline,
+/// so a long pipeline of large GETs does not hold its replies in memory.
+pub const FLUSH_REPLY_BYTES: usize = 1 << 20;
+/// Most client connections at once; more are answered an error and closed
+/// (Redis's `maxclients` default).
+pub const MAX_CONNECTIONS: u64 = 10_000;
+
+/// How the RESP front end is configured.
+#[derive(Debug, Clone, Default)]
+pub struct RespConfig {
+    /// The password AUTH must give before any other command (`--requirepass`);
+    /// `None`: no authentication.
+    pub require_pass: Option<String>,
+    /// The port the listener is bound to (CONFIG GET port, INFO).
+    pub port: u16,
+    /// Bytes of log memory of the local master (CONFIG GET maxmemory, INFO).
+    pub memory_bytes: u64,
+}
+
+/// Counters for INFO.
+#[derive(Debug, Default)]
+pub struct RespStats {
+    pub connections_received: AtomicU64,
+    pub connected: AtomicU64,
+    pub commands_processed: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    pub protocol_errors: AtomicU64,
+}
+
+/// State shared by every connection of one listener.
+pub struct Shared {
+    pub backend: Backend,
+    pub config: RespConfig,
+    pub stats: RespStats,
+    pub started: Instant,
+    next_client_id: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(backend: Backend, config: RespConfig) -> Self {
+        Self {
+            backend,
+            config,
+            stats: RespStats::default(),
+            started: Instant::now(),
+            next_client_id: AtomicU64::new(1),
+        }
+    }
+
+    pub(crate) fn new_client_id(&self) -> u64 {
+        self.next_client_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Serves RESP connections accepted on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                shared
+                    .stats
+                    .connections_received
+                    .fetch_add(1, Ordering::Relaxed);
+                if shared.stats.connected.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+                    shared
+                        .stats
+                        .rejected_connections
+                        .fetch_add(1, Ordering::Relaxed);
+                    tokio::spawn(async move {
+                        let mut stream = stream;
+                        let _ = stream
+                            .write_all(b"-ERR max number of clients reached\r\n")
+                            .await;
+                    });
+                    continue;
+                }
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    shared.stats.connected.fetch_add(1, Ordering::Relaxed);
+                    serve_connection(stream, &shared).await;
+                    shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
+                });
+            }
+            // Out of file descriptors and the like: back off instead of spinning.
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// A reply that is written once the write behind it is durable.
+pub type LaterReply = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
+
+enum Queued {
+    Bytes(Vec<u8>),
+    Later(LaterReply),
+}
+
+/// The replies of one batch of commands, in order. While no reply is waiting for
+/// replication they go straight into `out`; after one is, later replies queue
+/// behind it so the order on the wire is the order of the commands.
+pub struct Sink {
+    out: Vec<u8>,
+    queue: VecDeque<Queued>,
+}
+
+impl Sink {
+    fn new() -> Self {
+        Self {
+            out: Vec::with_capacity(16 * 1024),
+            queue: VecDeque::new(),
+        }
+    }
+
+    /// Appends a reply that is known now.
+    pub fn reply(&mut self, version: Version, f: impl FnOnce(&mut Encoder<'_>)) {
+        if self.queue.is_empty() {
+            f(&mut Encoder::new(&mut self.out, version));
+        } else {
+            let mut bytes = Vec::new();
+            f(&mut Encoder::new(&mut bytes, version));
+            self.queue.push_back(Queued::Bytes(bytes));
+        }
+    }
+
+    /// Appends a reply that is known once `later` completes.
+    pub fn later(&mut self, later: LaterReply) {
+        self.queue.push_back(Queued::Later(later));
+    }
+
+    fn pending_bytes(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Waits for every queued reply and writes everything out.
+    async fn flush(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
+        while let Some(q) = self.queue.pop_front() {
+            match q {
+                Queued::Bytes(b) => self.out.extend_from_slice(&b),
+                Queued::Later(f) => {
+                    let b = f.await;
+                    self.out.extend_from_slice(&b);
+                }
+            }
+        }
+        if !self.out.is_empty() {
+            stream.write_all(&self.out).await?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+}
+
+async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>) {
+    // Small replies must not wait for Nagle's algorithm.
+    let _ = stream.set_nodelay(true);
+    let mut conn = Connection::new(shared.clone());
+    let mut sink = Sink::new();
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut start = 0usize;
+    loop {
+        if start == buf.len() {
+            buf.clear();
+            start = 0;
+        } else if start > 0 {
+            buf.drain(..start);
+            start = 0;
+        }
+        buf.reserve(READ_CHUNK_BYTES);
+        match stream.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        loop {
+            let parsed = match parse_command(&buf[start..]) {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(e) => {
+                    shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                    let version = conn.version();
+                    sink.reply(version, |enc| {
+                        enc.error(&format!("ERR Protocol error: {e}"))
+                    });
+                    let _ = sink.flush(&mut stream).await;
+                    return;
+                }
+            };
+            let flow = {
+                let window = &buf[start..];
+                let args = parsed.slices(window);
+                if args.is_empty() {
+                    Flow::Continue
+                } else {
+                    shared
+                        .stats
+                        .commands_processed
+                        .fetch_add(1, Ordering::Relaxed);
+                    conn.execute(&args, &mut sink).await
+                }
+            };
+            start += parsed.consumed;
+            if flow == Flow::Close {
+                let _ = sink.flush(&mut stream).await;
+                return;
+            }
+            if sink.pending_bytes() >= FLUSH_REPLY_BYTES && sink.flush(&mut stream).await.is_err() {
+                return;
+            }
+        }
+        if sink.flush(&mut stream).await.is_err() {
+            return;
+        }
+    }
+}
