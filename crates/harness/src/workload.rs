@@ -1,0 +1,304 @@
+//! Client workers that drive a mixed load on shared keys and record every
+//! operation's invocation, return, arguments and outcome for the checker.
+//!
+//! Keys are shared by all workers, so operations on a key overlap in time and the
+//! checker's linearizability search has real concurrency to judge. Every written
+//! value is unique (worker and sequence number), so a read names the write it saw.
+//! Conditional writes use the version the worker last saw for the key; counters
+//! (a separate set of keys) only get increments, reads and removes.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Instant;
+
+use ramstore_checker::{Call, History, Op, Outcome, Refusal, Rules};
+use ramstore_client::{BlockingClient, ClientError, RejectRules};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// The load's shape.
+#[derive(Clone, Debug)]
+pub struct WorkloadConfig {
+    /// Client workers (each its own client and connection).
+    pub workers: usize,
+    /// Plain keys (reads, writes, conditional writes, removes).
+    pub keys: usize,
+    /// Counter keys (increments, reads, removes).
+    pub counters: usize,
+    /// Largest value written, in bytes (values are 16 bytes or more).
+    pub max_value_bytes: usize,
+    /// Seed of the workers' choices.
+    pub seed: u64,
+}
+
+impl Default for WorkloadConfig {
+    fn default() -> Self {
+        WorkloadConfig {
+            workers: 4,
+            keys: 64,
+            counters: 8,
+            max_value_bytes: 200,
+            seed: 1,
+        }
+    }
+}
+
+/// Running workers; [`Workload::stop`] returns the history.
+pub struct Workload {
+    stop: Arc<AtomicBool>,
+    ops: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+    handles: Vec<JoinHandle<Vec<Op>>>,
+    start: Instant,
+    table: u64,
+}
+
+fn key_name(i: usize) -> Vec<u8> {
+    format!("key-{i}").into_bytes()
+}
+
+fn counter_name(i: usize) -> Vec<u8> {
+    format!("counter-{i}").into_bytes()
+}
+
+/// The checker's view of a client error for `call`: refusals and increment
+/// errors are definite, everything else may or may not have taken effect.
+pub fn outcome_of_error(call: &Call, e: &ClientError) -> Outcome {
+    match (call, e) {
+        (Call::Read, ClientError::ObjectDoesntExist) => Outcome::NotFound,
+        (_, ClientError::ObjectDoesntExist) => Outcome::Refused(Refusal::DoesntExist),
+        (_, ClientError::ObjectExists) => Outcome::Refused(Refusal::Exists),
+        (_, ClientError::WrongVersion { current }) => {
+            Outcome::Refused(Refusal::WrongVersion { current: *current })
+        }
+        (_, ClientError::NotNumeric) => Outcome::NotNumeric,
+        (_, ClientError::Overflow) => Outcome::Overflow,
+        (_, e) => Outcome::Unknown(e.to_string()),
+    }
+}
+
+fn client_rules(r: &Rules) -> RejectRules {
+    RejectRules {
+        given_version: r.given_version,
+        doesnt_exist: r.doesnt_exist,
+        exists: r.exists,
+        version_le_given: r.version_le_given,
+        version_ne_given: r.version_ne_given,
+        version_gt_given: r.version_gt_given,
+    }
+}
+
+/// Runs `call` on `key` and returns its outcome.
+pub fn execute(client: &BlockingClient, table: u64, key: &[u8], call: &Call) -> Outcome {
+    let result = match call {
+        Call::Read => client
+            .read(table, key)
+            .map(|(value, version)| Outcome::Value { value, version }),
+        Call::Write { value, rules } => client
+            .write_with_rules(table, key, value, &client_rules(rules))
+            .map(|version| Outcome::Written {
+                version,
+                number: None,
+            }),
+        Call::Remove { rules } => client
+            .remove_with_rules(table, key, &client_rules(rules))
+            .map(|version| Outcome::Removed { version }),
+        Call::Increment { delta } => {
+            client
+                .increment_i64(table, key, *delta)
+                .map(|(n, version)| Outcome::Written {
+                    version,
+                    number: Some(n),
+                })
+        }
+    };
+    result.unwrap_or_else(|e| outcome_of_error(call, &e))
+}
+
+/// Records one operation: invocation and return times around `execute`.
+pub fn record(
+    client: &BlockingClient,
+    worker: u64,
+    table: u64,
+    key: &[u8],
+    call: Call,
+    start: Instant,
+) -> Op {
+    let invoke_ns = start.elapsed().as_nanos() as u64;
+    let outcome = execute(client, table, key, &call);
+    let return_ns = start.elapsed().as_nanos() as u64;
+    Op {
+        client: worker,
+        table,
+        key: key.to_vec(),
+        call,
+        outcome,
+        invoke_ns,
+        return_ns: Some(return_ns),
+    }
+}
+
+/// Picks the next operation of worker `w` (its `seq`-th).
+fn choose(
+    rng: &mut SmallRng,
+    config: &WorkloadConfig,
+    w: usize,
+    seq: u64,
+    last_version: &mut [Option<u64>],
+) -> (Vec<u8>, Call, Option<usize>) {
+    let on_counter = config.counters > 0 && rng.gen_ratio(1, 5);
+    if on_counter {
+        let key = counter_name(rng.gen_range(0..config.counters));
+        let call = match rng.gen_range(0..10) {
+            0..=5 => Call::Increment {
+                delta: rng.gen_range(1..=5),
+            },
+            6..=8 => Call::Read,
+            _ => Call::Remove {
+                rules: Rules::default(),
+            },
+        };
+        return (key, call, None);
+    }
+    let k = rng.gen_range(0..config.keys.max(1));
+    let len = rng.gen_range(16..=config.max_value_bytes.max(16));
+    let mut value = format!("w{w}-{seq}-").into_bytes();
+    value.resize(len.max(value.len()), b'a' + (seq % 26) as u8);
+    let call = match rng.gen_range(0..20) {
+        0..=7 => Call::Read,
+        8..=12 => Call::Write {
+            value,
+            rules: Rules::default(),
+        },
+        13..=15 => {
+            // Compare-and-swap on the version this worker saw last, or create.
+            let rules = match last_version[k] {
+                Some(v) => Rules {
+                    given_version: v,
+                    doesnt_exist: true,
+                    version_ne_given: true,
+                    ..Rules::default()
+                },
+                None => Rules {
+                    exists: true,
+                    ..Rules::default()
+                },
+            };
+            Call::Write { value, rules }
+        }
+        16..=18 => Call::Remove {
+            rules: Rules::default(),
+        },
+        _ => Call::Remove {
+            // Delete only an object that exists (a conditional delete).
+            rules: Rules {
+                doesnt_exist: true,
+                ..Rules::default()
+            },
+        },
+    };
+    (key_name(k), call, Some(k))
+}
+
+impl Workload {
+    /// Starts `config.workers` workers on `table`, each with its own client made by
+    /// `connect`. Times are nanoseconds since `start` (shared by all workers).
+    pub fn start(
+        config: &WorkloadConfig,
+        table: u64,
+        start: Instant,
+        connect: impl Fn() -> Result<BlockingClient, ClientError>,
+    ) -> Result<Workload, ClientError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ops = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(AtomicU64::new(0));
+        let mut handles = Vec::new();
+        for w in 0..config.workers {
+            let client = connect()?;
+            let (stop, ops, errors) = (stop.clone(), ops.clone(), errors.clone());
+            let config = config.clone();
+            handles.push(thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(config.seed.wrapping_mul(1000) + w as u64);
+                let mut last_version: Vec<Option<u64>> = vec![None; config.keys.max(1)];
+                let mut history = Vec::new();
+                let mut seq = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    seq += 1;
+                    let (key, call, k) = choose(&mut rng, &config, w, seq, &mut last_version);
+                    let op = record(&client, w as u64, table, &key, call, start);
+                    if let Some(k) = k {
+                        last_version[k] = match &op.outcome {
+                            Outcome::Value { version, .. } | Outcome::Written { version, .. } => {
+                                Some(*version)
+                            }
+                            Outcome::Refused(Refusal::WrongVersion { current }) => Some(*current),
+                            Outcome::NotFound | Outcome::Removed { .. } => None,
+                            _ => last_version[k],
+                        };
+                    }
+                    if !op.outcome.is_definite() {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    ops.fetch_add(1, Ordering::Relaxed);
+                    history.push(op);
+                }
+                history
+            }));
+        }
+        Ok(Workload {
+            stop,
+            ops,
+            errors,
+            handles,
+            start,
+            table,
+        })
+    }
+
+    /// Operations completed so far.
+    pub fn ops(&self) -> u64 {
+        self.ops.load(Ordering::Relaxed)
+    }
+
+    /// Operations whose outcome was unknown so far.
+    pub fn unknown(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Stops the workers, then reads every key once more with `client` (so every
+    /// acknowledged write is checked after the faults), and returns the history.
+    pub fn stop(self, config: &WorkloadConfig, client: &BlockingClient) -> History {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut ops = Vec::new();
+        for h in self.handles {
+            // A worker thread only panics on a bug in this file; keep the others'
+            // history rather than lose it.
+            if let Ok(part) = h.join() {
+                ops.extend(part);
+            }
+        }
+        let final_worker = config.workers as u64;
+        for i in 0..config.keys {
+            ops.push(record(
+                client,
+                final_worker,
+                self.table,
+                &key_name(i),
+                Call::Read,
+                self.start,
+            ));
+        }
+        for i in 0..config.counters {
+            ops.push(record(
+                client,
+                final_worker,
+                self.table,
+                &counter_name(i),
+                Call::Read,
+                self.start,
+            ));
+        }
+        History { ops }
+    }
+}
