@@ -128,6 +128,22 @@ impl Report {
         self.violations.is_empty() && self.inconclusive.is_empty()
     }
 
+    /// Adds the counts and findings of `other` (a history of other objects, e.g.
+    /// the next window of a long run).
+    pub fn merge(&mut self, other: Report) {
+        self.ops += other.ops;
+        self.definite += other.definite;
+        self.indeterminate += other.indeterminate;
+        self.failed_reads += other.failed_reads;
+        self.keys += other.keys;
+        self.reads += other.reads;
+        self.writes += other.writes;
+        self.removes += other.removes;
+        self.increments += other.increments;
+        self.violations.extend(other.violations);
+        self.inconclusive.extend(other.inconclusive);
+    }
+
     /// Violations of one kind.
     pub fn count(&self, kind: ViolationKind) -> usize {
         self.violations.iter().filter(|v| v.kind == kind).count()

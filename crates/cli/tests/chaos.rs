@@ -44,6 +44,7 @@ fn chaos_kills_zombie_and_coordinator_failover_keep_history_linearizable() {
             Fault::KillCoordinator,
         ]),
         duration: Duration::from_secs(LOAD_SECONDS),
+        window: None,
         seed: 6,
         patience: PATIENCE,
         table_span: 3,
@@ -69,7 +70,8 @@ fn chaos_kills_zombie_and_coordinator_failover_keep_history_linearizable() {
     );
     assert!(
         report.report.is_clean(),
-        "checker found violations (history and logs in {}):\n{}\n{}",
+        "checker found violations (histories {:?}, logs in {}):\n{}\n{}",
+        report.failed_histories,
         dir.display(),
         report.report,
         report.logs

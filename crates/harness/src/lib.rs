@@ -81,12 +81,16 @@ pub struct RunConfig {
     pub faults: FaultPlan,
     /// How long the load runs (at least until the fault sequence is done).
     pub duration: Duration,
+    /// Long runs are checked in windows of this length: each window's workers use
+    /// a table of their own, and its history is checked (on another thread) and
+    /// dropped when the window ends, so memory stays bounded. `None`: one window.
+    pub window: Option<Duration>,
     /// Seed of the fault schedule (the workload has its own in `workload.seed`).
     pub seed: u64,
     /// How long the cluster may take to heal after a fault.
     pub patience: Duration,
-    /// Masters the test table is spread over (the other servers start as backups
-    /// only).
+    /// Masters each test table is spread over (the other servers start as
+    /// backups only).
     pub table_span: u32,
     /// Operation deadline of the workers' clients.
     pub client_deadline: Duration,
@@ -99,12 +103,70 @@ pub struct RunReport {
     pub faults: Vec<FaultRecord>,
     /// Crashed server ids recovered (removed from the coordinator's list).
     pub recoveries: usize,
+    /// Windows checked.
+    pub windows: usize,
     pub elapsed: Duration,
+    /// The checker's findings over every window.
     pub report: Report,
-    /// The recorded history (JSON lines; `ramstore-checker FILE` re-checks it).
-    pub history_path: PathBuf,
-    /// Every process's log tail (for a failed verdict).
+    /// Histories of windows that were not clean (JSON lines; `ramstore-checker
+    /// FILE` re-checks one).
+    pub failed_histories: Vec<PathBuf>,
+    /// Every process's log tail (when the verdict is not clean).
     pub logs: String,
+}
+
+/// One window's load: its table and workers.
+struct Window {
+    index: usize,
+    load: Workload,
+    started: Instant,
+}
+
+fn start_window(
+    index: usize,
+    config: &RunConfig,
+    cluster: &Cluster,
+    admin: &ramstore_client::BlockingClient,
+    clock: Instant,
+) -> Result<Window, HarnessError> {
+    let table = admin.create_table(&format!("chaos-{index}"), config.table_span)?;
+    let options = cluster.client_options(config.client_deadline);
+    let mut workload = config.workload.clone();
+    workload.seed = workload.seed.wrapping_add(index as u64 * 7919);
+    let load = Workload::start(&workload, table, clock, || {
+        ramstore_client::BlockingClient::connect(options.clone())
+    })?;
+    Ok(Window {
+        index,
+        load,
+        started: Instant::now(),
+    })
+}
+
+/// Stops a window's load and checks its history on another thread (saving the
+/// history next to the logs if it is not clean).
+fn finish_window(
+    window: Window,
+    config: &RunConfig,
+    cluster: &Cluster,
+    admin: &ramstore_client::BlockingClient,
+) -> thread::JoinHandle<(Report, Option<PathBuf>)> {
+    let history = window.load.stop(&config.workload, admin);
+    let options = config.check.clone();
+    let path = cluster
+        .dir()
+        .join(format!("history-{}.jsonl", window.index));
+    thread::spawn(move || {
+        let report = check(&history, &options);
+        let saved = (!report.is_clean())
+            .then(|| {
+                let mut f = std::fs::File::create(&path).ok()?;
+                history.write_jsonl(&mut f).ok()?;
+                Some(path)
+            })
+            .flatten();
+        (report, saved)
+    })
 }
 
 /// Runs `config`, printing progress through `say`, and checks the history.
@@ -120,12 +182,9 @@ pub fn run(config: &RunConfig, mut say: impl FnMut(&str)) -> Result<RunReport, H
         cluster.dir().display()
     ));
     let admin = cluster.client(config.client_deadline)?;
-    let table = admin.create_table("chaos", config.table_span)?;
     let clock = Instant::now();
-    let options = cluster.client_options(config.client_deadline);
-    let load = Workload::start(&config.workload, table, clock, || {
-        ramstore_client::BlockingClient::connect(options.clone())
-    })?;
+    let mut window = Some(start_window(0, config, &cluster, &admin, clock)?);
+    let mut checks = Vec::new();
     let mut injector = Injector::new(config.seed, config.patience);
     let deadline = clock + config.duration;
     let next = |injector: &mut Injector| -> Option<Fault> {
@@ -138,6 +197,7 @@ pub fn run(config: &RunConfig, mut say: impl FnMut(&str)) -> Result<RunReport, H
         FaultPlan::Sequence(_) => (1_000, 3_000),
         FaultPlan::Random { pause_ms, .. } => *pause_ms,
     };
+    let mut ops_done = 0u64;
     let outcome = (|| -> Result<(), HarnessError> {
         loop {
             let pause = injector.pause(pause_ms.0, pause_ms.1);
@@ -146,11 +206,22 @@ pub fn run(config: &RunConfig, mut say: impl FnMut(&str)) -> Result<RunReport, H
                 break;
             }
             thread::sleep(pause);
+            if let (Some(length), Some(w)) = (config.window, window.as_ref()) {
+                if w.started.elapsed() >= length {
+                    let w = window.take().expect("checked just above");
+                    let index = w.index;
+                    ops_done += w.load.ops();
+                    checks.push(finish_window(w, config, &cluster, &admin));
+                    window = Some(start_window(index + 1, config, &cluster, &admin, clock)?);
+                    say(&format!("window {index} done; checking it meanwhile"));
+                }
+            }
             let Some(fault) = next(&mut injector) else {
                 break;
             };
             let record = injector.inject(&mut cluster, &admin, fault)?;
-            say(&format!("{record}  (ops so far {})", load.ops()));
+            let ops_now = ops_done + window.as_ref().map_or(0, |w| w.load.ops());
+            say(&format!("{record}  (ops so far {ops_now})"));
         }
         // The rest of the duration under load alone (faults may have ended early).
         while Instant::now() < deadline {
@@ -160,10 +231,19 @@ pub fn run(config: &RunConfig, mut say: impl FnMut(&str)) -> Result<RunReport, H
         cluster.wait_healthy(&admin, config.patience)?;
         Ok(())
     })();
-    let history = load.stop(&config.workload, &admin);
-    let history_path = cluster.dir().join("history.jsonl");
-    if let Ok(mut f) = std::fs::File::create(&history_path) {
-        let _ = history.write_jsonl(&mut f);
+    if let Some(w) = window.take() {
+        checks.push(finish_window(w, config, &cluster, &admin));
+    }
+    let windows = checks.len();
+    let mut report = Report::default();
+    let mut failed_histories = Vec::new();
+    for c in checks {
+        // A checker thread panics only on a checker bug; that is a failed run.
+        let (r, saved) = c
+            .join()
+            .map_err(|_| HarnessError::Io("the checker panicked".into()))?;
+        report.merge(r);
+        failed_histories.extend(saved);
     }
     outcome?;
     let recoveries = cluster
@@ -171,12 +251,6 @@ pub fn run(config: &RunConfig, mut say: impl FnMut(&str)) -> Result<RunReport, H
         .values()
         .filter(|s| *s == "removed")
         .count();
-    say(&format!(
-        "load stopped after {} operations; checking the history ({})",
-        history.ops.len(),
-        history_path.display()
-    ));
-    let report = check(&history, &config.check);
     let logs = if report.is_clean() {
         String::new()
     } else {
@@ -185,9 +259,10 @@ pub fn run(config: &RunConfig, mut say: impl FnMut(&str)) -> Result<RunReport, H
     Ok(RunReport {
         faults: injector.records,
         recoveries,
+        windows,
         elapsed: started.elapsed(),
         report,
-        history_path,
+        failed_histories,
         logs,
     })
 }
