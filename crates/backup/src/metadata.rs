@@ -53,6 +53,13 @@ pub const METADATA_SLOTS: usize = 2;
 /// Bytes of the slots at the start of each frame's metadata area.
 pub const METADATA_SLOTS_BYTES: usize = METADATA_SLOTS * METADATA_SLOT_BYTES;
 
+/// The largest `sequence` a valid block carries. A store numbers its metadata writes
+/// from one more than the largest it found, one per write, so no store reaches 2⁶²
+/// (a billion writes a second for 146 years); a larger value is damage. Rejecting it
+/// keeps the next number from overflowing, which would order new blocks before old
+/// ones (found by the `backup_frames` fuzz target: a block with `u64::MAX`).
+pub const MAX_SEQUENCE: u64 = 1 << 62;
+
 /// Flag bit: the replica is closed (complete and read-only).
 pub const FLAG_CLOSED: u16 = 1 << 0;
 /// Flag bit: the replica was written in atomic mode (valid only once closed, R§8).
@@ -129,11 +136,16 @@ pub enum MetadataError {
     /// `length` exceeds `segment_bytes`.
     #[error("metadata length {length} exceeds the segment size {segment_bytes}")]
     LengthExceedsSegment { length: u32, segment_bytes: u32 },
+    /// `sequence` is above [`MAX_SEQUENCE`]: no store wrote it.
+    #[error("metadata sequence {0} is above the largest a store writes")]
+    SequenceOutOfRange(u64),
 }
 
 impl ReplicaMetadata {
     /// The block's bytes, checksum included.
     pub fn encode(&self) -> [u8; METADATA_BLOCK_BYTES] {
+        // Paired with the check in `parse`: never write a block it would refuse.
+        assert!(self.sequence <= MAX_SEQUENCE, "metadata sequence overflow");
         let mut b = [0u8; METADATA_BLOCK_BYTES];
         let mut flags = 0u16;
         if self.closed {
@@ -196,6 +208,10 @@ pub fn parse(bytes: &[u8]) -> Result<ReplicaMetadata, MetadataError> {
     if segment_bytes == 0 || segment_bytes > FRAME_SEGMENT_BYTES {
         return Err(MetadataError::BadSegmentBytes(segment_bytes));
     }
+    let sequence = u64::from_le_bytes(array(b, SEQUENCE_AT));
+    if sequence > MAX_SEQUENCE {
+        return Err(MetadataError::SequenceOutOfRange(sequence));
+    }
     let length = u32::from_le_bytes(array(b, LENGTH_AT));
     if length > segment_bytes {
         return Err(MetadataError::LengthExceedsSegment {
@@ -206,7 +222,7 @@ pub fn parse(bytes: &[u8]) -> Result<ReplicaMetadata, MetadataError> {
     Ok(ReplicaMetadata {
         master_id: u64::from_le_bytes(array(b, MASTER_AT)),
         segment_id: u64::from_le_bytes(array(b, SEGMENT_AT)),
-        sequence: u64::from_le_bytes(array(b, SEQUENCE_AT)),
+        sequence,
         segment_bytes,
         frame_index: u32::from_le_bytes(array(b, FRAME_AT)),
         length,
@@ -377,6 +393,23 @@ mod tests {
         );
     }
 
+    /// Regression (fuzz target `backup_frames`): a checksummed block with sequence
+    /// `u64::MAX` made a restart overflow computing the next sequence number.
+    #[test]
+    fn parse_rejects_sequence_above_max() {
+        let mut b = sample().encode();
+        for bad in [MAX_SEQUENCE + 1, u64::MAX] {
+            b[SEQUENCE_AT..FRAME_AT].copy_from_slice(&bad.to_le_bytes());
+            reseal(&mut b);
+            assert_eq!(parse(&b), Err(MetadataError::SequenceOutOfRange(bad)));
+        }
+        let m = ReplicaMetadata {
+            sequence: MAX_SEQUENCE,
+            ..sample()
+        };
+        assert_eq!(parse(&m.encode()), Ok(m));
+    }
+
     #[test]
     fn encode_slots_places_blocks() {
         let m = sample();
@@ -395,7 +428,7 @@ mod tests {
         (
             any::<u64>(),
             any::<u64>(),
-            any::<u64>(),
+            0..=MAX_SEQUENCE,
             1..=FRAME_SEGMENT_BYTES,
             any::<u32>(),
             any::<u32>(),
