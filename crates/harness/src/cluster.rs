@@ -18,8 +18,12 @@ use std::time::{Duration, Instant};
 use ramstore_client::{BlockingClient, ClientOptions};
 use ramstore_coordinator::test_etcd::TestEtcd;
 
+use crate::netns::Netns;
 use crate::process::Proc;
 use crate::HarnessError;
+
+/// The port every server listens on inside its own network namespace.
+pub const NETNS_SERVER_PORT: u16 = 7100;
 
 /// Exit code of a server that learned it was declared crashed (a zombie).
 pub const ZOMBIE_EXIT_CODE: i32 = 4;
@@ -48,6 +52,9 @@ pub struct ClusterConfig {
     pub dir: Option<PathBuf>,
     /// How long a process may take to print its ready line.
     pub ready_timeout: Duration,
+    /// Run each server in its own network namespace (root only; see
+    /// [`crate::netns`]), so partitions and packet loss can be injected.
+    pub netns: bool,
 }
 
 impl ClusterConfig {
@@ -64,6 +71,7 @@ impl ClusterConfig {
             server_args: Vec::new(),
             dir: None,
             ready_timeout: Duration::from_secs(60),
+            netns: false,
         }
     }
 }
@@ -91,6 +99,7 @@ pub struct Cluster {
     // Drop order: servers, coordinators, etcd, then the directory.
     pub servers: Vec<ServerSlot>,
     coordinators: Vec<CoordinatorSlot>,
+    netns: Option<Netns>,
     /// Index of the coordinator that serves (the other, if any, stands by).
     active: usize,
     etcd: Option<TestEtcd>,
@@ -142,18 +151,34 @@ impl Cluster {
         } else {
             (None, format!("file:{}", dir.join("coordinator").display()))
         };
+        let netns = if config.netns {
+            crate::netns::available().map_err(HarnessError::Netns)?;
+            Some(Netns::create(config.servers)?)
+        } else {
+            None
+        };
+        // Coordinators (and clients) live in the root namespace: on the bridge's
+        // address when servers are in namespaces.
+        let host = netns
+            .as_ref()
+            .map_or("127.0.0.1".to_string(), |n| n.host_ip());
         let coordinators = (0..if config.etcd { 2 } else { 1 })
             .map(|_| {
                 Ok(CoordinatorSlot {
-                    addr: format!("127.0.0.1:{}", free_port()?),
+                    addr: format!("{host}:{}", free_port()?),
                     proc: None,
                 })
             })
             .collect::<Result<Vec<_>, HarnessError>>()?;
         let servers = (0..config.servers)
             .map(|i| {
+                // In a namespace of its own a server has every port to itself.
+                let addr = match &netns {
+                    Some(n) => format!("{}:{NETNS_SERVER_PORT}", n.ip(i)),
+                    None => format!("127.0.0.1:{}", free_port()?),
+                };
                 Ok(ServerSlot {
-                    addr: format!("127.0.0.1:{}", free_port()?),
+                    addr,
                     backup_dir: dir.join(format!("server-{i}")),
                     id: 0,
                     starts: 0,
@@ -165,6 +190,7 @@ impl Cluster {
             config,
             servers,
             coordinators,
+            netns,
             active: 0,
             etcd,
             store,
@@ -282,9 +308,10 @@ impl Cluster {
             let name = format!("server-{i}");
             let log = self.log_path(&name);
             let args = self.server_args(i);
+            let ns = self.netns.as_ref().map(|n| n.namespace(i).to_string());
             procs.push((
                 i,
-                Proc::spawn(&name, &self.config.ramstore_bin, &args, None, &log)?,
+                Proc::spawn(&name, &self.config.ramstore_bin, &args, ns.as_deref(), &log)?,
             ));
         }
         let timeout = self.config.ready_timeout;
@@ -327,6 +354,33 @@ impl Cluster {
         if let Some(p) = self.servers[i].proc.as_mut() {
             p.signal(libc::SIGCONT);
         }
+    }
+
+    fn netns(&self) -> Result<&Netns, HarnessError> {
+        self.netns
+            .as_ref()
+            .ok_or_else(|| HarnessError::Netns("the servers are not in namespaces".into()))
+    }
+
+    /// Cuts server `i` off from everything but the servers in `allowed` (its
+    /// group), until [`Cluster::heal`].
+    pub fn partition_server(&mut self, i: usize, allowed: &[usize]) -> Result<(), HarnessError> {
+        self.netns()?.partition(i, allowed)
+    }
+
+    /// Drops `percent`% of server `i`'s packets each way until [`Cluster::heal`].
+    pub fn packet_loss(&mut self, i: usize, percent: u8) -> Result<(), HarnessError> {
+        self.netns()?.packet_loss(i, percent)
+    }
+
+    /// Removes server `i`'s partition or loss rules.
+    pub fn heal(&mut self, i: usize) -> Result<(), HarnessError> {
+        self.netns()?.heal(i)
+    }
+
+    /// Whether the servers run in network namespaces.
+    pub fn has_netns(&self) -> bool {
+        self.netns.is_some()
     }
 
     /// Whether server `i`'s process is running (not exited; it may be stopped).

@@ -14,7 +14,12 @@
 //!   server that learns it was declared crashed refuses service and exits (code 4)
 //!   and is restarted with its disks;
 //! - `KillCoordinator`: SIGKILL the active coordinator (the standby takes over on
-//!   etcd; on a file store it restarts on its state).
+//!   etcd; on a file store it restarts on its state);
+//! - with the servers in network namespaces (`crate::netns`, root only):
+//!   `PartitionMaster` (a master cut off from everyone, clients included),
+//!   `PartitionGroup` (a master and one other server cut off together) and
+//!   `PacketLoss` (random drops on one server's traffic); after the heal, a server
+//!   declared crashed meanwhile must exit as a zombie.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -39,6 +44,21 @@ pub enum Fault {
         stopped_ms: u64,
     },
     KillCoordinator,
+    /// Cut a master off from every other process (network namespaces only) for
+    /// this long, then heal.
+    PartitionMaster {
+        ms: u64,
+    },
+    /// Cut a group of two servers (a master and another) off from the rest; they
+    /// still reach each other.
+    PartitionGroup {
+        ms: u64,
+    },
+    /// Drop this percentage of one server's packets each way for `ms`.
+    PacketLoss {
+        percent: u8,
+        ms: u64,
+    },
 }
 
 impl Fault {
@@ -49,7 +69,18 @@ impl Fault {
             Fault::KillBackup => "kill-backup",
             Fault::ZombieMaster { .. } => "zombie-master",
             Fault::KillCoordinator => "kill-coordinator",
+            Fault::PartitionMaster { .. } => "partition-master",
+            Fault::PartitionGroup { .. } => "partition-group",
+            Fault::PacketLoss { .. } => "packet-loss",
         }
+    }
+
+    /// Whether the fault needs the servers in network namespaces.
+    pub fn needs_netns(&self) -> bool {
+        matches!(
+            self,
+            Fault::PartitionMaster { .. } | Fault::PartitionGroup { .. } | Fault::PacketLoss { .. }
+        )
     }
 }
 
@@ -208,6 +239,49 @@ impl Injector {
                     result,
                 )
             }
+            Fault::PartitionMaster { ms } | Fault::PartitionGroup { ms } => {
+                let slot = *master_slots
+                    .choose(&mut self.rng)
+                    .ok_or_else(|| HarnessError::Io("no master to partition".into()))?;
+                let mut group = vec![slot];
+                if matches!(fault, Fault::PartitionGroup { .. }) {
+                    let others: Vec<usize> =
+                        (0..cluster.servers.len()).filter(|&i| i != slot).collect();
+                    group.extend(others.choose(&mut self.rng));
+                }
+                for &i in &group {
+                    let peers: Vec<usize> = group.iter().copied().filter(|&j| j != i).collect();
+                    cluster.partition_server(i, &peers)?;
+                }
+                let ids: Vec<String> = group
+                    .iter()
+                    .map(|&i| format!("server {} (slot {i})", cluster.servers[i].id))
+                    .collect();
+                thread::sleep(Duration::from_millis(ms));
+                for &i in &group {
+                    cluster.heal(i)?;
+                }
+                let result = self.after_isolation(cluster, client, &group)?;
+                (
+                    format!("{} for {:.1}s", ids.join(" + "), ms as f64 / 1000.0),
+                    result,
+                )
+            }
+            Fault::PacketLoss { percent, ms } => {
+                let slot = self.rng.gen_range(0..cluster.servers.len());
+                let id = cluster.servers[slot].id;
+                cluster.packet_loss(slot, percent)?;
+                thread::sleep(Duration::from_millis(ms));
+                cluster.heal(slot)?;
+                let result = self.after_isolation(cluster, client, &[slot])?;
+                (
+                    format!(
+                        "server {id} (slot {slot}) {percent}% for {:.1}s",
+                        ms as f64 / 1000.0
+                    ),
+                    result,
+                )
+            }
             Fault::KillCoordinator => {
                 let slot = cluster.active_coordinator();
                 cluster.kill_coordinator()?;
@@ -230,5 +304,43 @@ impl Injector {
         };
         self.records.push(record.clone());
         Ok(record)
+    }
+
+    /// After servers in `slots` were cut off and are reachable again: each one the
+    /// coordinator declared crashed meanwhile must learn it is a zombie and exit
+    /// with [`ZOMBIE_EXIT_CODE`] (R§7.11); one still UP goes on. Says what
+    /// happened.
+    fn after_isolation(
+        &mut self,
+        cluster: &mut Cluster,
+        client: &BlockingClient,
+        slots: &[usize],
+    ) -> Result<String, HarnessError> {
+        let states = cluster.server_states(client).unwrap_or_default();
+        let mut out = Vec::new();
+        for &slot in slots {
+            let id = cluster.servers[slot].id;
+            let state = states.get(&id).cloned().unwrap_or_else(|| "unknown".into());
+            if state == "up" {
+                out.push(format!("server {id} still up"));
+                continue;
+            }
+            let exited = cluster.servers[slot]
+                .proc
+                .as_mut()
+                .and_then(|p| p.wait_timeout(self.patience));
+            match exited.and_then(|s| s.code()) {
+                Some(ZOMBIE_EXIT_CODE) => {
+                    out.push(format!("server {id} declared {state}, zombie exited"))
+                }
+                other => return Err(HarnessError::Timeout {
+                    what: format!(
+                        "zombie server {id} to exit with code {ZOMBIE_EXIT_CODE} (got {other:?})"
+                    ),
+                    logs: cluster.log_tails(),
+                }),
+            }
+        }
+        Ok(out.join(", "))
     }
 }

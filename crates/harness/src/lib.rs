@@ -22,6 +22,7 @@
 
 pub mod cluster;
 pub mod faults;
+pub mod netns;
 pub mod process;
 pub mod workload;
 
@@ -53,6 +54,8 @@ pub enum HarnessError {
     Client(#[from] ClientError),
     #[error("etcd: {0}")]
     Etcd(String),
+    #[error("network namespaces: {0}")]
+    Netns(String),
     #[error("{0}")]
     Io(String),
     #[error("cluster processes must be spawned from the thread that made the cluster")]
