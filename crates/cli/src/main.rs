@@ -268,6 +268,11 @@ enum Command {
         /// front end creates it.
         #[arg(long, default_value_t = 1)]
         resp_table_span: u32,
+        /// Connections (clients and other servers) served at once; a connection
+        /// beyond this gets its first request answered RETRY and is closed.
+        #[arg(long, default_value_t = ramstore_server::DEFAULT_MAX_CONNECTIONS as u32,
+              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        max_connections: u32,
     },
     /// Create a table (no-op if it exists).
     CreateTable {
@@ -486,7 +491,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             resp_listen,
             requirepass,
             resp_table_span,
+            max_connections,
         } => runtime()?.block_on(cluster::server(ServerOptions {
+            max_connections: max_connections as usize,
             resp_listen,
             resp_require_pass: requirepass,
             resp_table_span,

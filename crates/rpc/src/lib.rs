@@ -24,7 +24,7 @@ pub mod tcp;
 pub mod transport;
 
 pub use local::LocalTransport;
-pub use server::{serve, Handled, Service};
+pub use server::{serve, serve_with_limit, Handled, Service, DEFAULT_MAX_CONNECTIONS};
 pub use tcp::TcpTransport;
 pub use transport::{RpcError, Transport};
 

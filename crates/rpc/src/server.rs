@@ -9,7 +9,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 
 use crate::frame_len;
 
@@ -65,21 +65,94 @@ pub trait Service: Send + Sync + 'static {
 
     /// Answers a request `handle` called slow; runs on its own task.
     fn handle_slow(self: Arc<Self>, frame: Vec<u8>) -> SlowFuture;
+
+    /// Answers a request that arrived on a connection over the server's limit
+    /// ([`serve_with_limit`]): append one response frame saying so (a storage server
+    /// answers RETRY), or nothing. Either way the connection is closed afterwards.
+    fn refuse(&self, _frame: &[u8], _out: &mut Vec<u8>) {}
 }
 
 /// Initial read buffer per connection; it grows to the largest frame seen.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 
-/// Serves connections accepted on `listener` until the task is dropped.
+/// Connections a server serves at once unless told otherwise. Each costs a task, a
+/// file descriptor and up to [`READ_BUFFER_BYTES`] × 2 of buffers; the limit keeps
+/// a flood of clients from exhausting descriptors the server needs for its own
+/// outgoing connections (replication, pings).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Connections over the limit being answered at once; beyond this they are closed
+/// without an answer, so refusing costs bounded resources too.
+pub const MAX_REFUSALS_IN_FLIGHT: usize = 64;
+/// How long a connection over the limit may take to send its first request.
+pub const REFUSAL_READ_TIMEOUT_MS: u64 = 1_000;
+
+/// Serves connections accepted on `listener` until the task is dropped, at most
+/// [`DEFAULT_MAX_CONNECTIONS`] at once.
 pub async fn serve<S: Service>(listener: TcpListener, service: Arc<S>) {
+    serve_with_limit(listener, service, DEFAULT_MAX_CONNECTIONS).await
+}
+
+/// Serves connections accepted on `listener` until the task is dropped. While
+/// `max_connections` are open, a new connection's first request is answered by
+/// [`Service::refuse`] and the connection closed: the client gets a clear answer
+/// (and retries later) instead of a server that has run out of descriptors.
+pub async fn serve_with_limit<S: Service>(
+    listener: TcpListener,
+    service: Arc<S>,
+    max_connections: usize,
+) {
+    let open = Arc::new(Semaphore::new(max_connections.max(1)));
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let service = service.clone();
-                tokio::spawn(async move { serve_connection(stream, peer, service).await });
+                if let Ok(permit) = open.clone().try_acquire_owned() {
+                    tokio::spawn(async move {
+                        serve_connection(stream, peer, service).await;
+                        drop(permit);
+                    });
+                } else if let Ok(permit) = refusing.clone().try_acquire_owned() {
+                    tokio::spawn(async move {
+                        refuse_connection(stream, service).await;
+                        drop(permit);
+                    });
+                }
+                // else: dropping `stream` closes it at once.
             }
             // Out of file descriptors and the like: back off instead of spinning.
             Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// Reads the first request of a connection over the limit, answers it with
+/// [`Service::refuse`] and closes the connection.
+async fn refuse_connection<S: Service>(mut stream: TcpStream, service: Arc<S>) {
+    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let deadline = std::time::Duration::from_millis(REFUSAL_READ_TIMEOUT_MS);
+    let frame_end = tokio::time::timeout(deadline, async {
+        loop {
+            match frame_len(&buf) {
+                Ok(Some(len)) if buf.len() >= len => return Some(len),
+                // A frame larger than one read buffer is not worth reading to refuse
+                // it: answer from its header alone.
+                Ok(Some(_)) if buf.len() >= READ_BUFFER_BYTES => return Some(buf.len()),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+            match stream.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    if let Ok(Some(len)) = frame_end {
+        let mut out = Vec::new();
+        service.refuse(&buf[..len], &mut out);
+        if !out.is_empty() {
+            let _ = stream.write_all(&out).await;
         }
     }
 }

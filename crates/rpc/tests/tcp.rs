@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use ramstore_rpc::server::SlowFuture;
 use ramstore_rpc::{
-    frame_len, request_id, serve, Handled, RpcError, Service, TcpTransport, Transport,
+    frame_len, request_id, serve, serve_with_limit, Handled, RpcError, Service, TcpTransport,
+    Transport,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -39,6 +40,12 @@ impl Service for Echo {
             tokio::time::sleep(Duration::from_millis(200)).await;
             frame
         })
+    }
+
+    fn refuse(&self, frame: &[u8], out: &mut Vec<u8>) {
+        let mut answer = self::frame(b"busy");
+        answer[12..20].copy_from_slice(&request_id(frame).to_le_bytes());
+        out.extend_from_slice(&answer);
     }
 }
 
@@ -199,4 +206,75 @@ async fn call_with_a_whole_segment_round_trips() {
         .await
         .unwrap();
     assert_eq!(&r[20..], b"after");
+}
+
+/// Sends one frame with `body` on `stream` and returns the body of the answer, or
+/// `None` if the connection closed first.
+async fn exchange(stream: &mut tokio::net::TcpStream, body: &[u8]) -> Option<Vec<u8>> {
+    stream.write_all(&frame(body)).await.ok()?;
+    let mut buf = Vec::new();
+    loop {
+        if let Ok(Some(len)) = frame_len(&buf) {
+            if buf.len() >= len {
+                return Some(buf[20..len].to_vec());
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_limit_refuses_connections_over_the_limit_and_keeps_serving() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(serve_with_limit(listener, Arc::new(Echo), 2));
+
+    let mut first = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut second = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    assert_eq!(
+        exchange(&mut first, b"one").await.as_deref(),
+        Some(&b"one"[..])
+    );
+    assert_eq!(
+        exchange(&mut second, b"two").await.as_deref(),
+        Some(&b"two"[..])
+    );
+
+    // A third connection gets the service's refusal, then is closed.
+    let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    assert_eq!(
+        exchange(&mut third, b"three").await.as_deref(),
+        Some(&b"busy"[..])
+    );
+    let mut rest = [0u8; 16];
+    assert_eq!(
+        third.read(&mut rest).await.unwrap_or(0),
+        0,
+        "closed after refusing"
+    );
+
+    // The connections within the limit are still served.
+    assert_eq!(
+        exchange(&mut first, b"again").await.as_deref(),
+        Some(&b"again"[..])
+    );
+
+    // Once one closes, a new connection is served (the server notices the close
+    // asynchronously: retry for a while).
+    drop(second);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut next = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        match exchange(&mut next, b"four").await.as_deref() {
+            Some(b"four") => break,
+            Some(b"busy") | None if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            other => panic!("a slot freed by a closed connection was not reused: {other:?}"),
+        }
+    }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ramstore_backup::{BackupConfig, BackupError, SyncMode, FRAME_SEGMENT_BYTES};
 use ramstore_master::{ObjectStore, StoreConfig};
-use ramstore_rpc::{serve, TcpTransport, Transport};
+use ramstore_rpc::{serve_with_limit, TcpTransport, Transport};
 use ramstore_wire::{
     decode_response, encode_request, ErrorBody, Request, Response, Services, Status,
 };
@@ -83,6 +83,9 @@ pub struct ServerOptions {
     /// Masters each Redis database's table (`db{n}`) spans when the RESP front end
     /// creates it (`--resp-table-span`; 1: the whole database on one master).
     pub resp_table_span: u32,
+    /// Client and peer connections served at once; a connection beyond this has
+    /// its first request answered RETRY and is closed (`--max-connections`).
+    pub max_connections: usize,
 }
 
 impl ServerOptions {
@@ -108,6 +111,7 @@ impl ServerOptions {
             resp_listen: None,
             resp_require_pass: None,
             resp_table_span: 1,
+            max_connections: ramstore_rpc::DEFAULT_MAX_CONNECTIONS,
         }
     }
 
@@ -260,7 +264,11 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
             addr: options.listen.clone(),
             source,
         })?;
-    let mut tasks = vec![tokio::spawn(serve(listener, service.clone()))];
+    let mut tasks = vec![tokio::spawn(serve_with_limit(
+        listener,
+        service.clone(),
+        options.max_connections,
+    ))];
     let mut metrics_addr = None;
     if let Some(m) = &options.metrics_listen {
         let listener = TcpListener::bind(m)

@@ -90,6 +90,8 @@ pub struct StorageService {
     metrics: Metrics,
     /// Updates answered NO_SPACE.
     no_space_answers: AtomicU64,
+    /// Connections over the server's limit, answered RETRY and closed.
+    connections_refused: AtomicU64,
     /// Fetches crashed masters' entries from backups when this master recovers a
     /// partition (R§7.6).
     recovery_client: BackupClient,
@@ -165,6 +167,7 @@ impl StorageService {
             failure: Default::default(),
             metrics: Metrics::default(),
             no_space_answers: AtomicU64::new(0),
+            connections_refused: AtomicU64::new(0),
             recovery_client: BackupClient::new(Arc::new(ramstore_rpc::TcpTransport::new()))
                 .with_rpc_deadline(std::time::Duration::from_millis(RECOVERY_FETCH_DEADLINE_MS)),
         }
@@ -514,6 +517,10 @@ impl StorageService {
             "no_space_answers",
             self.no_space_answers.load(Ordering::Relaxed).to_string(),
         );
+        line(
+            "connections_refused",
+            self.connections_refused.load(Ordering::Relaxed).to_string(),
+        );
         match &self.backup {
             Some(backup) => backup.stats_lines(&mut line),
             None => line("backup", "off".into()),
@@ -731,6 +738,9 @@ impl StorageService {
     }
 }
 
+/// The delay a RETRY to a connection over the limit asks for.
+const RETRY_AFTER_REFUSED_CONNECTION_MS: u32 = 100;
+
 /// The delay a RETRY after a replication timeout asks for.
 const RETRY_AFTER_REPLICATION_TIMEOUT_MS: u32 = 50;
 
@@ -774,6 +784,28 @@ impl Service for StorageService {
         self.metrics
             .record(op.map_or(Op::Invalid, Op::from), started.elapsed());
         outcome
+    }
+
+    /// A connection over the limit: RETRY, so the client backs off and reconnects
+    /// (the connection is closed after this answer).
+    fn refuse(&self, frame: &[u8], out: &mut Vec<u8>) {
+        let refused = self.connections_refused.fetch_add(1, Ordering::Relaxed);
+        if refused.is_power_of_two() {
+            tracing::warn!(
+                refused = refused + 1,
+                "too many connections: refusing new ones with RETRY (--max-connections)"
+            );
+        }
+        if let Ok(raw) = decode_raw_header(frame) {
+            let _ = encode_error_response(
+                raw.request_id,
+                raw.opcode,
+                &ErrorBody::Retry {
+                    delay_ms: RETRY_AFTER_REFUSED_CONNECTION_MS,
+                },
+                out,
+            );
+        }
     }
 
     fn handle_slow(self: Arc<Self>, frame: Vec<u8>) -> SlowFuture {
