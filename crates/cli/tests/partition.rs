@@ -1,10 +1,13 @@
 //! Network faults under load (issue 6), with each storage server in its own
-//! network namespace (root only; CI runs as root and installs nftables): a master
-//! cut off from everyone for 3 s (declared crashed, recovered elsewhere, a zombie
-//! when the network heals, R§7.11), a master and another server cut off together,
-//! and 30% packet loss on one server's traffic. Four workers on shared keys; the
-//! checker then finds every acknowledged write readable, no deleted object back,
-//! versions only growing and each key's history linearizable.
+//! network namespace (root only; CI runs as root and installs nftables) and the
+//! client workers in one of their own: a master cut off from the coordinator and
+//! the other servers while clients still reach it (the zombie that could serve
+//! stale reads, R§7.11), a master cut off from everyone for 3 s (declared crashed,
+//! recovered elsewhere, a zombie when the network heals), a master and another
+//! server cut off together, and 30% packet loss on one server's traffic. Four
+//! workers on shared keys; the checker then finds every acknowledged write
+//! readable, no deleted object back, versions only growing and each key's history
+//! linearizable.
 //!
 //! Not root, or no `ip`/`nft`: the test says so and checks nothing (namespaces and
 //! nftables need root).
@@ -39,6 +42,7 @@ fn partition_master_group_and_packet_loss_keep_history_linearizable() {
             ..WorkloadConfig::default()
         },
         faults: FaultPlan::Sequence(vec![
+            Fault::IsolateMaster { ms: 3_000 },
             Fault::PartitionMaster { ms: 3_000 },
             Fault::PartitionGroup { ms: 3_000 },
             Fault::PacketLoss {
@@ -64,7 +68,12 @@ fn partition_master_group_and_packet_loss_keep_history_linearizable() {
     let kinds: Vec<&str> = report.faults.iter().map(|f| f.fault.name()).collect();
     assert_eq!(
         kinds,
-        ["partition-master", "partition-group", "packet-loss"]
+        [
+            "isolate-master",
+            "partition-master",
+            "partition-group",
+            "packet-loss"
+        ]
     );
     assert!(
         report.report.is_clean(),

@@ -365,7 +365,21 @@ impl Cluster {
     /// Cuts server `i` off from everything but the servers in `allowed` (its
     /// group), until [`Cluster::heal`].
     pub fn partition_server(&mut self, i: usize, allowed: &[usize]) -> Result<(), HarnessError> {
-        self.netns()?.partition(i, allowed)
+        let n = self.netns()?;
+        let ips: Vec<String> = allowed.iter().map(|&j| n.ip(j)).collect();
+        n.partition(i, &ips)
+    }
+
+    /// Cuts server `i` off from the coordinators and the other servers while the
+    /// client workers still reach it (a zombie that clients can talk to, R§7.11).
+    pub fn isolate_from_cluster(&mut self, i: usize) -> Result<(), HarnessError> {
+        let n = self.netns()?;
+        n.partition(i, &[n.client_ip()])
+    }
+
+    /// The client workers' network namespace, when the servers have theirs.
+    pub fn clients_namespace(&self) -> Option<&str> {
+        self.netns.as_ref().map(|n| n.clients_namespace())
     }
 
     /// Drops `percent`% of server `i`'s packets each way until [`Cluster::heal`].

@@ -54,6 +54,11 @@ pub enum Fault {
     PartitionGroup {
         ms: u64,
     },
+    /// Cut a master off from the coordinators and the other servers, but not from
+    /// the clients, for `ms`: the zombie case where stale reads could be served.
+    IsolateMaster {
+        ms: u64,
+    },
     /// Drop this percentage of one server's packets each way for `ms`.
     PacketLoss {
         percent: u8,
@@ -71,6 +76,7 @@ impl Fault {
             Fault::KillCoordinator => "kill-coordinator",
             Fault::PartitionMaster { .. } => "partition-master",
             Fault::PartitionGroup { .. } => "partition-group",
+            Fault::IsolateMaster { .. } => "isolate-master",
             Fault::PacketLoss { .. } => "packet-loss",
         }
     }
@@ -79,7 +85,10 @@ impl Fault {
     pub fn needs_netns(&self) -> bool {
         matches!(
             self,
-            Fault::PartitionMaster { .. } | Fault::PartitionGroup { .. } | Fault::PacketLoss { .. }
+            Fault::PartitionMaster { .. }
+                | Fault::PartitionGroup { .. }
+                | Fault::IsolateMaster { .. }
+                | Fault::PacketLoss { .. }
         )
     }
 }
@@ -267,6 +276,23 @@ impl Injector {
                     result,
                 )
             }
+            Fault::IsolateMaster { ms } => {
+                let slot = *master_slots
+                    .choose(&mut self.rng)
+                    .ok_or_else(|| HarnessError::Io("no master to isolate".into()))?;
+                let id = cluster.servers[slot].id;
+                cluster.isolate_from_cluster(slot)?;
+                thread::sleep(Duration::from_millis(ms));
+                cluster.heal(slot)?;
+                let result = self.after_isolation(cluster, client, &[slot])?;
+                (
+                    format!(
+                        "server {id} (slot {slot}) for {:.1}s, clients still reach it",
+                        ms as f64 / 1000.0
+                    ),
+                    result,
+                )
+            }
             Fault::PacketLoss { percent, ms } => {
                 let slot = self.rng.gen_range(0..cluster.servers.len());
                 let id = cluster.servers[slot].id;
@@ -333,12 +359,14 @@ impl Injector {
                 Some(ZOMBIE_EXIT_CODE) => {
                     out.push(format!("server {id} declared {state}, zombie exited"))
                 }
-                other => return Err(HarnessError::Timeout {
-                    what: format!(
+                other => {
+                    return Err(HarnessError::Timeout {
+                        what: format!(
                         "zombie server {id} to exit with code {ZOMBIE_EXIT_CODE} (got {other:?})"
                     ),
-                    logs: cluster.log_tails(),
-                }),
+                        logs: cluster.log_tails(),
+                    })
+                }
             }
         }
         Ok(out.join(", "))

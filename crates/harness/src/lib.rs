@@ -136,9 +136,13 @@ fn start_window(
     let options = cluster.client_options(config.client_deadline);
     let mut workload = config.workload.clone();
     workload.seed = workload.seed.wrapping_add(index as u64 * 7919);
-    let load = Workload::start(&workload, table, clock, || {
-        ramstore_client::BlockingClient::connect(options.clone())
-    })?;
+    let load = Workload::start(
+        &workload,
+        table,
+        clock,
+        &options,
+        cluster.clients_namespace(),
+    )?;
     Ok(Window {
         index,
         load,

@@ -1,6 +1,8 @@
 //! `ramstore-harness soak --minutes M --seed S`: a cluster of real processes under a
 //! mixed load from client workers, with a random fault every few seconds (master
-//! kill, backup kill, zombie master, coordinator kill); at the end prints the
+//! kill, backup kill, zombie master, coordinator kill, and as root with the servers
+//! in network namespaces: partitions of a master or a group, a master cut off from
+//! the cluster but not from clients, packet loss); at the end prints the
 //! operations done, faults injected, recoveries and the checker's verdict, and
 //! exits 1 on any violation (2 when the run itself failed, e.g. the cluster did not
 //! heal). `scripts/soak` builds and runs it.
@@ -46,6 +48,10 @@ enum Command {
         /// each with its own table, so memory stays bounded on long runs.
         #[arg(long, default_value_t = 30)]
         window_seconds: u64,
+        /// Keep every server on 127.0.0.1 (no network namespaces, so no
+        /// partition or packet-loss faults) even when running as root.
+        #[arg(long)]
+        no_netns: bool,
         /// Run the coordinators on a file store (no etcd, no standby: a killed
         /// coordinator restarts in place) instead of etcd.
         #[arg(long)]
@@ -80,6 +86,7 @@ fn real_main() -> anyhow::Result<bool> {
         min_pause_ms,
         max_pause_ms,
         window_seconds,
+        no_netns,
         no_etcd,
         ramstore,
         dir,
@@ -104,6 +111,26 @@ fn real_main() -> anyhow::Result<bool> {
     };
     let mut cluster = ClusterConfig::new(&ramstore, servers);
     cluster.etcd = !no_etcd;
+    // Network faults need root, ip and nft: use them whenever they are there.
+    let netns = !no_netns && ramstore_harness::netns::available().is_ok();
+    cluster.netns = netns;
+    let mut kinds = vec![
+        Fault::KillMaster,
+        Fault::KillBackup,
+        Fault::ZombieMaster { stopped_ms: 2_000 },
+        Fault::KillCoordinator,
+    ];
+    if netns {
+        kinds.extend([
+            Fault::PartitionMaster { ms: 2_000 },
+            Fault::PartitionGroup { ms: 2_000 },
+            Fault::IsolateMaster { ms: 2_000 },
+            Fault::PacketLoss {
+                percent: 20,
+                ms: 3_000,
+            },
+        ]);
+    }
     cluster.dir = Some(dir.clone());
     // A master stopped for 2 s is declared crashed after 1 s of unanswered pings,
     // so the zombie fault makes a zombie (as in the chaos test).
@@ -116,12 +143,7 @@ fn real_main() -> anyhow::Result<bool> {
             ..WorkloadConfig::default()
         },
         faults: FaultPlan::Random {
-            kinds: vec![
-                Fault::KillMaster,
-                Fault::KillBackup,
-                Fault::ZombieMaster { stopped_ms: 2_000 },
-                Fault::KillCoordinator,
-            ],
+            kinds: kinds.clone(),
             pause_ms: (min_pause_ms, max_pause_ms),
         },
         duration: Duration::from_secs_f64(minutes * 60.0),
@@ -132,6 +154,19 @@ fn real_main() -> anyhow::Result<bool> {
         client_deadline: Duration::from_secs(60),
         check: CheckOptions::default(),
     };
+    println!(
+        "faults: {}{}",
+        kinds
+            .iter()
+            .map(|f| f.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        if netns {
+            " (servers in network namespaces)"
+        } else {
+            " (no network namespaces: not root, no ip/nft, or --no-netns)"
+        }
+    );
     println!(
         "soak: {minutes} min, seed {seed}, {servers} servers, {clients} clients, a fault every {:.1}-{:.1} s; reproduce with scripts/soak --minutes {minutes} --seed {seed}",
         min_pause_ms as f64 / 1000.0,

@@ -30,7 +30,11 @@ pub struct Netns {
     prefix: String,
     bridge: String,
     subnet: u8,
+    /// One per server.
     namespaces: Vec<String>,
+    /// The client workers' namespace, so a server can be cut off from the cluster
+    /// while clients still reach it.
+    clients: String,
 }
 
 fn run(cmd: &str, args: &[&str]) -> Result<(), HarnessError> {
@@ -80,6 +84,7 @@ impl Netns {
         let subnet = u8::try_from(100 + (pid + k) % 150).unwrap_or(100);
         let mut me = Netns {
             bridge: format!("{prefix}b"),
+            clients: format!("{prefix}c"),
             prefix,
             subnet,
             namespaces: Vec::new(),
@@ -90,22 +95,43 @@ impl Netns {
         run("ip", &["link", "set", &me.bridge, "up"])?;
         for i in 0..n {
             let ns = format!("{}n{i}", me.prefix);
-            run("ip", &["netns", "add", &ns])?;
-            me.namespaces.push(ns.clone());
-            let (h, p) = (format!("{}h{i}", me.prefix), format!("{}p{i}", me.prefix));
-            run(
-                "ip",
-                &["link", "add", &h, "type", "veth", "peer", "name", &p],
-            )?;
-            run("ip", &["link", "set", &h, "master", &me.bridge])?;
-            run("ip", &["link", "set", &h, "up"])?;
-            run("ip", &["link", "set", &p, "netns", &ns])?;
-            let addr = format!("{}/16", me.ip(i));
-            run("ip", &["-n", &ns, "addr", "add", &addr, "dev", &p])?;
-            run("ip", &["-n", &ns, "link", "set", &p, "up"])?;
-            run("ip", &["-n", &ns, "link", "set", "lo", "up"])?;
+            me.join(&ns, &i.to_string(), &me.ip(i))?;
+            me.namespaces.push(ns);
         }
+        let clients = me.clients.clone();
+        me.join(&clients, "c", &me.client_ip())?;
         Ok(me)
+    }
+
+    /// Makes namespace `ns` with a veth pair (`tag` names its ends) on the bridge
+    /// and address `ip`.
+    fn join(&self, ns: &str, tag: &str, ip: &str) -> Result<(), HarnessError> {
+        run("ip", &["netns", "add", ns])?;
+        let (h, p) = (
+            format!("{}h{tag}", self.prefix),
+            format!("{}p{tag}", self.prefix),
+        );
+        run(
+            "ip",
+            &["link", "add", &h, "type", "veth", "peer", "name", &p],
+        )?;
+        run("ip", &["link", "set", &h, "master", &self.bridge])?;
+        run("ip", &["link", "set", &h, "up"])?;
+        run("ip", &["link", "set", &p, "netns", ns])?;
+        let addr = format!("{ip}/16");
+        run("ip", &["-n", ns, "addr", "add", &addr, "dev", &p])?;
+        run("ip", &["-n", ns, "link", "set", &p, "up"])?;
+        run("ip", &["-n", ns, "link", "set", "lo", "up"])
+    }
+
+    /// The client workers' address (inside their namespace).
+    pub fn client_ip(&self) -> String {
+        format!("10.{}.0.5", self.subnet)
+    }
+
+    /// The client workers' namespace.
+    pub fn clients_namespace(&self) -> &str {
+        &self.clients
     }
 
     /// The root namespace's address on the bridge (coordinators, clients).
@@ -154,15 +180,15 @@ impl Netns {
         Ok(())
     }
 
-    /// Cuts server `i` off from every address but those of `allowed` servers.
-    pub fn partition(&self, i: usize, allowed: &[usize]) -> Result<(), HarnessError> {
+    /// Cuts server `i` off from every address but `allowed` (other servers'
+    /// [`Netns::ip`], or [`Netns::client_ip`]).
+    pub fn partition(&self, i: usize, allowed: &[String]) -> Result<(), HarnessError> {
         let rule = if allowed.is_empty() {
             "  iifname != \"lo\" drop".to_string()
         } else {
-            let set: Vec<String> = allowed.iter().map(|&j| self.ip(j)).collect();
             format!(
                 "  iifname != \"lo\" ip saddr != {{ {} }} drop",
-                set.join(", ")
+                allowed.join(", ")
             )
         };
         self.apply(i, &rule)
@@ -199,7 +225,7 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        for ns in &self.namespaces {
+        for ns in self.namespaces.iter().chain([&self.clients]) {
             let _ = run("ip", &["netns", "del", ns]);
         }
         let _ = run("ip", &["link", "del", &self.bridge]);

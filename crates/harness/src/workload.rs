@@ -8,12 +8,34 @@
 //! (a separate set of keys) only get increments, reads and removes.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
 use ramstore_checker::{Call, History, Op, Outcome, Refusal, Rules};
-use ramstore_client::{BlockingClient, ClientError, RejectRules};
+use ramstore_client::{BlockingClient, ClientError, ClientOptions, RejectRules};
+
+use crate::HarnessError;
+
+/// Moves the calling thread into network namespace `name` (`ip netns` names it
+/// under /var/run/netns); `None`: stay.
+fn enter_netns(name: Option<&str>) -> Result<(), HarnessError> {
+    let Some(name) = name else { return Ok(()) };
+    let path = format!("/var/run/netns/{name}");
+    let file =
+        std::fs::File::open(&path).map_err(|e| HarnessError::Netns(format!("{path}: {e}")))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: setns on a namespace file descriptor we hold open; it changes only
+    // the calling thread's network namespace.
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc != 0 {
+        return Err(HarnessError::Netns(format!(
+            "setns {path}: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -202,23 +224,42 @@ fn choose(
 }
 
 impl Workload {
-    /// Starts `config.workers` workers on `table`, each with its own client made by
-    /// `connect`. Times are nanoseconds since `start` (shared by all workers).
+    /// Starts `config.workers` workers on `table`, each with its own client
+    /// (`options`), made on the worker's thread — inside network namespace
+    /// `netns` when given, so the clients' packets come from their own address
+    /// (the client runtime's threads inherit the namespace of the thread that
+    /// makes them). Times are nanoseconds since `start` (shared by all workers).
     pub fn start(
         config: &WorkloadConfig,
         table: u64,
         start: Instant,
-        connect: impl Fn() -> Result<BlockingClient, ClientError>,
-    ) -> Result<Workload, ClientError> {
+        options: &ClientOptions,
+        netns: Option<&str>,
+    ) -> Result<Workload, HarnessError> {
         let stop = Arc::new(AtomicBool::new(false));
         let ops = Arc::new(AtomicU64::new(0));
         let errors = Arc::new(AtomicU64::new(0));
         let mut handles = Vec::new();
+        let (ready_tx, ready_rx) = mpsc::channel();
         for w in 0..config.workers {
-            let client = connect()?;
             let (stop, ops, errors) = (stop.clone(), ops.clone(), errors.clone());
             let config = config.clone();
+            let options = options.clone();
+            let netns = netns.map(str::to_string);
+            let ready = ready_tx.clone();
             handles.push(thread::spawn(move || {
+                let connected = enter_netns(netns.as_deref())
+                    .and_then(|()| BlockingClient::connect(options).map_err(HarnessError::Client));
+                let client = match connected {
+                    Ok(c) => {
+                        let _ = ready.send(Ok(()));
+                        c
+                    }
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                        return Vec::new();
+                    }
+                };
                 let mut rng = SmallRng::seed_from_u64(config.seed.wrapping_mul(1000) + w as u64);
                 let mut last_version: Vec<Option<u64>> = vec![None; config.keys.max(1)];
                 let mut history = Vec::new();
@@ -245,6 +286,17 @@ impl Workload {
                 }
                 history
             }));
+        }
+        drop(ready_tx);
+        for _ in 0..config.workers {
+            let connected = ready_rx
+                .recv()
+                .map_err(|_| HarnessError::Io("a worker ended before connecting".into()))
+                .and_then(|r| r);
+            if let Err(e) = connected {
+                stop.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
         }
         Ok(Workload {
             stop,
