@@ -742,7 +742,7 @@ impl Log {
         let taken = stash.split_off(stash.len() - n);
         let before = w.seglets.len();
         w.attach(&self.pool, &taken);
-        self.map_seglets(&w.seglets[before..], w.slot);
+        self.map_seglets(w, before);
         if !header.is_empty() {
             w.write(&self.pool, &header);
         }

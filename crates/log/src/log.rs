@@ -280,6 +280,10 @@ pub struct Log {
     pub(crate) slots: Box<[SlotCounters]>,
     /// Which slot (segment) each seglet currently belongs to.
     seglet_slot: Box<[AtomicU32]>,
+    /// Each seglet's place in its segment's chain (0 for the first): with the
+    /// offset inside the seglet it gives an entry's offset in its segment, which
+    /// says how much of the segment must be durable before the entry may be read.
+    seglet_index: Box<[AtomicU32]>,
     /// Seglets (and the slot, for whole segments) waiting for their epoch to pass.
     retired: Mutex<Vec<Retired>>,
     live_object_bytes: AtomicU64,
@@ -345,6 +349,9 @@ impl Log {
         let seglet_slot = (0..pool.seglet_count())
             .map(|_| AtomicU32::new(u32::MAX))
             .collect();
+        let seglet_index = (0..pool.seglet_count())
+            .map(|_| AtomicU32::new(0))
+            .collect();
         let metadata_room = digest_bound_bytes(pool.seglet_count())
             + TABLET_STATS_ROOM_BYTES
             + entry::MAX_HEADER_BYTES;
@@ -367,6 +374,7 @@ impl Log {
             segments: Mutex::new(table),
             slots,
             seglet_slot,
+            seglet_index,
             retired: Mutex::new(Vec::new()),
             live_object_bytes: AtomicU64::new(0),
             tombstone_bytes: AtomicU64::new(0),
@@ -422,16 +430,29 @@ impl Log {
         if !w.reserve(&self.pool, extra, class) {
             return false;
         }
-        self.map_seglets(&w.seglets[before..], w.slot);
+        self.map_seglets(w, before);
         true
     }
 
-    /// Records that `seglets` now belong to the segment in `slot`; done before any
-    /// entry in them is published.
-    pub(crate) fn map_seglets(&self, seglets: &[u32], slot: u32) {
-        for &s in seglets {
-            self.seglet_slot[s as usize].store(slot, Ordering::Release);
+    /// Records that `w`'s seglets from index `from` on belong to its segment, and
+    /// where in it; done before any entry in them is published.
+    pub(crate) fn map_seglets(&self, w: &SegmentWriter, from: usize) {
+        for (index, &s) in w.seglets.iter().enumerate().skip(from) {
+            self.seglet_slot[s as usize].store(w.slot, Ordering::Release);
+            // A segment has at most `segment_bytes / SEGLET_BYTES` (≤ 4,096) seglets.
+            self.seglet_index[s as usize].store(index as u32, Ordering::Release);
         }
+    }
+
+    /// The segment holding the entry at `r` and the entry's offset in it. Meant for
+    /// entries whose segment is not yet read-durable ([`Log::is_read_durable`]):
+    /// such a segment has never been compacted, so the offset is the one its
+    /// replicas use. (A compacted segment's entries move to new offsets in memory.)
+    pub fn position_of(&self, r: LogRef) -> (u64, usize) {
+        let seglet = SegletPool::seglet_of(r) as usize;
+        let index = self.seglet_index[seglet].load(Ordering::Acquire) as usize;
+        let within = (r.0 % SEGLET_BYTES as u64) as usize;
+        (self.segment_id_of(r), index * SEGLET_BYTES + within)
     }
 
     /// Removes a cleaned segment's remaining counts from the totals.

@@ -35,7 +35,7 @@ pub mod storage_service;
 pub use backup_service::{BackupService, FRAMES_FILE, MAX_FAST_BACKUP_WRITE_BYTES};
 pub use failure_monitor::{MonitorConfig, ZombieHook};
 pub use ramstore_backup::{SyncMode, DEFAULT_OPEN_BUFFERS, MAX_FRAME_COUNT, MAX_OPEN_BUFFERS};
+pub use ramstore_rpc::DEFAULT_MAX_CONNECTIONS;
 pub use replica_manager::{ReplicaManager, DEFAULT_REPLICAS, MAX_REPLICAS};
 pub use storage_server::{start, ServerError, ServerOptions, StartedServer, DEFAULT_BACKUP_FRAMES};
-pub use ramstore_rpc::DEFAULT_MAX_CONNECTIONS;
 pub use storage_service::StorageService;

@@ -476,8 +476,11 @@ impl StorageService {
     /// segment not yet durable: a read never returns an object beyond the durable
     /// point (DESIGN §1).
     fn note_read_durability(&self, view: &ramstore_log::ObjectView<'_>) {
-        if self.replicas.is_some() && !self.store.log().is_read_durable(view.location()) {
-            READ_NEEDS_SYNC.set(true);
+        let log = self.store.log();
+        if self.replicas.is_some() && !log.is_read_durable(view.location()) {
+            let (segment, offset) = log.position_of(view.location());
+            let end = (segment, offset + view.entry_len());
+            READ_SYNC_POINT.set(Some(READ_SYNC_POINT.get().map_or(end, |p| p.max(end))));
         }
     }
 
@@ -648,8 +651,13 @@ fn backups_of(servers: &[KnownServer], me: u64) -> Vec<BackupInfo> {
 }
 
 thread_local! {
-    /// Set by a read that found an object whose segment is not yet durable.
-    static READ_NEEDS_SYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set by a read that found an object whose segment is not yet durable: the
+    /// furthest point (segment id, end offset) of the log that must be durable
+    /// before the answer goes out — the end of the furthest object read, not the
+    /// log's newest point, so a read never waits for writes made after its objects
+    /// (which may not be able to replicate at all while backups are full).
+    static READ_SYNC_POINT: std::cell::Cell<Option<(u64, usize)>> =
+        const { std::cell::Cell::new(None) };
 }
 
 /// Opcodes whose answer waits until the log is durable up to where it stood when
@@ -663,13 +671,17 @@ fn waits_for_replication(op: Opcode) -> bool {
             | Opcode::Increment
             | Opcode::MultiWrite
             | Opcode::MultiRemove
-    ) || (matches!(op, Opcode::Read | Opcode::MultiRead) && READ_NEEDS_SYNC.get())
+    ) || (is_read(op) && READ_SYNC_POINT.get().is_some())
+}
+
+fn is_read(op: Opcode) -> bool {
+    matches!(op, Opcode::Read | Opcode::MultiRead)
 }
 
 impl StorageService {
     /// Answers at once, or defers the response appended at `out[mark..]` until
-    /// the log is durable up to the current sync point (DESIGN §5 "Write" and
-    /// "Read"). A wait that times out answers RETRY: the write is in the log and
+    /// the log is durable up to the current sync point for an update, or up to the
+    /// end of the furthest object read for a read (DESIGN §5 "Write" and "Read"). A wait that times out answers RETRY: the write is in the log and
     /// may become durable later; the client's retry writes it again.
     fn after_replication(&self, id: u64, op: Opcode, mark: usize, out: &mut Vec<u8>) -> Handled {
         let Some(manager) = &self.replicas else {
@@ -678,8 +690,17 @@ impl StorageService {
         if !waits_for_replication(op) {
             return Handled::Done;
         }
-        let Some(point) = manager.pending_sync_point() else {
-            return Handled::Done;
+        let point = if is_read(op) {
+            // `waits_for_replication` saw a point.
+            match READ_SYNC_POINT.get() {
+                Some(point) if !manager.is_durable(point) => point,
+                _ => return Handled::Done,
+            }
+        } else {
+            let Some(point) = manager.pending_sync_point() else {
+                return Handled::Done;
+            };
+            point
         };
         let response = out[mark..].to_vec();
         out.truncate(mark);
@@ -751,7 +772,7 @@ impl Service for StorageService {
         let (op, outcome) = match decode_request(frame) {
             Ok((header, req)) => {
                 let op = req.opcode();
-                READ_NEEDS_SYNC.set(false);
+                READ_SYNC_POINT.set(None);
                 if self.is_fenced_off(op) {
                     answer_fenced(header.request_id, op, out);
                     self.metrics.record(Op::from(op), started.elapsed());
