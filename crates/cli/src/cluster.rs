@@ -251,7 +251,8 @@ async fn start_dev_resp(
         .find(|s| Some(s.addr.to_string()) == owner)
         .or(servers.first())
         .context("no storage server to serve the Redis protocol")?;
-    let backend = ramstore_resp::Backend::new(Some(server.service.clone()), client, 1);
+    let local = ramstore_server::storage_server::local_master(server.service.clone());
+    let backend = ramstore_resp::Backend::new(Some(local), client, 1);
     let config = ramstore_resp::RespConfig {
         require_pass,
         port,

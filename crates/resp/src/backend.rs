@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use ramstore_client::{Client, ClientError, EnumeratedObject, RejectRules};
+use ramstore_client::{key_hash, Client, ClientError, EnumeratedObject, RejectRules};
 use ramstore_rpc::{Handled, Service};
 use ramstore_wire::{decode_response, encode_request, ErrorBody, Request, Response, Status};
 
@@ -105,12 +105,23 @@ enum Decoded<T> {
     Elsewhere(String),
 }
 
+/// The master in this process: its request handler and which keys it serves.
+pub struct LocalMaster {
+    /// The storage server's own service, called in-process.
+    pub service: Arc<dyn Service>,
+    /// True if the master serves (table id, key hash) now. Checked before a
+    /// request is handed to `service`: a write to a key it does not own would
+    /// otherwise be answered UNKNOWN_TABLET only after the replication wait
+    /// behind it, too late to forward it in command order.
+    pub serves: Box<dyn Fn(u64, u64) -> bool + Send + Sync>,
+}
+
 /// Most tables (databases) whose ids are cached.
 pub const MAX_CACHED_TABLES: usize = 1024;
 
 /// The store the commands use. Thread-safe; shared by every connection.
 pub struct Backend {
-    local: Option<Arc<dyn Service>>,
+    local: Option<LocalMaster>,
     client: Client,
     /// `db{n}` → table id, filled on first use.
     tables: Mutex<HashMap<u32, u64>>,
@@ -121,7 +132,7 @@ pub struct Backend {
 impl Backend {
     /// A backend serving local keys through `local` (the storage server's own
     /// service; `None`: forward everything) and the rest through `client`.
-    pub fn new(local: Option<Arc<dyn Service>>, client: Client, table_span: u32) -> Self {
+    pub fn new(local: Option<LocalMaster>, client: Client, table_span: u32) -> Self {
         Self {
             local,
             client,
@@ -153,9 +164,16 @@ impl Backend {
         dbs
     }
 
-    /// Hands one native request to the local service; `None` without one.
-    fn local(&self, req: &Request<'_>) -> Option<Local> {
-        let service = self.local.as_ref()?;
+    /// Hands one native request to the local service; `None` without one, or if
+    /// the request's key (`Some((table id, key))`) is not this master's.
+    fn local(&self, req: &Request<'_>, key: Option<(u64, &[u8])>) -> Option<Local> {
+        let local = self.local.as_ref()?;
+        if let Some((table_id, key)) = key {
+            if !(local.serves)(table_id, key_hash(key)) {
+                return None;
+            }
+        }
+        let service = &local.service;
         let mut frame = Vec::with_capacity(64);
         // A request built from checked arguments always encodes; if it somehow
         // does not, the client library reports the problem on the forwarded path.
@@ -170,14 +188,20 @@ impl Backend {
 
     /// Runs `req` locally if this master can answer it; otherwise forwards through
     /// the client library (`forward`).
-    async fn run<T, D, F, Fut>(&self, req: Request<'_>, decode: D, forward: F) -> Outcome<T>
+    async fn run<T, D, F, Fut>(
+        &self,
+        req: Request<'_>,
+        key: (u64, &[u8]),
+        decode: D,
+        forward: F,
+    ) -> Outcome<T>
     where
         T: Send + 'static,
         D: Fn(&[u8]) -> Decoded<T> + Send + Copy + 'static,
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        match self.local(&req) {
+        match self.local(&req, Some(key)) {
             Some(Local::Now(frame)) => match decode(&frame) {
                 Decoded::Final(r) => return Outcome::Ready(r),
                 Decoded::Elsewhere(why) => tracing::trace!(%why, "forwarding a Redis command"),
@@ -188,7 +212,9 @@ impl Backend {
                     match decode(&frame) {
                         Decoded::Final(r) => r,
                         // Applied, but the replication wait failed (RETRY) or the
-                        // master was fenced off meanwhile (SERVER_NOT_UP).
+                        // master was fenced off meanwhile (SERVER_NOT_UP); or the
+                        // tablet left between the ownership check and the request
+                        // (UNKNOWN_TABLET). The client is told to try again.
                         Decoded::Elsewhere(why) => Err(StoreError::NotDurable(why)),
                     }
                 }));
@@ -205,7 +231,7 @@ impl Backend {
             rules: Default::default(),
             key,
         };
-        self.run(req, decode_read, || async {
+        self.run(req, (table_id, key), decode_read, || async {
             match self.client.read(table_id, key).await {
                 Ok(found) => Ok(Some(found)),
                 Err(ClientError::ObjectDoesntExist) => Ok(None),
@@ -229,7 +255,7 @@ impl Backend {
             key,
             value,
         };
-        self.run(req, decode_write, || async {
+        self.run(req, (table_id, key), decode_write, || async {
             let r = self
                 .client
                 .write_with_rules(table_id, key, value, &rules)
@@ -254,7 +280,7 @@ impl Backend {
             rules: Default::default(),
             key,
         };
-        self.run(req, decode_remove, || async {
+        self.run(req, (table_id, key), decode_remove, || async {
             Ok(self.client.remove(table_id, key).await?)
         })
         .await
@@ -279,7 +305,7 @@ impl Backend {
     /// The local server's statistics as `key=value` lines (empty without a local
     /// service).
     pub async fn local_stats(&self) -> String {
-        let Some(local) = self.local(&Request::GetServerStats) else {
+        let Some(local) = self.local(&Request::GetServerStats, None) else {
             return String::new();
         };
         let frame = match local {

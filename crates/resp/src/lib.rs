@@ -35,7 +35,7 @@ pub mod server;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use backend::{Backend, StoreError};
+pub use backend::{Backend, LocalMaster, StoreError};
 pub use protocol::{ProtocolError, MAX_ARGS, MAX_BULK_BYTES, MAX_COMMAND_BYTES, MAX_INLINE_BYTES};
 pub use server::{serve, RespConfig, Shared};
 

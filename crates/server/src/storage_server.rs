@@ -365,7 +365,8 @@ async fn start_resp(
     ))
     .await
     .map_err(|e| ServerError::Resp(e.to_string()))?;
-    let backend = ramstore_resp::Backend::new(Some(service), client, options.resp_table_span);
+    let backend =
+        ramstore_resp::Backend::new(Some(local_master(service)), client, options.resp_table_span);
     let config = ramstore_resp::RespConfig {
         require_pass: options.resp_require_pass.clone(),
         port: 0,
@@ -377,6 +378,21 @@ async fn start_resp(
             addr: listen.to_string(),
             source,
         })
+}
+
+/// This server's master as the Redis front end's local fast path.
+pub fn local_master(service: Arc<StorageService>) -> ramstore_resp::LocalMaster {
+    let owner = service.clone();
+    ramstore_resp::LocalMaster {
+        service,
+        serves: Box::new(move |table_id, hash| {
+            owner
+                .store()
+                .tablets()
+                .find_serving(table_id, hash)
+                .is_some()
+        }),
+    }
 }
 
 /// Opens (or creates) the backup store off the async threads: the format and the

@@ -1,0 +1,589 @@
+//! The Redis protocol front end end to end: `ramstore dev --resp-port P` driven by
+//! the real `redis-cli` (Debian's redis-tools) for every supported command, by raw
+//! sockets for pipelining and malformed input, by the Python `redis` client library
+//! (tests/python/test_resp.py), and across servers (forwarded keys, a crashed
+//! master's keys served again after recovery).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, run_cli, Dev};
+use ramstore_client::{BlockingClient, ClientOptions};
+
+/// `ramstore dev` with the Redis protocol on its own free port.
+struct RespDev {
+    dev: Dev,
+    resp_port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RespDev {
+    fn start(servers: u16, extra: &[&str]) -> RespDev {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let servers_arg = servers.to_string();
+        for _ in 0..5 {
+            let resp_port = free_port();
+            let port_arg = resp_port.to_string();
+            let mut args = vec![
+                "--servers",
+                &servers_arg,
+                "--memory",
+                "64MiB",
+                "--backup-frames",
+                "8",
+                "--resp-port",
+                &port_arg,
+            ];
+            args.extend_from_slice(extra);
+            let dev = Dev::start(dir.path(), servers, &args);
+            if dev.banner.iter().any(|l| l.contains("Redis protocol")) {
+                return RespDev {
+                    dev,
+                    resp_port,
+                    _dir: dir,
+                };
+            }
+        }
+        panic!("ramstore dev --resp-port did not start");
+    }
+
+    /// Runs `redis-cli -p PORT --no-raw ARGS` (typed output: `"v"`, `(integer) 1`,
+    /// `(nil)`, `(error) …`) and returns its stdout, trimmed.
+    fn cli(&self, args: &[&str]) -> String {
+        self.cli_stdin(args, "")
+    }
+
+    /// Like [`RespDev::cli`], with `stdin` as commands sent on the same connection.
+    fn cli_stdin(&self, args: &[&str], stdin: &str) -> String {
+        redis_cli(self.resp_port, args, stdin)
+    }
+
+    /// The "served by storage server N (ADDR)" address from the banner.
+    fn resp_server_addr(&self) -> String {
+        let line = self
+            .dev
+            .banner
+            .iter()
+            .find(|l| l.starts_with("Redis protocol"))
+            .expect("Redis protocol banner line");
+        let open = line.find('(').expect("( in banner");
+        let rest = &line[open + 1..];
+        let rest = &rest[rest.find('(').expect("second (") + 1..];
+        rest[..rest.find(')').expect(")")].to_string()
+    }
+
+    fn client(&self) -> BlockingClient {
+        BlockingClient::connect(ClientOptions {
+            operation_deadline: Duration::from_secs(30),
+            ..ClientOptions::new(&self.dev.addr)
+        })
+        .expect("client connects")
+    }
+}
+
+fn redis_cli(port: u16, args: &[&str], stdin: &str) -> String {
+    let port = port.to_string();
+    let mut child = Command::new("redis-cli")
+        .args(["-p", &port, "--no-raw"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run redis-cli (Debian: apt-get install redis-tools): {e}")
+        });
+    let mut input = child.stdin.take().expect("stdin piped");
+    input.write_all(stdin.as_bytes()).expect("write stdin");
+    drop(input);
+    let out = child.wait_with_output().expect("redis-cli output");
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("Could not connect"),
+        "redis-cli {args:?}: {err}"
+    );
+    text
+}
+
+#[test]
+fn redis_cli_every_command() {
+    let d = RespDev::start(1, &["--replicas", "0"]);
+    // Connection commands.
+    assert_eq!(d.cli(&["PING"]), "PONG");
+    assert_eq!(d.cli(&["PING", "hi"]), "\"hi\"");
+    assert_eq!(d.cli(&["ECHO", "hello world"]), "\"hello world\"");
+    assert_eq!(d.cli(&["AUTH", "anything"]), "OK");
+    assert_eq!(d.cli(&["QUIT"]), "OK");
+    // SET and its options.
+    assert_eq!(d.cli(&["SET", "k", "v1"]), "OK");
+    assert_eq!(d.cli(&["GET", "k"]), "\"v1\"");
+    assert_eq!(d.cli(&["GET", "missing"]), "(nil)");
+    assert_eq!(d.cli(&["SET", "k", "x", "NX"]), "(nil)");
+    assert_eq!(d.cli(&["SET", "k2", "x", "NX"]), "OK");
+    assert_eq!(d.cli(&["SET", "missing", "x", "XX"]), "(nil)");
+    assert_eq!(d.cli(&["GET", "missing"]), "(nil)");
+    assert_eq!(d.cli(&["SET", "k", "v2", "XX"]), "OK");
+    assert_eq!(d.cli(&["SET", "k", "v3", "GET"]), "\"v2\"");
+    assert_eq!(d.cli(&["SET", "fresh", "f", "GET"]), "(nil)");
+    assert_eq!(d.cli(&["GET", "fresh"]), "\"f\"");
+    assert_eq!(d.cli(&["SET", "k", "y", "NX", "GET"]), "\"v3\"");
+    assert_eq!(d.cli(&["GET", "k"]), "\"v3\"");
+    assert_eq!(
+        d.cli(&["SET", "k", "y", "NX", "XX"]),
+        "(error) ERR syntax error"
+    );
+    let ex = d.cli(&["SET", "k", "y", "EX", "10"]);
+    assert!(
+        ex.starts_with("(error) ERR") && ex.contains("not supported"),
+        "{ex}"
+    );
+    assert_eq!(d.cli(&["GET", "k"]), "\"v3\"");
+    assert_eq!(d.cli(&["SETNX", "k", "z"]), "(integer) 0");
+    assert_eq!(d.cli(&["SETNX", "nx", "z"]), "(integer) 1");
+    assert_eq!(d.cli(&["GETSET", "k", "v4"]), "\"v3\"");
+    assert_eq!(d.cli(&["GETSET", "gs", "first"]), "(nil)");
+    assert_eq!(d.cli(&["GET", "k"]), "\"v4\"");
+    // Multi-key commands.
+    assert_eq!(d.cli(&["MSET", "a", "1", "b", "2"]), "OK");
+    assert_eq!(
+        d.cli(&["MSET", "a", "1", "b"]),
+        "(error) ERR wrong number of arguments for 'mset' command"
+    );
+    assert_eq!(
+        d.cli(&["MGET", "a", "b", "nope"]),
+        "1) \"1\"\n2) \"2\"\n3) (nil)"
+    );
+    assert_eq!(d.cli(&["EXISTS", "a", "a", "nope"]), "(integer) 2");
+    assert_eq!(d.cli(&["DEL", "a", "nope"]), "(integer) 1");
+    assert_eq!(d.cli(&["UNLINK", "b"]), "(integer) 1");
+    assert_eq!(d.cli(&["EXISTS", "a", "b"]), "(integer) 0");
+    // Strings and counters.
+    assert_eq!(d.cli(&["STRLEN", "k"]), "(integer) 2");
+    assert_eq!(d.cli(&["STRLEN", "nope"]), "(integer) 0");
+    assert_eq!(d.cli(&["APPEND", "k", "xyz"]), "(integer) 5");
+    assert_eq!(d.cli(&["APPEND", "ap", "new"]), "(integer) 3");
+    assert_eq!(d.cli(&["GET", "k"]), "\"v4xyz\"");
+    assert_eq!(d.cli(&["INCR", "c"]), "(integer) 1");
+    assert_eq!(d.cli(&["INCRBY", "c", "10"]), "(integer) 11");
+    assert_eq!(d.cli(&["DECR", "c"]), "(integer) 10");
+    assert_eq!(d.cli(&["DECRBY", "c", "3"]), "(integer) 7");
+    assert_eq!(d.cli(&["GET", "c"]), "\"7\"");
+    assert_eq!(d.cli(&["INCRBYFLOAT", "f", "1.5"]), "\"1.5\"");
+    assert_eq!(d.cli(&["INCRBYFLOAT", "f", "2"]), "\"3.5\"");
+    assert_eq!(
+        d.cli(&["INCR", "k"]),
+        "(error) ERR value is not an integer or out of range"
+    );
+    assert_eq!(
+        d.cli(&["INCRBY", "c", "x"]),
+        "(error) ERR value is not an integer or out of range"
+    );
+    assert_eq!(d.cli(&["SET", "big", "9223372036854775807"]), "OK");
+    assert_eq!(
+        d.cli(&["INCR", "big"]),
+        "(error) ERR increment or decrement would overflow"
+    );
+    // Versions: RS.GETV and RS.CAS.
+    assert_eq!(d.cli(&["SET", "cas", "one"]), "OK");
+    let getv = d.cli(&["RS.GETV", "cas"]);
+    let lines: Vec<&str> = getv.lines().collect();
+    assert_eq!(lines.len(), 2, "{getv}");
+    assert_eq!(lines[0], "1) \"one\"");
+    let version: u64 = lines[1]
+        .trim_start_matches("2) (integer) ")
+        .parse()
+        .unwrap_or_else(|e| panic!("version in {getv:?}: {e}"));
+    assert!(version > 0);
+    assert_eq!(
+        d.cli(&["RS.CAS", "cas", &(version + 100).to_string(), "x"]),
+        "(nil)"
+    );
+    let new_version = d.cli(&["RS.CAS", "cas", &version.to_string(), "two"]);
+    let new_version: u64 = new_version
+        .trim_start_matches("(integer) ")
+        .parse()
+        .unwrap_or_else(|e| panic!("{new_version:?}: {e}"));
+    assert!(new_version > version);
+    assert_eq!(d.cli(&["GET", "cas"]), "\"two\"");
+    assert_eq!(
+        d.cli(&["RS.CAS", "cas", &version.to_string(), "three"]),
+        "(nil)"
+    );
+    // Version 0 means "only if the key does not exist".
+    let created = d.cli(&["RS.CAS", "newcas", "0", "created"]);
+    assert!(created.starts_with("(integer) "), "{created}");
+    assert_eq!(d.cli(&["RS.CAS", "newcas", "0", "again"]), "(nil)");
+    assert_eq!(d.cli(&["RS.GETV", "nope"]), "(nil)");
+    // Keyspace: DBSIZE, KEYS, SCAN, INFO, FLUSHDB.
+    let keys_now = [
+        "ap", "big", "c", "cas", "f", "fresh", "gs", "k", "k2", "newcas", "nx",
+    ];
+    assert_eq!(d.cli(&["DBSIZE"]), format!("(integer) {}", keys_now.len()));
+    let mut keys: Vec<String> = d
+        .cli(&["KEYS", "*"])
+        .lines()
+        .map(|l| {
+            l.split_once(") ")
+                .map_or(l, |p| p.1)
+                .trim_matches('"')
+                .to_string()
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(keys, keys_now);
+    let k_keys = d.cli(&["KEYS", "k*"]);
+    assert_eq!(k_keys.lines().count(), 2, "{k_keys}");
+    let scan = d.cli(&["SCAN", "0", "MATCH", "c*", "COUNT", "1000"]);
+    let scan_lines: Vec<&str> = scan.lines().collect();
+    assert_eq!(scan_lines.first(), Some(&"1) \"0\""), "{scan}");
+    assert_eq!(scan_lines.len(), 3, "{scan}");
+    // redis-cli --scan walks the cursor to the end.
+    let mut scanned: Vec<String> = d
+        .cli(&["--scan"])
+        .lines()
+        .map(|l| l.trim_matches('"').to_string())
+        .collect();
+    scanned.sort();
+    assert_eq!(scanned, keys_now);
+    assert_eq!(d.cli(&["SCAN", "x"]), "(error) ERR invalid cursor");
+    // Enough data for several enumeration batches (256 KiB each): SCAN's cursor
+    // must carry across them, and DBSIZE/KEYS/FLUSHDB walk them all.
+    let big = "x".repeat(10_000);
+    let mut mset = String::from("SELECT 3\n");
+    for i in 0..60 {
+        mset.push_str(&format!("SET big{i} {big}\n"));
+    }
+    let replies = d.cli_stdin(&[], &mset);
+    assert_eq!(replies.lines().filter(|l| *l == "OK").count(), 61);
+    let first = d.cli(&["-n", "3", "SCAN", "0", "COUNT", "1"]);
+    assert!(
+        !first.starts_with("1) \"0\""),
+        "one batch cannot hold 600 KB: {first}"
+    );
+    assert_eq!(d.cli(&["-n", "3", "--scan"]).lines().count(), 60);
+    assert_eq!(d.cli(&["-n", "3", "DBSIZE"]), "(integer) 60");
+    assert_eq!(d.cli(&["-n", "3", "KEYS", "big5*"]).lines().count(), 11);
+    assert_eq!(d.cli(&["-n", "3", "FLUSHDB"]), "OK");
+    assert_eq!(d.cli(&["-n", "3", "DBSIZE"]), "(integer) 0");
+    let info = d.cli(&["INFO"]);
+    for section in ["# Server", "# Clients", "# Memory", "# Stats", "# Keyspace"] {
+        assert!(info.contains(section), "{section} in {info}");
+    }
+    assert!(
+        info.contains(&format!("db0:keys={},", keys_now.len())),
+        "{info}"
+    );
+    assert!(info.contains("connected_clients:1"), "{info}");
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory");
+    assert!(used > 0, "{info}");
+    let keyspace = d.cli(&["INFO", "keyspace"]);
+    assert!(!keyspace.contains("# Server"), "{keyspace}");
+    assert_eq!(d.cli(&["FLUSHDB"]), "OK");
+    assert_eq!(d.cli(&["DBSIZE"]), "(integer) 0");
+    assert_eq!(d.cli(&["GET", "k"]), "(nil)");
+    // Databases: SELECT n is table db{n}.
+    assert_eq!(
+        d.cli_stdin(&[], "SELECT 2\nSET k in-db2\nGET k\n"),
+        "OK\nOK\n\"in-db2\""
+    );
+    assert_eq!(d.cli(&["-n", "2", "GET", "k"]), "\"in-db2\"");
+    assert_eq!(d.cli(&["GET", "k"]), "(nil)");
+    assert_eq!(
+        d.cli(&["SELECT", "16"]),
+        "(error) ERR DB index is out of range"
+    );
+    // Client, command, config.
+    let client = d.cli_stdin(
+        &[],
+        "CLIENT GETNAME\nCLIENT SETNAME worker\nCLIENT GETNAME\nCLIENT ID\n",
+    );
+    let lines: Vec<&str> = client.lines().collect();
+    assert_eq!(&lines[..3], ["(nil)", "OK", "\"worker\""], "{client}");
+    assert!(lines[3].starts_with("(integer) "), "{client}");
+    let count = d.cli(&["COMMAND", "COUNT"]);
+    let count: usize = count
+        .trim_start_matches("(integer) ")
+        .parse()
+        .unwrap_or_else(|e| panic!("{count}: {e}"));
+    assert!(count >= 32, "{count}");
+    assert_eq!(d.cli(&["COMMAND", "DOCS"]), "(empty array)");
+    assert!(d.cli(&["COMMAND"]).contains("\"rs.getv\""));
+    assert_eq!(
+        d.cli(&["CONFIG", "GET", "databases"]),
+        "1) \"databases\"\n2) \"16\""
+    );
+    // HELLO and RESP3.
+    let hello = d.cli(&["HELLO", "3"]);
+    assert!(
+        hello.contains("\"proto\"") && hello.contains("3"),
+        "{hello}"
+    );
+    assert_eq!(d.cli(&["-3", "GET", "nope"]), "(nil)");
+    assert_eq!(d.cli(&["-3", "SET", "r3", "v"]), "OK");
+    assert_eq!(d.cli(&["-3", "GET", "r3"]), "\"v\"");
+    assert_eq!(
+        d.cli(&["HELLO", "4"]),
+        "(error) NOPROTO unsupported protocol version"
+    );
+    // Unknown commands and bad arity answer errors; the connection stays open.
+    let after_errors = d.cli_stdin(&[], "NOSUCH a b\nGET\nGET a b\nPING\n");
+    assert_eq!(
+        after_errors,
+        "(error) ERR unknown command 'NOSUCH', with args beginning with: 'a' 'b'\n\
+         (error) ERR wrong number of arguments for 'get' command\n\
+         (error) ERR wrong number of arguments for 'get' command\n\
+         PONG"
+    );
+}
+
+#[test]
+fn redis_cli_requirepass_gates_commands() {
+    let d = RespDev::start(1, &["--replicas", "0", "--requirepass", "s3cret"]);
+    assert_eq!(
+        d.cli(&["GET", "k"]),
+        "(error) NOAUTH Authentication required."
+    );
+    assert_eq!(
+        d.cli(&["AUTH", "wrong"]),
+        "(error) WRONGPASS invalid username-password pair or user is disabled."
+    );
+    assert_eq!(
+        d.cli_stdin(&[], "AUTH s3cret\nSET k v\nGET k\n"),
+        "OK\nOK\n\"v\""
+    );
+    assert_eq!(
+        d.cli_stdin(&[], "AUTH default s3cret\nGET k\n"),
+        "OK\n\"v\""
+    );
+    assert_eq!(
+        d.cli(&["-a", "s3cret", "--no-auth-warning", "GET", "k"]),
+        "\"v\""
+    );
+    let hello = d.cli(&["HELLO", "3", "AUTH", "default", "s3cret"]);
+    assert!(hello.contains("\"proto\""), "{hello}");
+}
+
+/// Sends `bytes` in one write and reads until `done` says the replies are all
+/// there or the peer closes; returns the replies and whether the peer closed.
+fn exchange(port: u16, bytes: &[u8], done: impl Fn(&[u8]) -> bool) -> (Vec<u8>, bool) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(bytes).expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done(&got) && Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) => return (got, true),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("read after {} bytes: {e}", got.len()),
+        }
+    }
+    (got, false)
+}
+
+#[test]
+fn raw_socket_pipelining_and_malformed_input() {
+    let d = RespDev::start(1, &["--replicas", "0"]);
+    let port = d.resp_port;
+    // 500 SETs and 500 GETs in one write: 1000 replies in order.
+    let mut pipeline = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..500 {
+        let (k, v) = (format!("p{i}"), format!("value-{i}"));
+        pipeline.extend_from_slice(
+            format!(
+                "*3\r\n$3\r\nSET\r\n${}\r\n{k}\r\n${}\r\n{v}\r\n",
+                k.len(),
+                v.len()
+            )
+            .as_bytes(),
+        );
+        expected.extend_from_slice(b"+OK\r\n");
+    }
+    for i in 0..500 {
+        let (k, v) = (format!("p{i}"), format!("value-{i}"));
+        pipeline
+            .extend_from_slice(format!("*2\r\n$3\r\nGET\r\n${}\r\n{k}\r\n", k.len()).as_bytes());
+        expected.extend_from_slice(format!("${}\r\n{v}\r\n", v.len()).as_bytes());
+    }
+    let (got, _) = exchange(port, &pipeline, |g| g.len() >= expected.len());
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&expected)
+    );
+
+    // Inline commands (telnet style) work.
+    let (got, _) = exchange(port, b"PING\r\nGET p1\r\n", |g| g.len() >= 7 + 13);
+    assert_eq!(got, b"+PONG\r\n$7\r\nvalue-1\r\n");
+
+    // Unknown commands keep the connection; later commands are answered.
+    let (got, _) = exchange(port, b"*1\r\n$4\r\nNOPE\r\n*1\r\n$4\r\nPING\r\n", |g| {
+        g.ends_with(b"+PONG\r\n")
+    });
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("-ERR unknown command 'NOPE'"), "{text}");
+    assert!(text.ends_with("+PONG\r\n"), "{text}");
+
+    // Malformed framing: an error, then the server closes the connection.
+    for bad in [
+        &b"*1\r\n:5\r\n"[..],
+        b"*abc\r\n",
+        b"*1\r\n$-7\r\n",
+        b"*1\r\n$99999999999\r\n",
+        b"*1\r\n$3\r\nGETxx",
+        b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1048577\r\n",
+    ] {
+        let (got, closed) = exchange(port, bad, |_| false);
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("-ERR Protocol error: "), "{bad:?}: {text}");
+        assert!(closed, "{bad:?}: connection not closed");
+    }
+    // A value of exactly 1 MiB (ramstore's limit) is stored and read back.
+    let value = vec![b'x'; 1 << 20];
+    let mut big = format!("*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n${}\r\n", value.len()).into_bytes();
+    big.extend_from_slice(&value);
+    big.extend_from_slice(b"\r\n*2\r\n$6\r\nSTRLEN\r\n$3\r\nbig\r\n");
+    let (got, _) = exchange(port, &big, |g| g.len() >= 5 + 10);
+    assert_eq!(got, b"+OK\r\n:1048576\r\n");
+    // An oversized key is refused with an error; the connection stays open.
+    let key = vec![b'k'; 70_000];
+    let mut req = format!("*3\r\n$3\r\nSET\r\n${}\r\n", key.len()).into_bytes();
+    req.extend_from_slice(&key);
+    req.extend_from_slice(b"\r\n$1\r\nv\r\n*1\r\n$4\r\nPING\r\n");
+    let (got, closed) = exchange(port, &req, |g| g.ends_with(b"+PONG\r\n"));
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("-ERR too large"), "{text}");
+    assert!(text.ends_with("+PONG\r\n") && !closed, "{text}");
+    // The server survived all of it.
+    assert_eq!(d.cli(&["GET", "p499"]), "\"value-499\"");
+}
+
+#[test]
+fn redis_py_client_library() {
+    let d = RespDev::start(1, &["--replicas", "0"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/test_resp.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .env("RESP_PORT", d.resp_port.to_string())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3 {}: {e}", script.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "python redis client test failed ({}):\n{stdout}\n{stderr}\n(the `redis` package is needed: pip install -r tests/python/requirements.txt)",
+        out.status
+    );
+    assert!(stderr.contains("OK"), "unittest summary missing:\n{stderr}");
+}
+
+/// Keys whose table lives on another master are forwarded (one extra hop) and
+/// behave the same; what RESP wrote is what the native client reads.
+#[test]
+fn forwarded_keys_on_another_master() {
+    let d = RespDev::start(2, &["--replicas", "1"]);
+    let resp_server = d.resp_server_addr();
+    // db1 is created on first use, on the least loaded master: not db0's.
+    assert_eq!(
+        d.cli_stdin(&[], "SELECT 1\nSET fk fv\nGET fk\n"),
+        "OK\nOK\n\"fv\""
+    );
+    let client = d.client();
+    let db1 = client.get_table_id("db1").expect("db1 exists");
+    let owners: Vec<String> = client
+        .tablet_map()
+        .expect("tablet map")
+        .into_iter()
+        .filter(|t| t.table_id == db1)
+        .map(|t| t.address)
+        .collect();
+    assert_eq!(owners.len(), 1);
+    assert_ne!(
+        owners[0], resp_server,
+        "db1 should live on the other master"
+    );
+    // Every kind of operation works forwarded.
+    let n = |args: &[&str]| d.cli(&[&["-n", "1"], args].concat());
+    assert_eq!(n(&["INCR", "fc"]), "(integer) 1");
+    assert_eq!(n(&["INCRBY", "fc", "41"]), "(integer) 42");
+    assert_eq!(n(&["SET", "fk", "x", "NX"]), "(nil)");
+    assert_eq!(n(&["MSET", "a", "1", "b", "2"]), "OK");
+    assert_eq!(
+        n(&["MGET", "a", "b", "fk"]),
+        "1) \"1\"\n2) \"2\"\n3) \"fv\""
+    );
+    assert_eq!(n(&["DBSIZE"]), "(integer) 4");
+    assert_eq!(n(&["DEL", "a", "b"]), "(integer) 2");
+    // The native client reads what RESP wrote, as bytes.
+    let (value, _) = client.read(db1, b"fc").expect("read fc");
+    assert_eq!(value, b"42");
+    // And RESP reads what the native client wrote.
+    client.write(db1, b"native", b"hello").expect("write");
+    assert_eq!(n(&["GET", "native"]), "\"hello\"");
+    drop(d);
+}
+
+/// Acknowledged RESP writes are replicated like native ones: after the master
+/// serving them is declared crashed, its data is recovered from backups and the
+/// Redis front end serves it again (now forwarded to the recovery master).
+#[test]
+fn acknowledged_writes_survive_master_crash() {
+    let d = RespDev::start(3, &["--replicas", "2"]);
+    let mut cmds = String::new();
+    for i in 0..200 {
+        cmds.push_str(&format!("SET key{i} value{i}\n"));
+    }
+    let replies = d.cli_stdin(&[], &cmds);
+    assert_eq!(
+        replies.lines().filter(|l| *l == "OK").count(),
+        200,
+        "{replies}"
+    );
+    let client = d.client();
+    let db0 = client.get_table_id("db0").expect("db0");
+    let owner = client
+        .tablet_map()
+        .expect("map")
+        .into_iter()
+        .find(|t| t.table_id == db0)
+        .expect("db0 tablet");
+    assert_eq!(owner.address, d.resp_server_addr());
+    let id = owner.server_id.to_string();
+    let out = run_cli(&["crash-server", &id, "--coordinator", &d.dev.addr], &[]);
+    out.ok();
+    // Recovery puts db0 on another master; the front end forwards there.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let moved = client
+            .tablet_map()
+            .map(|m| {
+                m.iter()
+                    .any(|t| t.table_id == db0 && t.server_id != owner.server_id)
+            })
+            .unwrap_or(false);
+        if moved {
+            break;
+        }
+        assert!(Instant::now() < deadline, "db0 was not recovered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut gets = String::new();
+    for i in 0..200 {
+        gets.push_str(&format!("GET key{i}\n"));
+    }
+    let values = d.cli_stdin(&[], &gets);
+    let expected: Vec<String> = (0..200).map(|i| format!("\"value{i}\"")).collect();
+    assert_eq!(values.lines().collect::<Vec<_>>(), expected);
+}
