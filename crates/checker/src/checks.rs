@@ -59,7 +59,17 @@ pub fn short_outcome(outcome: &Outcome) -> String {
 /// already observed by an operation that finished before they began; a read after an
 /// acknowledged write must not find the object absent unless a remove may have come
 /// between; a read after a remove must not find the removed object.
-pub fn real_time_checks(table: u64, key: &[u8], ops: &[&Op], out: &mut Vec<Violation>) {
+///
+/// `may_duplicate` says which calls may have taken effect unseen (a retried
+/// call's first application, [`crate::CheckOptions::at_least_once`]): a remove
+/// refused as "doesn't exist" may be the retry of one that removed the object.
+pub fn real_time_checks(
+    table: u64,
+    key: &[u8],
+    ops: &[&Op],
+    may_duplicate: impl Fn(&Op) -> bool,
+    out: &mut Vec<Violation>,
+) {
     let definite: Vec<&Op> = ops.iter().copied().filter(|o| o.is_definite()).collect();
     let mut by_return: Vec<&Op> = definite
         .iter()
@@ -142,7 +152,8 @@ pub fn real_time_checks(table: u64, key: &[u8], ops: &[&Op], out: &mut Vec<Viola
         .copied()
         .filter(|o| {
             matches!(o.call, Call::Remove { .. })
-                && matches!(o.outcome, Outcome::Removed { .. } | Outcome::Unknown(_))
+                && (matches!(o.outcome, Outcome::Removed { .. } | Outcome::Unknown(_))
+                    || may_duplicate(o))
         })
         .collect();
     for b in by_invoke

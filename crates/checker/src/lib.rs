@@ -44,12 +44,24 @@ use linearizability::{check_key, SearchOp, Verdict};
 /// States the search may explore per object before it gives up (inconclusive).
 pub const DEFAULT_MAX_STEPS_PER_KEY: u64 = 2_000_000;
 
+/// With at-least-once retries, only calls that took at least this long may have
+/// been applied twice. A duplicate needs an attempt that was applied and then
+/// failed, and every such failure takes longer: a lost connection to a crashed or
+/// cut-off master is retried only once the tablet has a new owner (failure
+/// detection alone takes ≥ 250 ms), and a write whose replication stalls is
+/// answered RETRY only after 1 s (`REPLICATION_WAIT_MS`). Limiting duplicates to
+/// slow calls keeps the search small: every duplicate doubles the states around it.
+pub const DEFAULT_DUPLICATE_MIN_NS: u64 = 100_000_000;
+
 /// How to check.
 #[derive(Clone, Debug)]
 pub struct CheckOptions {
     /// Mutating calls may have taken effect a second time within their own
     /// interval (at-least-once retries; see the crate documentation).
     pub at_least_once: bool,
+    /// Only calls lasting at least this long (or with an unknown outcome) may
+    /// have such a duplicate ([`DEFAULT_DUPLICATE_MIN_NS`]).
+    pub duplicate_min_ns: u64,
     /// Search budget per object (explored states).
     pub max_steps_per_key: u64,
 }
@@ -58,6 +70,7 @@ impl Default for CheckOptions {
     fn default() -> Self {
         CheckOptions {
             at_least_once: true,
+            duplicate_min_ns: DEFAULT_DUPLICATE_MIN_NS,
             max_steps_per_key: DEFAULT_MAX_STEPS_PER_KEY,
         }
     }
@@ -222,8 +235,14 @@ pub fn check(history: &History, options: &CheckOptions) -> Report {
     for ((table, key), ops) in by_key {
         let plain: Vec<&Op> = ops.iter().map(|(_, o)| *o).collect();
         let before = report.violations.len();
-        checks::real_time_checks(table, key, &plain, &mut report.violations);
-        let search = search_ops(&ops, options.at_least_once);
+        checks::real_time_checks(
+            table,
+            key,
+            &plain,
+            |op| may_duplicate(op, options),
+            &mut report.violations,
+        );
+        let search = search_ops(&ops, options);
         match check_key(&search, options.max_steps_per_key) {
             Verdict::Linearizable => {
                 // The named checks are implied by linearizability, so one that fired
@@ -263,10 +282,18 @@ pub fn check(history: &History, options: &CheckOptions) -> Report {
     report
 }
 
+/// Whether `op` may have taken effect once more, unseen (see
+/// [`CheckOptions::at_least_once`]).
+fn may_duplicate(op: &Op, options: &CheckOptions) -> bool {
+    let slow = !op.is_definite()
+        || op.effective_return_ns().saturating_sub(op.invoke_ns) >= options.duplicate_min_ns;
+    options.at_least_once && op.call.mutates() && slow
+}
+
 /// The search's view of one object's operations: indeterminate ones optional with
 /// an unbounded return; with `at_least_once`, an optional duplicate of every
-/// mutating call within its own interval.
-fn search_ops(ops: &[(usize, &Op)], at_least_once: bool) -> Vec<SearchOp> {
+/// mutating call slow enough to have been retried, within its own interval.
+fn search_ops(ops: &[(usize, &Op)], options: &CheckOptions) -> Vec<SearchOp> {
     let mut out = Vec::with_capacity(ops.len() * 2);
     for &(i, op) in ops {
         let definite = op.is_definite();
@@ -278,7 +305,7 @@ fn search_ops(ops: &[(usize, &Op)], at_least_once: bool) -> Vec<SearchOp> {
             outcome: op.outcome.clone(),
             source: i,
         });
-        if at_least_once && op.call.mutates() {
+        if may_duplicate(op, options) {
             out.push(SearchOp {
                 invoke: op.invoke_ns,
                 ret: op.effective_return_ns(),

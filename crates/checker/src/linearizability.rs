@@ -6,7 +6,10 @@
 //! The search picks, again and again, an operation that may take effect next — one
 //! invoked before every not yet linearized definite operation returned — applies it
 //! to the model, and backtracks when the model refuses. A (linearized set, state)
-//! pair seen before is not explored again. Operations whose outcome is unknown are
+//! pair seen before is not explored again; the set is remembered by a 128-bit
+//! Zobrist hash kept up to date on every step (O(1), and 16 bytes per entry
+//! instead of a bit per operation), so a collision — odds about 2⁻¹²⁸ per pair —
+//! could at worst prune one branch. Operations whose outcome is unknown are
 //! *optional*: they may take effect at any point after their invocation (or before
 //! their own return when they are duplicate applications of a completed call), or
 //! never.
@@ -56,6 +59,9 @@ struct Frame {
 struct Search<'a> {
     ops: &'a [SearchOp],
     linearized: Vec<u64>,
+    /// Zobrist hash of `linearized`: the xor of `keys[i]` over linearized `i`.
+    hash: u128,
+    keys: Vec<u128>,
     /// Latest invocation among linearized operations (optional operations that
     /// returned before it can no longer take effect).
     latest_invoke: u64,
@@ -68,6 +74,7 @@ impl Search<'_> {
 
     fn flip(&mut self, i: usize) {
         self.linearized[i / 64] ^= 1 << (i % 64);
+        self.hash ^= self.keys[i];
     }
 
     /// Indices of the operations that may take effect next (ops sorted by
@@ -118,6 +125,22 @@ impl Search<'_> {
     }
 }
 
+/// A fixed pseudo-random 128-bit key for operation `i` (splitmix64, twice), so a
+/// search is reproducible.
+fn zobrist_key(i: u64) -> u128 {
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let a = mix(i.wrapping_mul(2).wrapping_add(0x9E37_79B9_7F4A_7C15));
+    let b = mix(i
+        .wrapping_mul(2)
+        .wrapping_add(1)
+        .wrapping_add(0x9E37_79B9_7F4A_7C15));
+    (u128::from(a) << 64) | u128::from(b)
+}
+
 /// Searches for a linearization of `ops` (any order) from an absent object, giving
 /// up after `max_steps` explored states.
 pub fn check_key(ops: &[SearchOp], max_steps: u64) -> Verdict {
@@ -131,9 +154,11 @@ pub fn check_key(ops: &[SearchOp], max_steps: u64) -> Verdict {
     let mut search = Search {
         ops: &ops,
         linearized: vec![0; ops.len().div_ceil(64)],
+        hash: 0,
+        keys: (0..ops.len() as u64).map(zobrist_key).collect(),
         latest_invoke: 0,
     };
-    let mut seen: HashSet<(Vec<u64>, State)> = HashSet::new();
+    let mut seen: HashSet<(u128, State)> = HashSet::new();
     let mut mandatory_done = 0usize;
     let mut deepest = (0usize, Vec::new());
     let root = search.successors(&State::EMPTY, &mut values);
@@ -174,7 +199,7 @@ pub fn check_key(ops: &[SearchOp], max_steps: u64) -> Verdict {
                 return Verdict::Linearizable;
             }
         }
-        if !seen.insert((search.linearized.clone(), state)) {
+        if !seen.insert((search.hash, state)) {
             search.flip(i);
             search.latest_invoke = saved;
             if !ops[i].optional {

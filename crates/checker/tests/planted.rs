@@ -36,11 +36,14 @@ impl H {
     }
 }
 
+/// Checks with duplicates allowed for calls of any length (the hand-made and
+/// random histories use nanosecond times).
 fn check_with(h: &H, at_least_once: bool) -> Report {
     check(
         &History { ops: h.ops.clone() },
         &CheckOptions {
             at_least_once,
+            duplicate_min_ns: 0,
             ..CheckOptions::default()
         },
     )
@@ -165,6 +168,33 @@ fn check_absent_after_write_is_fine_when_a_remove_may_intervene() {
     h.op(3, "k", remove(), unknown(), (5, 15));
     h.op(2, "k", Call::Read, Outcome::NotFound, (20, 30));
     assert_clean(&h.check());
+}
+
+#[test]
+fn check_retried_conditional_remove_refused_after_it_removed_is_clean_at_least_once() {
+    // Seen in a partition run: a remove-if-exists stalled on a cut-off master was
+    // applied, retried after recovery and refused as "doesn't exist"; the object is
+    // gone although the only remove reports a refusal.
+    let must_exist = Call::Remove {
+        rules: Rules {
+            doesnt_exist: true,
+            ..Rules::default()
+        },
+    };
+    let mut h = H::default();
+    h.write(0, "k", "a", 7, (0, 10));
+    h.op(
+        0,
+        "k",
+        must_exist,
+        Outcome::Refused(Refusal::DoesntExist),
+        (20, 1_300),
+    );
+    h.op(2, "k", Call::Read, Outcome::NotFound, (2_000, 2_010));
+    assert_clean(&check_with(&h, true));
+    let strict = check_with(&h, false);
+    assert!(strict.count(ViolationKind::LostWrite) > 0, "{strict}");
+    assert!(strict.count(ViolationKind::NotLinearizable) > 0, "{strict}");
 }
 
 #[test]
@@ -297,6 +327,39 @@ fn check_jsonl_round_trip_keeps_every_field() {
     assert_eq!(back, history);
 }
 
+/// Default options, but duplicates allowed for calls of any length.
+fn any_duplicates() -> CheckOptions {
+    CheckOptions {
+        duplicate_min_ns: 0,
+        ..CheckOptions::default()
+    }
+}
+
+#[test]
+fn check_duplicates_are_allowed_only_for_calls_slow_enough_to_be_retried() {
+    // As in the test above, but in milliseconds: a reader saw a first application
+    // of a write whose answer carried the version of a second.
+    let ms = 1_000_000;
+    let history = |write_ms: u64| {
+        let mut h = H::default();
+        h.write(1, "k", "a", 1, (0, 10 * ms));
+        h.write(1, "k", "b", 3, (20 * ms, (20 + write_ms) * ms));
+        h.read(2, "k", "b", 2, (21 * ms, 22 * ms));
+        History { ops: h.ops }
+    };
+    let slow = check(&history(500), &CheckOptions::default());
+    assert!(
+        slow.is_clean(),
+        "a 500 ms write may have been retried:\n{slow}"
+    );
+    let fast = check(&history(5), &CheckOptions::default());
+    assert_eq!(
+        fast.count(ViolationKind::NotLinearizable),
+        1,
+        "a 5 ms write was not retried:\n{fast}"
+    );
+}
+
 /// A small deterministic generator (xorshift64*), so the test needs no dependency.
 struct Rng(u64);
 
@@ -401,6 +464,7 @@ fn check_random_linearizable_histories_are_clean() {
                 &history,
                 &CheckOptions {
                     at_least_once,
+                    duplicate_min_ns: 0,
                     ..CheckOptions::default()
                 },
             );
@@ -418,7 +482,7 @@ fn check_random_histories_with_some_outcomes_unknown_are_clean() {
                 op.outcome = unknown();
             }
         }
-        let report = check(&history, &CheckOptions::default());
+        let report = check(&history, &any_duplicates());
         assert!(report.is_clean(), "seed {seed}:\n{report}");
     }
 }
@@ -433,7 +497,7 @@ fn check_random_histories_with_a_planted_phantom_value_are_caught() {
             .find(|o| matches!(o.outcome, Outcome::Value { .. }))
             .expect("a random history of 240 operations has a successful read");
         read.outcome = val("nobody wrote this", 1_000_000);
-        let report = check(&history, &CheckOptions::default());
+        let report = check(&history, &any_duplicates());
         assert!(
             report.count(ViolationKind::NotLinearizable) >= 1,
             "seed {seed}:\n{report}"

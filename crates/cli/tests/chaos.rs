@@ -2,7 +2,8 @@
 //! standby coordinator, five storage servers replicating with R = 2 — serves four
 //! client workers on shared keys while the harness kills a master, kills a backup,
 //! stops a master for 2 s (hung, declared crashed, a zombie when it resumes,
-//! R§7.11) and kills the active coordinator (the standby takes over, R§9). Every
+//! R§7.11), kills the active coordinator (the standby takes over, R§9) and delays
+//! one server's traffic by 20–100 ms for 3 s (late, reordered answers). Every
 //! operation is recorded; the checker then finds every acknowledged write readable,
 //! no deleted object back, versions only growing and each key's history
 //! linearizable (at-least-once retries allowed, DESIGN §1).
@@ -26,6 +27,8 @@ fn chaos_kills_zombie_and_coordinator_failover_keep_history_linearizable() {
     let dir = std::env::temp_dir().join(format!("ramstore-chaos-{}", std::process::id()));
     let mut cluster = ClusterConfig::new(env!("CARGO_BIN_EXE_ramstore"), 5);
     cluster.etcd = true;
+    // Every server behind a delaying proxy, for the delay-and-reorder fault.
+    cluster.delay_proxy = true;
     cluster.dir = Some(dir.clone());
     // A stopped server is declared crashed after 1 s of unanswered pings, so the
     // 2 s stop below makes it a zombie on a machine that is not too slow.
@@ -42,6 +45,11 @@ fn chaos_kills_zombie_and_coordinator_failover_keep_history_linearizable() {
             Fault::KillBackup,
             Fault::ZombieMaster { stopped_ms: 2_000 },
             Fault::KillCoordinator,
+            Fault::Delay {
+                delay_ms: 20,
+                jitter_ms: 80,
+                ms: 3_000,
+            },
         ]),
         duration: Duration::from_secs(LOAD_SECONDS),
         window: None,
@@ -65,7 +73,8 @@ fn chaos_kills_zombie_and_coordinator_failover_keep_history_linearizable() {
             "kill-master",
             "kill-backup",
             "zombie-master",
-            "kill-coordinator"
+            "kill-coordinator",
+            "delay"
         ]
     );
     assert!(

@@ -20,6 +20,7 @@ use ramstore_coordinator::test_etcd::TestEtcd;
 
 use crate::netns::Netns;
 use crate::process::Proc;
+use crate::proxy::DelayProxy;
 use crate::HarnessError;
 
 /// The port every server listens on inside its own network namespace.
@@ -55,6 +56,9 @@ pub struct ClusterConfig {
     /// Run each server in its own network namespace (root only; see
     /// [`crate::netns`]), so partitions and packet loss can be injected.
     pub netns: bool,
+    /// Put a delaying proxy ([`crate::proxy`]) in front of each server, so delay
+    /// and reordering can be injected.
+    pub delay_proxy: bool,
 }
 
 impl ClusterConfig {
@@ -64,22 +68,32 @@ impl ClusterConfig {
             ramstore_bin: ramstore_bin.into(),
             servers,
             replicas: 2,
-            server_memory: "96MiB".into(),
-            backup_frames: 24,
+            // The load's live data is small; what matters is that backups have
+            // room for every master's log several times over (a log under churn
+            // spans more segments than its live data, and recovery writes the
+            // crashed master's data again): 5 servers × 32 frames of 8 MiB hold
+            // 5 logs of 4 segments, R = 2, four times over. Too few frames stall
+            // replication, then cleaning, then recovery (docs/reliability.md).
+            server_memory: "32MiB".into(),
+            backup_frames: 32,
             etcd: false,
             coordinator_args: Vec::new(),
             server_args: Vec::new(),
             dir: None,
             ready_timeout: Duration::from_secs(60),
             netns: false,
+            delay_proxy: false,
         }
     }
 }
 
 /// One storage server's slot: its address and disk stay across restarts.
 pub struct ServerSlot {
-    /// `127.0.0.1:PORT`.
+    /// Where the server listens (`127.0.0.1:PORT`, or its namespace's address).
     pub addr: String,
+    /// The delaying proxy in front of it, whose address it advertises (when the
+    /// cluster runs with [`ClusterConfig::delay_proxy`]).
+    pub proxy: Option<DelayProxy>,
     pub backup_dir: PathBuf,
     /// The id of the current (or last) process.
     pub id: u64,
@@ -173,12 +187,25 @@ impl Cluster {
         let servers = (0..config.servers)
             .map(|i| {
                 // In a namespace of its own a server has every port to itself.
-                let addr = match &netns {
-                    Some(n) => format!("{}:{NETNS_SERVER_PORT}", n.ip(i)),
-                    None => format!("127.0.0.1:{}", free_port()?),
+                let (addr, proxy_addr) = match &netns {
+                    Some(n) => (
+                        format!("{}:{NETNS_SERVER_PORT}", n.ip(i)),
+                        format!("{}:{}", n.ip(i), NETNS_SERVER_PORT + 1),
+                    ),
+                    None => (
+                        format!("127.0.0.1:{}", free_port()?),
+                        format!("127.0.0.1:{}", free_port()?),
+                    ),
+                };
+                let proxy = if config.delay_proxy {
+                    let ns = netns.as_ref().map(|n| n.namespace(i));
+                    Some(DelayProxy::start(&proxy_addr, &addr, ns)?)
+                } else {
+                    None
                 };
                 Ok(ServerSlot {
                     addr,
+                    proxy,
                     backup_dir: dir.join(format!("server-{i}")),
                     id: 0,
                     starts: 0,
@@ -286,6 +313,10 @@ impl Cluster {
             self.coordinator_addrs(),
             "--listen".into(),
             slot.addr.clone(),
+            "--advertise".into(),
+            slot.proxy
+                .as_ref()
+                .map_or(slot.addr.clone(), |p| p.addr().to_string()),
             "--memory".into(),
             c.server_memory.clone(),
             "--replicas".into(),
@@ -390,6 +421,22 @@ impl Cluster {
     /// Removes server `i`'s partition or loss rules.
     pub fn heal(&mut self, i: usize) -> Result<(), HarnessError> {
         self.netns()?.heal(i)
+    }
+
+    /// Delays server `i`'s traffic (both ways) by `delay` plus up to `jitter`;
+    /// zero heals.
+    pub fn delay_server(
+        &mut self,
+        i: usize,
+        delay: Duration,
+        jitter: Duration,
+    ) -> Result<(), HarnessError> {
+        let proxy = self.servers[i]
+            .proxy
+            .as_ref()
+            .ok_or_else(|| HarnessError::Io("the cluster runs without delay proxies".into()))?;
+        proxy.set_delay(delay, jitter);
+        Ok(())
     }
 
     /// Whether the servers run in network namespaces.

@@ -59,6 +59,13 @@ pub enum Fault {
     IsolateMaster {
         ms: u64,
     },
+    /// Delay one server's traffic by `delay_ms` plus up to `jitter_ms` (delaying
+    /// proxies only) for `ms`: late and reordered answers.
+    Delay {
+        delay_ms: u64,
+        jitter_ms: u64,
+        ms: u64,
+    },
     /// Drop this percentage of one server's packets each way for `ms`.
     PacketLoss {
         percent: u8,
@@ -78,6 +85,7 @@ impl Fault {
             Fault::PartitionGroup { .. } => "partition-group",
             Fault::IsolateMaster { .. } => "isolate-master",
             Fault::PacketLoss { .. } => "packet-loss",
+            Fault::Delay { .. } => "delay",
         }
     }
 
@@ -288,6 +296,30 @@ impl Injector {
                 (
                     format!(
                         "server {id} (slot {slot}) for {:.1}s, clients still reach it",
+                        ms as f64 / 1000.0
+                    ),
+                    result,
+                )
+            }
+            Fault::Delay {
+                delay_ms,
+                jitter_ms,
+                ms,
+            } => {
+                let slot = self.rng.gen_range(0..cluster.servers.len());
+                let id = cluster.servers[slot].id;
+                cluster.delay_server(
+                    slot,
+                    Duration::from_millis(delay_ms),
+                    Duration::from_millis(jitter_ms),
+                )?;
+                thread::sleep(Duration::from_millis(ms));
+                cluster.delay_server(slot, Duration::ZERO, Duration::ZERO)?;
+                let result = self.after_isolation(cluster, client, &[slot])?;
+                (
+                    format!(
+                        "server {id} (slot {slot}) +{delay_ms}..{} ms for {:.1}s",
+                        delay_ms + jitter_ms,
                         ms as f64 / 1000.0
                     ),
                     result,

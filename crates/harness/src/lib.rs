@@ -24,6 +24,7 @@ pub mod cluster;
 pub mod faults;
 pub mod netns;
 pub mod process;
+pub mod proxy;
 pub mod workload;
 
 use std::path::PathBuf;
@@ -61,6 +62,9 @@ pub enum HarnessError {
     #[error("cluster processes must be spawned from the thread that made the cluster")]
     WrongThread,
 }
+
+/// Operation deadline of the final reads that end a window.
+pub const FINAL_READ_DEADLINE: Duration = Duration::from_secs(15);
 
 /// Which faults to inject.
 #[derive(Clone, Debug)]
@@ -189,6 +193,9 @@ pub fn run(config: &RunConfig, mut say: impl FnMut(&str)) -> Result<RunReport, H
         cluster.dir().display()
     ));
     let admin = cluster.client(config.client_deadline)?;
+    // The final read of each window's keys: a read that cannot be answered within
+    // this means the cluster is not whole, and the pass stops.
+    let final_reader = cluster.client(FINAL_READ_DEADLINE)?;
     let clock = Instant::now();
     let mut window = Some(start_window(0, config, &cluster, &admin, clock)?);
     let mut checks = Vec::new();
@@ -218,7 +225,7 @@ pub fn run(config: &RunConfig, mut say: impl FnMut(&str)) -> Result<RunReport, H
                     let w = window.take().expect("checked just above");
                     let index = w.index;
                     ops_done += w.load.ops();
-                    checks.push(finish_window(w, config, &cluster, &admin));
+                    checks.push(finish_window(w, config, &cluster, &final_reader));
                     window = Some(start_window(index + 1, config, &cluster, &admin, clock)?);
                     say(&format!("window {index} done; checking it meanwhile"));
                 }
@@ -239,7 +246,7 @@ pub fn run(config: &RunConfig, mut say: impl FnMut(&str)) -> Result<RunReport, H
         Ok(())
     })();
     if let Some(w) = window.take() {
-        checks.push(finish_window(w, config, &cluster, &admin));
+        checks.push(finish_window(w, config, &cluster, &final_reader));
     }
     let windows = checks.len();
     let mut report = Report::default();
