@@ -587,3 +587,44 @@ fn acknowledged_writes_survive_master_crash() {
     let expected: Vec<String> = (0..200).map(|i| format!("\"value{i}\"")).collect();
     assert_eq!(values.lines().collect::<Vec<_>>(), expected);
 }
+
+/// The README's `redis-cli -p 6380 …` session, run against `ramstore dev
+/// --resp-port`: each command prints what the README shows.
+#[test]
+fn readme_redis_cli_session_works() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .expect("README.md");
+    assert!(
+        readme.contains("dev --resp-port 6380"),
+        "README starts dev with --resp-port"
+    );
+    // "$ redis-cli -p 6380 ARGS" lines, each followed by its output lines.
+    let mut session: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    for line in readme.lines() {
+        if let Some(cmd) = line.strip_prefix("$ redis-cli -p 6380 ") {
+            session.push((
+                cmd.split_whitespace().map(str::to_string).collect(),
+                Vec::new(),
+            ));
+        } else if line.starts_with("```") {
+            continue;
+        } else if let Some((_, out)) = session.last_mut() {
+            if out.is_empty() || !line.is_empty() {
+                if line.starts_with("Strings only") || line.is_empty() {
+                    continue;
+                }
+                out.push(line.to_string());
+            }
+        }
+    }
+    assert!(
+        session.len() >= 3,
+        "README shows a redis-cli session: {session:?}"
+    );
+    let d = RespDev::start(1, &["--replicas", "0"]);
+    for (args, expected) in &session {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_eq!(d.cli(&args), expected.join("\n"), "redis-cli {args:?}");
+    }
+}
