@@ -1,6 +1,6 @@
 //! `ramstore-harness soak --minutes M --seed S`: a cluster of real processes under a
 //! mixed load from client workers, with a random fault every few seconds (master
-//! kill, backup kill, zombie master, coordinator kill, and as root with the servers
+//! kill, backup kill, zombie master, coordinator kill, delay, and as root with the servers
 //! in network namespaces: partitions of a master or a group, a master cut off from
 //! the cluster but not from clients, packet loss); at the end prints the
 //! operations done, faults injected, recoveries and the checker's verdict, and
@@ -39,6 +39,10 @@ enum Command {
         /// Client workers.
         #[arg(long, default_value_t = 4)]
         clients: usize,
+        /// Most operations per second, all clients together (0: as fast as the
+        /// cluster answers).
+        #[arg(long, default_value_t = 0)]
+        rate: u32,
         /// Shortest and longest pause between faults, in milliseconds.
         #[arg(long, default_value_t = 3_000)]
         min_pause_ms: u64,
@@ -83,6 +87,7 @@ fn real_main() -> anyhow::Result<bool> {
         seed,
         servers,
         clients,
+        rate,
         min_pause_ms,
         max_pause_ms,
         window_seconds,
@@ -114,11 +119,17 @@ fn real_main() -> anyhow::Result<bool> {
     // Network faults need root, ip and nft: use them whenever they are there.
     let netns = !no_netns && ramstore_harness::netns::available().is_ok();
     cluster.netns = netns;
+    cluster.delay_proxy = true;
     let mut kinds = vec![
         Fault::KillMaster,
         Fault::KillBackup,
         Fault::ZombieMaster { stopped_ms: 2_000 },
         Fault::KillCoordinator,
+        Fault::Delay {
+            delay_ms: 20,
+            jitter_ms: 80,
+            ms: 3_000,
+        },
     ];
     if netns {
         kinds.extend([
@@ -140,6 +151,7 @@ fn real_main() -> anyhow::Result<bool> {
         workload: WorkloadConfig {
             workers: clients,
             seed,
+            max_ops_per_sec: (rate > 0).then_some(rate),
             ..WorkloadConfig::default()
         },
         faults: FaultPlan::Random {

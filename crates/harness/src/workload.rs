@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::{self, JoinHandle};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ramstore_checker::{Call, History, Op, Outcome, Refusal, Rules};
 use ramstore_client::{BlockingClient, ClientError, ClientOptions, RejectRules};
@@ -52,6 +52,9 @@ pub struct WorkloadConfig {
     pub max_value_bytes: usize,
     /// Seed of the workers' choices.
     pub seed: u64,
+    /// Most operations per second, all workers together (`None`: as fast as the
+    /// cluster answers). A soak on a shared machine leaves room for others.
+    pub max_ops_per_sec: Option<u32>,
 }
 
 impl Default for WorkloadConfig {
@@ -62,6 +65,7 @@ impl Default for WorkloadConfig {
             counters: 8,
             max_value_bytes: 200,
             seed: 1,
+            max_ops_per_sec: None,
         }
     }
 }
@@ -264,7 +268,19 @@ impl Workload {
                 let mut last_version: Vec<Option<u64>> = vec![None; config.keys.max(1)];
                 let mut history = Vec::new();
                 let mut seq = 0u64;
+                // Each worker's share of the rate, as a gap between its calls.
+                let gap = config
+                    .max_ops_per_sec
+                    .map(|r| Duration::from_secs_f64(config.workers as f64 / f64::from(r.max(1))));
+                let mut next_call = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
+                    if let Some(gap) = gap {
+                        let now = Instant::now();
+                        if next_call > now {
+                            thread::sleep(next_call - now);
+                        }
+                        next_call = next_call.max(now) + gap;
+                    }
                     seq += 1;
                     let (key, call, k) = choose(&mut rng, &config, w, seq, &mut last_version);
                     let op = record(&client, w as u64, table, &key, call, start);
