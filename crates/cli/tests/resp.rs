@@ -599,27 +599,28 @@ fn readme_redis_cli_session_works() {
         readme.contains("dev --resp-port 6380"),
         "README starts dev with --resp-port"
     );
-    // "$ redis-cli -p 6380 ARGS" lines, each followed by its output lines.
+    // In the ```console block: "$ redis-cli -p 6380 ARGS" lines, each followed by
+    // its output lines.
     let mut session: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    let mut in_console = false;
     for line in readme.lines() {
-        if let Some(cmd) = line.strip_prefix("$ redis-cli -p 6380 ") {
+        if line.starts_with("```console") {
+            in_console = true;
+        } else if line.starts_with("```") {
+            in_console = false;
+        } else if !in_console {
+            continue;
+        } else if let Some(cmd) = line.strip_prefix("$ redis-cli -p 6380 ") {
             session.push((
                 cmd.split_whitespace().map(str::to_string).collect(),
                 Vec::new(),
             ));
-        } else if line.starts_with("```") {
-            continue;
         } else if let Some((_, out)) = session.last_mut() {
-            if out.is_empty() || !line.is_empty() {
-                if line.starts_with("Strings only") || line.is_empty() {
-                    continue;
-                }
-                out.push(line.to_string());
-            }
+            out.push(line.to_string());
         }
     }
     assert!(
-        session.len() >= 3,
+        session.len() >= 4,
         "README shows a redis-cli session: {session:?}"
     );
     let d = RespDev::start(1, &["--replicas", "0"]);
