@@ -457,6 +457,16 @@ fn raw_socket_pipelining_and_malformed_input() {
     big.extend_from_slice(b"\r\n*2\r\n$6\r\nSTRLEN\r\n$3\r\nbig\r\n");
     let (got, _) = exchange(port, &big, |g| g.len() >= 5 + 10);
     assert_eq!(got, b"+OK\r\n:1048576\r\n");
+    // A reply that would exceed 64 MiB (MGET of 65 × 1 MiB) is refused, not built.
+    let mut mget = b"*66\r\n$4\r\nMGET\r\n".to_vec();
+    for _ in 0..65 {
+        mget.extend_from_slice(b"$3\r\nbig\r\n");
+    }
+    mget.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+    let (got, closed) = exchange(port, &mget, |g| g.ends_with(b"+PONG\r\n"));
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("-ERR the reply would exceed"), "{text}");
+    assert!(!closed, "{text}");
     // An oversized key is refused with an error; the connection stays open.
     let key = vec![b'k'; 70_000];
     let mut req = format!("*3\r\n$3\r\nSET\r\n${}\r\n", key.len()).into_bytes();

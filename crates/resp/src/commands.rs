@@ -19,6 +19,10 @@ pub const MAX_CAS_ATTEMPTS: usize = 100;
 /// Most keys KEYS returns; beyond it KEYS fails and points to SCAN (one reply of
 /// every key of a large table would exhaust the server's memory).
 pub const MAX_KEYS_REPLY: usize = 1_000_000;
+/// Most bytes of keys or values one MGET or KEYS reply may carry; beyond it the
+/// command answers an error instead of building the reply (an MGET of 65,536
+/// 1 MiB values would otherwise hold 64 GiB in the server's memory).
+pub const MAX_REPLY_BYTES: usize = 64 << 20;
 /// Most enumeration batches one SCAN call fetches while looking for COUNT keys.
 pub const MAX_SCAN_BATCHES: usize = 16;
 /// Longest client name (CLIENT SETNAME), in bytes.
@@ -317,8 +321,16 @@ impl Connection {
             },
             "mget" => {
                 let mut outcomes = Vec::with_capacity(rest.len());
+                let mut bytes = 0usize;
                 for key in rest {
-                    outcomes.push(backend.read(table, key).await);
+                    let o = backend.read(table, key).await;
+                    if let Outcome::Ready(Ok(Some((v, _)))) = &o {
+                        bytes += v.len();
+                        if bytes > MAX_REPLY_BYTES {
+                            return self.error(sink, &too_big_reply());
+                        }
+                    }
+                    outcomes.push(o);
                 }
                 self.finish(sink, join(outcomes), |e, values: Vec<ReadResult>| {
                     e.array(values.len());
@@ -434,11 +446,13 @@ impl Connection {
             "keys" => {
                 let pattern = rest[0];
                 let mut keys = Vec::new();
+                let mut bytes = 0usize;
                 let mut too_many = false;
                 let walked = self
                     .walk(table, |key| {
                         if glob::matches(pattern, key) {
-                            if keys.len() < MAX_KEYS_REPLY {
+                            bytes += key.len();
+                            if keys.len() < MAX_KEYS_REPLY && bytes <= MAX_REPLY_BYTES {
                                 keys.push(key.to_vec());
                             } else {
                                 too_many = true;
@@ -450,7 +464,9 @@ impl Connection {
                     Err(e) => self.store_error(sink, &e),
                     Ok(_) if too_many => self.error(
                         sink,
-                        &format!("ERR KEYS matched more than {MAX_KEYS_REPLY} keys; use SCAN"),
+                        &format!(
+                            "ERR KEYS matched more than {MAX_KEYS_REPLY} keys or {MAX_REPLY_BYTES} bytes; use SCAN"
+                        ),
                     ),
                     Ok(_) => sink.reply(self.version, |e| {
                         e.array(keys.len());
@@ -983,6 +999,10 @@ impl Connection {
         }
         sink.reply(self.version, |e| e.text(&text));
     }
+}
+
+fn too_big_reply() -> String {
+    format!("ERR the reply would exceed {MAX_REPLY_BYTES} bytes; ask for fewer keys")
 }
 
 fn command_info(e: &mut Encoder<'_>, s: &Spec) {
