@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, run_cli, Dev};
+use common::{free_port, run_cli, Cluster, Dev};
 use ramstore_client::{BlockingClient, ClientOptions};
 
 /// `ramstore dev` with the Redis protocol on its own free port.
@@ -638,4 +638,52 @@ fn readme_redis_cli_session_works() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         assert_eq!(d.cli(&args), expected.join("\n"), "redis-cli {args:?}");
     }
+}
+
+/// `ramstore server --resp-listen` on one server of a two-server cluster, with
+/// databases spread over both masters (`--resp-table-span 2`): half the keys are
+/// local, half forwarded, and SCAN/DBSIZE walk both tablets.
+#[test]
+fn server_resp_listen_spans_masters() {
+    let mut cluster = Cluster::start(1);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let server = cluster.add_server_with(
+        "127.0.0.1:0",
+        &["--resp-listen", &listen, "--resp-table-span", "2"],
+    );
+    let banner = server.proc.stdout_lines().join("\n");
+    assert!(
+        banner.contains(&format!("Redis protocol on {listen}")),
+        "{banner}"
+    );
+    let mut cmds = String::new();
+    for i in 0..100 {
+        cmds.push_str(&format!("SET s{i} v{i}\n"));
+    }
+    let replies = redis_cli(port, &[], &cmds);
+    assert_eq!(
+        replies.lines().filter(|l| *l == "OK").count(),
+        100,
+        "{replies}"
+    );
+    let client = cluster.client();
+    let db0 = client.get_table_id("db0").expect("db0");
+    let tablets: Vec<_> = client
+        .tablet_map()
+        .expect("map")
+        .into_iter()
+        .filter(|t| t.table_id == db0)
+        .collect();
+    assert_eq!(tablets.len(), 2, "{tablets:?}");
+    assert_ne!(tablets[0].server_id, tablets[1].server_id, "{tablets:?}");
+    assert_eq!(redis_cli(port, &["DBSIZE"], ""), "(integer) 100");
+    assert_eq!(redis_cli(port, &["--scan"], "").lines().count(), 100);
+    let mut gets = String::new();
+    for i in 0..100 {
+        gets.push_str(&format!("GET s{i}\n"));
+    }
+    let values = redis_cli(port, &[], &gets);
+    let expected: Vec<String> = (0..100).map(|i| format!("\"v{i}\"")).collect();
+    assert_eq!(values.lines().collect::<Vec<_>>(), expected);
 }
