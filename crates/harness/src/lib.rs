@@ -161,7 +161,7 @@ fn finish_window(
     config: &RunConfig,
     cluster: &Cluster,
     admin: &ramstore_client::BlockingClient,
-) -> thread::JoinHandle<(Report, Option<PathBuf>)> {
+) -> WindowCheck {
     let history = window.load.stop(&config.workload, admin);
     let options = config.check.clone();
     let path = cluster
@@ -178,6 +178,52 @@ fn finish_window(
             .flatten();
         (report, saved)
     })
+}
+
+/// A window's check running on its own thread: the report, and where the history
+/// was saved if it was not clean.
+type WindowCheck = thread::JoinHandle<(Report, Option<PathBuf>)>;
+
+/// Merges the checks that have finished (all of them, waiting, when `wait`) into
+/// `report`, saying each window's verdict; returns how many were merged.
+fn collect(
+    checks: &mut Vec<(usize, WindowCheck)>,
+    report: &mut Report,
+    failed: &mut Vec<PathBuf>,
+    say: &mut impl FnMut(&str),
+    wait: bool,
+) -> Result<usize, HarnessError> {
+    let mut merged = 0;
+    let mut i = 0;
+    while i < checks.len() {
+        if !wait && !checks[i].1.is_finished() {
+            i += 1;
+            continue;
+        }
+        let (index, handle) = checks.remove(i);
+        // A checker thread panics only on a checker bug; that is a failed run.
+        let (r, saved) = handle
+            .join()
+            .map_err(|_| HarnessError::Io("the checker panicked".into()))?;
+        say(&format!(
+            "window {index}: {} operations on {} keys, {}",
+            r.ops,
+            r.keys,
+            if r.is_clean() {
+                "clean".to_string()
+            } else {
+                format!(
+                    "{} violations, {} keys inconclusive",
+                    r.violations.len(),
+                    r.inconclusive.len()
+                )
+            }
+        ));
+        report.merge(r);
+        failed.extend(saved);
+        merged += 1;
+    }
+    Ok(merged)
 }
 
 /// Runs `config`, printing progress through `say`, and checks the history.
@@ -198,7 +244,10 @@ pub fn run(config: &RunConfig, mut say: impl FnMut(&str)) -> Result<RunReport, H
     let final_reader = cluster.client(FINAL_READ_DEADLINE)?;
     let clock = Instant::now();
     let mut window = Some(start_window(0, config, &cluster, &admin, clock)?);
-    let mut checks = Vec::new();
+    let mut checks: Vec<(usize, WindowCheck)> = Vec::new();
+    let mut report = Report::default();
+    let mut failed_histories = Vec::new();
+    let mut windows = 0usize;
     let mut injector = Injector::new(config.seed, config.patience);
     let deadline = clock + config.duration;
     let next = |injector: &mut Injector| -> Option<Fault> {
@@ -225,11 +274,18 @@ pub fn run(config: &RunConfig, mut say: impl FnMut(&str)) -> Result<RunReport, H
                     let w = window.take().expect("checked just above");
                     let index = w.index;
                     ops_done += w.load.ops();
-                    checks.push(finish_window(w, config, &cluster, &final_reader));
+                    checks.push((index, finish_window(w, config, &cluster, &final_reader)));
                     window = Some(start_window(index + 1, config, &cluster, &admin, clock)?);
                     say(&format!("window {index} done; checking it meanwhile"));
                 }
             }
+            windows += collect(
+                &mut checks,
+                &mut report,
+                &mut failed_histories,
+                &mut say,
+                false,
+            )?;
             let Some(fault) = next(&mut injector) else {
                 break;
             };
@@ -246,19 +302,15 @@ pub fn run(config: &RunConfig, mut say: impl FnMut(&str)) -> Result<RunReport, H
         Ok(())
     })();
     if let Some(w) = window.take() {
-        checks.push(finish_window(w, config, &cluster, &final_reader));
+        checks.push((w.index, finish_window(w, config, &cluster, &final_reader)));
     }
-    let windows = checks.len();
-    let mut report = Report::default();
-    let mut failed_histories = Vec::new();
-    for c in checks {
-        // A checker thread panics only on a checker bug; that is a failed run.
-        let (r, saved) = c
-            .join()
-            .map_err(|_| HarnessError::Io("the checker panicked".into()))?;
-        report.merge(r);
-        failed_histories.extend(saved);
-    }
+    windows += collect(
+        &mut checks,
+        &mut report,
+        &mut failed_histories,
+        &mut say,
+        true,
+    )?;
     outcome?;
     let recoveries = cluster
         .server_states(&admin)?
