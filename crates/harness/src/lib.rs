@@ -6,10 +6,12 @@
 //!
 //! Parts: [`process`] (one child process, logs to a file, waits for ready lines),
 //! [`cluster`] (coordinator(s), optional etcd, servers with fixed addresses and
-//! disks; kill/stop/continue/restart), [`workload`] (workers and the history),
-//! [`faults`] (the injector), and [`run`] tying them together for the chaos test
-//! (`crates/cli/tests/chaos.rs`) and `scripts/soak` (the `ramstore-harness`
-//! binary).
+//! disks; kill/stop/continue/restart/partition/delay), [`netns`] (network
+//! namespaces and nftables rules, root only), [`proxy`] (a delaying TCP proxy in
+//! front of each server), [`workload`] (workers and the history), [`faults`] (the
+//! injector), and [`run`] tying them together for the chaos and partition tests
+//! (`crates/cli/tests/chaos.rs`, `partition.rs`) and `scripts/soak` (the
+//! `ramstore-harness` binary). See docs/reliability.md.
 //!
 //! Invariants: every process the harness starts is killed when its owner is
 //! dropped or its spawning thread ends; the injector waits for the cluster to be

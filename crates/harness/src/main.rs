@@ -1,11 +1,11 @@
 //! `ramstore-harness soak --minutes M --seed S`: a cluster of real processes under a
 //! mixed load from client workers, with a random fault every few seconds (master
-//! kill, backup kill, zombie master, coordinator kill, delay, and as root with the servers
-//! in network namespaces: partitions of a master or a group, a master cut off from
-//! the cluster but not from clients, packet loss); at the end prints the
-//! operations done, faults injected, recoveries and the checker's verdict, and
-//! exits 1 on any violation (2 when the run itself failed, e.g. the cluster did not
-//! heal). `scripts/soak` builds and runs it.
+//! kill, backup kill, zombie master, coordinator kill, delay; as root, with the
+//! servers in network namespaces, also partitions of a master or a group, a master
+//! cut off from the cluster but not from clients, and packet loss); at the end
+//! prints the operations done, faults injected, recoveries and the checker's
+//! verdict, and exits 1 on any violation (2 when the run itself failed, e.g. the
+//! cluster did not heal). `scripts/soak` builds and runs it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
