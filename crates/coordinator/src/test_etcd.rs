@@ -71,6 +71,22 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("cannot find a free port: {e}"))
 }
 
+/// Where test etcds keep their data: a tmpfs (`/dev/shm`) when there is one. A
+/// test etcd's durability does not matter, and on a disk its fsyncs stall for
+/// seconds when the machine is busy (a whole test suite on two cores): lease
+/// keepalives then miss their TTL and every coordinator steps down (seen in a
+/// chaos run at load average 7).
+fn scratch_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let writable =
+        shm.is_dir() && std::fs::metadata(shm).is_ok_and(|m| !m.permissions().readonly());
+    if writable {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 impl TestEtcd {
     /// Starts etcd and waits until it answers; retries with other ports if it
     /// exits at once (a port was taken between choosing and binding it).
@@ -90,7 +106,7 @@ impl TestEtcd {
         let client_port = free_port()?;
         let peer_port = free_port()?;
         let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
+        let dir = scratch_dir().join(format!(
             "ramstore-test-etcd-{}-{n}-{client_port}",
             std::process::id()
         ));
