@@ -257,6 +257,7 @@ async fn start_dev_resp(
         require_pass,
         port,
         memory_bytes: server.service.store().stats().log.memory_bytes as u64,
+        threads: 1,
     };
     let listen = format!("127.0.0.1:{port}");
     let (addr, task) = ramstore_resp::start(&listen, backend, config)

@@ -39,16 +39,66 @@ pub use backend::{Backend, LocalMaster, StoreError};
 pub use protocol::{ProtocolError, MAX_ARGS, MAX_BULK_BYTES, MAX_COMMAND_BYTES, MAX_INLINE_BYTES};
 pub use server::{serve, RespConfig, Shared};
 
-/// Binds `listen` and serves RESP there on a new task; returns the bound address
-/// and the task (abort it to stop listening).
+/// Binds `listen` and serves RESP there from [`RespConfig::threads`] dedicated
+/// threads, each running its own single-threaded event loop (as Redis does with
+/// one): a connection's reads, commands and writes all happen on one thread, with
+/// no hand-off between runtime workers, which on small machines costs more than
+/// the command itself. Replication waits and forwarded requests are served by the
+/// server's own runtime and only *wake* these loops.
+///
+/// Returns the bound address and a task on the caller's runtime standing for the
+/// listener: aborting (or dropping) it stops the event loops.
 pub async fn start(
     listen: &str,
     backend: Backend,
     mut config: RespConfig,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let listener = std::net::TcpListener::bind(listen)?;
+    listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     config.port = addr.port();
+    let threads = config.threads.clamp(1, MAX_THREADS);
     let shared = Arc::new(Shared::new(backend, config));
-    Ok((addr, tokio::spawn(serve(listener, shared))))
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    for i in 0..threads {
+        let listener = listener.try_clone()?;
+        let shared = shared.clone();
+        let mut stop = stop_rx.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name(format!("resp-{i}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::error!(error = %e, "RESP event loop cannot listen");
+                            return;
+                        }
+                    };
+                    tokio::select! {
+                        () = serve(listener, shared) => {}
+                        _ = stop.wait_for(|stopped| *stopped) => {}
+                    }
+                });
+            })?;
+    }
+    // Stops the loops when the task is aborted or dropped with the runtime.
+    struct StopOnDrop(tokio::sync::watch::Sender<bool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.send(true);
+        }
+    }
+    let guard = StopOnDrop(stop_tx);
+    let task = tokio::spawn(async move {
+        let _guard = guard;
+        std::future::pending::<()>().await;
+    });
+    Ok((addr, task))
 }
+
+/// Most RESP event-loop threads one listener may have.
+pub const MAX_THREADS: usize = 64;

@@ -35,6 +35,9 @@ pub struct RespConfig {
     pub port: u16,
     /// Bytes of log memory of the local master (CONFIG GET maxmemory, INFO).
     pub memory_bytes: u64,
+    /// Event-loop threads serving connections (0 counts as 1; see
+    /// [`crate::start`]).
+    pub threads: usize,
 }
 
 /// Counters for INFO.

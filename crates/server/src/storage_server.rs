@@ -371,6 +371,9 @@ async fn start_resp(
         require_pass: options.resp_require_pass.clone(),
         port: 0,
         memory_bytes: options.memory_bytes as u64,
+        // One event loop, like Redis: on small machines a hand-off between
+        // threads costs more than a command.
+        threads: 1,
     };
     ramstore_resp::start(listen, backend, config)
         .await
