@@ -55,6 +55,14 @@ pub struct WorkloadConfig {
     /// Most operations per second, all workers together (`None`: as fast as the
     /// cluster answers). A soak on a shared machine leaves room for others.
     pub max_ops_per_sec: Option<u32>,
+    /// A probe for zombie reads (R§7.11): clients keep their tablet map until an
+    /// operation fails, and a write to a cut-off master waits there (RETRY) — so
+    /// all workers stay with a zombie together and none can see it serve a stale
+    /// read. With `Some(deadline)`, worker 0 refreshes its map before every
+    /// operation and gives up on each after `deadline` (it moves to a recovery
+    /// master as soon as one owns the tablet), and the last worker only reads (it
+    /// keeps reading from the zombie meanwhile).
+    pub zombie_probe: Option<Duration>,
 }
 
 impl Default for WorkloadConfig {
@@ -66,6 +74,7 @@ impl Default for WorkloadConfig {
             max_value_bytes: 200,
             seed: 1,
             max_ops_per_sec: None,
+            zombie_probe: None,
         }
     }
 }
@@ -173,10 +182,11 @@ fn choose(
     seq: u64,
     last_version: &mut [Option<u64>],
 ) -> (Vec<u8>, Call, Option<usize>) {
+    let reader = config.zombie_probe.is_some() && config.workers >= 3 && w == config.workers - 1;
     let on_counter = config.counters > 0 && rng.gen_ratio(1, 5);
     if on_counter {
         let key = counter_name(rng.gen_range(0..config.counters));
-        let call = match rng.gen_range(0..10) {
+        let call = match if reader { 6 } else { rng.gen_range(0..10) } {
             0..=5 => Call::Increment {
                 delta: rng.gen_range(1..=5),
             },
@@ -191,7 +201,7 @@ fn choose(
     let len = rng.gen_range(16..=config.max_value_bytes.max(16));
     let mut value = format!("w{w}-{seq}-").into_bytes();
     value.resize(len.max(value.len()), b'a' + (seq % 26) as u8);
-    let call = match rng.gen_range(0..20) {
+    let call = match if reader { 0 } else { rng.gen_range(0..20) } {
         0..=7 => Call::Read,
         8..=12 => Call::Write {
             value,
@@ -248,7 +258,10 @@ impl Workload {
         for w in 0..config.workers {
             let (stop, ops, errors) = (stop.clone(), ops.clone(), errors.clone());
             let config = config.clone();
-            let options = options.clone();
+            let mut options = options.clone();
+            if let (0, Some(deadline)) = (w, config.zombie_probe) {
+                options.operation_deadline = deadline;
+            }
             let netns = netns.map(str::to_string);
             let ready = ready_tx.clone();
             handles.push(thread::spawn(move || {
@@ -280,6 +293,10 @@ impl Workload {
                             thread::sleep(next_call - now);
                         }
                         next_call = next_call.max(now) + gap;
+                    }
+                    if w == 0 && config.zombie_probe.is_some() {
+                        // A failed refresh changes nothing the checker sees.
+                        let _ = client.tablet_map();
                     }
                     seq += 1;
                     let (key, call, k) = choose(&mut rng, &config, w, seq, &mut last_version);

@@ -286,7 +286,10 @@ impl StorageService {
                     });
                     match pushed {
                         Ok(r) => r?,
-                        Err(e) => enc.push_error(read_status(e))?,
+                        Err(e) => {
+                            self.note_miss_durability(e);
+                            enc.push_error(read_status(e))?
+                        }
                     }
                 }
                 enc.finish()?;
@@ -440,12 +443,15 @@ impl StorageService {
         match result {
             Ok(Ok(written)) => written,
             Ok(Err(e)) => encode_response(id, Opcode::Read, &Response::Error(error_body(e)), out),
-            Err(e) => encode_response(
-                id,
-                Opcode::Read,
-                &Response::Error(status_body(read_status(e))),
-                out,
-            ),
+            Err(e) => {
+                self.note_miss_durability(e);
+                encode_response(
+                    id,
+                    Opcode::Read,
+                    &Response::Error(status_body(read_status(e))),
+                    out,
+                )
+            }
         }
     }
 
@@ -481,6 +487,27 @@ impl StorageService {
             let (segment, offset) = log.position_of(view.location());
             let end = (segment, offset + view.entry_len());
             READ_SYNC_POINT.set(Some(READ_SYNC_POINT.get().map_or(end, |p| p.max(end))));
+        }
+    }
+
+    /// Marks a read that found no object as needing the replication wait up to the
+    /// log's newest point: the object may be absent because of a delete whose
+    /// tombstone is not durable yet, and a master that crashes (or a zombie cut off
+    /// from its backups) loses that delete, so answering "doesn't exist" at once
+    /// would show a state that never became durable (DESIGN §1). The hash table
+    /// keeps no trace of a deleted key, so the wait is for the whole log, not the
+    /// tombstone's own place. Regression: the partition test's zombie probe saw a
+    /// key read as absent from a cut-off master, then with its old value after
+    /// recovery.
+    fn note_miss_durability(&self, e: ReadError) {
+        let Some(manager) = &self.replicas else {
+            return;
+        };
+        if !matches!(e, ReadError::ObjectDoesntExist) {
+            return;
+        }
+        if let Some(point) = manager.pending_sync_point() {
+            READ_SYNC_POINT.set(Some(READ_SYNC_POINT.get().map_or(point, |p| p.max(point))));
         }
     }
 
