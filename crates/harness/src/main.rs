@@ -152,6 +152,9 @@ fn real_main() -> anyhow::Result<bool> {
             workers: clients,
             seed,
             max_ops_per_sec: (rate > 0).then_some(rate),
+            // One worker follows the tablet map at once, one only reads: a zombie
+            // still reachable by clients shows what it serves (R§7.11).
+            zombie_probe: Some(Duration::from_millis(300)),
             ..WorkloadConfig::default()
         },
         faults: FaultPlan::Random {
