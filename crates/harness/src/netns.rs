@@ -52,7 +52,8 @@ fn run(cmd: &str, args: &[&str]) -> Result<(), HarnessError> {
     Ok(())
 }
 
-/// Whether namespaces can be used here: root, with `ip` and `nft` installed.
+/// Whether namespaces can be used here: root, with `ip` and `nft` installed, and
+/// allowed to make a namespace.
 pub fn available() -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -71,6 +72,10 @@ pub fn available() -> Result<(), String> {
             ));
         }
     }
+    // Root inside a container may still lack the right to make namespaces.
+    let probe = format!("rprobe{}", std::process::id() % 100_000);
+    run("ip", &["netns", "add", &probe]).map_err(|e| format!("cannot make a namespace: {e}"))?;
+    let _ = run("ip", &["netns", "del", &probe]);
     Ok(())
 }
 
