@@ -206,10 +206,6 @@ impl Log {
     pub fn compact(&self, relocator: &dyn Relocator) -> Option<PassOutcome> {
         let cpu_start = thread_cpu_ns();
         let head_id = self.head_id();
-        // Only segments whose copy fits in the memory the cleaner may take now: while
-        // a combined pass holds the reserve for its survivors, a smaller segment can
-        // still be compacted (a larger one would fail and leave the thread idle).
-        let room = self.pool.available(AllocClass::Cleaner);
         let meta = {
             let mut table = self.segments.lock();
             let best = table
@@ -222,23 +218,11 @@ impl Log {
                         + c.tombstone_bytes.load(Ordering::Relaxed)
                         + 64;
                     let need = (keep as usize).div_ceil(SEGLET_BYTES);
-                    (
-                        m.seglets.len().saturating_sub(need),
-                        m.created_at,
-                        m.id,
-                        need,
-                    )
+                    (m.seglets.len().saturating_sub(need), m.created_at, m.id)
                 })
-                .filter(|&(gain, ..)| gain >= 1)
-                // Fitting first; then most seglets gained; among equals the oldest.
-                .max_by_key(|&(gain, created, _, need)| (need <= room, gain, u64::MAX - created))?;
-            if best.3 > room {
-                drop(table);
-                self.counters
-                    .passes_without_memory
-                    .fetch_add(1, Ordering::Relaxed);
-                return None;
-            }
+                .filter(|&(gain, _, _)| gain >= 1)
+                // Most seglets gained; among equals the oldest.
+                .max_by_key(|&(gain, created, _)| (gain, u64::MAX - created))?;
             let m = table.by_id.get_mut(&best.2)?;
             m.state = SegmentState::Cleaning;
             m.clone()
