@@ -22,9 +22,12 @@
 //!   closes the connection (as Redis does); an unknown command or a bad argument
 //!   count answers an error and the connection stays open.
 //!
-//! Thread-safety: [`Shared`] (and the [`Backend`] in it) is shared by every
-//! connection; each connection's state ([`commands::Connection`]) belongs to the
-//! task serving it.
+//! Thread-safety: [`start`] serves from dedicated event-loop threads, each a
+//! single-threaded runtime; [`Shared`] (and the [`Backend`] in it) is shared by
+//! every connection on every loop (`Send + Sync`); each connection's state
+//! ([`commands::Connection`]) belongs to the task serving it. The local service is
+//! called from those threads; replication waits it hands back are driven by the
+//! server's own runtime and wake the loop when done.
 
 pub mod backend;
 pub mod commands;
