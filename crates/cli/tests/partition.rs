@@ -16,6 +16,8 @@
 //! Not root, or no `ip`/`nft`: the test says so and checks nothing (namespaces and
 //! nftables need root).
 
+mod fault_runs;
+
 use std::time::Duration;
 
 use ramstore_checker::CheckOptions;
@@ -71,35 +73,13 @@ fn partition_master_group_and_packet_loss_keep_history_linearizable() {
         check: CheckOptions::default(),
     };
     let result = run(&config, |line| eprintln!("partition: {line}"));
-    let report =
-        result.unwrap_or_else(|e| panic!("the partition run failed (dir {}): {e}", dir.display()));
-    eprintln!(
-        "partition: recoveries {}\n{}",
-        report.recoveries, report.report
-    );
-    let kinds: Vec<&str> = report.faults.iter().map(|f| f.fault.name()).collect();
-    assert_eq!(
-        kinds,
-        [
-            "isolate-master",
-            "isolate-master",
-            "partition-master",
-            "partition-group",
-            "packet-loss"
-        ]
-    );
-    assert!(
-        report.report.is_clean(),
-        "checker found violations (histories {:?}, logs in {}):\n{}\n{}",
-        report.failed_histories,
-        dir.display(),
-        report.report,
-        report.logs
-    );
-    let r = &report.report;
-    assert!(
-        r.reads > 0 && r.writes > 0 && r.removes > 0 && r.increments > 0,
-        "{r}"
-    );
+    let planned = [
+        "isolate-master",
+        "isolate-master",
+        "partition-master",
+        "partition-group",
+        "packet-loss",
+    ];
+    fault_runs::check_run("partition", &dir, result, &planned);
     let _ = std::fs::remove_dir_all(&dir);
 }
