@@ -84,6 +84,21 @@ impl Default for FailureDetectorConfig {
 }
 
 impl FailureDetectorConfig {
+    /// How long a server must have answered none of the coordinator's pings before
+    /// it can be declared crashed when nothing shows its process is gone (its pings
+    /// only time out): the longer of the two timeouts.
+    pub fn declare_silent_ms(&self) -> u64 {
+        self.unresponsive_timeout_ms.max(self.failure_timeout_ms)
+    }
+
+    /// The membership lease granted to a server that answers (`crate::lease`): half
+    /// of [`Self::declare_silent_ms`], so a lease always ends before a silent
+    /// server can be declared crashed, and a server renewing a few times per lease
+    /// rides out short stalls.
+    pub fn lease_ms(&self) -> u64 {
+        self.declare_silent_ms() / 2
+    }
+
     /// Checks that the values make sense: both at least 1 ms and at most
     /// [`MAX_DETECTOR_MS`], and the timeout no shorter than the interval (else a
     /// server could be declared crashed before it was ever pinged).

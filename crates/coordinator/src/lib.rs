@@ -52,6 +52,7 @@ pub mod error;
 pub mod etcd_storage;
 pub mod failure_detector;
 pub mod file_storage;
+pub mod lease;
 pub mod partition;
 pub mod process;
 pub mod recovery;

@@ -46,6 +46,9 @@ pub struct CoordinatorService {
     unfinished: Mutex<Vec<Action>>,
     /// Crash recoveries in progress ([`crate::recovery`]).
     pub(crate) recoveries: crate::recovery::Recoveries,
+    /// The failure detector's bookkeeping, shared with lease grants
+    /// ([`crate::lease`]).
+    pub(crate) liveness: crate::lease::Liveness,
 }
 
 fn error_status(e: &CoordinatorError) -> Status {
@@ -89,6 +92,7 @@ impl CoordinatorService {
             suspicions: Default::default(),
             unfinished: Mutex::new(reissue),
             recoveries: Default::default(),
+            liveness: Default::default(),
         })
     }
 
@@ -392,6 +396,7 @@ impl CoordinatorService {
                 caller_id,
                 server_id,
             } => self.answer_suspect(id, caller_id, server_id, out),
+            Request::RenewLease { caller_id } => self.answer_renew_lease(id, caller_id, out),
             Request::PingServer { .. } => encode_response(
                 id,
                 op,

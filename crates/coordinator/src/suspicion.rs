@@ -38,6 +38,7 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use crate::failure_detector::{FailureDetector, FailureDetectorConfig};
+use crate::lease::Grant;
 use crate::server_list::{ServerId, ServerStatus};
 use crate::service::CoordinatorService;
 
@@ -99,12 +100,11 @@ pub fn verdict(
     // A refused or closed connection proves the process gone; timeouts alone may
     // be a live but slow server (a busy machine, a bulk load), which must not
     // start a recovery: it gets the longer timeout.
+    // The membership lease (`crate::lease`) relies on the second rule.
     let timeout_ms = if paths.contains(&PathOutcome::Gone) {
         config.failure_timeout_ms
     } else {
-        config
-            .unresponsive_timeout_ms
-            .max(config.failure_timeout_ms)
+        config.declare_silent_ms()
     };
     if silent_ms < timeout_ms {
         return Verdict::Recheck {
@@ -213,6 +213,26 @@ impl CoordinatorService {
         encode_response(id, Opcode::Ping, &response, out)
     }
 
+    /// Answers `RenewLease` (`crate::lease`): a lease, none for now (0), or
+    /// SERVER_NOT_UP to a zombie (R§7.11).
+    pub(crate) fn answer_renew_lease(
+        &self,
+        id: u64,
+        caller_id: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let caller = ServerId(caller_id);
+        let status = self.core.lock().server(caller).map(|s| s.status);
+        let response = match self.liveness.grant(caller, status) {
+            Grant::Lease { lease_ms } => Response::RenewLease {
+                lease_ms: u32::try_from(lease_ms).unwrap_or(u32::MAX),
+            },
+            Grant::NotNow => Response::RenewLease { lease_ms: 0 },
+            Grant::NotUp => not_up(),
+        };
+        encode_response(id, Opcode::RenewLease, &response, out)
+    }
+
     /// Answers `SuspectServer`: queues the suspicion (confirmed in the background by
     /// [`Self::failure_detector_loop`]) unless the reporter itself is not UP.
     pub(crate) fn answer_suspect(
@@ -251,14 +271,19 @@ impl CoordinatorService {
     /// that server id (or 0: a server that has not learned its id yet), so a new
     /// process on a dead server's address does not keep the dead one alive.
     pub async fn failure_detector_loop(self: Arc<Self>, config: FailureDetectorConfig) {
-        let origin = tokio::time::Instant::now();
-        let now_ms = move || u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);
         let Some(mut reports) = self.suspicions.take_receiver() else {
             tracing::error!("failure detector already running; not starting another");
             return;
         };
+        if !self.liveness.install(FailureDetector::new(config)) {
+            tracing::error!("failure detector already installed; not starting another");
+            return;
+        }
+        let now_ms = || self.liveness.now_ms();
+        // The detector is shared with the lease grants (`crate::lease`): each use
+        // below holds its lock only for the call.
+        let liveness = &self.liveness;
         let timeout = Duration::from_millis(config.ping_timeout_ms);
-        let mut detector = FailureDetector::new(config);
         let mut rng = StdRng::from_entropy();
         // Owned by this task: when it is aborted, so are its pings, confirmations
         // and pushes.
@@ -276,9 +301,10 @@ impl CoordinatorService {
                     // A ping task cannot panic; an aborted one only happens at stop.
                     if let Ok((id, answered)) = done {
                         if answered {
-                            detector.ping_succeeded(id, now_ms());
+                            let now = now_ms();
+                            liveness.with(|d| d.ping_succeeded(id, now));
                         } else {
-                            detector.ping_failed(id);
+                            liveness.with(|d| d.ping_failed(id));
                             suspect = Some(Suspicion { suspect: id, reporter: None });
                         }
                     }
@@ -290,14 +316,14 @@ impl CoordinatorService {
                     let up = self.core.lock().server(id).is_some_and(|s| s.status == ServerStatus::Up);
                     // A server UP in the core but not watched yet (enlisted since the
                     // last tick) counts as having just answered.
-                    let silent = detector.silent_ms(id, now).unwrap_or(0);
+                    let silent = liveness.with(|d| d.silent_ms(id, now)).flatten().unwrap_or(0);
                     match verdict(up, &paths, silent, &config) {
                         Verdict::Ignore => {
                             confirming.remove(&id);
                         }
                         Verdict::Alive => {
                             tracing::info!(server_id = id.0, ?paths, "suspected server answered on another path: not crashed");
-                            detector.ping_succeeded(id, now);
+                            liveness.with(|d| d.ping_succeeded(id, now));
                             confirming.remove(&id);
                         }
                         Verdict::Recheck { after_ms } => {
@@ -316,7 +342,7 @@ impl CoordinatorService {
                                         ?paths,
                                         "server unreachable from every path: declared crashed"
                                     );
-                                    detector.forget(id);
+                                    liveness.with(|d| d.forget(id));
                                     confirming.remove(&id);
                                     let this = self.clone();
                                     notifications.spawn(async move { this.carry_out(actions).await });
@@ -336,8 +362,14 @@ impl CoordinatorService {
                 Some(_) = notifications.join_next() => {}
                 _ = tick.tick() => {
                     let up: Vec<(ServerId, String)> = self.up_servers();
-                    detector.set_up_servers(up, now_ms());
-                    for (id, address) in detector.pings_due() {
+                    let now = now_ms();
+                    let due = liveness
+                        .with(|d| {
+                            d.set_up_servers(up, now);
+                            d.pings_due()
+                        })
+                        .unwrap_or_default();
+                    for (id, address) in due {
                         nonce = nonce.wrapping_add(1);
                         let this = self.clone();
                         let n = nonce;

@@ -21,13 +21,20 @@
 //! Then it stops serving object operations at once ([`StorageService::is_zombie`])
 //! and calls its zombie hook ([`ZombieHook`]; the `ramstore` binary exits).
 //!
-//! **Frozen servers.** A process that was stopped (SIGSTOP, a VM pause) may have been
-//! declared crashed meanwhile, and requests queued on its sockets would be served
-//! before it can ask anyone. So object operations are answered RETRY while no
-//! monitoring round has *started* within [`MonitorConfig::unconfirmed_after_ms`]: a
-//! resumed process first runs a round (and learns it is a zombie) before it serves
-//! again. A round's start, not its end, counts: a round interrupted by the stop
-//! proves nothing about the time after it.
+//! **Membership lease (design notes "Membership leases").** A zombie must not serve
+//! a read that a recovery master may since have overwritten (R§7.11) — whether it
+//! was frozen (SIGSTOP, a VM pause, with requests queued on its sockets), cut off
+//! from the cluster but not from its clients, or cut off with a group of peers that
+//! still list it UP. So a monitored server answers object operations RETRY unless
+//! it holds a lease from the coordinator: every ping interval it sends
+//! `RenewLease`; a grant of `lease_ms` counts from when the request was *sent*, and
+//! the coordinator grants one only while the server answers its pings, so the lease
+//! ends before the coordinator can declare the server crashed for silence
+//! (`ramstore_coordinator::lease`). Only the coordinator grants: a peer's view may
+//! lag (a group cut off together would vouch for each other). Reads check the
+//! lease again after reading, so a freeze between the check and the read cannot
+//! slip a stale value out. The price: while no coordinator answers (a failover), a
+//! server serves until its lease ends, then answers RETRY until one does.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -97,13 +104,6 @@ impl MonitorConfig {
         }
         Ok(())
     }
-
-    /// Object operations are answered RETRY when no monitoring round has started
-    /// for this long: two whole rounds (each at most an interval, a ping timeout and
-    /// a report to the coordinator), so a loaded but running server never trips it.
-    pub fn unconfirmed_after_ms(&self) -> u64 {
-        2 * (self.ping_interval_ms + self.ping_timeout_ms + COORDINATOR_CALL_DEADLINE_MS)
-    }
 }
 
 /// What a zombie does once it knows (R§7.11): the `ramstore` binary exits; in-process
@@ -129,11 +129,11 @@ pub struct FailureState {
     hook: OnceLock<ZombieHook>,
     monitor: OnceLock<Monitor>,
     origin: Instant,
-    /// When the newest monitoring round started, in ms since `origin`.
-    round_started_ms: AtomicU64,
+    /// When the membership lease ends, in ms since `origin` (0: never granted).
+    lease_until_ms: AtomicU64,
 }
 
-/// What answering `PingServer` and the frozen-server check need.
+/// What answering `PingServer` and the lease check need.
 struct Monitor {
     transport: Arc<dyn Transport>,
     config: MonitorConfig,
@@ -146,7 +146,7 @@ impl Default for FailureState {
             hook: OnceLock::new(),
             monitor: OnceLock::new(),
             origin: Instant::now(),
-            round_started_ms: AtomicU64::new(0),
+            lease_until_ms: AtomicU64::new(0),
         }
     }
 }
@@ -157,18 +157,20 @@ impl FailureState {
     }
 
     /// Whether object operations must wait (answered RETRY) at `now`: the monitor
-    /// runs and no round started for [`MonitorConfig::unconfirmed_after_ms`].
+    /// runs and this server holds no membership lease at `now` (see the module doc).
+    /// Unmonitored servers (in-process tests) never wait.
     pub fn unconfirmed(&self, now: Instant) -> bool {
-        let Some(m) = self.monitor.get() else {
+        if self.monitor.get().is_none() {
             return false;
-        };
-        let started = self.round_started_ms.load(Ordering::Acquire);
-        self.ms_since_origin(now).saturating_sub(started) > m.config.unconfirmed_after_ms()
+        }
+        self.ms_since_origin(now) >= self.lease_until_ms.load(Ordering::Acquire)
     }
 
-    fn round_started(&self, at: Instant) {
-        self.round_started_ms
-            .store(self.ms_since_origin(at), Ordering::Release);
+    /// A lease of `lease_ms` was granted for a request sent at `sent`: it holds
+    /// until `sent + lease_ms` (never shortened by an older grant answered late).
+    pub fn extend_lease(&self, sent: Instant, lease_ms: u64) {
+        let until = self.ms_since_origin(sent).saturating_add(lease_ms);
+        self.lease_until_ms.fetch_max(until, Ordering::AcqRel);
     }
 }
 
@@ -293,8 +295,8 @@ impl StorageService {
         }
     }
 
-    /// The RETRY body for an object operation while the monitor has not run a round
-    /// for too long (see the module doc), else `None`.
+    /// The RETRY body for an object operation while this server holds no
+    /// membership lease (see the module doc), else `None`.
     pub(crate) fn unconfirmed_refusal(
         &self,
         op: Opcode,
@@ -311,6 +313,27 @@ impl StorageService {
         Some(ErrorBody::Retry {
             delay_ms: u32::try_from(delay_ms).unwrap_or(u32::MAX),
         })
+    }
+
+    /// Replaces the answer to a read-only object operation in `out[mark..]` with
+    /// RETRY if the membership lease ended while it read: the lease must hold when
+    /// the value was read, not only when the request arrived (a freeze between the
+    /// two could outlast it). Writes need no second check: a zombie's replication
+    /// is fenced by its backups (R§7.11).
+    pub(crate) fn recheck_lease_after_read(
+        &self,
+        id: u64,
+        op: Opcode,
+        mark: usize,
+        out: &mut Vec<u8>,
+    ) {
+        if !matches!(op, Opcode::Read | Opcode::MultiRead | Opcode::Enumerate) {
+            return;
+        }
+        if let Some(body) = self.unconfirmed_refusal(op, Instant::now()) {
+            out.truncate(mark);
+            let _ = encode_response(id, op, &Response::Error(body), out);
+        }
     }
 
     /// The answer to a `PingServer` request in `frame` (the coordinator asks this
@@ -363,12 +386,81 @@ pub fn start(
     if let Some(hook) = hook {
         service.set_zombie_hook(hook);
     }
-    service.failure.round_started(Instant::now());
     let _ = service.failure.monitor.set(Monitor {
         transport: transport.clone(),
         config,
     });
-    tokio::spawn(run(service, transport, coordinator, config))
+    let lease = tokio::spawn(keep_lease(
+        service.clone(),
+        transport.clone(),
+        coordinator.clone(),
+        config,
+    ));
+    tokio::spawn(async move {
+        // Aborting the returned task drops this future, and with it the guard that
+        // aborts the lease task: both stop together.
+        let _lease = AbortOnDrop(lease);
+        run(service, transport, coordinator, config).await;
+    })
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Keeps this server's membership lease (see the module doc): every ping interval,
+/// `RenewLease` to the coordinator. Separate from the ping rounds, so a slow peer
+/// ping or suspicion report never delays a renewal.
+async fn keep_lease(
+    service: Arc<StorageService>,
+    transport: Arc<dyn Transport>,
+    coordinator: String,
+    config: MonitorConfig,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(config.ping_interval_ms));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if service.is_zombie() {
+            return;
+        }
+        let me = service.server_id();
+        if me == 0 {
+            continue;
+        }
+        let mut frame = Vec::new();
+        if encode_request(0, &Request::RenewLease { caller_id: me }, &mut frame).is_err() {
+            continue;
+        }
+        // The lease counts from here: the grant is given after this instant.
+        let sent = Instant::now();
+        let deadline = Duration::from_millis(COORDINATOR_CALL_DEADLINE_MS);
+        let answer = tokio::time::timeout(
+            deadline,
+            first_answer_frame(&*transport, &coordinator, frame, deadline),
+        )
+        .await
+        .ok()
+        .flatten();
+        match answer.as_deref().map(decode_response) {
+            Some(Ok((h, Response::RenewLease { lease_ms }))) if h.status == Status::Ok => {
+                if lease_ms > 0 {
+                    service.failure.extend_lease(sent, u64::from(lease_ms));
+                }
+            }
+            Some(Ok((_, Response::Error(e)))) if e.status() == Status::ServerNotUp => {
+                service.declare_zombie("the coordinator refused its lease: 'you are not UP'");
+                return;
+            }
+            // No coordinator answered, or an old one that knows no leases: no lease.
+            _ => tracing::debug!("membership lease not renewed"),
+        }
+    }
 }
 
 async fn run(
@@ -390,7 +482,6 @@ async fn run(
         if me == 0 {
             continue;
         }
-        let started = Instant::now();
         // (b) The backups refuse this master: the coordinator declared it crashed.
         if service.replicas().is_some_and(|m| m.is_fenced()) {
             service.declare_zombie("its backups refuse its replication (zombie fence)");
@@ -432,7 +523,6 @@ async fn run(
             service.declare_zombie("the cluster answered 'you are not UP'");
             return;
         }
-        service.failure.round_started(started);
     }
 }
 
@@ -465,20 +555,33 @@ async fn first_answer(
     frame: Vec<u8>,
     deadline: Duration,
 ) -> Pinged {
+    let Some(bytes) = first_answer_frame(transport, coordinator, frame, deadline).await else {
+        return Pinged::Failed;
+    };
+    match decode_response(&bytes) {
+        Ok((_, Response::Error(e))) if e.status() == Status::ServerNotUp => Pinged::NotUp,
+        _ => Pinged::Answered,
+    }
+}
+
+/// The response frame of the first address in `coordinator` (separated by commas,
+/// tried in order) that answers at all; `None` if none does.
+async fn first_answer_frame(
+    transport: &dyn Transport,
+    coordinator: &str,
+    frame: Vec<u8>,
+    deadline: Duration,
+) -> Option<bytes::Bytes> {
     for address in coordinator
         .split(',')
         .map(str::trim)
         .filter(|a| !a.is_empty())
     {
-        let Ok(bytes) = transport.call(address, frame.clone(), deadline).await else {
-            continue;
-        };
-        return match decode_response(&bytes) {
-            Ok((_, Response::Error(e))) if e.status() == Status::ServerNotUp => Pinged::NotUp,
-            _ => Pinged::Answered,
-        };
+        if let Ok(bytes) = transport.call(address, frame.clone(), deadline).await {
+            return Some(bytes);
+        }
     }
-    Pinged::Failed
+    None
 }
 
 #[cfg(test)]
@@ -486,10 +589,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn config_default_is_valid_and_unconfirmed_after_spans_two_rounds() {
+    fn config_default_is_valid() {
         let c = MonitorConfig::default();
         assert_eq!(c.validate(), Ok(()));
-        assert_eq!(c.unconfirmed_after_ms(), 2 * (100 + 300 + 1_000));
         let bad = MonitorConfig {
             ping_interval_ms: 0,
             ..c
@@ -508,7 +610,7 @@ mod tests {
     }
 
     #[test]
-    fn unconfirmed_only_when_monitoring_and_no_round_started_lately() {
+    fn unconfirmed_only_when_monitoring_and_outside_the_lease() {
         let state = FailureState::default();
         let later = Instant::now() + Duration::from_secs(3_600);
         assert!(!state.unconfirmed(later), "not monitoring: never");
@@ -517,11 +619,15 @@ mod tests {
             config: MonitorConfig::default(),
         });
         let now = Instant::now();
-        state.round_started(now);
-        let limit = Duration::from_millis(MonitorConfig::default().unconfirmed_after_ms());
-        assert!(!state.unconfirmed(now + limit));
-        assert!(state.unconfirmed(now + limit + Duration::from_millis(2)));
-        state.round_started(now + limit);
-        assert!(!state.unconfirmed(now + limit + Duration::from_millis(2)));
+        assert!(state.unconfirmed(now), "monitoring, never granted: wait");
+        state.extend_lease(now, 500);
+        assert!(!state.unconfirmed(now + Duration::from_millis(499)));
+        assert!(state.unconfirmed(now + Duration::from_millis(500)));
+        // An older grant answered late never shortens the lease.
+        state.extend_lease(now - Duration::from_millis(400), 500);
+        assert!(!state.unconfirmed(now + Duration::from_millis(499)));
+        state.extend_lease(now + Duration::from_millis(400), 500);
+        assert!(!state.unconfirmed(now + Duration::from_millis(899)));
+        assert!(state.unconfirmed(now + Duration::from_millis(900)));
     }
 }

@@ -410,6 +410,7 @@ impl StorageService {
             | Request::Enlist { .. }
             | Request::CrashServer { .. }
             | Request::SuspectServer { .. }
+            | Request::RenewLease { .. }
             | Request::GetTabletMap => answer_message(
                 id,
                 op,
@@ -579,7 +580,11 @@ impl StorageService {
                 table_id,
                 cursor,
                 max_bytes,
-            } => self.enumerate(id, table_id, cursor, max_bytes as usize, &mut out),
+            } => {
+                let result = self.enumerate(id, table_id, cursor, max_bytes as usize, &mut out);
+                self.recheck_lease_after_read(id, op, 0, &mut out);
+                result
+            }
             Request::DropTabletOwnership {
                 table_id,
                 start_hash,
@@ -805,17 +810,20 @@ impl Service for StorageService {
                     self.metrics.record(Op::from(op), started.elapsed());
                     return Handled::Done;
                 }
-                // A server resumed after a freeze checks its status first (R§7.11).
+                // Without a membership lease a server may be a zombie (R§7.11).
                 if let Some(body) = self.unconfirmed_refusal(op, started) {
                     let _ = encode_response(header.request_id, op, &Response::Error(body), out);
                     self.metrics.record(Op::from(op), started.elapsed());
                     return Handled::Done;
                 }
                 match self.dispatch(header.request_id, &req, out) {
-                    Ok(true) => (
-                        Some(op),
-                        self.after_replication(header.request_id, op, mark, out),
-                    ),
+                    Ok(true) => {
+                        self.recheck_lease_after_read(header.request_id, op, mark, out);
+                        (
+                            Some(op),
+                            self.after_replication(header.request_id, op, mark, out),
+                        )
+                    }
                     Ok(false) => return Handled::Slow,
                     Err(e) => {
                         out.truncate(mark);

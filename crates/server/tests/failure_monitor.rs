@@ -224,3 +224,118 @@ async fn ping_server_reports_whether_the_suspect_answered() {
     assert!(helper.is_zombie());
     monitor.abort();
 }
+
+/// A coordinator that answers `RenewLease` with `lease_ms` (0: none), or
+/// SERVER_NOT_UP once `not_up` is set, and acknowledges pings.
+#[derive(Default)]
+struct LeaseCoordinator {
+    lease_ms: std::sync::atomic::AtomicU32,
+    not_up: std::sync::atomic::AtomicBool,
+    renewals: AtomicU64,
+}
+
+impl Service for LeaseCoordinator {
+    fn handle(&self, frame: &[u8], out: &mut Vec<u8>) -> Handled {
+        let Ok((header, req)) = ramstore_wire::decode_request(frame) else {
+            return Handled::Done;
+        };
+        let response = match req {
+            Request::RenewLease { .. } => {
+                self.renewals.fetch_add(1, Ordering::SeqCst);
+                if self.not_up.load(Ordering::SeqCst) {
+                    not_up()
+                } else {
+                    Response::RenewLease {
+                        lease_ms: self.lease_ms.load(Ordering::SeqCst),
+                    }
+                }
+            }
+            Request::Ping { nonce, .. } => Response::Ping {
+                nonce,
+                server_id: 0,
+            },
+            _ => Response::Error(ErrorBody::Message {
+                status: Status::InvalidRequest,
+                message: "fake coordinator",
+            }),
+        };
+        let _ = ramstore_wire::encode_response(header.request_id, req.opcode(), &response, out);
+        Handled::Done
+    }
+
+    fn handle_slow(self: Arc<Self>, _frame: Vec<u8>) -> ramstore_rpc::server::SlowFuture {
+        // `handle` never answers Slow.
+        Box::pin(async { Vec::new() })
+    }
+}
+
+/// Polls `cond` every 5 ms until it holds; fails after 30 s (timing is not what is
+/// tested).
+async fn eventually(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond().await {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// The membership lease (design notes "Membership leases"): a monitored server
+/// answers object operations RETRY until the coordinator grants it a lease, serves
+/// while it holds one, answers RETRY again once grants stop and it runs out, and
+/// becomes a zombie when its renewal is answered SERVER_NOT_UP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_gates_object_operations_until_granted_and_after_it_runs_out() {
+    let transport = LocalTransport::new();
+    let coordinator = Arc::new(LeaseCoordinator::default());
+    transport.register("coordinator", coordinator.clone());
+    let server = service(5);
+    let read = Request::Read {
+        table_id: 1,
+        rules: WireRejectRules::default(),
+        key: b"k",
+    };
+    let status = |s: Arc<StorageService>| async move { answer(&call(&s, &read).await).0 };
+    // Not monitored (an in-process test server): never waits.
+    assert_ne!(status(server.clone()).await, Status::Retry);
+
+    let config = MonitorConfig {
+        ping_interval_ms: 20,
+        ping_timeout_ms: 200,
+    };
+    let monitor = failure_monitor::start(
+        server.clone(),
+        Arc::new(transport.clone()),
+        "coordinator".into(),
+        config,
+        None,
+    );
+    // Monitored, no lease granted yet: RETRY, however long it asks.
+    eventually("renewals", async || {
+        coordinator.renewals.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    assert_eq!(status(server.clone()).await, Status::Retry);
+
+    coordinator.lease_ms.store(300, Ordering::SeqCst);
+    eventually("a lease", async || {
+        status(server.clone()).await != Status::Retry
+    })
+    .await;
+
+    // Grants stop (the coordinator no longer hears it): the lease runs out.
+    coordinator.lease_ms.store(0, Ordering::SeqCst);
+    eventually("the lease to run out", async || {
+        status(server.clone()).await == Status::Retry
+    })
+    .await;
+    assert!(!server.is_zombie());
+
+    // Declared crashed: the renewal tells it, and it stops for good.
+    coordinator.not_up.store(true, Ordering::SeqCst);
+    eventually("the zombie to learn its fate", async || server.is_zombie()).await;
+    assert_eq!(status(server.clone()).await, Status::ServerNotUp);
+    monitor.abort();
+}

@@ -85,6 +85,9 @@
 //! SuspectServer response     (empty); SERVER_NOT_UP if the caller is not UP
 //! PingServer request         server_id u64 | address
 //! PingServer response        answered u8 (1: the server answered as itself)
+//! RenewLease request         caller_id u64
+//! RenewLease response        lease_ms u32 (0: not granted now; the caller keeps
+//!                            asking). SERVER_NOT_UP if the caller is not UP
 //! ```
 //!
 //! One BackupWrite does open + write + close when its flags say so, so a master's

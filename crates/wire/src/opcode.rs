@@ -51,11 +51,15 @@ pub enum Opcode {
     /// Coordinator → storage server: ping this server for me and say whether it
     /// answered (a second path to a suspect, C§4.1).
     PingServer = 29,
+    /// Storage server → coordinator: may I keep serving object operations for a
+    /// while? (the membership lease that keeps zombies from serving stale reads;
+    /// design notes "Membership leases").
+    RenewLease = 30,
 }
 
 impl Opcode {
     /// Every opcode, in code order (for tests and tables).
-    pub const ALL: [Opcode; 29] = [
+    pub const ALL: [Opcode; 30] = [
         Opcode::Ping,
         Opcode::CreateTable,
         Opcode::GetTableId,
@@ -85,6 +89,7 @@ impl Opcode {
         Opcode::CrashServer,
         Opcode::SuspectServer,
         Opcode::PingServer,
+        Opcode::RenewLease,
     ];
 
     /// The code sent on the wire.

@@ -188,6 +188,12 @@ pub enum Request<'a> {
         server_id: u64,
         address: &'a str,
     },
+    /// Server `caller_id` asks for a membership lease: the time, counted from
+    /// when it sent this request, during which the coordinator promises not to
+    /// declare it crashed (design notes "Membership leases").
+    RenewLease {
+        caller_id: u64,
+    },
 }
 
 impl Request<'_> {
@@ -222,6 +228,7 @@ impl Request<'_> {
             Request::CrashServer { .. } => Opcode::CrashServer,
             Request::SuspectServer { .. } => Opcode::SuspectServer,
             Request::PingServer { .. } => Opcode::PingServer,
+            Request::RenewLease { .. } => Opcode::RenewLease,
         }
     }
 }
@@ -364,6 +371,9 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
         Opcode::PingServer => Request::PingServer {
             server_id: r.u64()?,
             address: r.string()?,
+        },
+        Opcode::RenewLease => Request::RenewLease {
+            caller_id: r.u64()?,
         },
     })
 }
@@ -557,6 +567,7 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             put_u64(out, *server_id);
             put_string(out, address)?;
         }
+        Request::RenewLease { caller_id } => put_u64(out, *caller_id),
     }
     Ok(())
 }

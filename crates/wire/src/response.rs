@@ -109,6 +109,11 @@ pub enum Response<'a> {
     PingServer {
         answered: bool,
     },
+    /// The lease granted, in milliseconds from when the caller sent its request;
+    /// 0 when none is granted now.
+    RenewLease {
+        lease_ms: u32,
+    },
     /// Any status other than OK, for any opcode.
     Error(ErrorBody<'a>),
 }
@@ -182,6 +187,7 @@ impl Response<'_> {
             Response::CrashServer => Opcode::CrashServer,
             Response::SuspectServer => Opcode::SuspectServer,
             Response::PingServer { .. } => Opcode::PingServer,
+            Response::RenewLease { .. } => Opcode::RenewLease,
             Response::Error(_) => return None,
         })
     }
@@ -286,6 +292,7 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
         Opcode::PingServer => Response::PingServer {
             answered: r.bool("answered")?,
         },
+        Opcode::RenewLease => Response::RenewLease { lease_ms: r.u32()? },
     })
 }
 
@@ -432,6 +439,7 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
             put_u64(out, *bytes);
         }
         Response::PingServer { answered } => put_bool(out, *answered),
+        Response::RenewLease { lease_ms } => put_u32(out, *lease_ms),
         Response::CrashServer
         | Response::SuspectServer
         | Response::DropTable

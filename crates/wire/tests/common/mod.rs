@@ -217,6 +217,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
                 address: "10.0.0.3:7001",
             },
         ),
+        ("renew_lease_request", Request::RenewLease { caller_id: 5 }),
     ]
 }
 
@@ -528,6 +529,11 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
             "ping_server_response",
             Opcode::PingServer,
             Response::PingServer { answered: true },
+        ),
+        (
+            "renew_lease_response",
+            Opcode::RenewLease,
+            Response::RenewLease { lease_ms: 500 },
         ),
         (
             "server_not_up_response",
