@@ -1,13 +1,17 @@
 //! The store behind the Redis commands: object operations on the local master when
 //! it owns the key, through the client library (one extra hop) when it does not.
 //!
-//! Local operations are ordinary native requests handed to the storage server's own
-//! [`Service`] in-process: the same decoding, fencing, zombie checks, metrics and,
-//! above all, the same replication wait as a native request over TCP. A write is
-//! applied to the master's memory at once (so later commands on the connection see
-//! it) and its reply is held until the write is on all R backups
-//! ([`Outcome::Pending`]); pipelined writes thus wait for replication together, not
-//! one after another.
+//! Local reads, writes and removes go straight to the master ([`LocalObjects`],
+//! implemented by the storage server): no native request is encoded and decoded
+//! in between, which per command cost more than the RESP parsing itself. The
+//! storage server runs them behind the very guards of its native request handler
+//! (fencing, zombie and membership checks, tablet ownership) and with the same
+//! replication wait: a write is applied to the master's memory at once (so later
+//! commands on the connection see it) and its reply is held until the write is on
+//! all R backups ([`Outcome::Pending`]); pipelined writes thus wait for replication
+//! together, not one after another. Whatever the master does not carry out itself
+//! ([`Direct::Elsewhere`]: not its tablet, not confirmed alive, fenced, out of
+//! space) is forwarded through the client library, i.e. as a native request.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -15,9 +19,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use ramstore_client::{key_hash, Client, ClientError, EnumeratedObject, RejectRules};
+use ramstore_client::{Client, ClientError, EnumeratedObject, RejectRules};
 use ramstore_rpc::{Handled, Service};
-use ramstore_wire::{decode_response, encode_request, ErrorBody, Request, Response, Status};
+use ramstore_wire::{decode_response, encode_request, Request, Response, Status, WireRejectRules};
 
 /// Why a store operation failed (beyond the outcomes commands handle themselves).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +80,14 @@ impl<T> Outcome<T> {
 /// A read: the value and version, or `None` if there is no such object.
 pub type ReadResult = Option<(Vec<u8>, u64)>;
 
+/// A read into the caller's buffer ([`Backend::read_into`]).
+pub enum ReadInto {
+    /// Known now: the version (the value is in the buffer), or `None`.
+    Ready(Result<Option<u64>, StoreError>),
+    /// Known once the object read is durable; the value comes with the answer.
+    Pending(PendingResult<ReadResult>),
+}
+
 /// What a conditional write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteResult {
@@ -97,23 +109,61 @@ enum Local {
     Later(Pin<Box<dyn Future<Output = Vec<u8>> + Send>>),
 }
 
-/// What a response frame says, for the typed operations.
-enum Decoded<T> {
-    Final(Result<T, StoreError>),
-    /// Not this master's to answer now (UNKNOWN_TABLET, RETRY, SERVER_NOT_UP,
-    /// NO_SPACE): the client library routes and retries it.
-    Elsewhere(String),
+/// What the local master did with a direct operation ([`LocalObjects`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direct<T> {
+    /// Carried out, or refused by its reject rules: this is the answer.
+    Done(T),
+    /// Refused for a reason the client must hear (TOO_LARGE, INTERNAL, …).
+    Failed(Status),
+    /// Not carried out by this master now (UNKNOWN_TABLET, RETRY, SERVER_NOT_UP,
+    /// NO_SPACE), with the master's message: the client library routes and
+    /// retries it. Answered before any replication wait, so the command is
+    /// forwarded in order.
+    Elsewhere(Status, &'static str),
 }
 
-/// The master in this process: its request handler and which keys it serves.
+/// A direct operation's answer: now, or once the log is durable up to it.
+pub enum DirectAnswer<T> {
+    Now(Direct<T>),
+    /// Resolves once the write (or the not-yet-durable object read) is on all R
+    /// backups; [`Direct::Elsewhere`] if it could not be made durable in time or
+    /// the master was fenced off meanwhile.
+    Later(Pin<Box<dyn Future<Output = Direct<T>> + Send>>),
+}
+
+/// A master's object operations called in-process, without the native wire format.
+/// The storage server implements it with exactly the guards and the replication
+/// wait of its native request handler (see `ramstore_server`'s `StorageService`).
+pub trait LocalObjects: Send + Sync {
+    /// Reads `key` of `table_id`: its version, with its value appended to `value`,
+    /// or `None` if there is no such object.
+    fn read_local(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &mut Vec<u8>,
+    ) -> DirectAnswer<Option<u64>>;
+
+    /// Writes `key` of `table_id` unless `rules` refuse it.
+    fn write_local(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        rules: &WireRejectRules,
+    ) -> DirectAnswer<WriteResult>;
+
+    /// Removes `key` of `table_id`: the version removed, or `None` if there was none.
+    fn remove_local(&self, table_id: u64, key: &[u8]) -> DirectAnswer<Option<u64>>;
+}
+
+/// The master in this process.
 pub struct LocalMaster {
-    /// The storage server's own service, called in-process.
+    /// The storage server's own service, called in-process (server statistics).
     pub service: Arc<dyn Service>,
-    /// True if the master serves (table id, key hash) now. Checked before a
-    /// request is handed to `service`: a write to a key it does not own would
-    /// otherwise be answered UNKNOWN_TABLET only after the replication wait
-    /// behind it, too late to forward it in command order.
-    pub serves: Box<dyn Fn(u64, u64) -> bool + Send + Sync>,
+    /// The same master's object operations (reads, writes, removes).
+    pub objects: Arc<dyn LocalObjects>,
 }
 
 /// Most tables (databases) whose ids are cached.
@@ -164,19 +214,12 @@ impl Backend {
         dbs
     }
 
-    /// Hands one native request to the local service; `None` without one, or if
-    /// the request's key (`Some((table id, key))`) is not this master's.
-    fn local(&self, req: &Request<'_>, key: Option<(u64, &[u8])>) -> Option<Local> {
-        let local = self.local.as_ref()?;
-        if let Some((table_id, key)) = key {
-            if !(local.serves)(table_id, key_hash(key)) {
-                return None;
-            }
-        }
-        let service = &local.service;
+    /// Hands one native request to the local service; `None` without one.
+    fn local(&self, req: &Request<'_>) -> Option<Local> {
+        let service = &self.local.as_ref()?.service;
         let mut frame = Vec::with_capacity(64);
         // A request built from checked arguments always encodes; if it somehow
-        // does not, the client library reports the problem on the forwarded path.
+        // does not, there is simply no local answer.
         encode_request(1, req, &mut frame).ok()?;
         let mut out = Vec::with_capacity(128);
         Some(match service.handle(&frame, &mut out) {
@@ -186,59 +229,70 @@ impl Backend {
         })
     }
 
-    /// Runs `req` locally if this master can answer it; otherwise forwards through
-    /// the client library (`forward`).
-    async fn run<T, D, F, Fut>(
+    /// Runs an operation on the local master (`direct`) if there is one and it
+    /// carries it out; otherwise forwards it through the client library
+    /// (`forward`).
+    async fn run<T, F, Fut>(
         &self,
-        req: Request<'_>,
-        key: (u64, &[u8]),
-        decode: D,
+        direct: impl FnOnce(&dyn LocalObjects) -> DirectAnswer<T>,
         forward: F,
     ) -> Outcome<T>
     where
         T: Send + 'static,
-        D: Fn(&[u8]) -> Decoded<T> + Send + Copy + 'static,
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        match self.local(&req, Some(key)) {
-            Some(Local::Now(frame)) => match decode(&frame) {
-                Decoded::Final(r) => return Outcome::Ready(r),
-                Decoded::Elsewhere(why) => tracing::trace!(%why, "forwarding a Redis command"),
-            },
-            Some(Local::Later(f)) => {
-                return Outcome::Pending(Box::pin(async move {
-                    let frame = f.await;
-                    match decode(&frame) {
-                        Decoded::Final(r) => r,
-                        // Applied, but the replication wait failed (RETRY) or the
-                        // master was fenced off meanwhile (SERVER_NOT_UP); or the
-                        // tablet left between the ownership check and the request
-                        // (UNKNOWN_TABLET). The client is told to try again.
-                        Decoded::Elsewhere(why) => Err(StoreError::NotDurable(why)),
-                    }
-                }));
+        if let Some(local) = &self.local {
+            match direct(local.objects.as_ref()) {
+                DirectAnswer::Now(Direct::Elsewhere(status, why)) => {
+                    tracing::trace!(%status, why, "forwarding a Redis command");
+                }
+                DirectAnswer::Now(d) => return Outcome::Ready(final_result(d)),
+                DirectAnswer::Later(f) => {
+                    return Outcome::Pending(Box::pin(async move { final_result(f.await) }));
+                }
             }
-            None => {}
         }
         Outcome::Ready(forward().await)
     }
 
     /// Reads `key` of `table`.
     pub async fn read(&self, table_id: u64, key: &[u8]) -> Outcome<ReadResult> {
-        let req = Request::Read {
-            table_id,
-            rules: Default::default(),
-            key,
-        };
-        self.run(req, (table_id, key), decode_read, || async {
-            match self.client.read(table_id, key).await {
-                Ok(found) => Ok(Some(found)),
-                Err(ClientError::ObjectDoesntExist) => Ok(None),
-                Err(e) => Err(e.into()),
+        let mut value = Vec::new();
+        match self.read_into(table_id, key, &mut value).await {
+            ReadInto::Ready(r) => Outcome::Ready(r.map(|found| found.map(|v| (value, v)))),
+            ReadInto::Pending(f) => Outcome::Pending(f),
+        }
+    }
+
+    /// Reads `key` of `table` into `value` (cleared first), for replies that are
+    /// known now; no allocation once `value` is large enough. A read that must
+    /// wait for durability answers with its own copy of the value instead.
+    pub async fn read_into(&self, table_id: u64, key: &[u8], value: &mut Vec<u8>) -> ReadInto {
+        value.clear();
+        if let Some(local) = &self.local {
+            match local.objects.read_local(table_id, key, value) {
+                DirectAnswer::Now(Direct::Elsewhere(status, why)) => {
+                    tracing::trace!(%status, why, "forwarding a Redis command");
+                    value.clear();
+                }
+                DirectAnswer::Now(d) => return ReadInto::Ready(final_result(d)),
+                DirectAnswer::Later(f) => {
+                    let held = std::mem::take(value);
+                    return ReadInto::Pending(Box::pin(async move {
+                        final_result(f.await).map(|found| found.map(|v| (held, v)))
+                    }));
+                }
             }
-        })
-        .await
+        }
+        match self.client.read(table_id, key).await {
+            Ok((found, version)) => {
+                value.extend_from_slice(&found);
+                ReadInto::Ready(Ok(Some(version)))
+            }
+            Err(ClientError::ObjectDoesntExist) => ReadInto::Ready(Ok(None)),
+            Err(e) => ReadInto::Ready(Err(e.into())),
+        }
     }
 
     /// Writes `key` of `table` unless `rules` refuse it.
@@ -249,40 +303,34 @@ impl Backend {
         value: &[u8],
         rules: RejectRules,
     ) -> Outcome<WriteResult> {
-        let req = Request::Write {
-            table_id,
-            rules: rules.into(),
-            key,
-            value,
-        };
-        self.run(req, (table_id, key), decode_write, || async {
-            let r = self
-                .client
-                .write_with_rules(table_id, key, value, &rules)
-                .await;
-            match r {
-                Ok(version) => Ok(WriteResult::Written(version)),
-                Err(ClientError::ObjectExists) => Ok(WriteResult::Exists),
-                Err(ClientError::ObjectDoesntExist) => Ok(WriteResult::Missing),
-                Err(ClientError::WrongVersion { current }) => {
-                    Ok(WriteResult::WrongVersion(current))
+        let wire: WireRejectRules = rules.into();
+        self.run(
+            |local| local.write_local(table_id, key, value, &wire),
+            || async {
+                let r = self
+                    .client
+                    .write_with_rules(table_id, key, value, &rules)
+                    .await;
+                match r {
+                    Ok(version) => Ok(WriteResult::Written(version)),
+                    Err(ClientError::ObjectExists) => Ok(WriteResult::Exists),
+                    Err(ClientError::ObjectDoesntExist) => Ok(WriteResult::Missing),
+                    Err(ClientError::WrongVersion { current }) => {
+                        Ok(WriteResult::WrongVersion(current))
+                    }
+                    Err(e) => Err(e.into()),
                 }
-                Err(e) => Err(e.into()),
-            }
-        })
+            },
+        )
         .await
     }
 
     /// Removes `key` of `table`: the version removed, or `None` if there was none.
     pub async fn remove(&self, table_id: u64, key: &[u8]) -> Outcome<Option<u64>> {
-        let req = Request::Remove {
-            table_id,
-            rules: Default::default(),
-            key,
-        };
-        self.run(req, (table_id, key), decode_remove, || async {
-            Ok(self.client.remove(table_id, key).await?)
-        })
+        self.run(
+            |local| local.remove_local(table_id, key),
+            || async { Ok(self.client.remove(table_id, key).await?) },
+        )
         .await
     }
 
@@ -305,7 +353,7 @@ impl Backend {
     /// The local server's statistics as `key=value` lines (empty without a local
     /// service).
     pub async fn local_stats(&self) -> String {
-        let Some(local) = self.local(&Request::GetServerStats, None) else {
+        let Some(local) = self.local(&Request::GetServerStats) else {
             return String::new();
         };
         let frame = match local {
@@ -319,19 +367,15 @@ impl Backend {
     }
 }
 
-/// The statuses the client library retries or reroutes: the local master did not
-/// carry the request out, so it may be forwarded.
-fn is_elsewhere(status: Status) -> bool {
-    matches!(
-        status,
-        Status::UnknownTablet | Status::Retry | Status::ServerNotUp | Status::NoSpace
-    )
-}
-
-fn error_status(body: &ErrorBody<'_>) -> (Status, String) {
-    match body {
-        ErrorBody::Message { status, message } => (*status, format!("{status}: {message}")),
-        other => (other.status(), other.status().to_string()),
+/// The final result of a direct operation: its answer, or the error to reply. A
+/// deferred answer that turned out not carried out (the replication wait timed out,
+/// or the master was fenced off meanwhile) was applied but not acknowledged: the
+/// client is told to try again.
+fn final_result<T>(d: Direct<T>) -> Result<T, StoreError> {
+    match d {
+        Direct::Done(v) => Ok(v),
+        Direct::Failed(status) => Err(client_error(status, format!("{status}: "))),
+        Direct::Elsewhere(status, why) => Err(StoreError::NotDurable(format!("{status}: {why}"))),
     }
 }
 
@@ -341,51 +385,5 @@ fn client_error(status: Status, text: String) -> StoreError {
         Status::InvalidRequest => StoreError::Client(ClientError::InvalidRequest(text)),
         Status::TableDoesntExist => StoreError::Client(ClientError::TableDoesntExist),
         _ => StoreError::BadAnswer(text),
-    }
-}
-
-fn decode_read(frame: &[u8]) -> Decoded<ReadResult> {
-    match decode_response(frame) {
-        Ok((_, Response::Read { version, value })) => {
-            Decoded::Final(Ok(Some((value.to_vec(), version))))
-        }
-        Ok((_, Response::Error(body))) => match error_status(&body) {
-            (Status::ObjectDoesntExist, _) => Decoded::Final(Ok(None)),
-            (s, text) if is_elsewhere(s) => Decoded::Elsewhere(text),
-            (s, text) => Decoded::Final(Err(client_error(s, text))),
-        },
-        Ok((_, other)) => Decoded::Final(Err(StoreError::BadAnswer(format!("{other:?}")))),
-        Err(e) => Decoded::Final(Err(StoreError::BadAnswer(e.to_string()))),
-    }
-}
-
-fn decode_write(frame: &[u8]) -> Decoded<WriteResult> {
-    match decode_response(frame) {
-        Ok((_, Response::Write { version })) => Decoded::Final(Ok(WriteResult::Written(version))),
-        Ok((_, Response::Error(ErrorBody::WrongVersion { current_version }))) => {
-            Decoded::Final(Ok(WriteResult::WrongVersion(current_version)))
-        }
-        Ok((_, Response::Error(body))) => match error_status(&body) {
-            (Status::ObjectExists, _) => Decoded::Final(Ok(WriteResult::Exists)),
-            (Status::ObjectDoesntExist, _) => Decoded::Final(Ok(WriteResult::Missing)),
-            (s, text) if is_elsewhere(s) => Decoded::Elsewhere(text),
-            (s, text) => Decoded::Final(Err(client_error(s, text))),
-        },
-        Ok((_, other)) => Decoded::Final(Err(StoreError::BadAnswer(format!("{other:?}")))),
-        Err(e) => Decoded::Final(Err(StoreError::BadAnswer(e.to_string()))),
-    }
-}
-
-fn decode_remove(frame: &[u8]) -> Decoded<Option<u64>> {
-    match decode_response(frame) {
-        Ok((_, Response::Remove { existed, version })) => {
-            Decoded::Final(Ok(existed.then_some(version)))
-        }
-        Ok((_, Response::Error(body))) => match error_status(&body) {
-            (s, text) if is_elsewhere(s) => Decoded::Elsewhere(text),
-            (s, text) => Decoded::Final(Err(client_error(s, text))),
-        },
-        Ok((_, other)) => Decoded::Final(Err(StoreError::BadAnswer(format!("{other:?}")))),
-        Err(e) => Decoded::Final(Err(StoreError::BadAnswer(e.to_string()))),
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ramstore_client::RejectRules;
 
-use crate::backend::{Outcome, ReadResult, StoreError, WriteResult};
+use crate::backend::{Outcome, ReadInto, ReadResult, StoreError, WriteResult};
 use crate::glob;
 use crate::protocol::{parse_i64, Encoder, Version};
 use crate::server::{Shared, Sink};
@@ -25,6 +25,8 @@ pub const MAX_KEYS_REPLY: usize = 1_000_000;
 pub const MAX_REPLY_BYTES: usize = 64 << 20;
 /// Most enumeration batches one SCAN call fetches while looking for COUNT keys.
 pub const MAX_SCAN_BATCHES: usize = 16;
+/// Largest GET value buffer a connection keeps between commands, in bytes.
+pub const MAX_KEPT_VALUE_BUFFER: usize = 64 * 1024;
 /// Longest client name (CLIENT SETNAME), in bytes.
 pub const MAX_CLIENT_NAME_BYTES: usize = 256;
 /// The Redis version reported to clients (HELLO, INFO): the command set above is
@@ -144,6 +146,11 @@ pub struct Connection {
     authenticated: bool,
     id: u64,
     name: Option<Vec<u8>>,
+    /// The current database's table id once known (cleared by SELECT): saves
+    /// the shared table cache's lock on every command.
+    table: Option<u64>,
+    /// GET's value buffer, reused from command to command (no allocation per GET).
+    value: Vec<u8>,
 }
 
 /// A read-modify-write's answer for the client, or the error to reply.
@@ -160,6 +167,8 @@ impl Connection {
             authenticated,
             id,
             name: None,
+            table: None,
+            value: Vec::new(),
         }
     }
 
@@ -242,6 +251,7 @@ impl Connection {
                 Some(n) if (0..i64::from(MAX_DATABASES)).contains(&n) => {
                     // In range by the check above.
                     self.db = n as u32;
+                    self.table = None;
                     sink.reply(self.version, |e| e.ok());
                 }
                 Some(_) => self.error(sink, "ERR DB index is out of range"),
@@ -258,18 +268,38 @@ impl Connection {
 
     /// The commands that touch the current database's table.
     async fn data_command(&mut self, name: &str, rest: &[&[u8]], sink: &mut Sink) {
-        let table = match self.shared.backend.table_id(self.db).await {
-            Ok(t) => t,
-            Err(e) => return self.store_error(sink, &e),
+        let table = match self.table {
+            Some(t) => t,
+            None => match self.shared.backend.table_id(self.db).await {
+                Ok(t) => {
+                    self.table = Some(t);
+                    t
+                }
+                Err(e) => return self.store_error(sink, &e),
+            },
         };
         let backend = &self.shared.backend;
         match name {
             "get" => {
-                let o = backend.read(table, rest[0]).await;
-                self.finish(sink, o, |e, r| match r {
-                    Some((v, _)) => e.bulk(&v),
-                    None => e.null(),
-                });
+                let mut value = std::mem::take(&mut self.value);
+                match backend.read_into(table, rest[0], &mut value).await {
+                    ReadInto::Ready(Ok(found)) => sink.reply(self.version, |e| match found {
+                        Some(_) => e.bulk(&value),
+                        None => e.null(),
+                    }),
+                    ReadInto::Ready(Err(err)) => self.store_error(sink, &err),
+                    ReadInto::Pending(f) => {
+                        self.finish(sink, Outcome::Pending(f), |e, r| match r {
+                            Some((v, _)) => e.bulk(&v),
+                            None => e.null(),
+                        })
+                    }
+                }
+                // A huge value's buffer is not kept for the connection's life.
+                if value.capacity() <= MAX_KEPT_VALUE_BUFFER {
+                    value.clear();
+                    self.value = value;
+                }
             }
             "strlen" => {
                 let o = backend.read(table, rest[0]).await;

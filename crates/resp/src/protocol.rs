@@ -81,9 +81,40 @@ impl Parsed {
 
 /// Parses the first command in `buf`: `Ok(None)` if it is not complete yet.
 pub fn parse_command(buf: &[u8]) -> Result<Option<Parsed>, ProtocolError> {
+    let mut ranges = Vec::new();
+    Ok(parse_command_into(buf, &mut ranges)?.map(|p| Parsed {
+        args: match p.inline {
+            Some(owned) => Args::Owned(owned),
+            None => Args::Ranges(ranges),
+        },
+        consumed: p.consumed,
+    }))
+}
+
+/// A command parsed by [`parse_command_into`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedInto {
+    /// Bytes of the buffer the command took.
+    pub consumed: usize,
+    /// An inline command's (owned) arguments; `None`: a multibulk command, whose
+    /// arguments are the ranges.
+    pub inline: Option<Vec<Vec<u8>>>,
+}
+
+/// [`parse_command`] that leaves a multibulk command's argument ranges in
+/// `ranges` (cleared first), so a connection reuses one vector for every command
+/// instead of allocating one per command.
+pub fn parse_command_into(
+    buf: &[u8],
+    ranges: &mut Vec<Range<usize>>,
+) -> Result<Option<ParsedInto>, ProtocolError> {
+    ranges.clear();
     match buf.first() {
         None => Ok(None),
-        Some(b'*') => parse_multibulk(buf),
+        Some(b'*') => Ok(parse_multibulk(buf, ranges)?.map(|consumed| ParsedInto {
+            consumed,
+            inline: None,
+        })),
         Some(_) => parse_inline(buf),
     }
 }
@@ -127,7 +158,12 @@ pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
     Some(v)
 }
 
-fn parse_multibulk(buf: &[u8]) -> Result<Option<Parsed>, ProtocolError> {
+/// Parses a multibulk command into `args` (empty on entry): the bytes it took, or
+/// `None` if it is not complete yet.
+fn parse_multibulk(
+    buf: &[u8],
+    args: &mut Vec<Range<usize>>,
+) -> Result<Option<usize>, ProtocolError> {
     let Some(end) = header_line(buf, 0)? else {
         return Ok(None);
     };
@@ -135,16 +171,13 @@ fn parse_multibulk(buf: &[u8]) -> Result<Option<Parsed>, ProtocolError> {
     let mut pos = end + 2;
     if count <= 0 {
         // Redis ignores `*0` and `*-1` requests.
-        return Ok(Some(Parsed {
-            args: Args::Ranges(Vec::new()),
-            consumed: pos,
-        }));
+        return Ok(Some(pos));
     }
     let count = usize::try_from(count).map_err(|_| ProtocolError::BadArrayLength)?;
     if count > MAX_ARGS {
         return Err(ProtocolError::BadArrayLength);
     }
-    let mut args = Vec::with_capacity(count.min(64));
+    args.reserve(count.min(64));
     for _ in 0..count {
         let Some(&first) = buf.get(pos) else {
             return Ok(None);
@@ -175,13 +208,10 @@ fn parse_multibulk(buf: &[u8]) -> Result<Option<Parsed>, ProtocolError> {
         args.push(data..data + len);
         pos = data + len + 2;
     }
-    Ok(Some(Parsed {
-        args: Args::Ranges(args),
-        consumed: pos,
-    }))
+    Ok(Some(pos))
 }
 
-fn parse_inline(buf: &[u8]) -> Result<Option<Parsed>, ProtocolError> {
+fn parse_inline(buf: &[u8]) -> Result<Option<ParsedInto>, ProtocolError> {
     let window = &buf[..buf.len().min(MAX_INLINE_BYTES)];
     let Some(nl) = window.iter().position(|&b| b == b'\n') else {
         if window.len() >= MAX_INLINE_BYTES {
@@ -193,9 +223,9 @@ fn parse_inline(buf: &[u8]) -> Result<Option<Parsed>, ProtocolError> {
     if let Some(stripped) = line.strip_suffix(b"\r") {
         line = stripped;
     }
-    Ok(Some(Parsed {
-        args: Args::Owned(split_inline(line)?),
+    Ok(Some(ParsedInto {
         consumed: nl + 1,
+        inline: Some(split_inline(line)?),
     }))
 }
 

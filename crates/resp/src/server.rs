@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::backend::Backend;
 use crate::commands::{Connection, Flow};
-use crate::protocol::{parse_command, Encoder, Version};
+use crate::protocol::{parse_command_into, Encoder, Version};
 
 /// Bytes a connection reads at most per socket read (a whole pipeline of small
 /// commands usually arrives in one).
@@ -21,6 +21,9 @@ pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Replies are written out once this many bytes are waiting, even mid-pipeline,
 /// so a long pipeline of large GETs does not hold its replies in memory.
 pub const FLUSH_REPLY_BYTES: usize = 1 << 20;
+/// Commands with at most this many arguments (every GET and SET) pass their
+/// arguments on the stack; longer ones in a vector allocated for the command.
+const STACK_ARGS: usize = 8;
 /// Most client connections at once; more are answered an error and closed
 /// (Redis's `maxclients` default).
 pub const MAX_CONNECTIONS: u64 = 10_000;
@@ -179,6 +182,8 @@ async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>) {
     let mut conn = Connection::new(shared.clone());
     let mut sink = Sink::new();
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    // Argument ranges of the command being run, reused for every command.
+    let mut ranges = Vec::with_capacity(STACK_ARGS);
     let mut start = 0usize;
     loop {
         if start == buf.len() {
@@ -194,7 +199,7 @@ async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>) {
             Ok(_) => {}
         }
         loop {
-            let parsed = match parse_command(&buf[start..]) {
+            let parsed = match parse_command_into(&buf[start..], &mut ranges) {
                 Ok(Some(p)) => p,
                 Ok(None) => break,
                 Err(e) => {
@@ -209,15 +214,32 @@ async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>) {
             };
             let flow = {
                 let window = &buf[start..];
-                let args = parsed.slices(window);
-                if args.is_empty() {
+                let argc = parsed.inline.as_ref().map_or(ranges.len(), Vec::len);
+                if argc == 0 {
                     Flow::Continue
                 } else {
                     shared
                         .stats
                         .commands_processed
                         .fetch_add(1, Ordering::Relaxed);
-                    conn.execute(&args, &mut sink).await
+                    match &parsed.inline {
+                        Some(owned) => {
+                            let args: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+                            conn.execute(&args, &mut sink).await
+                        }
+                        None if argc <= STACK_ARGS => {
+                            let mut args: [&[u8]; STACK_ARGS] = [&[]; STACK_ARGS];
+                            for (a, r) in args.iter_mut().zip(&ranges) {
+                                *a = &window[r.clone()];
+                            }
+                            conn.execute(&args[..argc], &mut sink).await
+                        }
+                        None => {
+                            let args: Vec<&[u8]> =
+                                ranges.iter().map(|r| &window[r.clone()]).collect();
+                            conn.execute(&args, &mut sink).await
+                        }
+                    }
                 }
             };
             start += parsed.consumed;

@@ -383,18 +383,12 @@ async fn start_resp(
         })
 }
 
-/// This server's master as the Redis front end's local fast path.
+/// This server's master as the Redis front end's local fast path (its direct
+/// object operations: `StorageService::read_local` and friends).
 pub fn local_master(service: Arc<StorageService>) -> ramstore_resp::LocalMaster {
-    let owner = service.clone();
     ramstore_resp::LocalMaster {
-        service,
-        serves: Box::new(move |table_id, hash| {
-            owner
-                .store()
-                .tablets()
-                .find_serving(table_id, hash)
-                .is_some()
-        }),
+        service: service.clone(),
+        objects: service,
     }
 }
 

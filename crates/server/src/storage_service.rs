@@ -33,6 +33,9 @@ use crate::recovery_master::{self, PartitionJob};
 use crate::replica_manager::{BackupInfo, ReplicaManager, ReplicationError};
 use ramstore_client::BackupClient;
 
+/// The Redis front end's direct path onto this master (no native wire format).
+mod direct;
+
 const _: () = assert!(ramstore_wire::MAX_KEY_BYTES == ramstore_log::MAX_KEY_BYTES);
 const _: () = assert!(ramstore_wire::MAX_VALUE_BYTES == ramstore_log::MAX_VALUE_BYTES);
 // A whole segment travels in one backup frame, and both ends cut frames alike.
@@ -479,6 +482,21 @@ impl StorageService {
         data_op && (self.is_zombie() || self.replicas.as_ref().is_some_and(|m| m.is_fenced()))
     }
 
+    /// The refusal of an operation this master must not carry out now, checked
+    /// before it runs: fenced off or a zombie (SERVER_NOT_UP), or not confirmed to
+    /// be a live member (RETRY, [`Self::unconfirmed_refusal`]). Both
+    /// `Service::handle` and the direct path (`direct`) call this one function, so
+    /// their guards cannot drift apart.
+    pub(crate) fn refusal(&self, op: Opcode, now: Instant) -> Option<ErrorBody<'static>> {
+        if self.is_fenced_off(op) {
+            return Some(ErrorBody::Message {
+                status: Status::ServerNotUp,
+                message: FENCED_MESSAGE,
+            });
+        }
+        self.unconfirmed_refusal(op, now)
+    }
+
     /// Marks the request as needing the replication wait if `view` lies in a
     /// segment not yet durable: a read never returns an object beyond the durable
     /// point (DESIGN §1).
@@ -716,27 +734,11 @@ impl StorageService {
     /// end of the furthest object read for a read (DESIGN §5 "Write" and "Read"). A wait that times out answers RETRY: the write is in the log and
     /// may become durable later; the client's retry writes it again.
     fn after_replication(&self, id: u64, op: Opcode, mark: usize, out: &mut Vec<u8>) -> Handled {
-        let Some(manager) = &self.replicas else {
+        let Some((manager, point)) = self.durability_wait(op) else {
             return Handled::Done;
-        };
-        if !waits_for_replication(op) {
-            return Handled::Done;
-        }
-        let point = if is_read(op) {
-            // `waits_for_replication` saw a point.
-            match READ_SYNC_POINT.get() {
-                Some(point) if !manager.is_durable(point) => point,
-                _ => return Handled::Done,
-            }
-        } else {
-            let Some(point) = manager.pending_sync_point() else {
-                return Handled::Done;
-            };
-            point
         };
         let response = out[mark..].to_vec();
         out.truncate(mark);
-        let manager = manager.clone();
         Handled::Deferred(Box::pin(async move {
             let mut answer = Vec::new();
             match manager.wait_durable(point).await {
@@ -755,6 +757,27 @@ impl StorageService {
             }
             answer
         }))
+    }
+}
+
+impl StorageService {
+    /// What the answer to `op`, just carried out on this thread, must wait for: the
+    /// replica manager and the log point that must be durable first, or `None` to
+    /// answer at once. Shared by `after_replication` and the direct path.
+    fn durability_wait(&self, op: Opcode) -> Option<(Arc<ReplicaManager>, (u64, usize))> {
+        let manager = self.replicas.as_ref()?;
+        if !waits_for_replication(op) {
+            return None;
+        }
+        let point = if is_read(op) {
+            // `waits_for_replication` saw a point.
+            READ_SYNC_POINT
+                .get()
+                .filter(|&point| !manager.is_durable(point))?
+        } else {
+            manager.pending_sync_point()?
+        };
+        Some((manager.clone(), point))
     }
 }
 
@@ -805,13 +828,7 @@ impl Service for StorageService {
             Ok((header, req)) => {
                 let op = req.opcode();
                 READ_SYNC_POINT.set(None);
-                if self.is_fenced_off(op) {
-                    answer_fenced(header.request_id, op, out);
-                    self.metrics.record(Op::from(op), started.elapsed());
-                    return Handled::Done;
-                }
-                // Without a membership lease a server may be a zombie (R§7.11).
-                if let Some(body) = self.unconfirmed_refusal(op, started) {
+                if let Some(body) = self.refusal(op, started) {
                     let _ = encode_response(header.request_id, op, &Response::Error(body), out);
                     self.metrics.record(Op::from(op), started.elapsed());
                     return Handled::Done;
@@ -925,14 +942,11 @@ fn answer_message(
 /// Answers an object operation sent to a fenced-off master: SERVER_NOT_UP, so the
 /// client asks the coordinator where the tablet is now.
 fn answer_fenced(id: u64, op: Opcode, out: &mut Vec<u8>) {
-    let _ = answer_message(
-        id,
-        op,
-        Status::ServerNotUp,
-        "this master was declared crashed (its backups fence it off)",
-        out,
-    );
+    let _ = answer_message(id, op, Status::ServerNotUp, FENCED_MESSAGE, out);
 }
+
+/// Why a fenced-off master refuses object operations.
+const FENCED_MESSAGE: &str = "this master was declared crashed (its backups fence it off)";
 
 /// Answers a backup request sent to a server that runs no backup.
 fn no_backup(id: u64, op: Opcode, out: &mut Vec<u8>) -> Result<(), WireError> {
