@@ -4,7 +4,8 @@
 //! and the other servers for 4 s while clients still reach it (the zombie of
 //! R§7.11); a master cut off from everyone for 3 s (declared crashed, recovered
 //! elsewhere, a zombie when the network heals); a master and another server cut off
-//! together; 30% packet loss on one server's traffic. Four workers on shared keys;
+//! together; 30% packet loss on one server's traffic; one server's disk full for
+//! 3 s (each server on a small tmpfs disk). Four workers on shared keys;
 //! the checker then finds every acknowledged write readable, no deleted object
 //! back, versions only growing and each key's history linearizable.
 //!
@@ -28,11 +29,11 @@ use ramstore_harness::{netns, run, ClusterConfig, Fault, FaultPlan, RunConfig, W
 const LOAD_SECONDS: u64 = 20;
 /// How long the cluster may take to heal after one fault on a loaded machine
 /// (heals take 2–5 s here). It bounds the run (issue 6: at most 5 minutes): 20 s of
-/// load plus 45 s per fault for five faults, with the cluster's start-up.
+/// load plus 45 s per fault for six faults, with the cluster's start-up.
 const PATIENCE: Duration = Duration::from_secs(45);
 
 #[test]
-fn partition_master_group_and_packet_loss_keep_history_linearizable() {
+fn partition_master_group_packet_loss_and_full_disk_keep_history_linearizable() {
     if let Err(why) = netns::available() {
         eprintln!("partition test needs network namespaces and nftables: {why}; nothing checked");
         return;
@@ -40,6 +41,7 @@ fn partition_master_group_and_packet_loss_keep_history_linearizable() {
     let dir = std::env::temp_dir().join(format!("ramstore-partition-{}", std::process::id()));
     let mut cluster = ClusterConfig::new(env!("CARGO_BIN_EXE_ramstore"), 5);
     cluster.netns = true;
+    cluster.small_disks = true;
     cluster.dir = Some(dir.clone());
     // Pings that only time out (dropped packets) declare a crash after 1 s.
     cluster.coordinator_args = vec!["--unresponsive-timeout-ms".into(), "1000".into()];
@@ -60,6 +62,7 @@ fn partition_master_group_and_packet_loss_keep_history_linearizable() {
                 percent: 30,
                 ms: 3_000,
             },
+            Fault::FillDisk { ms: 3_000 },
         ]),
         duration: Duration::from_secs(LOAD_SECONDS),
         window: None,
@@ -76,6 +79,7 @@ fn partition_master_group_and_packet_loss_keep_history_linearizable() {
         "partition-master",
         "partition-group",
         "packet-loss",
+        "fill-disk",
     ];
     fault_runs::check_run("partition", &dir, result, &planned);
     let _ = std::fs::remove_dir_all(&dir);

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use ramstore_client::{BlockingClient, ClientOptions};
 use ramstore_coordinator::test_etcd::TestEtcd;
 
+use crate::disk::DiskMount;
 use crate::netns::Netns;
 use crate::process::Proc;
 use crate::proxy::DelayProxy;
@@ -25,6 +26,9 @@ use crate::HarnessError;
 
 /// The port every server listens on inside its own network namespace.
 pub const NETNS_SERVER_PORT: u16 = 7100;
+
+/// Bytes of one backup frame on disk (`--backup-frames` counts these).
+pub const FRAME_BYTES: u64 = 8 << 20;
 
 /// Exit code of a server that learned it was declared crashed (a zombie).
 pub const ZOMBIE_EXIT_CODE: i32 = 4;
@@ -56,6 +60,9 @@ pub struct ClusterConfig {
     /// Run each server in its own network namespace (root only; see
     /// [`crate::netns`]), so partitions and packet loss can be injected.
     pub netns: bool,
+    /// Give each server a disk of its own just large enough for its frames file
+    /// (a tmpfs; root only; see [`crate::disk`]), so full disks can be injected.
+    pub small_disks: bool,
     /// Put a delaying proxy ([`crate::proxy`]) in front of each server, so delay
     /// and reordering can be injected.
     pub delay_proxy: bool,
@@ -83,6 +90,7 @@ impl ClusterConfig {
             ready_timeout: Duration::from_secs(60),
             netns: false,
             delay_proxy: false,
+            small_disks: false,
         }
     }
 }
@@ -100,6 +108,9 @@ pub struct ServerSlot {
     /// Processes started in this slot so far.
     pub starts: u32,
     pub proc: Option<Proc>,
+    /// The small disk mounted on `backup_dir` ([`ClusterConfig::small_disks`]);
+    /// last, so it is unmounted after the process is gone.
+    pub disk: Option<DiskMount>,
 }
 
 struct CoordinatorSlot {
@@ -203,13 +214,24 @@ impl Cluster {
                 } else {
                     None
                 };
+                let backup_dir = dir.join(format!("server-{i}"));
+                let disk = if config.small_disks {
+                    let frames_bytes = u64::from(config.backup_frames) * FRAME_BYTES;
+                    Some(DiskMount::mount(
+                        &backup_dir,
+                        frames_bytes + crate::disk::DISK_SLACK_BYTES,
+                    )?)
+                } else {
+                    None
+                };
                 Ok(ServerSlot {
                     addr,
                     proxy,
-                    backup_dir: dir.join(format!("server-{i}")),
+                    backup_dir,
                     id: 0,
                     starts: 0,
                     proc: None,
+                    disk,
                 })
             })
             .collect::<Result<Vec<_>, HarnessError>>()?;
@@ -437,6 +459,27 @@ impl Cluster {
             .ok_or_else(|| HarnessError::Io("the cluster runs without delay proxies".into()))?;
         proxy.set_delay(delay, jitter);
         Ok(())
+    }
+
+    /// Fills server `i`'s small disk ([`ClusterConfig::small_disks`]); returns the
+    /// bytes the filler took.
+    pub fn fill_disk(&mut self, i: usize) -> Result<u64, HarnessError> {
+        if self.servers[i].disk.is_none() {
+            return Err(HarnessError::Io(
+                "full-disk faults need small disks (ClusterConfig::small_disks)".into(),
+            ));
+        }
+        crate::disk::fill(&self.servers[i].backup_dir)
+    }
+
+    /// Frees what [`Self::fill_disk`] took on server `i`'s disk.
+    pub fn unfill_disk(&mut self, i: usize) -> Result<(), HarnessError> {
+        crate::disk::unfill(&self.servers[i].backup_dir)
+    }
+
+    /// Whether each server has a small disk of its own.
+    pub fn has_small_disks(&self) -> bool {
+        self.config.small_disks
     }
 
     /// Whether the servers run in network namespaces.

@@ -19,7 +19,9 @@
 //!   `PartitionMaster` (a master cut off from everyone, clients included),
 //!   `PartitionGroup` (a master and one other server cut off together) and
 //!   `PacketLoss` (random drops on one server's traffic); after the heal, a server
-//!   declared crashed meanwhile must exit as a zombie.
+//!   declared crashed meanwhile must exit as a zombie;
+//! - with small disks (`crate::disk`, root only): `FillDisk` (one server's disk
+//!   full for a while; it must keep running and lose nothing).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -71,6 +73,11 @@ pub enum Fault {
         percent: u8,
         ms: u64,
     },
+    /// Fill one server's (small) disk for `ms`, then free it: the server must stay
+    /// up and keep its replicas (small disks only, root).
+    FillDisk {
+        ms: u64,
+    },
 }
 
 impl Fault {
@@ -86,7 +93,13 @@ impl Fault {
             Fault::IsolateMaster { .. } => "isolate-master",
             Fault::PacketLoss { .. } => "packet-loss",
             Fault::Delay { .. } => "delay",
+            Fault::FillDisk { .. } => "fill-disk",
         }
+    }
+
+    /// Whether the fault needs each server on a small disk of its own.
+    pub fn needs_small_disks(&self) -> bool {
+        matches!(self, Fault::FillDisk { .. })
     }
 
     /// Whether the fault needs the servers in network namespaces.
@@ -338,6 +351,29 @@ impl Injector {
                         ms as f64 / 1000.0
                     ),
                     result,
+                )
+            }
+            Fault::FillDisk { ms } => {
+                let slot = self.rng.gen_range(0..cluster.servers.len());
+                let id = cluster.servers[slot].id;
+                let filled = cluster.fill_disk(slot)?;
+                thread::sleep(Duration::from_millis(ms));
+                // It must have ridden it out: its frames were allocated up front.
+                let running = cluster.server_running(slot);
+                cluster.unfill_disk(slot)?;
+                if !running {
+                    return Err(HarnessError::Io(format!(
+                        "server {id} (slot {slot}) exited while its disk was full\n{}",
+                        cluster.log_tails()
+                    )));
+                }
+                (
+                    format!(
+                        "server {id} (slot {slot}) for {:.1}s ({} MiB filler)",
+                        ms as f64 / 1000.0,
+                        filled >> 20
+                    ),
+                    "still running".to_string(),
                 )
             }
             Fault::KillCoordinator => {

@@ -23,6 +23,7 @@
 //! their own clients.
 
 pub mod cluster;
+pub mod disk;
 pub mod faults;
 pub mod netns;
 pub mod process;

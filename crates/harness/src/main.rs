@@ -119,6 +119,8 @@ fn real_main() -> anyhow::Result<bool> {
     // Network faults need root, ip and nft: use them whenever they are there.
     let netns = !no_netns && ramstore_harness::netns::available().is_ok();
     cluster.netns = netns;
+    // Full-disk faults need root too (tmpfs mounts); they go with the netns faults.
+    cluster.small_disks = netns;
     cluster.delay_proxy = true;
     let mut kinds = vec![
         Fault::KillMaster,
@@ -140,6 +142,7 @@ fn real_main() -> anyhow::Result<bool> {
                 percent: 20,
                 ms: 3_000,
             },
+            Fault::FillDisk { ms: 3_000 },
         ]);
     }
     cluster.dir = Some(dir.clone());
