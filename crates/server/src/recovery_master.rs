@@ -352,11 +352,10 @@ where
         loop {
             match manager.wait_durable(manager.sync_point()).await {
                 Ok(()) => break,
-                Err(crate::replica_manager::ReplicationError::Timeout)
-                    if tokio::time::Instant::now() < deadline =>
-                {
-                    continue
-                }
+                Err(
+                    crate::replica_manager::ReplicationError::Timeout
+                    | crate::replica_manager::ReplicationError::BackupsFull,
+                ) if tokio::time::Instant::now() < deadline => continue,
                 Err(e) => return Err(RecoveryError::Replication(e.to_string())),
             }
         }

@@ -93,6 +93,15 @@ pub enum ReplicationError {
     /// backups up, or they are slow). The operation may be retried.
     #[error("fewer than the configured replicas acknowledged in time")]
     Timeout,
+    /// Like [`Self::Timeout`], but backups refused to open replicas for lack of
+    /// free frames or buffers during the wait (R§7.1): replication stalls until
+    /// frames are freed (cleaning, recoveries ending) or backups join. The
+    /// operation may be retried.
+    #[error(
+        "fewer than the configured replicas acknowledged in time: backups refused new \
+         replicas for lack of free frames (free space on the backups, or add backups)"
+    )]
+    BackupsFull,
     /// A backup refused this master's replication because the coordinator
     /// declared it crashed (zombie fence, R§7.11): it must serve nothing more.
     #[error("this master was declared crashed; its backups refuse its replication")]
@@ -215,6 +224,8 @@ struct State {
     stopping: bool,
     /// A backup fenced this master off (R§7.11).
     fenced: bool,
+    /// When a backup last refused to open a replica because it was full.
+    refused_full_at: Option<Instant>,
     /// (address, segment) of replicas on backups that left the list: freed once a
     /// backup restarted on that address is listed and the segment is safe elsewhere.
     stale: Vec<(String, u64)>,
@@ -367,9 +378,19 @@ impl ReplicaManager {
                 return if self.is_durable(point) {
                     Ok(())
                 } else {
-                    Err(ReplicationError::Timeout)
+                    Err(self.why_not_durable())
                 };
             }
+        }
+    }
+
+    /// Why a wait for durability timed out: full backups if one refused a replica
+    /// during the last wait's length, else plain slowness or too few backups.
+    fn why_not_durable(&self) -> ReplicationError {
+        let wait = Duration::from_millis(REPLICATION_WAIT_MS);
+        match self.state.lock().refused_full_at {
+            Some(at) if at.elapsed() <= wait => ReplicationError::BackupsFull,
+            _ => ReplicationError::Timeout,
         }
     }
 
@@ -776,6 +797,9 @@ impl ReplicaManager {
             st.stats.rpc_failures += lost.len() as u64;
             for backup in lost {
                 drop_replica(&mut st, round.segment_id, backup, true);
+            }
+            if !full.is_empty() {
+                st.refused_full_at = Some(Instant::now());
             }
             for backup in full {
                 drop_replica(&mut st, round.segment_id, backup, false);

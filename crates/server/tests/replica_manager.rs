@@ -61,11 +61,15 @@ struct Cluster {
 
 impl Cluster {
     fn add_backup(&mut self) {
+        self.add_backup_with_frames(64);
+    }
+
+    fn add_backup_with_frames(&mut self, frame_count: u32) {
         let id = self.next_id;
         self.next_id += 1;
         let addr = format!("backup-{id}");
         let config = BackupConfig {
-            frame_count: 64,
+            frame_count,
             segment_bytes: SEGMENT_BYTES as u32,
             max_open_buffers: 16,
             sync_mode: SyncMode::Buffered,
@@ -301,6 +305,39 @@ async fn wait_durable_reports_fenced_once_a_backup_fences_the_master() {
             ..
         })
     ));
+    manager.shutdown();
+    task.abort();
+}
+
+/// A wait that times out because the backups are out of frames says so (R§7.1),
+/// rather than only "fewer replicas acknowledged in time": a recovery stalled on
+/// full backups names the cause (docs/reliability.md, "A recovery that cannot make
+/// its data durable").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_durable_names_full_backups_when_they_refuse_new_replicas() {
+    let (store, manager, mut cluster) = master(1, 7);
+    let log = store.log_handle();
+    // Two frames: the first two heads fit, the third segment's open is refused.
+    cluster.add_backup_with_frames(2);
+    let task = manager.start(log, MASTER_ID, "");
+    let value = vec![7u8; 4_000];
+    let mut outcome = Ok(());
+    for key in 0..200u32 {
+        store
+            .write(TABLE, &key.to_le_bytes(), &value, &RejectRules::default())
+            .unwrap();
+        outcome = manager.wait_durable(manager.sync_point()).await;
+        if outcome.is_err() {
+            break;
+        }
+    }
+    assert_eq!(outcome, Err(ReplicationError::BackupsFull));
+    assert!(ReplicationError::BackupsFull
+        .to_string()
+        .contains("lack of free frames"));
+    // A backup with room joins: replication goes on.
+    cluster.add_backup();
+    manager.wait_durable(manager.sync_point()).await.unwrap();
     manager.shutdown();
     task.abort();
 }
