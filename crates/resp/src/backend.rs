@@ -156,6 +156,10 @@ pub trait LocalObjects: Send + Sync {
 
     /// Removes `key` of `table_id`: the version removed, or `None` if there was none.
     fn remove_local(&self, table_id: u64, key: &[u8]) -> DirectAnswer<Option<u64>>;
+
+    /// A hint that `key` will be read or written soon (a later command of the same
+    /// pipeline): the master may start loading what that takes into the cache.
+    fn prefetch(&self, _key: &[u8]) {}
 }
 
 /// The master in this process.
@@ -332,6 +336,13 @@ impl Backend {
             || async { Ok(self.client.remove(table_id, key).await?) },
         )
         .await
+    }
+
+    /// A hint that `key` will be used soon (see [`LocalObjects::prefetch`]).
+    pub fn prefetch(&self, key: &[u8]) {
+        if let Some(local) = &self.local {
+            local.objects.prefetch(key);
+        }
     }
 
     /// One batch of `table`'s objects from `cursor` (0: the start) and where the

@@ -114,6 +114,12 @@ fn find_spec(name: &[u8]) -> Option<&'static Spec> {
         .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
+/// Whether the command named `name` takes a key as its first argument (GET, SET,
+/// MGET, …): the one a pipeline's later commands prefetch.
+pub fn key_first(name: &[u8]) -> bool {
+    find_spec(name).is_some_and(|s| s.first_key == 1)
+}
+
 fn arity_ok(spec: &Spec, argc: usize) -> bool {
     let argc = i64::try_from(argc).unwrap_or(i64::MAX);
     let arity = i64::from(spec.arity);
@@ -1125,6 +1131,16 @@ fn join<T: Send + 'static>(outcomes: Vec<Outcome<T>>) -> Outcome<Vec<T>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_first_for_key_commands_only() {
+        for name in [&b"GET"[..], b"set", b"MGET", b"incrby", b"rs.getv"] {
+            assert!(key_first(name), "{}", shown(name));
+        }
+        for name in [&b"PING"[..], b"echo", b"SELECT", b"scan", b"nosuch"] {
+            assert!(!key_first(name), "{}", shown(name));
+        }
+    }
 
     #[test]
     fn arity_ok_exact_and_minimum() {

@@ -171,3 +171,42 @@ fn counter_sees_allocations() {
     drop(boxed);
     assert!(counted >= 1, "the counting allocator counts");
 }
+
+/// The Redis front end's direct read (`read_local`) allocates nothing either: the
+/// value goes from the log into the caller's reused buffer.
+#[test]
+fn read_local_makes_no_heap_allocation() {
+    use ramstore_resp::backend::{Direct, DirectAnswer};
+
+    let mut config = StoreConfig::new(64 << 20);
+    config.cleaner = CleanerMode::Manual;
+    let store = ObjectStore::new(config).unwrap();
+    store.add_tablet(1, 0, u64::MAX).unwrap();
+    let service = StorageService::new(store);
+    let value = vec![42u8; 100];
+    service
+        .store()
+        .write(1, b"key", &value, &Default::default())
+        .unwrap();
+    let mut buf = Vec::with_capacity(1024);
+    // Warm up (thread-local state).
+    assert!(matches!(
+        service.read_local(1, b"key", &mut buf),
+        DirectAnswer::Now(Direct::Done(Some(1)))
+    ));
+    start_counting();
+    for _ in 0..1000 {
+        buf.clear();
+        let found = matches!(
+            service.read_local(1, b"key", &mut buf),
+            DirectAnswer::Now(Direct::Done(Some(1)))
+        );
+        let missed = matches!(
+            service.read_local(1, b"missing", &mut buf),
+            DirectAnswer::Now(Direct::Done(None))
+        );
+        debug_assert!(found && missed);
+    }
+    assert_eq!(stop_counting(), 0, "direct reads allocated");
+    assert_eq!(buf, value);
+}

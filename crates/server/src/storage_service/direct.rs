@@ -201,4 +201,8 @@ impl LocalObjects for StorageService {
     fn remove_local(&self, table_id: u64, key: &[u8]) -> DirectAnswer<Option<u64>> {
         StorageService::remove_local(self, table_id, key)
     }
+
+    fn prefetch(&self, key: &[u8]) {
+        self.store.prefetch(key);
+    }
 }
