@@ -7,13 +7,15 @@
 //! * [`commands`]: the command set (GET, SET, MGET, INCR, SCAN, INFO, HELLO, …, and
 //!   the extensions `RS.GETV`/`RS.CAS`), each as ramstore operations on table
 //!   `db{n}` (SELECT n; created on first use).
-//! * [`backend`]: where operations run — on the local master, in-process, when it
-//!   owns the key; otherwise forwarded through the client library (one extra hop).
+//! * [`backend`]: where operations run — on the local master, in-process and
+//!   without the native wire format, when it owns the key; otherwise forwarded
+//!   through the client library (one extra hop).
 //! * [`server`]: the listener and the per-connection loop.
 //!
 //! Invariants:
 //! * A write is acknowledged exactly when a native write would be: local writes go
-//!   through the storage service's own request path, whose reply waits until the
+//!   to the master directly ([`backend::LocalObjects`]) behind the guards and with
+//!   the replication wait of its native request path, so the reply waits until the
 //!   write is on all R backups; forwarded writes return only once the owning master
 //!   acknowledged them the same way.
 //! * Replies leave in command order. Commands of a pipeline run in order too: each
