@@ -120,7 +120,8 @@ enum Attempt {
 
 /// The crashed master's log as the newest head describes it.
 struct FoundLog {
-    /// Segment id → addresses of the backups holding it.
+    /// Segment id → addresses of the backups holding a replica recovery may use
+    /// ([`usable_holders`]).
     holders: HashMap<u64, Vec<String>>,
     digest: Vec<u64>,
     stats: Vec<ramstore_log::entry::TabletStat>,
@@ -467,7 +468,7 @@ async fn find_log(
     crashed: ServerId,
     backups: &[String],
 ) -> Result<FoundLog, String> {
-    let mut holders: HashMap<u64, Vec<String>> = HashMap::new();
+    let mut offered: HashMap<u64, Vec<OfferedReplica>> = HashMap::new();
     let mut lengths: HashMap<u64, u64> = HashMap::new();
     let mut open: std::collections::HashSet<u64> = std::collections::HashSet::new();
     let mut asks: JoinSet<(String, Result<Vec<ramstore_client::BackupReplica>, String>)> =
@@ -486,10 +487,14 @@ async fn find_log(
     while let Some(Ok((address, replicas))) = asks.join_next().await {
         if let Ok(replicas) = replicas {
             for r in replicas {
-                holders
+                offered
                     .entry(r.segment_id)
                     .or_default()
-                    .push(address.clone());
+                    .push(OfferedReplica {
+                        address: address.clone(),
+                        length: u64::from(r.length),
+                        closed: r.closed,
+                    });
                 let longest = lengths.entry(r.segment_id).or_default();
                 *longest = (*longest).max(u64::from(r.length));
                 if !r.closed {
@@ -498,9 +503,13 @@ async fn find_log(
             }
         }
     }
-    if holders.is_empty() {
+    if offered.is_empty() {
         return Err("no backup offers any replica of its log yet".into());
     }
+    let holders: HashMap<u64, Vec<String>> = offered
+        .iter()
+        .map(|(&id, replicas)| (id, usable_holders(replicas)))
+        .collect();
     let mut ids: Vec<u64> = holders.keys().copied().collect();
     ids.sort_unstable_by(|a, b| b.cmp(a));
     for id in ids {
@@ -542,6 +551,43 @@ async fn find_log(
         }
     }
     Err("no replica with a log digest is readable yet".into())
+}
+
+/// One replica a backup offers for recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OfferedReplica {
+    address: String,
+    length: u64,
+    closed: bool,
+}
+
+/// Which of the replicas offered for one segment recovery may replay: the closed
+/// ones if any (complete), else only the longest open ones.
+///
+/// Why: a backup can hold a *stale* open replica — the master's RPC to it failed
+/// (a timeout under load, not a crash), the master dropped it from the segment's
+/// replica set and re-created the replica elsewhere, and went on acknowledging
+/// writes there. The stale copy is a prefix of the segment that lacks those
+/// writes. The open replicas of one segment are all prefixes of the same bytes
+/// (only closed segments are compacted or re-sent whole), so the longest holds
+/// every acknowledged byte the others hold. Regression: a 30-minute soak lost
+/// ~580 acknowledged updates of a key when recovery replayed such a stale prefix
+/// (docs/reliability.md, "Findings").
+fn usable_holders(replicas: &[OfferedReplica]) -> Vec<String> {
+    let closed: Vec<String> = replicas
+        .iter()
+        .filter(|r| r.closed)
+        .map(|r| r.address.clone())
+        .collect();
+    if !closed.is_empty() {
+        return closed;
+    }
+    let longest = replicas.iter().map(|r| r.length).max().unwrap_or(0);
+    replicas
+        .iter()
+        .filter(|r| r.length == longest)
+        .map(|r| r.address.clone())
+        .collect()
 }
 
 /// The digest and tablet statistics at the start of a head segment's bytes.
@@ -621,6 +667,15 @@ fn fetch_order(log: &FoundLog, published: &HashMap<String, Vec<u64>>) -> Vec<(u6
     let mut rank: HashMap<u64, (usize, Vec<String>)> = HashMap::new();
     for (address, order) in published {
         for (pos, segment) in order.iter().enumerate() {
+            // Only a replica recovery may use (`usable_holders`): a backup buckets
+            // every replica it holds, stale ones too.
+            let usable = log
+                .holders
+                .get(segment)
+                .is_some_and(|h| h.contains(address));
+            if !usable {
+                continue;
+            }
             let e = rank.entry(*segment).or_insert((usize::MAX, Vec::new()));
             e.0 = e.0.min(pos);
             e.1.push(address.clone());
@@ -648,6 +703,60 @@ mod tests {
     use ramstore_log::entry::{
         encode_log_digest, encode_segment_header, encode_tablet_stats, TabletStat,
     };
+
+    fn offered(address: &str, length: u64, closed: bool) -> OfferedReplica {
+        OfferedReplica {
+            address: address.into(),
+            length,
+            closed,
+        }
+    }
+
+    #[test]
+    fn usable_holders_prefers_closed_replicas() {
+        let replicas = [
+            offered("stale", 300, false),
+            offered("a", 500, true),
+            offered("compacted", 200, true),
+        ];
+        assert_eq!(usable_holders(&replicas), vec!["a", "compacted"]);
+    }
+
+    /// Regression (30-minute soak, seed 5): a stale open prefix beside the
+    /// re-created replica must not be replayed.
+    #[test]
+    fn usable_holders_takes_only_the_longest_open_replicas() {
+        let replicas = [
+            offered("stale", 300, false),
+            offered("good", 900, false),
+            offered("also-good", 900, false),
+        ];
+        assert_eq!(usable_holders(&replicas), vec!["good", "also-good"]);
+        assert_eq!(usable_holders(&[offered("only", 10, false)]), vec!["only"]);
+    }
+
+    /// A backup buckets every replica it holds, stale ones too; recovery masters
+    /// must fetch each segment only from the usable holders.
+    #[test]
+    fn fetch_order_skips_backups_whose_replica_is_not_usable() {
+        let log = FoundLog {
+            holders: HashMap::from([(3, vec!["good".to_string()]), (4, vec!["stale".into()])]),
+            digest: vec![3, 4],
+            stats: Vec::new(),
+            log_bytes: 0,
+        };
+        let published = HashMap::from([
+            ("stale".to_string(), vec![3, 4]),
+            ("good".to_string(), vec![3]),
+        ]);
+        assert_eq!(
+            fetch_order(&log, &published),
+            vec![
+                (3, vec!["good".to_string()]),
+                (4, vec!["stale".to_string()])
+            ]
+        );
+    }
 
     #[test]
     fn head_contents_finds_the_digest_and_stats() {
