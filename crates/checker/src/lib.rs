@@ -17,9 +17,11 @@
 //!   effect at any time after its invocation, or never; a failed read is ignored.
 //! - Until ramstore has RIFL-style completion records, a retried call may take
 //!   effect more than once (at-least-once, DESIGN §1). With
-//!   [`CheckOptions::at_least_once`] every mutating call may also have taken effect
-//!   once more, unseen, between its invocation and its return (a duplicate from a
-//!   retry); without it such a duplicate is a violation.
+//!   [`CheckOptions::at_least_once`] every mutating call slow enough to have been
+//!   retried may also have taken effect more times, unseen, between its invocation
+//!   and its return (duplicates from retries: one, plus one per
+//!   [`RETRY_ATTEMPT_MIN_NS`] it lasted beyond [`CheckOptions::duplicate_min_ns`],
+//!   at most [`MAX_DUPLICATES_PER_CALL`]); without it a duplicate is a violation.
 //! - The named real-time checks (`checks.rs`) classify what went wrong (lost write,
 //!   resurrected delete, version regressed) before the search gives its verdict.
 //!
@@ -52,6 +54,21 @@ pub const DEFAULT_MAX_STEPS_PER_KEY: u64 = 2_000_000;
 /// answered RETRY only after 1 s (`REPLICATION_WAIT_MS`). Limiting duplicates to
 /// slow calls keeps the search small: every duplicate doubles the states around it.
 pub const DEFAULT_DUPLICATE_MIN_NS: u64 = 100_000_000;
+
+/// The least time each further failed attempt of a retried call takes: a failure
+/// is noticed by failure detection (≥ 250 ms) or a replication timeout (1 s).
+pub const RETRY_ATTEMPT_MIN_NS: u64 = 250_000_000;
+
+/// The most times a single call may have taken effect unseen, besides the
+/// application its answer reports. A call lasting `d` ≥
+/// [`CheckOptions::duplicate_min_ns`] may carry one duplicate, plus one per
+/// [`RETRY_ATTEMPT_MIN_NS`] beyond that, up to this many (each doubles the search
+/// states around the call). Regression: a 3.1 s increment that started as its
+/// master was cut off was applied three times — once by the old master (durable,
+/// its answer lost in the partition) and twice by the recovery master, whose
+/// replication timed out once — which the old limit of one duplicate reported as a
+/// violation.
+pub const MAX_DUPLICATES_PER_CALL: usize = 3;
 
 /// How to check.
 #[derive(Clone, Debug)]
@@ -285,9 +302,33 @@ pub fn check(history: &History, options: &CheckOptions) -> Report {
 /// Whether `op` may have taken effect once more, unseen (see
 /// [`CheckOptions::at_least_once`]).
 fn may_duplicate(op: &Op, options: &CheckOptions) -> bool {
-    let slow = !op.is_definite()
-        || op.effective_return_ns().saturating_sub(op.invoke_ns) >= options.duplicate_min_ns;
-    options.at_least_once && op.call.mutates() && slow
+    duplicates_allowed(op, options) > 0
+}
+
+/// How many times `op` may have taken effect unseen besides the application its
+/// answer reports (see [`MAX_DUPLICATES_PER_CALL`]): none unless at-least-once and
+/// mutating; one for a call that lasted `duplicate_min_ns` (or whose outcome is
+/// unknown), one more per [`RETRY_ATTEMPT_MIN_NS`] beyond.
+fn duplicates_allowed(op: &Op, options: &CheckOptions) -> usize {
+    if !options.at_least_once || !op.call.mutates() {
+        return 0;
+    }
+    // How long the client tried (an unknown outcome may still take effect later,
+    // but its retries ended when the client gave up).
+    let duration = op
+        .return_ns
+        .unwrap_or(u64::MAX)
+        .saturating_sub(op.invoke_ns);
+    if duration < options.duplicate_min_ns {
+        // Too fast to have been retried; an unknown outcome keeps one duplicate
+        // (its attempts may have been cut short, not answered).
+        return usize::from(!op.is_definite());
+    }
+    let more = (duration - options.duplicate_min_ns) / RETRY_ATTEMPT_MIN_NS;
+    usize::try_from(more)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1)
+        .min(MAX_DUPLICATES_PER_CALL)
 }
 
 /// The search's view of one object's operations: indeterminate ones optional with
@@ -305,7 +346,7 @@ fn search_ops(ops: &[(usize, &Op)], options: &CheckOptions) -> Vec<SearchOp> {
             outcome: op.outcome.clone(),
             source: i,
         });
-        if may_duplicate(op, options) {
+        for _ in 0..duplicates_allowed(op, options) {
             out.push(SearchOp {
                 invoke: op.invoke_ns,
                 ret: op.effective_return_ns(),

@@ -360,6 +360,98 @@ fn check_duplicates_are_allowed_only_for_calls_slow_enough_to_be_retried() {
     );
 }
 
+/// A slow retried call may have taken effect several times — one duplicate, plus
+/// one per `RETRY_ATTEMPT_MIN_NS` beyond `duplicate_min_ns`, up to
+/// `MAX_DUPLICATES_PER_CALL` —, a call just slow enough at most once more. Regression: a 3.1 s increment applied three times in the
+/// 30-minute soak (seed 5) was reported as a violation.
+#[test]
+fn check_slow_calls_may_carry_several_duplicates_fast_ones_one() {
+    let ms = 1_000_000;
+    let number = |n: i64| n.to_le_bytes().to_vec();
+    let history = |increment_ms: u64| {
+        let mut h = H::default();
+        // Applied three times: readers see 5 and 10 before the answer reports 15.
+        h.op(
+            1,
+            "c",
+            Call::Increment { delta: 5 },
+            Outcome::Written {
+                version: 3,
+                number: Some(15),
+            },
+            (0, increment_ms * ms),
+        );
+        h.op(
+            2,
+            "c",
+            Call::Read,
+            Outcome::Value {
+                value: number(5),
+                version: 1,
+            },
+            (10 * ms, 11 * ms),
+        );
+        h.op(
+            2,
+            "c",
+            Call::Read,
+            Outcome::Value {
+                value: number(10),
+                version: 2,
+            },
+            (20 * ms, 21 * ms),
+        );
+        History { ops: h.ops }
+    };
+    let slow = check(&history(3_100), &CheckOptions::default());
+    assert!(
+        slow.is_clean(),
+        "a 3.1 s increment may have been applied three times:\n{slow}"
+    );
+    let fast = check(&history(150), &CheckOptions::default());
+    assert_eq!(
+        fast.count(ViolationKind::NotLinearizable),
+        1,
+        "a 150 ms increment may carry one duplicate, not two:\n{fast}"
+    );
+    // Four applications exceed the limit even for a very slow call.
+    let mut h = history(60_000);
+    h.ops.push(Op {
+        client: 2,
+        table: TABLE,
+        key: b"c".to_vec(),
+        call: Call::Read,
+        outcome: Outcome::Value {
+            value: number(15),
+            version: 3,
+        },
+        invoke_ns: 30 * ms,
+        return_ns: Some(31 * ms),
+    });
+    h.ops[0].outcome = Outcome::Written {
+        version: 5,
+        number: Some(25),
+    };
+    h.ops.push(Op {
+        client: 2,
+        table: TABLE,
+        key: b"c".to_vec(),
+        call: Call::Read,
+        outcome: Outcome::Value {
+            value: number(20),
+            version: 4,
+        },
+        invoke_ns: 40 * ms,
+        return_ns: Some(41 * ms),
+    });
+    let too_many = check(&h, &CheckOptions::default());
+    assert_eq!(
+        too_many.count(ViolationKind::NotLinearizable),
+        1,
+        "{too_many}"
+    );
+}
+
 /// A small deterministic generator (xorshift64*), so the test needs no dependency.
 struct Rng(u64);
 
