@@ -192,7 +192,13 @@ async fn put_of_deposed_leader_is_refused_by_etcd() {
     assert!(!leader_a.is_leader());
     let reason = flag_a.lock().unwrap().clone().expect("lost callback ran");
     if unaware {
-        assert!(reason.contains("refused"), "{reason}");
+        // The keepalive may still notice between `is_leader` above and the put
+        // (regression: failed this way under load average 7), so the reason is
+        // either etcd's refusal or the expired lease — never a write.
+        assert!(
+            reason.contains("refused") || reason.contains("expired"),
+            "{reason}"
+        );
     }
     assert_eq!(b.get(STATE_KEY).unwrap().as_deref(), Some(&b"b1"[..]));
 }
