@@ -87,6 +87,20 @@ fn scratch_dir() -> PathBuf {
     }
 }
 
+/// Removes the data directories of every test etcd that process `pid` started
+/// (for a harness interrupted before its `TestEtcd`s were dropped).
+pub fn remove_dirs_of_process(pid: u32) {
+    let prefix = format!("ramstore-test-etcd-{pid}-");
+    let Ok(entries) = std::fs::read_dir(scratch_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 impl TestEtcd {
     /// Starts etcd and waits until it answers; retries with other ports if it
     /// exits at once (a port was taken between choosing and binding it).

@@ -59,6 +59,26 @@ impl Drop for DiskMount {
     }
 }
 
+/// Unmounts (lazily) every tmpfs mounted under `dir`, e.g. after an interrupted run
+/// whose [`DiskMount`]s were never dropped.
+pub fn unmount_under(dir: &Path) {
+    let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else {
+        return;
+    };
+    for line in mounts.lines() {
+        // "device mount-point type options …"
+        let mut fields = line.split_whitespace();
+        let (Some(_device), Some(target), Some(fs_type)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if fs_type == "tmpfs" && Path::new(target).starts_with(dir) {
+            let _ = Command::new("umount").arg("-l").arg(target).status();
+        }
+    }
+}
+
 /// Fills the file system holding `dir` with a filler file until a write fails with
 /// ENOSPC; returns the bytes written.
 pub fn fill(dir: &Path) -> Result<u64, HarnessError> {

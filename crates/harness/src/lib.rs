@@ -25,6 +25,7 @@
 pub mod cluster;
 pub mod disk;
 pub mod faults;
+pub mod interrupt;
 pub mod netns;
 pub mod process;
 pub mod proxy;

@@ -114,6 +114,9 @@ fn real_main() -> anyhow::Result<bool> {
             std::env::temp_dir().join(format!("ramstore-soak-{}-seed{seed}", std::process::id()))
         }
     };
+    // Before any thread starts: Ctrl-C stops the servers and removes namespaces and
+    // mounts instead of leaving them behind.
+    ramstore_harness::interrupt::install(dir.clone()).context("installing the Ctrl-C handler")?;
     let mut cluster = ClusterConfig::new(&ramstore, servers);
     cluster.etcd = !no_etcd;
     // Network faults need root, ip and nft: use them whenever they are there.

@@ -228,6 +228,37 @@ impl Netns {
     }
 }
 
+/// Deletes every namespace and link named for process `pid` ([`Netns::create`]'s
+/// prefixes), e.g. after the process was interrupted before its `Drop` ran.
+pub fn remove_stale_for_pid(pid: u32) {
+    let prefix = format!("r{:05}", pid % 100_000);
+    let listed = |args: &[&str]| -> Vec<String> {
+        Command::new("ip")
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                // `ip netns list`: "NAME (id: N)"; `ip -o link`: "N: NAME: ..." or
+                // "N: NAME@peer: ...".
+                let name = if args[0] == "netns" {
+                    l.split_whitespace().next()?
+                } else {
+                    l.split(": ").nth(1)?.split('@').next()?
+                };
+                name.starts_with(&prefix).then(|| name.to_string())
+            })
+            .collect()
+    };
+    for ns in listed(&["netns", "list"]) {
+        let _ = run("ip", &["netns", "del", &ns]);
+    }
+    for link in listed(&["-o", "link", "show"]) {
+        let _ = run("ip", &["link", "del", &link]);
+    }
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         for ns in self.namespaces.iter().chain([&self.clients]) {
