@@ -773,7 +773,7 @@ impl ReplicaManager {
                     }
                     Err(e) => {
                         tracing::warn!(segment = round.segment_id, backup = send.backup, error = %e, "replication to a backup failed");
-                        lost.push(send.backup);
+                        lost.push((send.backup, send.address.clone()));
                     }
                 }
             }
@@ -795,8 +795,18 @@ impl ReplicaManager {
             }
             st.stats.bytes_sent += sent;
             st.stats.rpc_failures += lost.len() as u64;
-            for backup in lost {
+            for (backup, address) in lost {
                 drop_replica(&mut st, round.segment_id, backup, true);
+                // The backup may be alive (a timeout under load) and keep what it
+                // got: a stale prefix once the replica is re-created elsewhere.
+                // Free it once the segment is safe without it (`stale_frees`), so
+                // recovery is not offered it (it would also pass it over for a
+                // longer or closed replica: `ramstore_coordinator::recovery`).
+                if st.stale.len() < MAX_STALE_REPLICAS
+                    && !st.stale.contains(&(address.clone(), round.segment_id))
+                {
+                    st.stale.push((address, round.segment_id));
+                }
             }
             if !full.is_empty() {
                 st.refused_full_at = Some(Instant::now());
@@ -989,9 +999,10 @@ fn lose_backup(st: &mut State, backup: u64) {
     st.bytes_on.remove(&backup);
 }
 
-/// Stale replicas on restarted backups that may be freed now: the backup at the
-/// address is listed again (under a new id), and the segment is gone from the log
-/// or closed on R replicas none of which is on that backup. The backup is then
+/// Stale replicas on restarted backups, or on live backups whose RPC failed, that
+/// may be freed now: a backup at the address is listed (again, perhaps under a new
+/// id), and the segment is gone from the log or closed on R replicas none of which
+/// is on that backup. The backup is then
 /// excluded for that segment, so no later replica of it can land there and be hit
 /// by this free. Entries whose address nobody listens on stay.
 fn stale_frees(st: &mut State) -> Vec<(u64, String, u64)> {
