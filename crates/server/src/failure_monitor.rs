@@ -404,6 +404,28 @@ pub fn start(
     })
 }
 
+/// A ticker every `ms`; a late tick delays the next ones (no bursts to catch up).
+fn every(ms: u64) -> tokio::time::Interval {
+    let mut tick = tokio::time::interval(Duration::from_millis(ms));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tick
+}
+
+/// Waits for the next tick at which the server is enlisted: its id, or `None` once
+/// it is a zombie (the caller stops).
+async fn next_round(tick: &mut tokio::time::Interval, service: &StorageService) -> Option<u64> {
+    loop {
+        tick.tick().await;
+        if service.is_zombie() {
+            return None;
+        }
+        let me = service.server_id();
+        if me != 0 {
+            return Some(me);
+        }
+    }
+}
+
 /// Aborts a task when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -422,17 +444,8 @@ async fn keep_lease(
     coordinator: String,
     config: MonitorConfig,
 ) {
-    let mut tick = tokio::time::interval(Duration::from_millis(config.ping_interval_ms));
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if service.is_zombie() {
-            return;
-        }
-        let me = service.server_id();
-        if me == 0 {
-            continue;
-        }
+    let mut tick = every(config.ping_interval_ms);
+    while let Some(me) = next_round(&mut tick, &service).await {
         let mut frame = Vec::new();
         if encode_request(0, &Request::RenewLease { caller_id: me }, &mut frame).is_err() {
             continue;
@@ -471,17 +484,8 @@ async fn run(
 ) {
     let mut rng = StdRng::from_entropy();
     let timeout = Duration::from_millis(config.ping_timeout_ms);
-    let mut tick = tokio::time::interval(Duration::from_millis(config.ping_interval_ms));
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if service.is_zombie() {
-            return;
-        }
-        let me = service.server_id();
-        if me == 0 {
-            continue;
-        }
+    let mut tick = every(config.ping_interval_ms);
+    while let Some(me) = next_round(&mut tick, &service).await {
         // (b) The backups refuse this master: the coordinator declared it crashed.
         if service.replicas().is_some_and(|m| m.is_fenced()) {
             service.declare_zombie("its backups refuse its replication (zombie fence)");
