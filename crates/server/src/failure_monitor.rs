@@ -446,20 +446,10 @@ async fn keep_lease(
 ) {
     let mut tick = every(config.ping_interval_ms);
     while let Some(me) = next_round(&mut tick, &service).await {
-        let mut frame = Vec::new();
-        if encode_request(0, &Request::RenewLease { caller_id: me }, &mut frame).is_err() {
-            continue;
-        }
         // The lease counts from here: the grant is given after this instant.
         let sent = Instant::now();
-        let deadline = Duration::from_millis(COORDINATOR_CALL_DEADLINE_MS);
-        let answer = tokio::time::timeout(
-            deadline,
-            first_answer_frame(&*transport, &coordinator, frame, deadline),
-        )
-        .await
-        .ok()
-        .flatten();
+        let renew = Request::RenewLease { caller_id: me };
+        let answer = coordinator_answer(&*transport, &coordinator, &renew).await;
         match answer.as_deref().map(decode_response) {
             Some(Ok((h, Response::RenewLease { lease_ms }))) if h.status == Status::Ok => {
                 if lease_ms > 0 {
@@ -539,27 +529,7 @@ async fn call_coordinator(
     coordinator: &str,
     request: &Request<'_>,
 ) -> Pinged {
-    let mut frame = Vec::new();
-    if encode_request(0, request, &mut frame).is_err() {
-        return Pinged::Failed;
-    }
-    let deadline = Duration::from_millis(COORDINATOR_CALL_DEADLINE_MS);
-    tokio::time::timeout(
-        deadline,
-        first_answer(transport, coordinator, frame, deadline),
-    )
-    .await
-    .unwrap_or(Pinged::Failed)
-}
-
-/// The answer of the first address in `coordinator` that answers at all.
-async fn first_answer(
-    transport: &dyn Transport,
-    coordinator: &str,
-    frame: Vec<u8>,
-    deadline: Duration,
-) -> Pinged {
-    let Some(bytes) = first_answer_frame(transport, coordinator, frame, deadline).await else {
+    let Some(bytes) = coordinator_answer(transport, coordinator, request).await else {
         return Pinged::Failed;
     };
     match decode_response(&bytes) {
@@ -568,24 +538,30 @@ async fn first_answer(
     }
 }
 
-/// The response frame of the first address in `coordinator` (separated by commas,
-/// tried in order) that answers at all; `None` if none does.
-async fn first_answer_frame(
+/// The response frame to `request` of the first address in `coordinator`
+/// (separated by commas, tried in order) that answers at all, all within
+/// [`COORDINATOR_CALL_DEADLINE_MS`]; `None` if none does in time.
+async fn coordinator_answer(
     transport: &dyn Transport,
     coordinator: &str,
-    frame: Vec<u8>,
-    deadline: Duration,
+    request: &Request<'_>,
 ) -> Option<bytes::Bytes> {
-    for address in coordinator
-        .split(',')
-        .map(str::trim)
-        .filter(|a| !a.is_empty())
-    {
-        if let Ok(bytes) = transport.call(address, frame.clone(), deadline).await {
-            return Some(bytes);
+    let mut frame = Vec::new();
+    encode_request(0, request, &mut frame).ok()?;
+    let deadline = Duration::from_millis(COORDINATOR_CALL_DEADLINE_MS);
+    let first = async {
+        for address in coordinator
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+        {
+            if let Ok(bytes) = transport.call(address, frame.clone(), deadline).await {
+                return Some(bytes);
+            }
         }
-    }
-    None
+        None
+    };
+    tokio::time::timeout(deadline, first).await.ok().flatten()
 }
 
 #[cfg(test)]
