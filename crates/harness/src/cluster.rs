@@ -27,9 +27,6 @@ use crate::HarnessError;
 /// The port every server listens on inside its own network namespace.
 pub const NETNS_SERVER_PORT: u16 = 7100;
 
-/// Bytes of one backup frame on disk (`--backup-frames` counts these).
-pub const FRAME_BYTES: u64 = 8 << 20;
-
 /// Exit code of a server that learned it was declared crashed (a zombie).
 pub const ZOMBIE_EXIT_CODE: i32 = 4;
 
@@ -216,7 +213,10 @@ impl Cluster {
                 };
                 let backup_dir = dir.join(format!("server-{i}"));
                 let disk = if config.small_disks {
-                    let frames_bytes = u64::from(config.backup_frames) * FRAME_BYTES;
+                    // The frames file exactly as the backup lays it out
+                    // (`posix_fallocate`d at start-up), metadata areas included.
+                    let frames_bytes =
+                        ramstore_backup::BackupConfig::new(config.backup_frames).file_bytes();
                     Some(DiskMount::mount(
                         &backup_dir,
                         frames_bytes + crate::disk::DISK_SLACK_BYTES,
@@ -475,11 +475,6 @@ impl Cluster {
     /// Frees what [`Self::fill_disk`] took on server `i`'s disk.
     pub fn unfill_disk(&mut self, i: usize) -> Result<(), HarnessError> {
         crate::disk::unfill(&self.servers[i].backup_dir)
-    }
-
-    /// Whether each server has a small disk of its own.
-    pub fn has_small_disks(&self) -> bool {
-        self.config.small_disks
     }
 
     /// Whether the servers run in network namespaces.

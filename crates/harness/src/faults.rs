@@ -97,11 +97,6 @@ impl Fault {
         }
     }
 
-    /// Whether the fault needs each server on a small disk of its own.
-    pub fn needs_small_disks(&self) -> bool {
-        matches!(self, Fault::FillDisk { .. })
-    }
-
     /// Whether the fault needs the servers in network namespaces.
     pub fn needs_netns(&self) -> bool {
         matches!(
