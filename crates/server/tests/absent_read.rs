@@ -6,12 +6,9 @@
 
 use std::sync::Arc;
 
-use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
 use ramstore_client::BackupClient;
 use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
 use ramstore_rpc::{Handled, LocalTransport, Service};
-use ramstore_server::backup_service::BackupService;
-use ramstore_server::replica_manager::BackupInfo;
 use ramstore_server::{ReplicaManager, StorageService};
 use ramstore_wire::{
     decode_response, encode_request, ErrorBody, MultiReadRequestEncoder, Request, Response, Status,
@@ -19,6 +16,8 @@ use ramstore_wire::{
 };
 
 const TABLE: u64 = 7;
+mod common;
+
 const SEGMENT_BYTES: usize = 128 * 1024;
 
 /// A master replicating with R = 1 through a manager that is never started: no
@@ -90,30 +89,7 @@ async fn read_of_a_key_deleted_but_not_durable_waits_and_is_not_answered_absent(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_of_a_missing_key_is_answered_at_once_once_the_log_is_durable() {
     // The same master, replicating to one in-process backup.
-    let transport = Arc::new(LocalTransport::new());
-    let config = BackupConfig {
-        frame_count: 8,
-        segment_bytes: SEGMENT_BYTES as u32,
-        max_open_buffers: 4,
-        sync_mode: SyncMode::Buffered,
-    };
-    let backup_store =
-        BackupStore::create(Box::new(MemDisk::new()) as Box<dyn Disk>, config).expect("backup");
-    let mut own = StoreConfig::new(2 << 20);
-    own.segment_bytes = SEGMENT_BYTES;
-    own.cleaner = CleanerMode::Manual;
-    let backup = StorageService::with_backup(
-        ObjectStore::new(own).expect("store"),
-        Some(BackupService::new(backup_store)),
-    );
-    transport.register("backup-2", Arc::new(backup));
-    let manager = ReplicaManager::new(1, BackupClient::new(transport), 1);
-    manager.set_backups(vec![BackupInfo {
-        server_id: 2,
-        address: "backup-2".into(),
-        failure_domain: String::new(),
-        backup_read_mbps: 100,
-    }]);
+    let manager = common::manager_with_one_backup(SEGMENT_BYTES);
     let mut config = StoreConfig::new(16 << 20);
     config.segment_bytes = SEGMENT_BYTES;
     config.cleaner = CleanerMode::Manual;

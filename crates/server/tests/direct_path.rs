@@ -7,14 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
 use ramstore_client::BackupClient;
 use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
 use ramstore_resp::backend::{Direct, DirectAnswer, WriteResult};
 use ramstore_rpc::{Handled, LocalTransport, Service};
-use ramstore_server::backup_service::BackupService;
 use ramstore_server::failure_monitor::{self, MonitorConfig};
-use ramstore_server::replica_manager::BackupInfo;
 use ramstore_server::{ReplicaManager, StorageService};
 use ramstore_wire::{
     decode_response, encode_request, Request, ServerListEntry, ServerListUpdateEncoder,
@@ -22,6 +19,8 @@ use ramstore_wire::{
 };
 
 const TABLE: u64 = 7;
+mod common;
+
 const SEGMENT_BYTES: usize = 128 * 1024;
 
 fn config() -> StoreConfig {
@@ -272,32 +271,7 @@ async fn write_local_never_acknowledged_while_backups_do_not_hold_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_local_acknowledged_once_on_the_backup() {
-    let transport = Arc::new(LocalTransport::new());
-    let backup_store = BackupStore::create(
-        Box::new(MemDisk::new()) as Box<dyn Disk>,
-        BackupConfig {
-            frame_count: 8,
-            segment_bytes: SEGMENT_BYTES as u32,
-            max_open_buffers: 4,
-            sync_mode: SyncMode::Buffered,
-        },
-    )
-    .expect("backup");
-    let mut own = StoreConfig::new(2 << 20);
-    own.segment_bytes = SEGMENT_BYTES;
-    own.cleaner = CleanerMode::Manual;
-    let backup = StorageService::with_backup(
-        ObjectStore::new(own).expect("store"),
-        Some(BackupService::new(backup_store)),
-    );
-    transport.register("backup-2", Arc::new(backup));
-    let manager = ReplicaManager::new(1, BackupClient::new(transport), 1);
-    manager.set_backups(vec![BackupInfo {
-        server_id: 2,
-        address: "backup-2".into(),
-        failure_domain: String::new(),
-        backup_read_mbps: 100,
-    }]);
+    let manager = common::manager_with_one_backup(SEGMENT_BYTES);
     let mut config = config();
     config.replicas = manager.clone();
     let store = ObjectStore::new(config).expect("store");
