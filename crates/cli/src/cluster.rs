@@ -78,6 +78,9 @@ pub struct DevOptions {
     pub resp_port: Option<u16>,
     /// The password Redis clients must give with AUTH.
     pub require_pass: Option<String>,
+    /// How long the Redis front end's event loop polls before sleeping, in µs
+    /// (see `ramstore_resp::poller`).
+    pub resp_poll_us: u64,
 }
 
 /// The exit code of a `ramstore server` that learned it was declared crashed
@@ -196,9 +199,16 @@ pub async fn dev(o: DevOptions) -> Result<()> {
         r => println!("Durability: every write is on {r} backups before it is acknowledged."),
     }
     let resp = match o.resp_port {
-        Some(port) => {
-            Some(start_dev_resp(&coordinator_addr, &servers, port, o.require_pass).await?)
-        }
+        Some(port) => Some(
+            start_dev_resp(
+                &coordinator_addr,
+                &servers,
+                port,
+                o.require_pass,
+                o.resp_poll_us,
+            )
+            .await?,
+        ),
         None => None,
     };
     println!("Try, in another terminal:");
@@ -231,6 +241,7 @@ async fn start_dev_resp(
     servers: &[StartedServer],
     port: u16,
     require_pass: Option<String>,
+    poll_before_sleep_us: u64,
 ) -> Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
     let client = ramstore_client::Client::connect(ramstore_client::ClientOptions::new(coordinator))
         .await
@@ -258,6 +269,7 @@ async fn start_dev_resp(
         port,
         memory_bytes: server.service.store().stats().log.memory_bytes as u64,
         threads: 1,
+        poll_before_sleep_us,
     };
     let listen = format!("127.0.0.1:{port}");
     let (addr, task) = ramstore_resp::start(&listen, backend, config)

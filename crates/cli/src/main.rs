@@ -167,6 +167,13 @@ enum Command {
         /// The password Redis clients must give with AUTH (default: none).
         #[arg(long, value_name = "PASSWORD")]
         requirepass: Option<String>,
+        /// How long the Redis front end keeps polling its sockets after the last
+        /// request before it sleeps, in µs: saves a wake-up per round of requests
+        /// under load, costs up to this much CPU per request when idle-ish
+        /// (0: sleep at once).
+        #[arg(long, value_name = "US", default_value_t = ramstore_resp::DEFAULT_POLL_BEFORE_SLEEP_US,
+              value_parser = clap::value_parser!(u64).range(0..=ramstore_resp::MAX_POLL_BEFORE_SLEEP_US))]
+        resp_poll_us: u64,
     },
     /// Run a coordinator. With an etcd store, coordinators elect one active
     /// coordinator through a lease in etcd; the others stand by and take over when
@@ -268,6 +275,13 @@ enum Command {
         /// front end creates it.
         #[arg(long, default_value_t = 1)]
         resp_table_span: u32,
+        /// How long the Redis front end keeps polling its sockets after the last
+        /// request before it sleeps, in µs: saves a wake-up per round of requests
+        /// under load, costs up to this much CPU per request when idle-ish
+        /// (0: sleep at once).
+        #[arg(long, value_name = "US", default_value_t = ramstore_resp::DEFAULT_POLL_BEFORE_SLEEP_US,
+              value_parser = clap::value_parser!(u64).range(0..=ramstore_resp::MAX_POLL_BEFORE_SLEEP_US))]
+        resp_poll_us: u64,
         /// Connections (clients and other servers) served at once; a connection
         /// beyond this gets its first request answered RETRY and is closed.
         #[arg(long, default_value_t = ramstore_server::DEFAULT_MAX_CONNECTIONS as u32,
@@ -446,7 +460,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             detector,
             resp_port,
             requirepass,
+            resp_poll_us,
         } => runtime()?.block_on(cluster::dev(cluster::DevOptions {
+            resp_poll_us,
             resp_port,
             require_pass: requirepass,
             replicas: replicas.into(),
@@ -491,8 +507,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             resp_listen,
             requirepass,
             resp_table_span,
+            resp_poll_us,
             max_connections,
         } => runtime()?.block_on(cluster::server(ServerOptions {
+            resp_poll_us,
             max_connections: max_connections as usize,
             resp_listen,
             resp_require_pass: requirepass,

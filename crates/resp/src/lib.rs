@@ -11,6 +11,8 @@
 //!   without the native wire format, when it owns the key; otherwise forwarded
 //!   through the client library (one extra hop).
 //! * [`server`]: the listener and the per-connection loop.
+//! * [`poller`]: keeps an event loop polling its sockets for a moment after the
+//!   last read instead of sleeping at once.
 //!
 //! Invariants:
 //! * A write is acknowledged exactly when a native write would be: local writes go
@@ -34,6 +36,7 @@
 pub mod backend;
 pub mod commands;
 pub mod glob;
+pub mod poller;
 pub mod protocol;
 pub mod server;
 
@@ -41,6 +44,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use backend::{Backend, LocalMaster, StoreError};
+pub use poller::{Poller, DEFAULT_POLL_BEFORE_SLEEP_US, MAX_POLL_BEFORE_SLEEP_US};
 pub use protocol::{ProtocolError, MAX_ARGS, MAX_BULK_BYTES, MAX_COMMAND_BYTES, MAX_INLINE_BYTES};
 pub use server::{serve, RespConfig, Shared};
 
@@ -69,6 +73,7 @@ pub async fn start(
         let listener = listener.try_clone()?;
         let shared = shared.clone();
         let mut stop = stop_rx.clone();
+        let poller = Arc::new(Poller::new(shared.config.poll_before_sleep_us));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -83,8 +88,13 @@ pub async fn start(
                             return;
                         }
                     };
+                    // Dropped with the runtime when the loop ends.
+                    tokio::spawn({
+                        let poller = poller.clone();
+                        async move { poller.run().await }
+                    });
                     tokio::select! {
-                        () = serve(listener, shared) => {}
+                        () = serve(listener, shared, poller) => {}
                         _ = stop.wait_for(|stopped| *stopped) => {}
                     }
                 });

@@ -13,6 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::backend::Backend;
 use crate::commands::{key_first, Connection, Flow};
+use crate::poller::Poller;
 use crate::protocol::{parse_command_into, Encoder, Version};
 
 /// Bytes a connection reads at most per socket read (a whole pipeline of small
@@ -44,6 +45,10 @@ pub struct RespConfig {
     /// Event-loop threads serving connections (0 counts as 1; see
     /// [`crate::start`]).
     pub threads: usize,
+    /// How long an event loop keeps polling its sockets after the last read
+    /// before it sleeps, in µs (`--resp-poll-us`; 0: sleep at once). See
+    /// [`crate::poller`].
+    pub poll_before_sleep_us: u64,
 }
 
 /// Counters for INFO.
@@ -81,8 +86,9 @@ impl Shared {
     }
 }
 
-/// Serves RESP connections accepted on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+/// Serves RESP connections accepted on `listener` until the task is dropped;
+/// `poller` is the event loop's (see [`crate::poller`]).
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>, poller: Arc<Poller>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
@@ -104,9 +110,10 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                     continue;
                 }
                 let shared = shared.clone();
+                let poller = poller.clone();
                 tokio::spawn(async move {
                     shared.stats.connected.fetch_add(1, Ordering::Relaxed);
-                    serve_connection(stream, &shared).await;
+                    serve_connection(stream, &shared, &poller).await;
                     shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
                 });
             }
@@ -203,7 +210,7 @@ fn prefetch_keys(
     pos
 }
 
-async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>) {
+async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, poller: &Poller) {
     // Small replies must not wait for Nagle's algorithm.
     let _ = stream.set_nodelay(true);
     let mut conn = Connection::new(shared.clone());
@@ -228,7 +235,7 @@ async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>) {
         buf.reserve(READ_CHUNK_BYTES);
         match stream.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(_) => {}
+            Ok(_) => poller.activity(),
         }
         loop {
             let parsed = match parse_command_into(&buf[start..], &mut ranges) {

@@ -83,6 +83,10 @@ pub struct ServerOptions {
     /// Masters each Redis database's table (`db{n}`) spans when the RESP front end
     /// creates it (`--resp-table-span`; 1: the whole database on one master).
     pub resp_table_span: u32,
+    /// How long the Redis front end's event loop keeps polling its sockets after
+    /// the last read before it sleeps, in µs (`--resp-poll-us`; 0: sleep at once;
+    /// see `ramstore_resp::poller`).
+    pub resp_poll_us: u64,
     /// Client and peer connections served at once; a connection beyond this has
     /// its first request answered RETRY and is closed (`--max-connections`).
     pub max_connections: usize,
@@ -111,6 +115,7 @@ impl ServerOptions {
             resp_listen: None,
             resp_require_pass: None,
             resp_table_span: 1,
+            resp_poll_us: ramstore_resp::DEFAULT_POLL_BEFORE_SLEEP_US,
             max_connections: ramstore_rpc::DEFAULT_MAX_CONNECTIONS,
         }
     }
@@ -374,6 +379,7 @@ async fn start_resp(
         // One event loop, like Redis: on small machines a hand-off between
         // threads costs more than a command.
         threads: 1,
+        poll_before_sleep_us: options.resp_poll_us,
     };
     ramstore_resp::start(listen, backend, config)
         .await

@@ -1,0 +1,228 @@
+//! Poll before sleeping: after a connection of an event loop has read commands,
+//! the loop keeps polling its sockets for a short window instead of going to
+//! sleep in `epoll_wait` as soon as it runs out of work.
+//!
+//! Why: on a small machine the client and the server share the cores, and a
+//! loop that sleeps between every round of commands pays a wake-up (a context
+//! switch, and the kernel's work to put the thread back on a core) per round.
+//! Under 50 connections ramstore's loop slept about four times as often as
+//! Redis's for the same requests (docs/benchmarks.md, issue 7, "Experiment
+//! (14:45)"). RAMCloud's dispatch thread never sleeps at all (R§3.3, R§11.3);
+//! this is the same idea bounded in time, so an idle server costs nothing.
+//!
+//! How: a task on the loop's runtime ([`Poller::run`]) yields over and over while
+//! commands keep arriving. A yielding task makes tokio's single-threaded
+//! scheduler poll its I/O driver with a zero timeout before running the task
+//! again, so a request that arrives meanwhile is read at once — unlike a spin in
+//! a park hook, which would leave it waiting until the spin ends (that variant
+//! was measured and dropped: it doubled `-c 1` latency). Once no connection has
+//! read anything for the window, the task waits for the next activity and the
+//! loop sleeps in `epoll_wait` as before.
+//!
+//! Thread-safety: one [`Poller`] belongs to one event loop; its connections (on
+//! the same thread) call [`Poller::activity`]. The atomics only make it `Sync`
+//! so it can be shared through an `Arc` by tasks; no other thread touches it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+/// The default polling window (`--resp-poll-us`): longer than a client on the
+/// same machine takes to answer a reply with its next request (tens of µs on
+/// loopback), short enough that a server with a request every few milliseconds
+/// polls for a few percent of a core.
+pub const DEFAULT_POLL_BEFORE_SLEEP_US: u64 = 50;
+
+/// Longest polling window accepted: beyond this the loop is simply busy.
+pub const MAX_POLL_BEFORE_SLEEP_US: u64 = 10_000;
+
+/// Keeps one event loop polling while its connections are active; see the
+/// module documentation.
+#[derive(Debug)]
+pub struct Poller {
+    window: Duration,
+    /// Rounds of reads connections have made; the poller watches it change.
+    reads: AtomicU64,
+    /// Whether [`Poller::run`] is polling (otherwise it waits on `wake`).
+    polling: AtomicBool,
+    wake: Notify,
+}
+
+impl Poller {
+    /// A poller that polls for `window_us` µs after the last activity (capped at
+    /// [`MAX_POLL_BEFORE_SLEEP_US`]); 0 turns polling off.
+    pub fn new(window_us: u64) -> Self {
+        Self {
+            window: Duration::from_micros(window_us.min(MAX_POLL_BEFORE_SLEEP_US)),
+            reads: AtomicU64::new(0),
+            polling: AtomicBool::new(false),
+            wake: Notify::new(),
+        }
+    }
+
+    /// Whether this poller polls at all.
+    pub fn enabled(&self) -> bool {
+        !self.window.is_zero()
+    }
+
+    /// Called by a connection each time it read commands from its socket.
+    #[inline]
+    pub fn activity(&self) {
+        if !self.enabled() {
+            return;
+        }
+        // One thread only (see the module documentation): a load and a store
+        // are enough, no read-modify-write is needed.
+        self.reads.store(
+            self.reads.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
+        if !self.polling.load(Ordering::Relaxed) {
+            self.polling.store(true, Ordering::Relaxed);
+            // Stores a permit if `run` is between rounds, so no activity is missed.
+            self.wake.notify_one();
+        }
+    }
+
+    /// Polls after each burst of activity until none came for the window; runs
+    /// until dropped with the loop's runtime. Returns at once when disabled.
+    pub async fn run(&self) {
+        if !self.enabled() {
+            return;
+        }
+        loop {
+            self.wake.notified().await;
+            self.poll_until_idle().await;
+            self.polling.store(false, Ordering::Relaxed);
+        }
+    }
+
+    async fn poll_until_idle(&self) {
+        let mut seen = self.reads.load(Ordering::Relaxed);
+        let mut idle_since = Instant::now();
+        loop {
+            // Tokio polls the I/O driver without blocking before running a task
+            // that yielded again: this is where arriving requests are picked up.
+            tokio::task::yield_now().await;
+            let reads = self.reads.load(Ordering::Relaxed);
+            let now = Instant::now();
+            if reads != seen {
+                seen = reads;
+                idle_since = now;
+            } else if now.duration_since(idle_since) >= self.window {
+                return;
+            }
+        }
+    }
+
+    /// Whether [`Poller::run`] is polling now (tests).
+    pub fn is_polling(&self) -> bool {
+        self.polling.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime builds")
+    }
+
+    #[test]
+    fn run_returns_at_once_when_disabled() {
+        let poller = Poller::new(0);
+        assert!(!poller.enabled());
+        runtime().block_on(poller.run());
+        poller.activity();
+        assert!(!poller.is_polling());
+    }
+
+    #[test]
+    fn new_caps_the_window() {
+        let poller = Poller::new(u64::MAX);
+        assert_eq!(
+            poller.window,
+            Duration::from_micros(MAX_POLL_BEFORE_SLEEP_US)
+        );
+    }
+
+    #[test]
+    fn activity_starts_polling_which_stops_after_the_window() {
+        let rt = runtime();
+        rt.block_on(async {
+            let poller = Arc::new(Poller::new(2_000));
+            let task = tokio::spawn({
+                let poller = poller.clone();
+                async move { poller.run().await }
+            });
+            tokio::task::yield_now().await;
+            assert!(!poller.is_polling(), "no activity yet");
+            poller.activity();
+            assert!(poller.is_polling());
+            // Activity keeps it polling past one window.
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_millis(6) {
+                poller.activity();
+                tokio::task::yield_now().await;
+            }
+            assert!(poller.is_polling(), "stopped polling while still active");
+            // Then it stops within a window or so once activity ends (generous
+            // bound: the machine may be busy).
+            let quiet = Instant::now();
+            while poller.is_polling() {
+                assert!(
+                    quiet.elapsed() < Duration::from_secs(5),
+                    "still polling long after the last activity"
+                );
+                tokio::task::yield_now().await;
+            }
+            // And starts again with the next activity.
+            poller.activity();
+            assert!(poller.is_polling());
+            task.abort();
+        });
+    }
+
+    #[test]
+    fn polling_lets_sockets_be_served() {
+        // While the poller spins, a connection on the same current-thread loop
+        // still gets its data: the yield polls the I/O driver.
+        let rt = runtime();
+        rt.block_on(async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let poller = Arc::new(Poller::new(MAX_POLL_BEFORE_SLEEP_US));
+            tokio::spawn({
+                let poller = poller.clone();
+                async move { poller.run().await }
+            });
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = tokio::spawn({
+                let poller = poller.clone();
+                async move {
+                    let (mut s, _) = listener.accept().await.unwrap();
+                    let mut buf = [0u8; 4];
+                    for _ in 0..100 {
+                        s.read_exact(&mut buf).await.unwrap();
+                        poller.activity();
+                        s.write_all(&buf).await.unwrap();
+                    }
+                }
+            });
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            for i in 0..100u32 {
+                c.write_all(&i.to_le_bytes()).await.unwrap();
+                let mut buf = [0u8; 4];
+                c.read_exact(&mut buf).await.unwrap();
+                assert_eq!(u32::from_le_bytes(buf), i);
+            }
+            server.await.unwrap();
+        });
+    }
+}
