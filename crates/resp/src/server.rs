@@ -113,7 +113,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, poller: Arc<Polle
                 let poller = poller.clone();
                 tokio::spawn(async move {
                     shared.stats.connected.fetch_add(1, Ordering::Relaxed);
-                    serve_connection(stream, &shared, &poller).await;
+                    serve_connection(stream, &shared, poller).await;
                     shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
                 });
             }
@@ -133,17 +133,21 @@ enum Queued {
 
 /// The replies of one batch of commands, in order. While no reply is waiting for
 /// replication they go straight into `out`; after one is, later replies queue
-/// behind it so the order on the wire is the order of the commands.
+/// behind it so the order on the wire is the order of the commands. Each queued
+/// [`Queued::Later`] counts as one durability wait of the loop's [`Poller`]
+/// until it is awaited or dropped.
 pub struct Sink {
     out: Vec<u8>,
     queue: VecDeque<Queued>,
+    poller: Arc<Poller>,
 }
 
 impl Sink {
-    fn new() -> Self {
+    fn new(poller: Arc<Poller>) -> Self {
         Self {
             out: Vec::with_capacity(16 * 1024),
             queue: VecDeque::new(),
+            poller,
         }
     }
 
@@ -160,6 +164,7 @@ impl Sink {
 
     /// Appends a reply that is known once `later` completes.
     pub fn later(&mut self, later: LaterReply) {
+        self.poller.durability_wait_started();
         self.queue.push_back(Queued::Later(later));
     }
 
@@ -173,7 +178,10 @@ impl Sink {
             match q {
                 Queued::Bytes(b) => self.out.extend_from_slice(&b),
                 Queued::Later(f) => {
+                    // Ends the wait even if this future is dropped mid-await.
+                    let wait = DurabilityWait(&self.poller);
                     let b = f.await;
+                    drop(wait);
                     self.out.extend_from_slice(&b);
                 }
             }
@@ -183,6 +191,25 @@ impl Sink {
             self.out.clear();
         }
         Ok(())
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        for q in &self.queue {
+            if matches!(q, Queued::Later(_)) {
+                self.poller.durability_wait_done();
+            }
+        }
+    }
+}
+
+/// One reply's wait for replication being awaited; ends it when dropped.
+struct DurabilityWait<'a>(&'a Poller);
+
+impl Drop for DurabilityWait<'_> {
+    fn drop(&mut self) {
+        self.0.durability_wait_done();
     }
 }
 
@@ -210,11 +237,11 @@ fn prefetch_keys(
     pos
 }
 
-async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, poller: &Poller) {
+async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, poller: Arc<Poller>) {
     // Small replies must not wait for Nagle's algorithm.
     let _ = stream.set_nodelay(true);
     let mut conn = Connection::new(shared.clone());
-    let mut sink = Sink::new();
+    let mut sink = Sink::new(poller.clone());
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     // Argument ranges of the command being run, reused for every command, and of
     // the commands whose keys are prefetched.
