@@ -7,8 +7,9 @@
 //! switch, and the kernel's work to put the thread back on a core) per round.
 //! Under 50 connections ramstore's loop slept about four times as often as
 //! Redis's for the same requests (docs/benchmarks.md, issue 7, "Experiment
-//! (14:45)"). RAMCloud's dispatch thread never sleeps at all (R§3.3, R§11.3);
-//! this is the same idea bounded in time, so an idle server costs nothing.
+//! (14:45)"). RAMCloud's servers poll rather than sleep (R§5.1), and its idle
+//! workers poll for 10 ms before they block (R§5.3); this is the same idea with
+//! a shorter bound, so an idle server costs nothing.
 //!
 //! How: a task on the loop's runtime ([`Poller::run`]) yields over and over while
 //! commands keep arriving. A yielding task makes tokio's single-threaded
