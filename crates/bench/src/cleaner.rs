@@ -81,6 +81,10 @@ pub struct CleanerArgs {
     /// forced (default: the store's, 0.4 as in L§5.2).
     #[arg(long)]
     pub tombstone_share: Option<f64>,
+    /// Most segments' worth of memory the cleaner keeps free ahead of the writer
+    /// (default: the store's, 2; 0 = L§5.2's rule alone).
+    #[arg(long)]
+    pub clean_ahead_segments: Option<usize>,
     /// Cleaner threads. Two by default, as in L§8.1 ("all of our experiments used a
     /// maximum of two threads for cleaning"): a writer waiting for space leaves its
     /// core to the second one (L§6).
@@ -227,6 +231,12 @@ pub struct CleanerRun {
     pub nospace_retries: u64,
     pub stalled_seconds: f64,
     pub max_stall_ms: f64,
+    /// Means over the window (sampled every 10 ms) of memory fractions: seglets free
+    /// in the pool, seglets waiting for their epoch, and bytes of dead entries in
+    /// segments (memory the cleaner can win back).
+    pub mean_free_fraction: f64,
+    pub mean_retired_fraction: f64,
+    pub mean_dead_fraction: f64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -246,6 +256,7 @@ struct Budget {
     stall: Duration,
     seed: u64,
     tombstone_share: Option<f64>,
+    clean_ahead_segments: Option<usize>,
     cleaner_threads: usize,
 }
 
@@ -300,6 +311,9 @@ fn run_one(spec: RunSpec, budget: Budget) -> CleanerRun {
         nospace_retries: 0,
         stalled_seconds: 0.0,
         max_stall_ms: 0.0,
+        mean_free_fraction: 0.0,
+        mean_retired_fraction: 0.0,
+        mean_dead_fraction: 0.0,
     };
     if let Err(e) = measure(spec, budget, &mut out) {
         out.error = Some(format!("{e:#}"));
@@ -319,6 +333,9 @@ fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> anyhow::Resul
     };
     if let Some(share) = budget.tombstone_share {
         config.tombstone_share_for_combined = share;
+    }
+    if let Some(n) = budget.clean_ahead_segments {
+        config.clean_ahead_segments = n;
     }
     // Object count estimate: entries of ~12-byte keys plus ~12 bytes of header.
     let entry_estimate = spec.value_size as u64 + 24;
@@ -392,6 +409,7 @@ fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> anyhow::Resul
     let t = Instant::now();
     let mut written = 0u64;
     let mut ops = 0u64;
+    let sampler = MemorySampler::start(&store);
     loop {
         written += put(&store, &mut bp, picker.pick(&mut rng), &value, &mut key_buf)
             .with_context(|| format!("measure: {}", crate::memory::diagnostics(&store)))?;
@@ -401,6 +419,10 @@ fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> anyhow::Resul
         }
     }
     let secs = t.elapsed().as_secs_f64();
+    let means = sampler.finish();
+    out.mean_free_fraction = means[0];
+    out.mean_retired_fraction = means[1];
+    out.mean_dead_fraction = means[2];
     let s1 = store.log().stats();
     let sink1 = sink.stats();
     let appended = (s1.appended_bytes - s0.appended_bytes).max(1) as f64;
@@ -429,6 +451,54 @@ fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> anyhow::Resul
     out.stalled_seconds = (bp.stalled_ns - bp0.stalled_ns) as f64 / 1e9;
     out.max_stall_ms = bp.max_stall_ns as f64 / 1e6;
     Ok(())
+}
+
+/// Samples where the store's memory is, every 10 ms, on its own thread: the means
+/// show how much of the memory that live data does not fill is free, waiting for
+/// its epoch, or dead inside segments (only the last lowers the cost of cleaning).
+struct MemorySampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<[f64; 3]>,
+}
+
+impl MemorySampler {
+    const INTERVAL: Duration = Duration::from_millis(10);
+
+    fn start(store: &ObjectStore) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = store.log_handle();
+        let thread = std::thread::spawn(move || {
+            let mut sums = [0f64; 3];
+            let mut n = 0u32;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let Some(sample) = handle.with(|log| {
+                    let s = log.stats();
+                    let m = s.memory_bytes as f64;
+                    let seglet = ramstore_log::SEGLET_BYTES as f64;
+                    [
+                        s.seglets_free as f64 * seglet / m,
+                        log.retired_seglets() as f64 * seglet / m,
+                        s.dead_bytes as f64 / m,
+                    ]
+                }) else {
+                    break;
+                };
+                for (sum, x) in sums.iter_mut().zip(sample) {
+                    *sum += x;
+                }
+                n += 1;
+                std::thread::sleep(Self::INTERVAL);
+            }
+            sums.map(|x| x / n.max(1) as f64)
+        });
+        Self { stop, thread }
+    }
+
+    fn finish(self) -> [f64; 3] {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or([0.0; 3])
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -482,6 +552,7 @@ pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
         })),
         seed: args.seed,
         tombstone_share: args.tombstone_share,
+        clean_ahead_segments: args.clean_ahead_segments,
         cleaner_threads: args.cleaner_threads,
     };
     let dists = args
@@ -515,7 +586,7 @@ pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
                     let t = Instant::now();
                     let r = run_one(spec, budget);
                     eprintln!(
-                        "  {:>5} B {:<7} {:<9} {:>3}%: {:>9} writes/s  cleaner/write {:.2}  copy/write {:.2}  compactions {} combined {} no-memory {}  live {:.3}  nospace {}  ({:.1}s){}",
+                        "  {:>5} B {:<7} {:<9} {:>3}%: {:>9} writes/s  cleaner/write {:.2}  copy/write {:.2}  compactions {} combined {} no-memory {}  live {:.3}  tomb {:.3}  free {:.3} retired {:.3} dead {:.3}  cpu {:.2}s  stalled {:.2}s  nospace {}  ({:.1}s){}",
                         value_size,
                         dist.name(),
                         mode_name(two_level),
@@ -527,6 +598,12 @@ pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
                         r.combined_passes,
                         r.passes_without_memory,
                         r.live_fraction_end,
+                        r.tombstone_fraction_end,
+                        r.mean_free_fraction,
+                        r.mean_retired_fraction,
+                        r.mean_dead_fraction,
+                        r.cleaner_cpu_seconds,
+                        r.stalled_seconds,
                         r.nospace_retries,
                         t.elapsed().as_secs_f64(),
                         r.error.as_deref().map(|e| format!("  ERROR: {e}")).unwrap_or_default()

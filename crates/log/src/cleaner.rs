@@ -47,7 +47,7 @@ pub trait Relocator: Send + Sync {
 
 /// Objects relocated together: their buckets are prefetched as a batch. Enough to
 /// cover a few memory latencies, small enough to stay in L1.
-const RELOCATION_BATCH: usize = 16;
+pub(crate) const RELOCATION_BATCH: usize = 16;
 
 /// Most segments one combined pass cleans; bounds the pass's memory and latency.
 pub const MAX_SEGMENTS_PER_COMBINED_PASS: usize = 32;
@@ -88,10 +88,12 @@ pub fn thread_cpu_ns() -> u64 {
 
 /// One entry found by scanning a segment.
 #[derive(Clone, Copy)]
-struct Found {
-    at: LogRef,
-    len: usize,
-    kind: EntryType,
+pub(crate) struct Found {
+    pub at: LogRef,
+    /// Where the entry starts in its segment's in-memory chain.
+    pub offset: usize,
+    pub len: usize,
+    pub kind: EntryType,
 }
 
 impl Log {
@@ -110,6 +112,10 @@ impl Log {
             disk_limit_bytes: (self.config.disk_expansion_factor * memory) as u64,
             compaction: self.config.compaction,
             tombstone_share_for_combined: self.config.tombstone_share_for_combined,
+            clean_ahead_fraction: match self.config.clean_ahead_segments {
+                0 => 1.0,
+                n => (n * self.config.segment_bytes) as f64 / memory,
+            },
         }
     }
 
@@ -153,7 +159,7 @@ impl Log {
     }
 
     /// Ids of the segments in the log: tombstones naming any other segment are dead.
-    fn live_segment_ids(&self, leaving: &[u64]) -> HashSet<u64> {
+    pub(crate) fn live_segment_ids(&self, leaving: &[u64]) -> HashSet<u64> {
         let table = self.segments.lock();
         table
             .by_id
@@ -171,7 +177,7 @@ impl Log {
     /// The entries of a closed segment's in-memory chain, in order. Stops at the first
     /// entry that does not parse (which would mean memory corruption: everything
     /// before it is still returned).
-    fn entries<'a>(&'a self, meta: &'a SegmentMeta) -> impl Iterator<Item = Found> + 'a {
+    pub(crate) fn entries<'a>(&'a self, meta: &'a SegmentMeta) -> impl Iterator<Item = Found> + 'a {
         let mut offset = 0;
         std::iter::from_fn(move || {
             if offset >= meta.mem_length {
@@ -183,9 +189,11 @@ impl Log {
                 debug_assert!(false, "unparsable entry in segment {} at {offset}", meta.id);
                 return None;
             };
+            let start = offset;
             offset += header.total_len;
             Some(Found {
                 at,
+                offset: start,
                 len: header.total_len,
                 kind: header.entry_type,
             })
@@ -193,135 +201,11 @@ impl Log {
     }
 
     /// Copies the entry at `from` (of `len` bytes) to the end of `w`.
-    fn copy_entry(&self, from: LogRef, len: usize, w: &mut SegmentWriter) -> LogRef {
+    pub(crate) fn copy_entry(&self, from: LogRef, len: usize, w: &mut SegmentWriter) -> LogRef {
         let at = w.ref_at(w.length);
         let pool = &self.pool;
         pool.for_each_piece(from, len, |piece| w.write(pool, piece));
         at
-    }
-
-    /// Segment compaction (L§4.1): rewrites the closed segment with the most freeable
-    /// seglets into fewer seglets, keeping its id, so its replicas on disk are
-    /// untouched. Returns `None` when no segment has a seglet to gain.
-    pub fn compact(&self, relocator: &dyn Relocator) -> Option<PassOutcome> {
-        let cpu_start = thread_cpu_ns();
-        let head_id = self.head_id();
-        let meta = {
-            let mut table = self.segments.lock();
-            let best = table
-                .by_id
-                .values()
-                .filter(|m| m.state == SegmentState::Closed && m.replicated && m.id != head_id)
-                .map(|m| {
-                    let c = &self.slots[m.slot as usize];
-                    let keep = c.live_bytes.load(Ordering::Relaxed)
-                        + c.tombstone_bytes.load(Ordering::Relaxed)
-                        + 64;
-                    let need = (keep as usize).div_ceil(SEGLET_BYTES);
-                    (m.seglets.len().saturating_sub(need), m.created_at, m.id)
-                })
-                .filter(|&(gain, _, _)| gain >= 1)
-                // Most seglets gained; among equals the oldest.
-                .max_by_key(|&(gain, created, _)| (gain, u64::MAX - created))?;
-            let m = table.by_id.get_mut(&best.2)?;
-            m.state = SegmentState::Cleaning;
-            m.clone()
-        };
-        let c = &self.slots[meta.slot as usize];
-        let need = (c.live_bytes.load(Ordering::Relaxed)
-            + c.tombstone_bytes.load(Ordering::Relaxed)) as usize
-            + 64;
-        let mut w = SegmentWriter::new(meta.id, meta.slot, self.config.segment_bytes);
-        if !self.cleaner_reserve(&mut w, need.min(meta.mem_length)) {
-            self.counters
-                .passes_without_memory
-                .fetch_add(1, Ordering::Relaxed);
-            self.release_victims(std::slice::from_ref(&meta));
-            return None;
-        }
-        let live_ids = self.live_segment_ids(&[]);
-        let mut copied = 0u64;
-        // Objects parsed once, with their hashes, waiting for their buckets to load.
-        let mut batch: Vec<(ObjectView<'_>, u64)> = Vec::with_capacity(RELOCATION_BATCH);
-        let mut entries = self.entries(&meta);
-        loop {
-            // Collect the next objects and start loading their buckets; metadata on
-            // the way is handled at once (the header is always first, so it stays
-            // first).
-            let more = loop {
-                let Some(e) = entries.next() else {
-                    break false;
-                };
-                match e.kind {
-                    EntryType::SegmentHeader => {
-                        self.copy_entry(e.at, e.len, &mut w);
-                    }
-                    EntryType::Object => {
-                        if let Ok(view) = self.object(e.at) {
-                            let hash = relocator.hash(&view);
-                            relocator.prefetch(hash);
-                            batch.push((view, hash));
-                            if batch.len() == RELOCATION_BATCH {
-                                break true;
-                            }
-                        }
-                    }
-                    EntryType::Tombstone => match self.tombstone(e.at) {
-                        Ok(t) if live_ids.contains(&t.segment_id) => {
-                            self.copy_entry(e.at, e.len, &mut w);
-                            copied += e.len as u64;
-                        }
-                        // Its target left the log, and its bytes left this segment's
-                        // count of live tombstones then (`tombstone_targets_left`).
-                        _ => {
-                            self.counters
-                                .tombstones_dropped
-                                .fetch_add(1, Ordering::Relaxed);
-                        }
-                    },
-                    // Digests, safe versions and tablet statistics matter only in the
-                    // head (the newest ones win in recovery), and a closed segment is
-                    // never the head.
-                    EntryType::LogDigest | EntryType::SafeVersion | EntryType::TabletStats => {}
-                }
-            };
-            for (view, hash) in batch.drain(..) {
-                let (at, len) = (view.location(), view.entry_len());
-                if relocator.relocate(&view, hash, &mut || self.copy_entry(at, len, &mut w)) {
-                    copied += len as u64;
-                }
-            }
-            if !more {
-                break;
-            }
-        }
-        let spare = w.trim_unused();
-        if !spare.is_empty() {
-            self.pool.release(&spare);
-        }
-        let new_seglets = w.seglets.len();
-        let old = {
-            let mut table = self.segments.lock();
-            let m = table.by_id.get_mut(&meta.id)?;
-            m.state = SegmentState::Closed;
-            m.mem_length = w.length;
-            std::mem::replace(&mut m.seglets, std::mem::take(&mut w.seglets))
-        };
-        let retired = old.len();
-        self.retire(old, None);
-        let n = &self.counters;
-        n.compactions.fetch_add(1, Ordering::Relaxed);
-        n.compaction_bytes_copied
-            .fetch_add(copied, Ordering::Relaxed);
-        n.cpu_ns
-            .fetch_add(thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
-        Some(PassOutcome {
-            segments: 1,
-            bytes_copied: copied,
-            seglets_retired: retired,
-            survivors: 0,
-            made_progress: retired > new_seglets,
-        })
     }
 
     /// Combined cleaning (L§4.2, §6.1, §6.4): picks segments by cost-benefit, copies
@@ -697,7 +581,7 @@ impl Log {
         live_bytes.div_ceil(SEGLET_BYTES) + survivors + 1
     }
 
-    fn release_victims(&self, victims: &[SegmentMeta]) {
+    pub(crate) fn release_victims(&self, victims: &[SegmentMeta]) {
         let mut table = self.segments.lock();
         for v in victims {
             if let Some(m) = table.by_id.get_mut(&v.id) {

@@ -25,6 +25,7 @@
 
 pub mod balancer;
 pub mod cleaner;
+mod compaction;
 pub mod entry;
 pub mod epoch;
 #[allow(clippy::module_inception)]

@@ -62,6 +62,9 @@ pub struct LogConfig {
     /// Combined cleaning is forced once live tombstones take this share of the
     /// freeable memory (L§5.2: 0.4 there, chosen empirically).
     pub tombstone_share_for_combined: f64,
+    /// The cleaner keeps at most this many segments' worth of memory free ahead of
+    /// writers (0: no cap, L§5.2's rule alone). See `balancer::choose`.
+    pub clean_ahead_segments: usize,
     /// Where bytes to replicate are reported.
     pub replicas: Arc<dyn ReplicaSink>,
     /// Where head metadata comes from.
@@ -79,6 +82,7 @@ impl LogConfig {
             compaction: true,
             delete_reserve_fraction: 0.01,
             tombstone_share_for_combined: crate::balancer::TOMBSTONE_SHARE_FOR_COMBINED,
+            clean_ahead_segments: crate::balancer::CLEAN_AHEAD_SEGMENTS,
             replicas: Arc::new(crate::replica::NoReplicas),
             metadata: Arc::new(NoMetadata),
         }
@@ -98,6 +102,7 @@ impl std::fmt::Debug for LogConfig {
                 "tombstone_share_for_combined",
                 &self.tombstone_share_for_combined,
             )
+            .field("clean_ahead_segments", &self.clean_ahead_segments)
             .finish_non_exhaustive()
     }
 }
@@ -168,8 +173,12 @@ pub(crate) enum SegmentState {
     Emergency,
     /// Immutable and in the log.
     Closed,
-    /// Being cleaned by a cleaner thread.
+    /// Being cleaned by a combined pass (its memory stays as it was until the pass
+    /// ends).
     Cleaning,
+    /// Being compacted: its in-memory chain is being replaced seglet by seglet
+    /// (`compaction`), so its bytes must not be read until the pass ends.
+    Compacting,
     /// A survivor of combined cleaning whose replicas are being written: not yet in
     /// the log (no digest names it) until they are durable (L§6.4).
     Pending,
@@ -336,9 +345,10 @@ impl Log {
         let digest_seglets = digest_bound_bytes(seglets).div_ceil(SEGLET_BYTES);
         let reserves = Reserves {
             emergency_seglets: 2 * digest_seglets,
-            // Enough to compact any one segment, plus slack for the seglet left
+            // Enough for a compaction of any one segment to start (it reuses its own
+            // seglets as it goes, `compaction`), plus slack for the seglet left
             // partly empty at the end of each survivor (L§7).
-            cleaner_seglets: segment_seglets + 2,
+            cleaner_seglets: segment_seglets.min(crate::compaction::upfront_seglets(seg)) + 2,
             delete_seglets: ((seglets as f64 * config.delete_reserve_fraction) as usize).max(2),
         };
         let pool = SegletPool::new(config.memory_bytes, reserves)?;
@@ -635,22 +645,34 @@ impl Log {
                 return Some(w.length);
             }
         }
-        // Seglets of a closed segment are only reused after every operation pinned
-        // before they were retired has finished (epochs), so pin before looking.
-        let _pin = self.pin();
-        let (seglets, length) = {
-            let table = self.segments.lock();
-            let meta = table.by_id.get(&segment_id)?;
-            if meta.state == SegmentState::Head {
-                // It stopped being the head's writer between the two locks but
-                // `roll_head` has not handed its seglets over yet: cannot happen,
-                // both happen under the head lock; be safe anyway.
-                return None;
+        loop {
+            // Seglets of a closed segment are only reused after every operation
+            // pinned before they were retired has finished (epochs), so pin before
+            // looking.
+            let pin = self.pin();
+            let (seglets, length) = {
+                let table = self.segments.lock();
+                let meta = table.by_id.get(&segment_id)?;
+                match meta.state {
+                    // It stopped being the head's writer between the two locks but
+                    // `roll_head` has not handed its seglets over yet: cannot
+                    // happen, both happen under the head lock; be safe anyway.
+                    SegmentState::Head => return None,
+                    // Half old, half new chain: wait for the pass (a few ms), and
+                    // unpinned — it waits for pins to reuse the old seglets.
+                    SegmentState::Compacting => None,
+                    _ => Some((meta.seglets.clone(), meta.mem_length)),
+                }
             }
-            (meta.seglets.clone(), meta.mem_length)
-        };
-        self.copy_range(&seglets, from, length, out);
-        Some(length)
+            .unzip();
+            let (Some(seglets), Some(length)) = (seglets, length) else {
+                drop(pin);
+                std::thread::sleep(std::time::Duration::from_micros(100));
+                continue;
+            };
+            self.copy_range(&seglets, from, length, out);
+            return Some(length);
+        }
     }
 
     fn copy_range(&self, seglets: &[u32], from: usize, to: usize, out: &mut Vec<u8>) {
@@ -908,6 +930,12 @@ impl Log {
     pub(crate) fn retire(&self, seglets: Vec<u32>, slot: Option<u32>) {
         let epoch = self.epochs.advance();
         self.retired.lock().push((epoch, seglets, slot));
+    }
+
+    /// Hands seglets retired earlier, at `epoch` (a value of `Epochs::advance`),
+    /// to the retired list.
+    pub(crate) fn retire_at(&self, epoch: u64, seglets: Vec<u32>) {
+        self.retired.lock().push((epoch, seglets, None));
     }
 
     fn retire_locked(&self, seglets: Vec<u32>, slot: Option<u32>) {

@@ -248,6 +248,12 @@ impl SegletPool {
         self.free_count.store(free.len(), Ordering::Relaxed);
     }
 
+    /// Ends the chain at `seglet` (it is about to be reused as the last seglet of
+    /// another chain, without passing through the free list).
+    pub fn unlink(&self, seglet: u32) {
+        self.next[seglet as usize].store(NO_SEGLET, Ordering::Release);
+    }
+
     /// Links `next` after `seglet` in a chain.
     pub fn link(&self, seglet: u32, next: u32) {
         self.next[seglet as usize].store(next, Ordering::Release);

@@ -33,6 +33,9 @@ pub struct StoreConfig {
     /// Share of freeable memory live tombstones may take before combined cleaning is
     /// forced (L§5.2; default 0.4).
     pub tombstone_share_for_combined: f64,
+    /// Most segments' worth of memory the cleaner keeps free ahead of writers
+    /// (default 2; 0 = L§5.2's rule alone).
+    pub clean_ahead_segments: usize,
     pub cleaner: CleanerMode,
     /// Where appended bytes are reported for replication.
     pub replicas: Arc<dyn ReplicaSink>,
@@ -50,6 +53,7 @@ impl StoreConfig {
             disk_expansion_factor: 2.0,
             delete_reserve_fraction: 0.01,
             tombstone_share_for_combined: ramstore_log::balancer::TOMBSTONE_SHARE_FOR_COMBINED,
+            clean_ahead_segments: ramstore_log::balancer::CLEAN_AHEAD_SEGMENTS,
             cleaner: CleanerMode::Background { threads: 1 },
             replicas: Arc::new(NoReplicas),
         }
@@ -70,6 +74,7 @@ impl std::fmt::Debug for StoreConfig {
                 "tombstone_share_for_combined",
                 &self.tombstone_share_for_combined,
             )
+            .field("clean_ahead_segments", &self.clean_ahead_segments)
             .field("cleaner", &self.cleaner)
             .finish_non_exhaustive()
     }

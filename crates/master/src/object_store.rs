@@ -148,6 +148,7 @@ impl ObjectStore {
             compaction: config.compaction,
             delete_reserve_fraction: config.delete_reserve_fraction,
             tombstone_share_for_combined: config.tombstone_share_for_combined,
+            clean_ahead_segments: config.clean_ahead_segments,
             replicas: config.replicas.clone(),
             metadata: shared.clone(),
         };

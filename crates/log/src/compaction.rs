@@ -1,0 +1,344 @@
+//! Segment compaction (L§4.1), done incrementally: the pass hands the source
+//! segment's seglets back as soon as every entry in them has been copied or found
+//! dead, and reuses them for its own output once no reader can still see them.
+//!
+//! Why incremental: a pass that first takes room for the whole copy holds twice the
+//! segment's live data until it ends — up to a whole segment (128 seglets) per
+//! cleaner thread. At 90% utilisation that is as much memory as all the dead
+//! objects, and while a combined pass holds the cleaner's reserve, a compaction that
+//! needs a segment's worth of free seglets cannot start at all
+//! (docs/benchmarks.md, issue 2, sessions 5–7). Done incrementally, a pass needs
+//! only [`upfront_seglets`] beyond its own segment (about 1.3 MiB).
+//!
+//! Why it is safe:
+//! - The output is a subsequence of the source, copied in order apart from
+//!   tombstones, which may move ahead of objects still waiting in a batch. So the
+//!   output never runs ahead of the scan position, and the seglets it needs beyond
+//!   those the pass has already retired are bounded by the span of one batch plus
+//!   one entry (see `upfront_seglets`).
+//! - A source seglet is retired only when every entry that starts or ends in it
+//!   has been handled, and reused only after every operation pinned before its
+//!   retirement has finished (epochs, L§6.3) — the same rule as for whole segments.
+//! - While the pass runs the segment is `Compacting`: its in-memory chain is part
+//!   old and part new, so the replica manager waits before copying it
+//!   (`Log::copy_for_replica`).
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+use crate::cleaner::{thread_cpu_ns, PassOutcome, Relocator, RELOCATION_BATCH};
+use crate::entry::EntryType;
+use crate::log::{Log, ObjectView, SegmentMeta, SegmentState};
+use crate::pool::AllocClass;
+use crate::segment::SegmentWriter;
+use crate::{MAX_KEY_BYTES, MAX_VALUE_BYTES, SEGLET_BYTES};
+
+/// A batch of objects waiting for their buckets is relocated once it spans this
+/// many bytes of the source, even if it holds fewer than `RELOCATION_BATCH`
+/// objects: it bounds how far the scan runs ahead of the seglets already retired.
+const BATCH_SPAN_BYTES: usize = SEGLET_BYTES;
+
+/// Source seglets this pass retired, in order, with the epoch of their retirement.
+/// The pass takes them back for its output once their epoch is safe; what it does
+/// not need goes to the log's retired list at the end.
+#[derive(Default)]
+struct Recycler {
+    retired: VecDeque<(u64, u32)>,
+}
+
+impl Recycler {
+    fn retire(&mut self, log: &Log, seglets: &[u32]) {
+        if seglets.is_empty() {
+            return;
+        }
+        let epoch = log.epochs.advance();
+        self.retired.extend(seglets.iter().map(|&s| (epoch, s)));
+    }
+
+    /// Moves up to `n` retired seglets that no reader can see any more to `out`;
+    /// with `wait`, waits for the oldest ones' epoch to pass if need be.
+    fn take(&mut self, log: &Log, n: usize, wait: bool, out: &mut Vec<u32>) {
+        while out.len() < n {
+            let Some(&(epoch, seglet)) = self.retired.front() else {
+                return;
+            };
+            if !log.epochs.safe(epoch) {
+                if !wait {
+                    return;
+                }
+                // Pins are held only for the length of one synchronous operation
+                // (never across a wait for the cleaner), so this ends soon.
+                std::thread::yield_now();
+                continue;
+            }
+            self.retired.pop_front();
+            log.pool.unlink(seglet);
+            out.push(seglet);
+        }
+    }
+
+    /// Hands what is left to the log's retired list, under the epoch each seglet was
+    /// retired in.
+    fn finish(self, log: &Log) -> usize {
+        let n = self.retired.len();
+        let mut run: Vec<u32> = Vec::new();
+        let mut run_epoch = 0;
+        for (epoch, seglet) in self.retired {
+            if epoch != run_epoch && !run.is_empty() {
+                log.retire_at(run_epoch, std::mem::take(&mut run));
+            }
+            run_epoch = epoch;
+            run.push(seglet);
+        }
+        if !run.is_empty() {
+            log.retire_at(run_epoch, run);
+        }
+        n
+    }
+}
+
+/// A compaction in progress: the source, the new copy and the seglets in between.
+struct Pass<'a> {
+    log: &'a Log,
+    source: &'a SegmentMeta,
+    w: SegmentWriter,
+    recycler: Recycler,
+    /// Source seglets `[0, retired_upto)` have been retired.
+    retired_upto: usize,
+    seglets_retired: usize,
+    copied: u64,
+}
+
+impl Pass<'_> {
+    /// Makes room in the copy for `len` more bytes: retired source seglets first
+    /// (the pool is for writers), then the pool, then waiting for the epoch of a
+    /// retired source seglet. The up-front seglets guarantee the last step always
+    /// finds one (module doc).
+    fn room_for(&mut self, len: usize) {
+        let n = self.w.seglets_needed(len);
+        if n == 0 {
+            return;
+        }
+        let log = self.log;
+        let mut got = Vec::with_capacity(n);
+        self.recycler.take(log, n, false, &mut got);
+        if got.len() < n
+            && !log
+                .pool
+                .allocate(n - got.len(), AllocClass::Cleaner, &mut got)
+        {
+            self.recycler.take(log, n, true, &mut got);
+        }
+        assert_eq!(
+            got.len(),
+            n,
+            "compaction of segment {} ran out of seglets: the up-front bound is wrong",
+            self.w.id
+        );
+        let before = self.w.seglets.len();
+        self.w.attach(&log.pool, &got);
+        log.map_seglets(&self.w, before);
+    }
+
+    /// Copies the entry at `e` to the end of the new copy (room already made).
+    fn copy(&mut self, e: &crate::cleaner::Found) -> crate::LogRef {
+        self.log.copy_entry(e.at, e.len, &mut self.w)
+    }
+
+    /// Every entry before source offset `done` has been handled: retire the source
+    /// seglets wholly before it.
+    fn done_until(&mut self, done: usize) {
+        let upto = (done / SEGLET_BYTES).min(self.source.seglets.len());
+        if upto > self.retired_upto {
+            let seglets = &self.source.seglets[self.retired_upto..upto];
+            self.recycler.retire(self.log, seglets);
+            self.seglets_retired += seglets.len();
+            self.retired_upto = upto;
+        }
+    }
+}
+
+/// Seglets a compaction takes before it starts, beyond its own segment's, in a log
+/// of `segment_bytes` segments: enough for the copy to run one batch span plus one
+/// largest entry (at most half a segment, `Log::max_entry_bytes`) ahead of the
+/// source seglets it has retired, plus one partly filled seglet at each end.
+pub(crate) fn upfront_seglets(segment_bytes: usize) -> usize {
+    let largest_entry =
+        (MAX_KEY_BYTES + MAX_VALUE_BYTES + crate::entry::MAX_HEADER_BYTES).min(segment_bytes / 2);
+    (BATCH_SPAN_BYTES + largest_entry).div_ceil(SEGLET_BYTES) + 2
+}
+
+impl Log {
+    /// Segment compaction (L§4.1): rewrites the closed segment with the most
+    /// freeable seglets into fewer seglets, keeping its id, so its replicas on
+    /// disk are untouched. Returns `None` when no segment has a seglet to gain or the
+    /// pool cannot give the pass its up-front seglets.
+    pub fn compact(&self, relocator: &dyn Relocator) -> Option<PassOutcome> {
+        let cpu_start = thread_cpu_ns();
+        let meta = self.pick_for_compaction()?;
+        let c = &self.slots[meta.slot as usize];
+        let keep = (c.live_bytes.load(Ordering::Relaxed)
+            + c.tombstone_bytes.load(Ordering::Relaxed)) as usize
+            + 64;
+        let upfront = keep
+            .min(meta.mem_length)
+            .min(upfront_seglets(self.config.segment_bytes) * SEGLET_BYTES);
+        let mut w = SegmentWriter::new(meta.id, meta.slot, self.config.segment_bytes);
+        if !self.cleaner_reserve(&mut w, upfront) {
+            self.counters
+                .passes_without_memory
+                .fetch_add(1, Ordering::Relaxed);
+            self.release_victims(std::slice::from_ref(&meta));
+            return None;
+        }
+        // From here on the pass cannot fail: it gives source seglets away as it goes.
+        let mut pass = Pass {
+            log: self,
+            source: &meta,
+            w,
+            recycler: Recycler::default(),
+            retired_upto: 0,
+            seglets_retired: 0,
+            copied: 0,
+        };
+        self.compact_entries(&mut pass, relocator);
+        let Pass {
+            mut w,
+            recycler,
+            retired_upto,
+            mut seglets_retired,
+            copied,
+            ..
+        } = pass;
+        let spare = w.trim_unused();
+        if !spare.is_empty() {
+            self.pool.release(&spare);
+        }
+        let new_seglets = w.seglets.len();
+        {
+            let mut table = self.segments.lock();
+            if let Some(m) = table.by_id.get_mut(&meta.id) {
+                m.state = SegmentState::Closed;
+                m.mem_length = w.length;
+                m.seglets = std::mem::take(&mut w.seglets);
+            }
+        }
+        // Whatever the scan did not reach (nothing, unless an entry failed to parse)
+        // leaves with the old chain.
+        let rest = meta.seglets[retired_upto..].to_vec();
+        seglets_retired += rest.len();
+        recycler.finish(self);
+        self.retire(rest, None);
+        let n = &self.counters;
+        n.compactions.fetch_add(1, Ordering::Relaxed);
+        n.compaction_bytes_copied
+            .fetch_add(copied, Ordering::Relaxed);
+        n.cpu_ns
+            .fetch_add(thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
+        Some(PassOutcome {
+            segments: 1,
+            bytes_copied: copied,
+            seglets_retired,
+            survivors: 0,
+            made_progress: seglets_retired > new_seglets,
+        })
+    }
+
+    /// The closed segment whose compaction frees the most seglets, marked
+    /// `Compacting`.
+    fn pick_for_compaction(&self) -> Option<SegmentMeta> {
+        let head_id = self.head_id();
+        let mut table = self.segments.lock();
+        let best = table
+            .by_id
+            .values()
+            .filter(|m| m.state == SegmentState::Closed && m.replicated && m.id != head_id)
+            .map(|m| {
+                let c = &self.slots[m.slot as usize];
+                let keep = c.live_bytes.load(Ordering::Relaxed)
+                    + c.tombstone_bytes.load(Ordering::Relaxed)
+                    + 64;
+                let need = (keep as usize).div_ceil(SEGLET_BYTES);
+                (m.seglets.len().saturating_sub(need), m.created_at, m.id)
+            })
+            .filter(|&(gain, _, _)| gain >= 1)
+            // Most seglets gained; among equals the oldest.
+            .max_by_key(|&(gain, created, _)| (gain, u64::MAX - created))?;
+        let m = table.by_id.get_mut(&best.2)?;
+        m.state = SegmentState::Compacting;
+        Some(m.clone())
+    }
+
+    /// Copies the live entries of `pass.source` into `pass.w` in order, relocating
+    /// objects in batches whose buckets are prefetched first, and retires source
+    /// seglets as the scan leaves them behind.
+    fn compact_entries<'a>(&'a self, pass: &mut Pass<'a>, relocator: &dyn Relocator) {
+        let live_ids = self.live_segment_ids(&[]);
+        // Objects parsed once, with their hashes and source offsets, waiting for
+        // their buckets to load.
+        let mut batch: Vec<(ObjectView<'a>, u64, usize)> = Vec::with_capacity(RELOCATION_BATCH);
+        let mut scanned_to = 0;
+        let mut entries = self.entries(pass.source);
+        loop {
+            // Collect the next objects and start loading their buckets; metadata and
+            // tombstones on the way are handled at once (the header is always first,
+            // so it stays first).
+            let more = loop {
+                let Some(e) = entries.next() else {
+                    break false;
+                };
+                scanned_to = e.offset + e.len;
+                match e.kind {
+                    EntryType::SegmentHeader => {
+                        pass.room_for(e.len);
+                        pass.copy(&e);
+                    }
+                    EntryType::Object => {
+                        if let Ok(view) = self.object(e.at) {
+                            let hash = relocator.hash(&view);
+                            relocator.prefetch(hash);
+                            batch.push((view, hash, e.offset));
+                            let span = scanned_to - batch[0].2;
+                            if batch.len() == RELOCATION_BATCH || span >= BATCH_SPAN_BYTES {
+                                break true;
+                            }
+                        }
+                    }
+                    EntryType::Tombstone => match self.tombstone(e.at) {
+                        Ok(t) if live_ids.contains(&t.segment_id) => {
+                            pass.room_for(e.len);
+                            pass.copy(&e);
+                            pass.copied += e.len as u64;
+                        }
+                        // Its target left the log, and its bytes left this segment's
+                        // count of live tombstones then (`tombstone_targets_left`).
+                        _ => {
+                            self.counters
+                                .tombstones_dropped
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                    },
+                    // Digests, safe versions and tablet statistics matter only in the
+                    // head (the newest ones win in recovery), and a closed segment is
+                    // never the head.
+                    EntryType::LogDigest | EntryType::SafeVersion | EntryType::TabletStats => {}
+                }
+                if batch.is_empty() {
+                    pass.done_until(scanned_to);
+                }
+            };
+            for (view, hash, _) in batch.drain(..) {
+                let (at, len) = (view.location(), view.entry_len());
+                pass.room_for(len);
+                let w = &mut pass.w;
+                if relocator.relocate(&view, hash, &mut || self.copy_entry(at, len, w)) {
+                    pass.copied += len as u64;
+                }
+            }
+            pass.done_until(scanned_to);
+            if !more {
+                break;
+            }
+        }
+    }
+}
