@@ -630,7 +630,8 @@ impl Log {
     /// is no longer in memory (it was cleaned, or was an emergency head).
     ///
     /// The replica manager's one read of the log (R§4.2); a compacted segment is
-    /// re-replicated in its compacted form (L§6.4).
+    /// re-replicated in its compacted form (L§6.4). Sleeps while a compaction of the
+    /// segment is in progress (a few milliseconds; see `compaction`).
     pub fn copy_for_replica(
         &self,
         segment_id: u64,
