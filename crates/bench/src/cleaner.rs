@@ -203,6 +203,8 @@ pub struct CleanerRun {
     pub combined_passes: u64,
     /// Passes in the window that found work but no memory for their output.
     pub passes_without_memory: u64,
+    /// Combined passes in the window that read their victims and gave them back.
+    pub combined_passes_refused: u64,
     pub cleaner_cpu_seconds: f64,
     /// Live entry bytes ÷ memory at the end of the window.
     pub live_fraction_end: f64,
@@ -292,6 +294,7 @@ fn run_one(spec: RunSpec, budget: Budget) -> CleanerRun {
         compactions: 0,
         combined_passes: 0,
         passes_without_memory: 0,
+        combined_passes_refused: 0,
         cleaner_cpu_seconds: 0.0,
         live_fraction_end: 0.0,
         tombstone_fraction_end: 0.0,
@@ -440,6 +443,7 @@ fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> anyhow::Resul
     out.compactions = s1.compactions - s0.compactions;
     out.combined_passes = s1.combined_passes - s0.combined_passes;
     out.passes_without_memory = s1.passes_without_memory - s0.passes_without_memory;
+    out.combined_passes_refused = s1.combined_passes_refused - s0.combined_passes_refused;
     out.cleaner_cpu_seconds = (s1.cleaner_cpu_ns - s0.cleaner_cpu_ns) as f64 / 1e9;
     out.live_fraction_end = s1.live_object_bytes as f64 / s1.memory_bytes as f64;
     out.tombstone_fraction_end = s1.tombstone_bytes as f64 / s1.memory_bytes as f64;
@@ -586,7 +590,7 @@ pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
                     let t = Instant::now();
                     let r = run_one(spec, budget);
                     eprintln!(
-                        "  {:>5} B {:<7} {:<9} {:>3}%: {:>9} writes/s  cleaner/write {:.2}  copy/write {:.2}  compactions {} combined {} no-memory {}  live {:.3}  tomb {:.3}  free {:.3} retired {:.3} dead {:.3}  cpu {:.2}s  stalled {:.2}s  nospace {}  ({:.1}s){}",
+                        "  {:>5} B {:<7} {:<9} {:>3}%: {:>9} writes/s  cleaner/write {:.2}  copy/write {:.2}  compactions {} combined {} no-memory {} refused {}  live {:.3}  tomb {:.3}  free {:.3} retired {:.3} dead {:.3}  cpu {:.2}s  stalled {:.2}s  nospace {}  ({:.1}s){}",
                         value_size,
                         dist.name(),
                         mode_name(two_level),
@@ -597,6 +601,7 @@ pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
                         r.compactions,
                         r.combined_passes,
                         r.passes_without_memory,
+                        r.combined_passes_refused,
                         r.live_fraction_end,
                         r.tombstone_fraction_end,
                         r.mean_free_fraction,

@@ -95,6 +95,23 @@ pub fn needs_combined(input: &BalancerInput) -> bool {
         || input.disk_log_bytes as f64 >= DISK_SHARE_FOR_COMBINED * input.disk_limit_bytes as f64
 }
 
+/// Seglets a combined pass may plan its survivors into, of `available` that the
+/// cleaner could take: all of them but room for one compaction to start
+/// (`compaction_upfront`, when two-level cleaning is on) if there is more than twice
+/// that. A combined pass holds its survivors' seglets and its victims' until the
+/// survivors are on backups — about 12 ms per 8 MiB survivor at 700 MB/s — and a
+/// second cleaner thread left without memory meanwhile can only wait, with the
+/// writers, for memory that only it could have freed (measured at 90%: 290–465 k
+/// writes/s with the whole budget, 473–542 k with room kept, docs/benchmarks.md,
+/// session 9). With little free, the combined pass gets all of it: it may be the
+/// only cleaner that can make progress (tombstones, the disk log).
+pub fn combined_budget_seglets(available: usize, compaction_upfront: Option<usize>) -> usize {
+    match compaction_upfront {
+        Some(upfront) if available > 2 * upfront => available - upfront,
+        _ => available,
+    }
+}
+
 /// The cost-benefit score of cleaning a segment on disk (L§7.3, RAMCloud's variant of
 /// LFS): (1−u)·segmentAge/u, with u the live fraction of the segment's bytes on disk.
 /// Higher is better. An empty segment scores infinitely high.
@@ -211,6 +228,23 @@ mod tests {
         assert!(combined_benefit(100, 90, 200, 10) > combined_benefit(100, 50, 0, 10));
         assert_eq!(combined_benefit(100, 0, 0, 0), f64::INFINITY);
         assert_eq!(combined_benefit(100, 100, 0, 5), 0.0);
+    }
+
+    #[test]
+    fn combined_budget_seglets_leaves_room_for_one_compaction() {
+        assert_eq!(combined_budget_seglets(187, Some(23)), 164);
+        assert_eq!(combined_budget_seglets(47, Some(23)), 24);
+    }
+
+    #[test]
+    fn combined_budget_seglets_takes_all_when_little_is_free_or_no_compaction() {
+        // At or below twice a compaction's room, the combined pass may be the only
+        // cleaner that can make progress: it gets everything.
+        assert_eq!(combined_budget_seglets(46, Some(23)), 46);
+        assert_eq!(combined_budget_seglets(5, Some(23)), 5);
+        assert_eq!(combined_budget_seglets(0, Some(23)), 0);
+        // One-level cleaning runs no compaction to keep room for.
+        assert_eq!(combined_budget_seglets(187, None), 187);
     }
 
     #[test]

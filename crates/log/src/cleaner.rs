@@ -86,6 +86,32 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Adds the CPU time the calling thread spends from its creation to its drop to a
+/// counter: a pass holds one, so passes that give up (no memory, too little gain)
+/// are charged too — they are cleaner work the writers pay for all the same.
+pub(crate) struct CpuCharge<'a> {
+    counter: &'a std::sync::atomic::AtomicU64,
+    start_ns: u64,
+}
+
+impl<'a> CpuCharge<'a> {
+    pub(crate) fn start(counter: &'a std::sync::atomic::AtomicU64) -> Self {
+        Self {
+            counter,
+            start_ns: thread_cpu_ns(),
+        }
+    }
+}
+
+impl Drop for CpuCharge<'_> {
+    fn drop(&mut self) {
+        self.counter.fetch_add(
+            thread_cpu_ns().saturating_sub(self.start_ns),
+            Ordering::Relaxed,
+        );
+    }
+}
+
 /// One entry found by scanning a segment.
 #[derive(Clone, Copy)]
 pub(crate) struct Found {
@@ -246,10 +272,33 @@ impl Log {
         relocator: &dyn Relocator,
         min_gain_seglets: usize,
     ) -> Option<PassOutcome> {
-        let cpu_start = thread_cpu_ns();
+        let _cpu = CpuCharge::start(&self.counters.cpu_ns);
         let head_id = self.head_id();
-        let budget_seglets = self.pool.available(AllocClass::Cleaner);
-        let victims = self.pick_for_combined(head_id, budget_seglets)?;
+        let budget_seglets = balancer::combined_budget_seglets(
+            self.pool.available(AllocClass::Cleaner),
+            self.config
+                .compaction
+                .then(|| self.pool.reserves().cleaner_seglets),
+        );
+        let (victims, keep_estimate) = self.pick_for_combined(head_id, budget_seglets)?;
+        // Take the survivors' seglets now, before the scan (module doc): the budget
+        // above includes free seglets that writers may take while the victims are
+        // read, and a pass that found out only after reading 32 segments would
+        // waste all that work (measured: one such pass after every compaction at
+        // 90%, docs/benchmarks.md, session 9). The estimate is an upper bound of
+        // what the scan finds (counters only fall while segments are closed).
+        let mut stash = Vec::with_capacity(self.survivor_seglets_estimate(keep_estimate));
+        if !self.pool.allocate(
+            self.survivor_seglets_estimate(keep_estimate),
+            AllocClass::Cleaner,
+            &mut stash,
+        ) {
+            self.counters
+                .passes_without_memory
+                .fetch_add(1, Ordering::Relaxed);
+            self.release_victims(&victims);
+            return None;
+        }
         let victim_ids: Vec<u64> = victims.iter().map(|m| m.id).collect();
         let live_ids = self.live_segment_ids(&victim_ids);
         // A writer appends under the head lock but publishes the new reference in the
@@ -313,17 +362,27 @@ impl Log {
         let victim_seglets: usize = victims.iter().map(|m| m.seglets.len()).sum();
         let head_cost = usize::from(min_gain_seglets > 0);
         if expected_seglets + head_cost + min_gain_seglets > victim_seglets {
+            self.counters
+                .combined_passes_refused
+                .fetch_add(1, Ordering::Relaxed);
+            self.pool.release(&stash);
             self.release_victims(&victims);
             return None;
         }
-        let mut stash = Vec::with_capacity(stash_seglets);
-        if !self
-            .pool
-            .allocate(stash_seglets, AllocClass::Cleaner, &mut stash)
+        // Keep exactly what the survivors may need. The estimate covers it unless
+        // the counters were behind the scan; then top the stash up, or give up.
+        if stash.len() > stash_seglets {
+            let spare = stash.split_off(stash_seglets);
+            self.pool.release(&spare);
+        } else if stash.len() < stash_seglets
+            && !self
+                .pool
+                .allocate(stash_seglets - stash.len(), AllocClass::Cleaner, &mut stash)
         {
             self.counters
                 .passes_without_memory
                 .fetch_add(1, Ordering::Relaxed);
+            self.pool.release(&stash);
             self.release_victims(&victims);
             return None;
         }
@@ -460,8 +519,6 @@ impl Log {
         n.combined_bytes_copied.fetch_add(copied, Ordering::Relaxed);
         n.tombstones_dropped
             .fetch_add(tombstones_dropped, Ordering::Relaxed);
-        n.cpu_ns
-            .fetch_add(thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
         Some(PassOutcome {
             segments: victim_ids.len(),
             bytes_copied: copied,
@@ -479,7 +536,11 @@ impl Log {
     /// (`balancer::combined_benefit`) — and marks them
     /// `Cleaning`; their live bytes fit in `budget_seglets` with room for survivor
     /// fragmentation.
-    fn pick_for_combined(&self, head_id: u64, budget_seglets: usize) -> Option<Vec<SegmentMeta>> {
+    fn pick_for_combined(
+        &self,
+        head_id: u64,
+        budget_seglets: usize,
+    ) -> Option<(Vec<SegmentMeta>, usize)> {
         let now = self.clock();
         let mut table = self.segments.lock();
         // Lock order: segments, then the tombstone lists (a leaf).
@@ -533,7 +594,7 @@ impl Log {
                 })
             })
             .collect();
-        Some(victims)
+        Some((victims, keep_total))
     }
 
     /// Seglets the survivors of entries of these lengths (in copy order) occupy at

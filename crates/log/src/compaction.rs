@@ -26,7 +26,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
-use crate::cleaner::{thread_cpu_ns, PassOutcome, Relocator, RELOCATION_BATCH};
+use crate::cleaner::{CpuCharge, PassOutcome, Relocator, RELOCATION_BATCH};
 use crate::entry::EntryType;
 use crate::log::{Log, ObjectView, SegmentMeta, SegmentState};
 use crate::pool::AllocClass;
@@ -174,7 +174,7 @@ impl Log {
     /// disk are untouched. Returns `None` when no segment has a seglet to gain or the
     /// pool cannot give the pass its up-front seglets.
     pub fn compact(&self, relocator: &dyn Relocator) -> Option<PassOutcome> {
-        let cpu_start = thread_cpu_ns();
+        let _cpu = CpuCharge::start(&self.counters.cpu_ns);
         let meta = self.pick_for_compaction()?;
         let c = &self.slots[meta.slot as usize];
         let keep = (c.live_bytes.load(Ordering::Relaxed)
@@ -233,8 +233,6 @@ impl Log {
         n.compactions.fetch_add(1, Ordering::Relaxed);
         n.compaction_bytes_copied
             .fetch_add(copied, Ordering::Relaxed);
-        n.cpu_ns
-            .fetch_add(thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
         Some(PassOutcome {
             segments: 1,
             bytes_copied: copied,

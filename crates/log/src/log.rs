@@ -41,6 +41,14 @@ impl HeadMetadata for NoMetadata {
     fn tablet_stats(&self, _out: &mut Vec<TabletStat>) {}
 }
 
+/// The most memory kept for deletes only. The reserve lets deletes go on while the
+/// cleaner turns the objects they kill into free seglets — one compaction pass,
+/// milliseconds — and 2 MiB holds over 40,000 tombstones of short keys. More is memory that holds
+/// no data: at 90% utilisation 1% of memory held back raises the cleaner's copying
+/// by a tenth (measured: 1% of 1 GiB against 2 MiB, 414 k against 461–523 k writes/s,
+/// docs/benchmarks.md, session 9).
+pub const MAX_DELETE_RESERVE_BYTES: usize = 2 << 20;
+
 /// Configuration of one log.
 #[derive(Clone)]
 pub struct LogConfig {
@@ -57,7 +65,7 @@ pub struct LogConfig {
     /// Two-level cleaning (compaction + combined) when true; combined only when false.
     pub compaction: bool,
     /// Fraction of the pool kept for tombstones only, so deletes succeed when writes
-    /// no longer do (L§7).
+    /// no longer do (L§7); at most [`MAX_DELETE_RESERVE_BYTES`].
     pub delete_reserve_fraction: f64,
     /// Combined cleaning is forced once live tombstones take this share of the
     /// freeable memory (L§5.2: 0.4 there, chosen empirically).
@@ -246,6 +254,7 @@ pub(crate) struct CleanerCounters {
     pub cpu_ns: AtomicU64,
     pub emergency_heads: AtomicU64,
     pub passes_without_memory: AtomicU64,
+    pub combined_passes_refused: AtomicU64,
 }
 
 /// A snapshot of the log's statistics.
@@ -277,6 +286,9 @@ pub struct LogStats {
     /// Cleaning passes that found work but could not take the seglets for their
     /// output (the cleaner then waits for memory to come back).
     pub passes_without_memory: u64,
+    /// Combined passes that read their victims and gave them back: the survivors
+    /// would not have freed enough memory.
+    pub combined_passes_refused: u64,
 }
 
 /// The log of one master. Thread-safe (see the crate doc).
@@ -349,7 +361,9 @@ impl Log {
             // seglets as it goes, `compaction`), plus slack for the seglet left
             // partly empty at the end of each survivor (L§7).
             cleaner_seglets: segment_seglets.min(crate::compaction::upfront_seglets(seg)) + 2,
-            delete_seglets: ((seglets as f64 * config.delete_reserve_fraction) as usize).max(2),
+            // clamp's bounds are constants in order (2 ≤ 32), so it cannot panic.
+            delete_seglets: ((seglets as f64 * config.delete_reserve_fraction) as usize)
+                .clamp(2, MAX_DELETE_RESERVE_BYTES / SEGLET_BYTES),
         };
         let pool = SegletPool::new(config.memory_bytes, reserves)?;
         // Every segment holds at least one seglet, so there are never more segments
@@ -1094,6 +1108,7 @@ impl Log {
             seglets_freed: get(&c.seglets_freed),
             tombstones_dropped: get(&c.tombstones_dropped),
             passes_without_memory: get(&c.passes_without_memory),
+            combined_passes_refused: get(&c.combined_passes_refused),
             cleaner_cpu_ns: get(&c.cpu_ns),
             emergency_heads: get(&c.emergency_heads),
         }

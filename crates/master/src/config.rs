@@ -28,7 +28,8 @@ pub struct StoreConfig {
     pub compaction: bool,
     /// On-disk log limit as a multiple of memory (L§5.2); default 2.
     pub disk_expansion_factor: f64,
-    /// Share of memory only deletes may use (default 1%).
+    /// Share of memory only deletes may use (default 1%, at most 2 MiB:
+    /// `ramstore_log::MAX_DELETE_RESERVE_BYTES`).
     pub delete_reserve_fraction: f64,
     /// Share of freeable memory live tombstones may take before combined cleaning is
     /// forced (L§5.2; default 0.4).
