@@ -287,12 +287,12 @@ impl Log {
         // waste all that work (measured: one such pass after every compaction at
         // 90%, docs/benchmarks.md, session 9). The estimate is an upper bound of
         // what the scan finds (counters only fall while segments are closed).
-        let mut stash = Vec::with_capacity(self.survivor_seglets_estimate(keep_estimate));
-        if !self.pool.allocate(
-            self.survivor_seglets_estimate(keep_estimate),
-            AllocClass::Cleaner,
-            &mut stash,
-        ) {
+        let stash_estimate = self.survivor_seglets_estimate(keep_estimate);
+        let mut stash = Vec::with_capacity(stash_estimate);
+        if !self
+            .pool
+            .allocate(stash_estimate, AllocClass::Cleaner, &mut stash)
+        {
             self.counters
                 .passes_without_memory
                 .fetch_add(1, Ordering::Relaxed);

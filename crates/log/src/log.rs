@@ -43,10 +43,10 @@ impl HeadMetadata for NoMetadata {
 
 /// The most memory kept for deletes only. The reserve lets deletes go on while the
 /// cleaner turns the objects they kill into free seglets — one compaction pass,
-/// milliseconds — and 2 MiB holds over 40,000 tombstones of short keys. More is memory that holds
-/// no data: at 90% utilisation 1% of memory held back raises the cleaner's copying
-/// by a tenth (measured: 1% of 1 GiB against 2 MiB, 414 k against 461–523 k writes/s,
-/// docs/benchmarks.md, session 9).
+/// milliseconds — and 2 MiB holds over 40,000 tombstones of short keys. More is
+/// memory that holds no data: at 90% utilisation 1% of memory held back raises the
+/// cleaner's copying by a tenth (measured: 1% of 1 GiB against 2 MiB, 414 k against
+/// 461–523 k writes/s, docs/benchmarks.md, session 9).
 pub const MAX_DELETE_RESERVE_BYTES: usize = 2 << 20;
 
 /// Configuration of one log.

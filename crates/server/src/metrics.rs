@@ -155,7 +155,7 @@ impl Metrics {
 /// Appends log and cleaner gauges of a store in Prometheus text.
 pub fn render_store(stats: &ramstore_master::StoreStats, out: &mut String) {
     let l = &stats.log;
-    let gauges: [(&str, &str, f64); 13] = [
+    let gauges: [(&str, &str, f64); 14] = [
         (
             "ramstore_log_memory_bytes",
             "Bytes of log memory.",
@@ -206,6 +206,11 @@ pub fn render_store(stats: &ramstore_master::StoreStats, out: &mut String) {
             "ramstore_cleaner_passes_without_memory_total",
             "Cleaning passes that found work but no free seglets for their output.",
             l.passes_without_memory as f64,
+        ),
+        (
+            "ramstore_cleaner_combined_passes_refused_total",
+            "Combined cleaning passes that read their victims and gave them back: too little to gain.",
+            l.combined_passes_refused as f64,
         ),
         (
             "ramstore_log_appended_bytes_total",
