@@ -6,7 +6,8 @@
 //!    number of live objects and the largest footprint of live log entries (key +
 //!    value + the entry's own header and checksum, as `object_entry_len` computes it);
 //! 2. runs it in a child process against ramstore, whose log gets just enough memory
-//!    for those live entries to fill [`TARGET_UTILIZATION`] of it;
+//!    for those live entries to fill `--utilization` of it (default
+//!    [`DEFAULT_UTILIZATION`]);
 //! 3. runs it in another child process against a `HashMap<u64, Box<[u8]>>` that
 //!    makes one heap allocation per object under the system allocator, and reads
 //!    that child's peak RSS.
@@ -34,8 +35,12 @@ use crate::report::{self, Machine, Table};
 use crate::retry::{Abort, Backpressure};
 use crate::workload::{self, Counts, Executor, Generator, LiveObj, Scale, WorkloadSpec};
 
-/// Live log entries fill this share of the log's memory at the largest footprint.
-pub const TARGET_UTILIZATION: f64 = 0.9;
+/// Live log entries fill this share of the log's memory at the largest footprint,
+/// unless `--utilization` says otherwise (the Must is judged at 90%).
+pub const DEFAULT_UTILIZATION: f64 = 0.9;
+/// Highest utilisation the bench accepts: L§7's deadlock-free limit is about 98% of
+/// memory, and the cleaner's reserves and tombstones need the rest.
+pub const MAX_UTILIZATION: f64 = 0.97;
 /// The table all objects go to.
 const TABLE: u64 = 1;
 const MIB: u64 = 1 << 20;
@@ -60,6 +65,10 @@ pub struct MemoryArgs {
     pub segment_mib: Option<u64>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Share of the log's memory that live entries fill at their largest (L§8.1's
+    /// memory utilisation), 0.5 to 0.97. The log is sized from it.
+    #[arg(long, default_value_t = DEFAULT_UTILIZATION, value_parser = parse_utilization)]
+    pub utilization: f64,
     /// Where to write the JSON report.
     #[arg(long)]
     pub json: PathBuf,
@@ -177,10 +186,19 @@ pub fn size_workload(spec: &WorkloadSpec, scale: Scale, segment_bytes: u64) -> S
     }
 }
 
-/// Log memory for a workload: live entries at their largest fill the target share,
-/// rounded up to whole seglets.
-pub fn memory_for(sizing: &Sizing) -> u64 {
-    let bytes = (sizing.max_live_entry_bytes as f64 / TARGET_UTILIZATION).ceil() as u64;
+/// `--utilization`: a share between 0.5 and [`MAX_UTILIZATION`].
+fn parse_utilization(s: &str) -> Result<f64, String> {
+    let u: f64 = s.parse().map_err(|e| format!("not a number: {e}"))?;
+    if !(0.5..=MAX_UTILIZATION).contains(&u) {
+        return Err(format!("must be between 0.5 and {MAX_UTILIZATION}"));
+    }
+    Ok(u)
+}
+
+/// Log memory for a workload: live entries at their largest fill `utilization` of
+/// it, rounded up to whole seglets.
+pub fn memory_for(sizing: &Sizing, utilization: f64) -> u64 {
+    let bytes = (sizing.max_live_entry_bytes as f64 / utilization).ceil() as u64;
     bytes.div_ceil(SEGLET_BYTES as u64) * SEGLET_BYTES as u64
 }
 
@@ -616,6 +634,8 @@ struct MemoryReport {
 
 #[derive(Debug, Serialize)]
 struct MustReport {
+    /// The utilisation the first line is judged at (the run's `--utilization`).
+    target_utilization: f64,
     all_completed_at_target: bool,
     total_below_malloc_everywhere: bool,
 }
@@ -668,10 +688,11 @@ pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?
     };
     eprintln!(
-        "memory: live {} / allocated {} per phase, segments {}, seed {}",
+        "memory: live {} / allocated {} per phase, segments {}, utilisation {}, seed {}",
         report::human_bytes(live_target),
         report::human_bytes(alloc_bytes),
         report::human_bytes(segment_bytes),
+        args.utilization,
         args.seed
     );
 
@@ -682,11 +703,11 @@ pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
         command: report::command_line(),
         live_target_bytes: live_target,
         alloc_bytes_per_phase: alloc_bytes,
-        target_utilization: TARGET_UTILIZATION,
+        target_utilization: args.utilization,
         seed: args.seed,
         entry_overhead_bytes: object_entry_len(TABLE, 1, 0, 20, 100) - 120,
         workloads: Vec::new(),
-        must: must_of(&[]),
+        must: must_of(&[], args.utilization),
         finished: false,
         total_seconds: 0.0,
     };
@@ -698,7 +719,7 @@ pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
         };
         let t = Instant::now();
         let sizing = size_workload(spec, scale, segment_bytes);
-        let memory_bytes = memory_for(&sizing);
+        let memory_bytes = memory_for(&sizing, args.utilization);
         eprintln!(
             "{}: sized in {:.1}s: max {} live objects, max live entries {}, overhead {:.1} B/object -> log memory {}",
             spec.name,
@@ -752,14 +773,15 @@ pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
         report
             .workloads
             .push(workload_report(spec, sizing, ram, base));
-        report.must = must_of(&report.workloads);
+        report.must = must_of(&report.workloads, args.utilization);
         report.total_seconds = t0.elapsed().as_secs_f64();
         report::write_json(&args.json, &report)?;
     }
 
     print_table(&report.workloads, live_target);
     println!(
-        "Must: all workloads complete at 90% utilisation: {}",
+        "Must: all workloads complete at {:.0}% utilisation: {}",
+        args.utilization * 100.0,
         pass(report.must.all_completed_at_target)
     );
     println!(
@@ -772,10 +794,11 @@ pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
     report::write_json(&args.json, &report)
 }
 
-fn must_of(reports: &[WorkloadReport]) -> MustReport {
+fn must_of(reports: &[WorkloadReport], target_utilization: f64) -> MustReport {
     MustReport {
+        target_utilization,
         all_completed_at_target: reports.iter().all(|r| {
-            r.completed && r.verify_errors == 0 && r.peak_utilization >= TARGET_UTILIZATION - 0.01
+            r.completed && r.verify_errors == 0 && r.peak_utilization >= target_utilization - 0.01
         }),
         total_below_malloc_everywhere: reports
             .iter()

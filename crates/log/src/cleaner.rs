@@ -231,6 +231,7 @@ impl Log {
         let at = w.ref_at(w.length);
         let pool = &self.pool;
         pool.for_each_piece(from, len, |piece| w.write(pool, piece));
+        w.note_entry(len);
         at
     }
 
@@ -352,15 +353,19 @@ impl Log {
 
         // Never run a pass that uses more memory than it frees (L§7). The stash is a
         // safe upper bound for allocation; the gain is judged on the survivors'
-        // expected size. A pass forced by tombstones or the disk log (min gain 0)
-        // may free no memory now — its point is the tombstones it makes collectable
-        // — so the head it opens is not charged to it; a memory-driven pass must
-        // pay for the head too and still gain.
+        // size as packed (`survivor_seglets_expected`, which the real packing never
+        // exceeds). A pass forced by tombstones or the disk log (min gain 0) may
+        // free no memory now — its point is the tombstones it makes collectable —
+        // so the seglet of the head it opens is not charged to it, but only while
+        // that seglet can come from memory outside the cleaner's reserves: forced
+        // passes that each cost a head ate the reserve at 95% utilisation until no
+        // compaction could start (docs/benchmarks.md, session 10). A memory-driven
+        // pass always pays for the head and still gains.
         let lens = || found.iter().map(|(_, e, ..)| e.len);
         let stash_seglets = self.survivor_seglets_for(lens());
         let expected_seglets = self.survivor_seglets_expected(lens());
         let victim_seglets: usize = victims.iter().map(|m| m.seglets.len()).sum();
-        let head_cost = usize::from(min_gain_seglets > 0);
+        let head_cost = usize::from(min_gain_seglets > 0 || !self.above_cleaner_reserve(&stash));
         if expected_seglets + head_cost + min_gain_seglets > victim_seglets {
             self.counters
                 .combined_passes_refused
@@ -475,6 +480,7 @@ impl Log {
                         mem_length: w.length,
                         disk_length: w.length,
                         created_at: now,
+                        max_entry_bytes: w.max_entry_bytes,
                         state: SegmentState::Pending,
                         replicated: durable_on_close,
                     },
@@ -642,6 +648,13 @@ impl Log {
         live_bytes.div_ceil(SEGLET_BYTES) + survivors + 1
     }
 
+    /// Whether the pool, counting the `stash` this pass holds as free, has a seglet
+    /// beyond the cleaner's and the emergency reserves: one that deletes could take.
+    fn above_cleaner_reserve(&self, stash: &[u32]) -> bool {
+        let r = self.pool.reserves();
+        self.pool.free_seglets() + stash.len() > r.emergency_seglets + r.cleaner_seglets
+    }
+
     pub(crate) fn release_victims(&self, victims: &[SegmentMeta]) {
         let mut table = self.segments.lock();
         for v in victims {
@@ -690,6 +703,7 @@ impl Log {
         self.map_seglets(w, before);
         if !header.is_empty() {
             w.write(&self.pool, &header);
+            w.note_entry(header.len());
         }
     }
 }

@@ -8,14 +8,24 @@
 //! objects, and while a combined pass holds the cleaner's reserve, a compaction that
 //! needs a segment's worth of free seglets cannot start at all
 //! (docs/benchmarks.md, issue 2, sessions 5–7). Done incrementally, a pass needs
-//! only [`upfront_seglets`] beyond its own segment (about 1.3 MiB).
+//! only [`upfront_seglets_for`] its longest entry beyond its own segment: 4 seglets
+//! for entries up to 64 KiB, 21 (about 1.3 MiB) for the largest possible one.
+//!
+//! The bound comes from the segment's longest entry, not from its live-byte
+//! counters: a bound taken from counters is only as good as their accounting, and
+//! a pass that runs out of seglets half-way cannot stop.
 //!
 //! Why it is safe:
 //! - The output is a subsequence of the source, copied in order apart from
 //!   tombstones, which may move ahead of objects still waiting in a batch. So the
 //!   output never runs ahead of the scan position, and the seglets it needs beyond
 //!   those the pass has already retired are bounded by the span of one batch plus
-//!   one entry (see `upfront_seglets`).
+//!   one entry (see `upfront_seglets_for`). The span is checked after every entry,
+//!   tombstones included: a batch left waiting while a run of tombstones was
+//!   copied let the copy run megabytes ahead of the retired seglets, and the
+//!   pass ran out of them (regression test
+//!   `compact_object_followed_by_tombstones_stays_within_upfront_seglets`
+//!   in crates/master/tests/compaction.rs).
 //! - A source seglet is retired only when every entry that starts or ends in it
 //!   has been handled, and reused only after every operation pinned before its
 //!   retirement has finished (epochs, L§6.3) — the same rule as for whole segments.
@@ -158,14 +168,23 @@ impl Pass<'_> {
     }
 }
 
-/// Seglets a compaction takes before it starts, beyond its own segment's, in a log
-/// of `segment_bytes` segments: enough for the copy to run one batch span plus one
-/// largest entry (at most half a segment, `Log::max_entry_bytes`) ahead of the
-/// source seglets it has retired, plus one partly filled seglet at each end.
-pub(crate) fn upfront_seglets(segment_bytes: usize) -> usize {
-    let largest_entry =
-        (MAX_KEY_BYTES + MAX_VALUE_BYTES + crate::entry::MAX_HEADER_BYTES).min(segment_bytes / 2);
+/// Seglets a compaction takes before it starts, beyond its own segment's, for a
+/// segment whose longest entry is `largest_entry` bytes: enough for the copy to
+/// run one batch span plus one such entry ahead of the source seglets it has
+/// retired, plus one partly filled seglet at each end.
+pub(crate) fn upfront_seglets_for(largest_entry: usize) -> usize {
     (BATCH_SPAN_BYTES + largest_entry).div_ceil(SEGLET_BYTES) + 2
+}
+
+/// The most [`upfront_seglets_for`] any segment of a log of `segment_bytes`
+/// segments can need: its entries are at most half a segment
+/// (`Log::max_entry_bytes`). The cleaner's reserve is sized from it.
+pub(crate) fn upfront_seglets(segment_bytes: usize) -> usize {
+    upfront_seglets_for(largest_possible_entry(segment_bytes))
+}
+
+fn largest_possible_entry(segment_bytes: usize) -> usize {
+    (MAX_KEY_BYTES + MAX_VALUE_BYTES + crate::entry::MAX_HEADER_BYTES).min(segment_bytes / 2)
 }
 
 impl Log {
@@ -176,13 +195,15 @@ impl Log {
     pub fn compact(&self, relocator: &dyn Relocator) -> Option<PassOutcome> {
         let _cpu = CpuCharge::start(&self.counters.cpu_ns);
         let meta = self.pick_for_compaction()?;
-        let c = &self.slots[meta.slot as usize];
-        let keep = (c.live_bytes.load(Ordering::Relaxed)
-            + c.tombstone_bytes.load(Ordering::Relaxed)) as usize
-            + 64;
-        let upfront = keep
-            .min(meta.mem_length)
-            .min(upfront_seglets(self.config.segment_bytes) * SEGLET_BYTES);
+        // Both bounds hold whatever the counters say (module doc). A segment that
+        // does not know its longest entry gets the largest possible one.
+        let largest_entry = match meta.max_entry_bytes {
+            0 => largest_possible_entry(self.config.segment_bytes),
+            n => n,
+        };
+        let upfront = meta
+            .mem_length
+            .min(upfront_seglets_for(largest_entry) * SEGLET_BYTES);
         let mut w = SegmentWriter::new(meta.id, meta.slot, self.config.segment_bytes);
         if !self.cleaner_reserve(&mut w, upfront) {
             self.counters
@@ -220,6 +241,7 @@ impl Log {
             if let Some(m) = table.by_id.get_mut(&meta.id) {
                 m.state = SegmentState::Closed;
                 m.mem_length = w.length;
+                m.max_entry_bytes = w.max_entry_bytes;
                 m.seglets = std::mem::take(&mut w.seglets);
             }
         }
@@ -296,10 +318,6 @@ impl Log {
                             let hash = relocator.hash(&view);
                             relocator.prefetch(hash);
                             batch.push((view, hash, e.offset));
-                            let span = scanned_to - batch[0].2;
-                            if batch.len() == RELOCATION_BATCH || span >= BATCH_SPAN_BYTES {
-                                break true;
-                            }
                         }
                     }
                     EntryType::Tombstone => match self.tombstone(e.at) {
@@ -321,8 +339,15 @@ impl Log {
                     // never the head.
                     EntryType::LogDigest | EntryType::SafeVersion | EntryType::TabletStats => {}
                 }
-                if batch.is_empty() {
-                    pass.done_until(scanned_to);
+                // Checked after every entry, not only after objects (module doc).
+                match batch.first() {
+                    None => pass.done_until(scanned_to),
+                    Some(&(_, _, first_offset)) => {
+                        let span = scanned_to - first_offset;
+                        if batch.len() == RELOCATION_BATCH || span >= BATCH_SPAN_BYTES {
+                            break true;
+                        }
+                    }
                 }
             };
             for (view, hash, _) in batch.drain(..) {

@@ -209,6 +209,9 @@ pub(crate) struct SegmentMeta {
     /// Closed on all its replicas (R§4.2). Until then the cleaner leaves the
     /// segment alone: its replicas are written from its in-memory bytes.
     pub replicated: bool,
+    /// At least the length of the segment's longest entry (0 while it is the head):
+    /// sizes the seglets a compaction of it takes up front.
+    pub max_entry_bytes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -556,6 +559,7 @@ impl Log {
         table.free_slots.pop();
         table.next_id += 1;
         writer.write(&self.pool, &head.meta_buf);
+        writer.note_entry(head.meta_buf.len());
         let counters = &self.slots[slot as usize];
         counters.segment_id.store(new_id, Ordering::Release);
         counters.live_bytes.store(0, Ordering::Relaxed);
@@ -574,6 +578,7 @@ impl Log {
                 mem_length: 0,
                 disk_length: 0,
                 created_at: now,
+                max_entry_bytes: 0,
                 state: if emergency {
                     SegmentState::Emergency
                 } else {
@@ -602,6 +607,7 @@ impl Log {
                 meta.disk_length = old.length;
                 meta.state = SegmentState::Closed;
                 meta.replicated = durable_on_close;
+                meta.max_entry_bytes = old.max_entry_bytes;
             }
         }
         drop(table);
@@ -772,6 +778,7 @@ impl Log {
         w.write(&self.pool, object.key);
         w.write(&self.pool, object.value);
         w.write(&self.pool, &obj_crc.to_le_bytes());
+        w.note_entry(obj_len.max(tomb_len));
         let appended = Appended {
             segment_id: w.id,
             offset: start,
@@ -816,6 +823,7 @@ impl Log {
         w.write(&self.pool, header.as_bytes());
         w.write(&self.pool, key);
         w.write(&self.pool, &crc.to_le_bytes());
+        w.note_entry(len);
         let appended = Appended {
             segment_id: w.id,
             offset: start,

@@ -21,6 +21,9 @@ pub struct SegmentWriter {
     pub length: usize,
     /// Most bytes this segment may hold.
     pub limit: usize,
+    /// Length of the longest entry written so far: bounds how far a compaction of
+    /// this segment runs ahead of the seglets it has freed (`compaction`).
+    pub max_entry_bytes: usize,
 }
 
 impl SegmentWriter {
@@ -31,7 +34,13 @@ impl SegmentWriter {
             seglets: Vec::with_capacity(limit.div_ceil(SEGLET_BYTES)),
             length: 0,
             limit,
+            max_entry_bytes: 0,
         }
+    }
+
+    /// Records that an entry (or a run of entries) of `len` bytes was written.
+    pub fn note_entry(&mut self, len: usize) {
+        self.max_entry_bytes = self.max_entry_bytes.max(len);
     }
 
     /// Bytes that still fit under the limit.

@@ -95,3 +95,76 @@ fn compact_full_log_with_less_than_a_segment_free() {
     s.write(TABLE, b"after", b"compaction", &RejectRules::default())
         .expect("room after compaction");
 }
+
+/// Regression (docs/benchmarks.md, session 10): compaction relocates objects in
+/// batches but copies tombstones at once, so an object followed by megabytes of
+/// tombstones in its segment kept its batch waiting while the copy ran ahead of the
+/// source seglets it had retired. With the pool nearly empty the pass ran out of
+/// seglets half-way and the cleaner thread panicked ("the up-front bound is
+/// wrong"), at 95% utilisation after W7's 90%-delete phase.
+#[test]
+fn compact_object_followed_by_tombstones_stays_within_upfront_seglets() {
+    let mut cfg = StoreConfig::new(64 << 20);
+    cfg.segment_bytes = SEGMENT_BYTES;
+    cfg.cleaner = CleanerMode::Manual;
+    let s = ObjectStore::new(cfg).expect("store");
+    s.add_tablet(TABLE, 0, u64::MAX).expect("tablet");
+    let rules = RejectRules::default();
+    // Long keys make long tombstones: 4,000 of them hold 4 MB, 64 seglets, while
+    // the segment's longest entry stays about 1 KB (a 4-seglet up-front bound).
+    let victim = |i: u64| format!("victim-{i:08}-{}", "k".repeat(1_000)).into_bytes();
+    const VICTIMS: u64 = 4_000;
+    for i in 0..VICTIMS {
+        s.write(TABLE, &victim(i), b"", &rules).expect("room");
+    }
+    // A segment holding one live object, then the victims' tombstones (live: their
+    // targets' segment stays in the log), then objects overwritten later (dead),
+    // so compaction has seglets to gain from it.
+    assert!(s.log().roll_head_now());
+    s.write(TABLE, b"survivor", &value(0, 0), &rules)
+        .expect("room");
+    for i in 0..VICTIMS {
+        assert!(s
+            .remove(TABLE, &victim(i), &rules)
+            .expect("remove")
+            .is_some());
+    }
+    const OVERWRITTEN: u64 = 20_000;
+    for i in 0..OVERWRITTEN {
+        s.write(TABLE, &key(i), &value(i, 0), &rules).expect("room");
+    }
+    assert!(s.log().roll_head_now());
+    for i in 0..OVERWRITTEN {
+        s.write(TABLE, &key(i), &value(i, 1), &rules).expect("room");
+    }
+    // Fill memory to the write limit, compact, and fill again, until compaction
+    // has rewritten the tombstone segment with little free memory.
+    let mut filler = OVERWRITTEN;
+    for _ in 0..4 {
+        loop {
+            match s.write(TABLE, &key(filler), &value(filler, 0), &rules) {
+                Ok(_) => filler += 1,
+                Err(WriteError::NoSpace) => break,
+                Err(e) => panic!("write {filler}: {e}"),
+            }
+        }
+        if let Some((kind, pass)) = s.clean_now(Some(CleanKind::Compaction)) {
+            assert_eq!(kind, CleanKind::Compaction);
+            assert!(pass.made_progress, "{pass:?}");
+        }
+    }
+    let mut v = Vec::new();
+    s.read(TABLE, b"survivor", &mut v).expect("survivor");
+    assert_eq!(v, value(0, 0));
+    for i in 0..VICTIMS {
+        assert!(s.read(TABLE, &victim(i), &mut v).is_err(), "victim {i}");
+    }
+    for i in 0..filler {
+        s.read(TABLE, &key(i), &mut v).expect("readable");
+        let round = u64::from(i < OVERWRITTEN);
+        assert_eq!(v, value(i, round), "object {i}");
+    }
+    s.log()
+        .verify_tombstone_accounting()
+        .expect("tombstone accounting");
+}
