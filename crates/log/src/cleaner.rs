@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use crate::balancer::{self, BalancerInput, CleanKind};
-use crate::entry::EntryType;
+use crate::entry::{EntryType, ScannedLayout};
 use crate::log::{Log, ObjectView, SegmentMeta, SegmentState};
 use crate::pool::{AllocClass, SegletPool};
 use crate::replica::SegmentRole;
@@ -120,6 +120,8 @@ pub(crate) struct Found {
     pub offset: usize,
     pub len: usize,
     pub kind: EntryType,
+    /// The entry's fields, parsed once by the scan.
+    pub layout: ScannedLayout,
 }
 
 impl Log {
@@ -211,7 +213,7 @@ impl Log {
             }
             let at =
                 SegletPool::log_ref(meta.seglets[offset / SEGLET_BYTES], offset % SEGLET_BYTES);
-            let Ok(header) = self.entry_header(at) else {
+            let Ok((header, layout)) = self.scan_entry(at) else {
                 debug_assert!(false, "unparsable entry in segment {} at {offset}", meta.id);
                 return None;
             };
@@ -222,6 +224,7 @@ impl Log {
                 offset: start,
                 len: header.total_len,
                 kind: header.entry_type,
+                layout,
             })
         })
     }
@@ -329,7 +332,8 @@ impl Log {
             for e in self.entries(m) {
                 match e.kind {
                     EntryType::Object => {
-                        if let Ok(view) = self.object(e.at) {
+                        if let ScannedLayout::Object(layout) = e.layout {
+                            let view = self.object_with_layout(e.at, layout);
                             let hash = relocator.hash(&view);
                             relocator.prefetch(hash);
                             batch.push((e, view, hash, m.id));
@@ -338,8 +342,8 @@ impl Log {
                             }
                         }
                     }
-                    EntryType::Tombstone => match self.tombstone(e.at) {
-                        Ok(t) if live_ids.contains(&t.segment_id) => {
+                    EntryType::Tombstone => match e.layout {
+                        ScannedLayout::Tombstone(t) if live_ids.contains(&t.segment_id) => {
                             found.push((m.created_at, e, m.id, t.segment_id));
                         }
                         _ => tombstones_dropped += 1,
@@ -349,7 +353,9 @@ impl Log {
             }
         }
         check_batch(&mut batch, &mut found);
-        found.sort_by_key(|&(birth, ..)| birth);
+        // Unstable: entries of equal birth may go in any order, and the in-place sort
+        // moves less memory than a merge sort of these wide tuples.
+        found.sort_unstable_by_key(|&(birth, ..)| birth);
 
         // Never run a pass that uses more memory than it frees (L§7). The stash is a
         // safe upper bound for allocation; the gain is judged on the survivors'
@@ -413,9 +419,10 @@ impl Log {
             self.attach_from_stash(w, e.len, &mut stash);
             match e.kind {
                 EntryType::Object => {
-                    let Ok(view) = self.object(e.at) else {
+                    let ScannedLayout::Object(layout) = e.layout else {
                         continue;
                     };
+                    let view = self.object_with_layout(e.at, layout);
                     let slot = w.slot;
                     // Counted inside the copy, under the bucket lock: once the lock is
                     // released a writer may already count the copy dead.

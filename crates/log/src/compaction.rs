@@ -37,7 +37,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use crate::cleaner::{CpuCharge, PassOutcome, Relocator, RELOCATION_BATCH};
-use crate::entry::EntryType;
+use crate::entry::{EntryType, ScannedLayout};
 use crate::log::{Log, ObjectView, SegmentMeta, SegmentState};
 use crate::pool::AllocClass;
 use crate::segment::SegmentWriter;
@@ -314,14 +314,16 @@ impl Log {
                         pass.copy(&e);
                     }
                     EntryType::Object => {
-                        if let Ok(view) = self.object(e.at) {
+                        // Parsed once by the scan (a corrupt object is left behind).
+                        if let ScannedLayout::Object(layout) = e.layout {
+                            let view = self.object_with_layout(e.at, layout);
                             let hash = relocator.hash(&view);
                             relocator.prefetch(hash);
                             batch.push((view, hash, e.offset));
                         }
                     }
-                    EntryType::Tombstone => match self.tombstone(e.at) {
-                        Ok(t) if live_ids.contains(&t.segment_id) => {
+                    EntryType::Tombstone => match e.layout {
+                        ScannedLayout::Tombstone(t) if live_ids.contains(&t.segment_id) => {
                             pass.room_for(e.len);
                             pass.copy(&e);
                             pass.copied += e.len as u64;

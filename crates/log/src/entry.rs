@@ -589,6 +589,39 @@ fn tombstone_layout(prefix: &[u8], header: &EntryHeader) -> Result<TombstoneLayo
     })
 }
 
+/// What a segment scan learns of one entry from a single parse of its first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScannedLayout {
+    Object(ObjectLayout),
+    Tombstone(TombstoneLayout),
+    /// Segment header, digest, safe version or tablet statistics.
+    Metadata,
+    /// An object or tombstone whose header is sound but whose fields are not: the
+    /// scan skips it (its length is known) and goes on.
+    Unparsable,
+}
+
+/// Parses the header of the entry at the start of `prefix` and, for an object or a
+/// tombstone, its layout — once, where a scan would otherwise parse the header a
+/// second time to read the layout. Fails only if the header itself is bad (then
+/// the entry's length is unknown and a scan must stop); `prefix` as for
+/// [`parse_object_layout`].
+pub fn parse_scanned(prefix: &[u8]) -> Result<(EntryHeader, ScannedLayout), EntryError> {
+    let header = parse_header(prefix)?;
+    let layout = match header.entry_type {
+        EntryType::Object => match object_layout(prefix, &header) {
+            Ok(l) => ScannedLayout::Object(l),
+            Err(_) => ScannedLayout::Unparsable,
+        },
+        EntryType::Tombstone => match tombstone_layout(prefix, &header) {
+            Ok(l) => ScannedLayout::Tombstone(l),
+            Err(_) => ScannedLayout::Unparsable,
+        },
+        _ => ScannedLayout::Metadata,
+    };
+    Ok((header, layout))
+}
+
 /// Checks that `prefix` starts an entry of type `expected` and parses its header.
 fn expect_header(prefix: &[u8], expected: EntryType) -> Result<EntryHeader, EntryError> {
     // The type is checked first so that a wrong type is reported even from a prefix
@@ -1503,6 +1536,37 @@ mod tests {
                 stored,
                 computed: stored ^ 1
             })
+        );
+    }
+
+    #[test]
+    fn parse_scanned_agrees_with_the_layout_parsers() {
+        let mut obj = Vec::new();
+        encode_object(300, 70_000, 5, b"some key", &[9; 200], &mut obj);
+        let mut tomb = Vec::new();
+        encode_tombstone(7, 3, 12, b"gone", &mut tomb);
+        let mut meta = Vec::new();
+        encode_safe_version(99, &mut meta);
+        for cut in 0..=obj.len() {
+            match (parse_scanned(&obj[..cut]), parse_object_layout(&obj[..cut])) {
+                (Ok((h, ScannedLayout::Object(l))), Ok(want)) => {
+                    assert_eq!(l, want);
+                    assert_eq!(h.total_len, obj.len());
+                }
+                (Ok((_, ScannedLayout::Unparsable)), Err(_)) => {}
+                (Err(e), Err(want)) => assert_eq!(e, want),
+                (got, want) => panic!("cut {cut}: {got:?} vs {want:?}"),
+            }
+        }
+        let (_, t) = parse_scanned(&tomb).expect("tombstone");
+        assert_eq!(
+            t,
+            ScannedLayout::Tombstone(parse_tombstone_layout(&tomb).expect("layout"))
+        );
+        let (h, m) = parse_scanned(&meta).expect("safe version");
+        assert_eq!(
+            (h.entry_type, m),
+            (EntryType::SafeVersion, ScannedLayout::Metadata)
         );
     }
 

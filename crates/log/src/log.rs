@@ -1037,23 +1037,37 @@ impl Log {
         entry::parse_header(self.prefix(r, &mut buf))
     }
 
+    /// Parses the entry at `r` once for a segment scan (`entry::parse_scanned`).
+    pub(crate) fn scan_entry(
+        &self,
+        r: LogRef,
+    ) -> Result<(EntryHeader, entry::ScannedLayout), EntryError> {
+        let mut buf = [0u8; MAX_HEADER_BYTES];
+        entry::parse_scanned(self.prefix(r, &mut buf))
+    }
+
     /// A view of the object entry at `r`. The caller holds an epoch pin and got `r`
     /// from the hash table (or a segment scan).
     pub fn object(&self, r: LogRef) -> Result<ObjectView<'_>, EntryError> {
         let mut buf = [0u8; MAX_HEADER_BYTES];
         let layout = entry::parse_object_layout(self.prefix(r, &mut buf))?;
+        Ok(self.object_with_layout(r, layout))
+    }
+
+    /// A view of the object entry at `r` whose layout a scan already parsed.
+    pub(crate) fn object_with_layout(&self, r: LogRef, layout: ObjectLayout) -> ObjectView<'_> {
         let offset = (r.0 % SEGLET_BYTES as u64) as usize;
         let contiguous = if offset + layout.total_len <= SEGLET_BYTES {
             Some(&self.pool.seglet_tail(SegletPool::seglet_of(r), offset)[..layout.total_len])
         } else {
             None
         };
-        Ok(ObjectView {
+        ObjectView {
             log: self,
             r,
             layout,
             contiguous,
-        })
+        }
     }
 
     /// Parses the tombstone at `r`.
