@@ -357,22 +357,20 @@ impl Log {
         // moves less memory than a merge sort of these wide tuples.
         found.sort_unstable_by_key(|&(birth, ..)| birth);
 
-        // Never run a pass that uses more memory than it frees (L§7). The stash is a
-        // safe upper bound for allocation; the gain is judged on the survivors'
-        // size as packed (`survivor_seglets_expected`, which the real packing never
-        // exceeds). A pass forced by tombstones or the disk log (min gain 0) may
-        // free no memory now — its point is the tombstones it makes collectable —
-        // so the seglet of the head it opens is not charged to it, but only while
-        // that seglet can come from memory outside the cleaner's reserves: forced
-        // passes that each cost a head ate the reserve at 95% utilisation until no
-        // compaction could start (docs/benchmarks.md, session 10). A memory-driven
-        // pass always pays for the head and still gains.
+        // Never run a pass that uses more memory than it frees (L§7,
+        // `balancer::combined_pass_pays`). The stash is a safe upper bound for
+        // allocation; the gain is judged on the survivors' size as packed
+        // (`survivor_seglets_expected`, which the real packing never exceeds).
         let lens = || found.iter().map(|(_, e, ..)| e.len);
         let stash_seglets = self.survivor_seglets_for(lens());
         let expected_seglets = self.survivor_seglets_expected(lens());
         let victim_seglets: usize = victims.iter().map(|m| m.seglets.len()).sum();
-        let head_cost = usize::from(min_gain_seglets > 0 || !self.above_cleaner_reserve(&stash));
-        if expected_seglets + head_cost + min_gain_seglets > victim_seglets {
+        if !balancer::combined_pass_pays(
+            expected_seglets,
+            victim_seglets,
+            min_gain_seglets,
+            self.above_cleaner_reserve(&stash),
+        ) {
             self.counters
                 .combined_passes_refused
                 .fetch_add(1, Ordering::Relaxed);

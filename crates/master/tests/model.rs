@@ -957,7 +957,23 @@ impl Harness {
                     CleanSpec::Combined => (Some(CleanKind::Combined), Some(CleanKind::Combined)),
                     CleanSpec::Nothing => (Some(CleanKind::None), None),
                 };
+                // L§7: once the pool is down to the cleaner's and emergency reserves,
+                // no pass may leave less memory free than it found (regression:
+                // forced combined passes spent the reserve on heads, session 10).
+                let pool = self.store.log().pool();
+                let reserves = pool.reserves();
+                let free_before = pool.free_seglets();
+                let in_reserve =
+                    free_before <= reserves.emergency_seglets + reserves.cleaner_seglets;
                 let done = self.store.clean_now(kind);
+                if in_reserve && !self.mode.background {
+                    let free_after = pool.free_seglets();
+                    prop_assert!(
+                        free_after >= free_before,
+                        "a pass ({done:?}) took the reserve from {free_before} to \
+                         {free_after} free seglets"
+                    );
+                }
                 match (spec, done) {
                     (CleanSpec::Nothing, Some(d)) => {
                         return fail(format!("clean_now(Some(None)) did something: {d:?}"))
