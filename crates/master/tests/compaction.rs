@@ -24,15 +24,21 @@ fn value(i: u64, round: u64) -> Vec<u8> {
         .collect()
 }
 
-/// A store of 64 MiB in 8 MiB segments whose log is full (writes answer `NoSpace`):
-/// 100-byte objects, then overwrites spread over all of them, so that the older
-/// segments hold some dead objects each. Returns the store, the object count and each object's round.
-fn full_store() -> (ObjectStore, u64, Vec<u64>) {
+/// An empty 64 MiB store in 8 MiB segments whose cleaner runs only when asked.
+fn manual_store() -> ObjectStore {
     let mut cfg = StoreConfig::new(64 << 20);
     cfg.segment_bytes = SEGMENT_BYTES;
     cfg.cleaner = CleanerMode::Manual;
     let s = ObjectStore::new(cfg).expect("store");
     s.add_tablet(TABLE, 0, u64::MAX).expect("tablet");
+    s
+}
+
+/// A store of 64 MiB in 8 MiB segments whose log is full (writes answer `NoSpace`):
+/// 100-byte objects, then overwrites spread over all of them, so that the older
+/// segments hold some dead objects each. Returns the store, the object count and each object's round.
+fn full_store() -> (ObjectStore, u64, Vec<u64>) {
+    let s = manual_store();
     let rules = RejectRules::default();
     let mut rounds = Vec::new();
     let mut n = 0u64;
@@ -104,11 +110,7 @@ fn compact_full_log_with_less_than_a_segment_free() {
 /// wrong"), at 95% utilisation after W7's 90%-delete phase.
 #[test]
 fn compact_object_followed_by_tombstones_stays_within_upfront_seglets() {
-    let mut cfg = StoreConfig::new(64 << 20);
-    cfg.segment_bytes = SEGMENT_BYTES;
-    cfg.cleaner = CleanerMode::Manual;
-    let s = ObjectStore::new(cfg).expect("store");
-    s.add_tablet(TABLE, 0, u64::MAX).expect("tablet");
+    let s = manual_store();
     let rules = RejectRules::default();
     // Long keys make long tombstones: 4,000 of them hold 4 MB, 64 seglets, while
     // the segment's longest entry stays about 1 KB (a 4-seglet up-front bound).
