@@ -365,12 +365,7 @@ impl Log {
         let stash_seglets = self.survivor_seglets_for(lens());
         let expected_seglets = self.survivor_seglets_expected(lens());
         let victim_seglets: usize = victims.iter().map(|m| m.seglets.len()).sum();
-        if !balancer::combined_pass_pays(
-            expected_seglets,
-            victim_seglets,
-            min_gain_seglets,
-            self.above_cleaner_reserve(&stash),
-        ) {
+        if !balancer::combined_pass_pays(expected_seglets, victim_seglets, min_gain_seglets) {
             self.counters
                 .combined_passes_refused
                 .fetch_add(1, Ordering::Relaxed);
@@ -651,13 +646,6 @@ impl Log {
     fn survivor_seglets_estimate(&self, live_bytes: usize) -> usize {
         let survivors = live_bytes.div_ceil(self.config.segment_bytes / 2) + 1;
         live_bytes.div_ceil(SEGLET_BYTES) + survivors + 1
-    }
-
-    /// Whether the pool, counting the `stash` this pass holds as free, has a seglet
-    /// beyond the cleaner's and the emergency reserves: one that deletes could take.
-    fn above_cleaner_reserve(&self, stash: &[u32]) -> bool {
-        let r = self.pool.reserves();
-        self.pool.free_seglets() + stash.len() > r.emergency_seglets + r.cleaner_seglets
     }
 
     pub(crate) fn release_victims(&self, victims: &[SegmentMeta]) {

@@ -730,10 +730,15 @@ impl Log {
 
     /// Closes the current head and opens a new one whose digest reflects the current
     /// segment table. Used after combined cleaning so survivors join the log and
-    /// cleaned segments leave it; falls back to an emergency head (L§7).
+    /// cleaned segments leave it. The new head takes only memory that writers could
+    /// take anyway; below that it is an emergency head, which holds the digest alone
+    /// and leaves the log at the next roll (L§7). A head taken from the cleaner's
+    /// reserve would hand that reserve to writes and deletes, a seglet per pass:
+    /// at 95% utilisation forced combined passes drained it until no compaction
+    /// could start (docs/benchmarks.md, session 10).
     pub(crate) fn roll_head_for_cleaner(&self) -> bool {
         let mut head = self.head.lock();
-        self.roll_head(&mut head, AllocClass::Cleaner, true)
+        self.roll_head(&mut head, AllocClass::Write, true)
     }
 
     /// Appends `object`, preceded by a tombstone for the version it replaces, as one
