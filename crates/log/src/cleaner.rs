@@ -65,6 +65,8 @@ pub struct PassOutcome {
     pub seglets_retired: usize,
     /// Survivor segments written (combined cleaning only).
     pub survivors: usize,
+    /// Seglets the pass's output holds: the survivors, or the compacted copy.
+    pub output_seglets: usize,
     /// Whether the pass freed memory, disk space or tombstones; a cleaner whose
     /// passes make no progress should wait instead of trying again at once.
     pub made_progress: bool,
@@ -168,19 +170,35 @@ impl Log {
                 }),
             // Combined cleaning forced by tombstones or by the disk log may free no
             // memory (it frees tombstones or disk space); otherwise it must.
-            CleanKind::Combined => self
-                .try_clean_combined(
-                    relocator,
-                    usize::from(!balancer::needs_combined(&self.balancer_input())),
-                )
-                .map(|o| (CleanKind::Combined, o))
-                .or_else(|| {
-                    if self.config.compaction {
-                        self.compact(relocator).map(|o| (CleanKind::Compaction, o))
-                    } else {
-                        None
+            CleanKind::Combined => {
+                let combined = self
+                    .try_clean_combined(
+                        relocator,
+                        usize::from(!balancer::needs_combined(&self.balancer_input())),
+                    )
+                    .map(|o| (CleanKind::Combined, o));
+                // A forced pass that freed no memory while writers wait for it is
+                // followed by a compaction. Otherwise, when the combined budget is
+                // too small for victims that matter, forced passes clean one small
+                // segment after another and the writers starve (measured: W7 at 95%,
+                // 217,000 passes of 40 KB each with the disk log near its limit,
+                // docs/benchmarks.md, session 10).
+                let freed_memory = combined
+                    .as_ref()
+                    .is_some_and(|(_, o)| o.seglets_retired > o.output_seglets + 1);
+                let writers_wait = self.pool.available(AllocClass::Write) == 0;
+                if self.config.compaction && (combined.is_none() || (!freed_memory && writers_wait))
+                {
+                    match self.compact(relocator) {
+                        Some(o) if o.made_progress || combined.is_none() => {
+                            Some((CleanKind::Compaction, o))
+                        }
+                        _ => combined,
                     }
-                }),
+                } else {
+                    combined
+                }
+            }
         };
         self.reclaim();
         outcome
@@ -530,6 +548,7 @@ impl Log {
             bytes_copied: copied,
             seglets_retired: retired,
             survivors: survivor_ids.len(),
+            output_seglets: survivor_seglets,
             made_progress: retired > survivor_seglets + 1
                 || tombstones_dropped > 0
                 || tombstone_bytes_expired > 0

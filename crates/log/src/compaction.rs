@@ -260,6 +260,7 @@ impl Log {
             bytes_copied: copied,
             seglets_retired,
             survivors: 0,
+            output_seglets: new_seglets,
             made_progress: seglets_retired > new_seglets,
         })
     }
