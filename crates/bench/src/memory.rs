@@ -634,8 +634,6 @@ struct MemoryReport {
 
 #[derive(Debug, Serialize)]
 struct MustReport {
-    /// The utilisation the first line is judged at (the run's `--utilization`).
-    target_utilization: f64,
     all_completed_at_target: bool,
     total_below_malloc_everywhere: bool,
 }
@@ -796,7 +794,6 @@ pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
 
 fn must_of(reports: &[WorkloadReport], target_utilization: f64) -> MustReport {
     MustReport {
-        target_utilization,
         all_completed_at_target: reports.iter().all(|r| {
             r.completed && r.verify_errors == 0 && r.peak_utilization >= target_utilization - 0.01
         }),

@@ -754,8 +754,7 @@ impl Log {
             }
             let mut scanned = 0u64;
             self.scan(m, |e| {
-                if e.kind == EntryType::Tombstone
-                    && matches!(self.tombstone(e.at), Ok(t) if in_log.contains(&t.segment_id))
+                if matches!(e.layout, ScannedLayout::Tombstone(t) if in_log.contains(&t.segment_id))
                 {
                     scanned += e.len as u64;
                 }

@@ -10,9 +10,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::entry::{
-    self, EntryError, EntryHeader, ObjectLayout, TabletStat, TombstoneLayout, MAX_HEADER_BYTES,
-};
+use crate::entry::{self, EntryError, EntryHeader, ObjectLayout, TabletStat, MAX_HEADER_BYTES};
 use crate::epoch::{EpochGuard, Epochs};
 use crate::pool::{AllocClass, PoolError, Reserves, SegletPool};
 use crate::replica::{ReplicaSink, SegmentRole};
@@ -1036,12 +1034,6 @@ impl Log {
         }
     }
 
-    /// Parses the header of the entry at `r`.
-    pub fn entry_header(&self, r: LogRef) -> Result<EntryHeader, EntryError> {
-        let mut buf = [0u8; MAX_HEADER_BYTES];
-        entry::parse_header(self.prefix(r, &mut buf))
-    }
-
     /// Parses the entry at `r` once for a segment scan (`entry::parse_scanned`).
     pub(crate) fn scan_entry(
         &self,
@@ -1073,12 +1065,6 @@ impl Log {
             layout,
             contiguous,
         }
-    }
-
-    /// Parses the tombstone at `r`.
-    pub fn tombstone(&self, r: LogRef) -> Result<TombstoneLayout, EntryError> {
-        let mut buf = [0u8; MAX_HEADER_BYTES];
-        entry::parse_tombstone_layout(self.prefix(r, &mut buf))
     }
 
     /// `r` advanced by `n` bytes along its seglet chain.
