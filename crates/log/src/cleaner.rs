@@ -200,6 +200,15 @@ impl Log {
                 }
             }
         };
+        // L§7: when no other pass can make progress, clean one segment in bounded
+        // memory (`combined_incremental`). Without it a log whose segments hold
+        // only live data and tombstones, with less free than one victim's live
+        // data, could never collect those tombstones again.
+        let outcome = outcome.or_else(|| {
+            let forced = balancer::needs_combined(&self.balancer_input());
+            self.clean_combined_incremental(relocator, forced)
+                .map(|o| (CleanKind::Combined, o))
+        });
         self.reclaim();
         outcome
     }
@@ -678,7 +687,7 @@ impl Log {
 
     /// A new survivor segment (its header is written when its first seglet is
     /// attached).
-    fn open_survivor(&self) -> SegmentWriter {
+    pub(crate) fn open_survivor(&self) -> SegmentWriter {
         let (id, slot) = {
             let mut table = self.segments.lock();
             // Every slot in use belongs to a segment holding at least one seglet that

@@ -52,7 +52,7 @@ const BATCH_SPAN_BYTES: usize = SEGLET_BYTES;
 /// The pass takes them back for its output once their epoch is safe; what it does
 /// not need goes to the log's retired list at the end.
 #[derive(Default)]
-struct Recycler {
+pub(crate) struct Recycler {
     retired: VecDeque<(u64, u32)>,
 }
 
@@ -89,7 +89,7 @@ impl Recycler {
 
     /// Hands what is left to the log's retired list, under the epoch each seglet was
     /// retired in.
-    fn finish(self, log: &Log) -> usize {
+    pub(crate) fn finish(self, log: &Log) -> usize {
         let n = self.retired.len();
         let mut run: Vec<u32> = Vec::new();
         let mut run_epoch = 0;
@@ -108,15 +108,33 @@ impl Recycler {
 }
 
 /// A compaction in progress: the source, the new copy and the seglets in between.
-struct Pass<'a> {
-    log: &'a Log,
-    source: &'a SegmentMeta,
-    w: SegmentWriter,
-    recycler: Recycler,
+/// The same pass, with `survivor` set, copies one segment into a new survivor
+/// segment for combined cleaning in bounded memory (`combined_incremental`).
+pub(crate) struct Pass<'a> {
+    pub(crate) log: &'a Log,
+    pub(crate) source: &'a SegmentMeta,
+    pub(crate) w: SegmentWriter,
+    pub(crate) recycler: Recycler,
     /// Source seglets `[0, retired_upto)` have been retired.
-    retired_upto: usize,
-    seglets_retired: usize,
-    copied: u64,
+    pub(crate) retired_upto: usize,
+    pub(crate) seglets_retired: usize,
+    pub(crate) copied: u64,
+    /// Set when the copy is a new segment (a survivor of combined cleaning) rather
+    /// than the source's own new chain.
+    pub(crate) survivor: Option<SurvivorCopy>,
+}
+
+/// What a copy into a survivor segment does besides copying: the source's header
+/// stays behind (the survivor has its own), tombstones naming the source die with
+/// it, and what is copied is counted in the survivor's counters, as in combined
+/// cleaning (`cleaner`).
+#[derive(Default)]
+pub(crate) struct SurvivorCopy {
+    /// (target segment, bytes) of every tombstone copied, to move in the lists.
+    pub(crate) moved_tombstones: Vec<(u64, u64)>,
+    /// Tombstones left behind because their target is not in the log (or is the
+    /// source itself).
+    pub(crate) tombstones_dropped: u64,
 }
 
 impl Pass<'_> {
@@ -124,7 +142,7 @@ impl Pass<'_> {
     /// (the pool is for writers), then the pool, then waiting for the epoch of a
     /// retired source seglet. The up-front seglets guarantee the last step always
     /// finds one (module doc).
-    fn room_for(&mut self, len: usize) {
+    pub(crate) fn room_for(&mut self, len: usize) {
         let n = self.w.seglets_needed(len);
         if n == 0 {
             return;
@@ -143,7 +161,7 @@ impl Pass<'_> {
             got.len(),
             n,
             "compaction of segment {} ran out of seglets: the up-front bound is wrong",
-            self.w.id
+            self.source.id
         );
         let before = self.w.seglets.len();
         self.w.attach(&log.pool, &got);
@@ -183,7 +201,7 @@ pub(crate) fn upfront_seglets(segment_bytes: usize) -> usize {
     upfront_seglets_for(largest_possible_entry(segment_bytes))
 }
 
-fn largest_possible_entry(segment_bytes: usize) -> usize {
+pub(crate) fn largest_possible_entry(segment_bytes: usize) -> usize {
     (MAX_KEY_BYTES + MAX_VALUE_BYTES + crate::entry::MAX_HEADER_BYTES).min(segment_bytes / 2)
 }
 
@@ -221,6 +239,7 @@ impl Log {
             retired_upto: 0,
             seglets_retired: 0,
             copied: 0,
+            survivor: None,
         };
         self.compact_entries(&mut pass, relocator);
         let Pass {
@@ -293,8 +312,14 @@ impl Log {
     /// Copies the live entries of `pass.source` into `pass.w` in order, relocating
     /// objects in batches whose buckets are prefetched first, and retires source
     /// seglets as the scan leaves them behind.
-    fn compact_entries<'a>(&'a self, pass: &mut Pass<'a>, relocator: &dyn Relocator) {
-        let live_ids = self.live_segment_ids(&[]);
+    pub(crate) fn compact_entries<'a>(&'a self, pass: &mut Pass<'a>, relocator: &dyn Relocator) {
+        // A survivor copy drops the tombstones naming its source: the source leaves
+        // the log when the survivor joins it.
+        let leaving = [pass.source.id];
+        let live_ids = match pass.survivor {
+            Some(_) => self.live_segment_ids(&leaving),
+            None => self.live_segment_ids(&[]),
+        };
         // Objects parsed once, with their hashes and source offsets, waiting for
         // their buckets to load.
         let mut batch: Vec<(ObjectView<'a>, u64, usize)> = Vec::with_capacity(RELOCATION_BATCH);
@@ -310,6 +335,8 @@ impl Log {
                 };
                 scanned_to = e.offset + e.len;
                 match e.kind {
+                    // A survivor has its own header, written when it was opened.
+                    EntryType::SegmentHeader if pass.survivor.is_some() => {}
                     EntryType::SegmentHeader => {
                         pass.room_for(e.len);
                         pass.copy(&e);
@@ -328,14 +355,23 @@ impl Log {
                             pass.room_for(e.len);
                             pass.copy(&e);
                             pass.copied += e.len as u64;
+                            if let Some(s) = &mut pass.survivor {
+                                self.survivor_bytes_added(pass.w.slot, e.len, true);
+                                s.moved_tombstones.push((t.segment_id, e.len as u64));
+                            }
                         }
                         // Its target left the log, and its bytes left this segment's
-                        // count of live tombstones then (`tombstone_targets_left`).
-                        _ => {
-                            self.counters
-                                .tombstones_dropped
-                                .fetch_add(1, Ordering::Relaxed);
-                        }
+                        // count of live tombstones then (`tombstone_targets_left`);
+                        // or, for a survivor copy, its target is the source, and
+                        // they leave when the source's counts are forgotten.
+                        _ => match &mut pass.survivor {
+                            Some(s) => s.tombstones_dropped += 1,
+                            None => {
+                                self.counters
+                                    .tombstones_dropped
+                                    .fetch_add(1, Ordering::Relaxed);
+                            }
+                        },
                     },
                     // Digests, safe versions and tablet statistics matter only in the
                     // head (the newest ones win in recovery), and a closed segment is
@@ -353,11 +389,23 @@ impl Log {
                     }
                 }
             };
+            let counted = pass.survivor.is_some();
             for (view, hash, _) in batch.drain(..) {
                 let (at, len) = (view.location(), view.entry_len());
                 pass.room_for(len);
                 let w = &mut pass.w;
-                if relocator.relocate(&view, hash, &mut || self.copy_entry(at, len, w)) {
+                // A survivor counts its objects inside the copy, under the bucket
+                // lock, as combined cleaning does: once the lock is released a
+                // writer may already count the copy dead.
+                let slot = w.slot;
+                let moved = relocator.relocate(&view, hash, &mut || {
+                    let at = self.copy_entry(at, len, w);
+                    if counted {
+                        self.survivor_bytes_added(slot, len, false);
+                    }
+                    at
+                });
+                if moved {
                     pass.copied += len as u64;
                 }
             }

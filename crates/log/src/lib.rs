@@ -25,6 +25,7 @@
 
 pub mod balancer;
 pub mod cleaner;
+mod combined_incremental;
 mod compaction;
 pub mod entry;
 pub mod epoch;

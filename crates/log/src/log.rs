@@ -188,6 +188,11 @@ pub(crate) enum SegmentState {
     /// A survivor of combined cleaning whose replicas are being written: not yet in
     /// the log (no digest names it) until they are durable (L§6.4).
     Pending,
+    /// Cleaned by a one-segment combined pass (`combined_incremental`) whose
+    /// survivor is being replicated: still in the log (the digest names it until
+    /// the survivor is durable) but no longer in memory, where its seglets became
+    /// the survivor's.
+    Leaving,
 }
 
 /// What the log knows about a segment that is part of it.
@@ -256,6 +261,7 @@ pub(crate) struct CleanerCounters {
     pub emergency_heads: AtomicU64,
     pub passes_without_memory: AtomicU64,
     pub combined_passes_refused: AtomicU64,
+    pub incremental_combined_passes: AtomicU64,
 }
 
 /// A snapshot of the log's statistics.
@@ -290,6 +296,9 @@ pub struct LogStats {
     /// Combined passes that read their victims and gave them back: the survivors
     /// would not have freed enough memory.
     pub combined_passes_refused: u64,
+    /// Combined passes that cleaned one segment in bounded memory because no other
+    /// pass could make progress (`combined_incremental`; also in `combined_passes`).
+    pub incremental_combined_passes: u64,
 }
 
 /// The log of one master. Thread-safe (see the crate doc).
@@ -680,6 +689,10 @@ impl Log {
                     // Half old, half new chain: wait for the pass (a few ms), and
                     // unpinned — it waits for pins to reuse the old seglets.
                     SegmentState::Compacting => None,
+                    // Its memory became its survivor's; the survivor replaces it
+                    // in the log once durable, and the pass that does so waits
+                    // for the replica manager, so waiting here could deadlock.
+                    SegmentState::Leaving => return None,
                     _ => Some((meta.seglets.clone(), meta.mem_length)),
                 }
             }
@@ -1122,6 +1135,7 @@ impl Log {
             tombstones_dropped: get(&c.tombstones_dropped),
             passes_without_memory: get(&c.passes_without_memory),
             combined_passes_refused: get(&c.combined_passes_refused),
+            incremental_combined_passes: get(&c.incremental_combined_passes),
             cleaner_cpu_ns: get(&c.cpu_ns),
             emergency_heads: get(&c.emergency_heads),
         }
