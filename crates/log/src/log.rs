@@ -375,6 +375,14 @@ impl Log {
             delete_seglets: ((seglets as f64 * config.delete_reserve_fraction) as usize)
                 .clamp(2, MAX_DELETE_RESERVE_BYTES / SEGLET_BYTES),
         };
+        // Deadlock freedom (docs/design-notes.md "Cleaning always makes progress"):
+        // with the pool at the cleaner's floor, a compaction or a one-segment
+        // combined pass of any segment must be able to take its up-front seglets.
+        assert!(
+            reserves.cleaner_seglets
+                >= segment_seglets.min(crate::compaction::upfront_seglets(seg) + 1),
+            "the cleaner's reserve cannot start a one-segment pass"
+        );
         let pool = SegletPool::new(config.memory_bytes, reserves)?;
         // Every segment holds at least one seglet, so there are never more segments
         // (head, survivors in flight and emergency heads included) than seglets.
