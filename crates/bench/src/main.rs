@@ -4,6 +4,8 @@
 //!   one malloc per object (L§2, Fig. 1).
 //! - `cleaner`: write throughput vs memory utilisation with two-level and one-level
 //!   cleaning behind a bandwidth-limited backup link (L§8.1, Fig. 6).
+//! - `resp-replay`: one L Table 1 workload through the Redis protocol, for
+//!   `scripts/bench-memory-vs-redis` (ramstore's and Redis's peak RSS).
 //!
 //! Every scenario prints a table and writes a JSON report (`--json FILE`) that
 //! records the machine and the command. Micro-benchmarks live in `benches/micro.rs`
@@ -13,6 +15,7 @@ mod cleaner;
 mod memory;
 mod replay;
 mod report;
+mod resp_replay;
 mod retry;
 mod throttle;
 mod workload;
@@ -34,6 +37,9 @@ enum Scenario {
     Cleaner(cleaner::CleanerArgs),
     /// Crash-recovery replay on one core (R Table V), in process.
     Replay(replay::ReplayArgs),
+    /// One L Table 1 workload through the Redis protocol, against any RESP server
+    /// (`scripts/bench-memory-vs-redis`).
+    RespReplay(resp_replay::RespReplayArgs),
     /// Child process of `memory`: one workload against ramstore (JSON on stdout).
     #[command(hide = true)]
     MemoryRamstore(memory::ChildArgs),
@@ -48,6 +54,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Memory(a) => memory::run(a),
         Scenario::Cleaner(a) => cleaner::run(a),
         Scenario::Replay(a) => replay::run(a),
+        Scenario::RespReplay(a) => resp_replay::run(a),
         Scenario::MemoryRamstore(a) => memory::run_ramstore_child(a),
         Scenario::MemoryBaseline(a) => memory::run_baseline_child(a),
     }
