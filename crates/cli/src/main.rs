@@ -1,6 +1,7 @@
 //! `ramstore`: run a development cluster, a coordinator or a storage server, and talk
 //! to a cluster from the shell.
 
+mod allocator;
 mod bench;
 mod cluster;
 mod data;
@@ -426,6 +427,7 @@ fn parse_failure_domain(s: &str) -> Result<String, String> {
 }
 
 fn main() {
+    allocator::tune();
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
