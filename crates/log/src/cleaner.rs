@@ -126,6 +126,51 @@ pub(crate) struct Found {
     pub layout: ScannedLayout,
 }
 
+/// One live entry a combined pass will copy: 32 bytes, where a scanned entry with
+/// its parsed layout takes 128 — at 100-byte objects the work list of a pass was
+/// as large as the data it cleaned (issue 17).
+#[derive(Clone, Copy)]
+pub(crate) struct Candidate {
+    /// The object's birth (or, for a tombstone, its segment's): the copy order.
+    pub birth: u64,
+    pub at: LogRef,
+    /// An object's key hash, or the segment a tombstone names.
+    pub hash_or_target: u64,
+    /// Entry bytes (entries are at most half a segment, ≤ 128 MiB).
+    pub len: u32,
+    /// Index of the victim holding it.
+    pub victim: u16,
+    pub kind: EntryType,
+}
+
+impl Candidate {
+    fn new(birth: u64, e: &Found, victim: u16, hash_or_target: u64) -> Self {
+        Self {
+            birth,
+            at: e.at,
+            hash_or_target,
+            // `Log::new` caps entries at half a segment, and segments at 256 MiB.
+            len: e.len as u32,
+            victim,
+            kind: e.kind,
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<Candidate>() == 32);
+const _: () = assert!(MAX_SEGMENTS_PER_COMBINED_PASS <= u16::MAX as usize);
+
+/// Bytes of the combined pass's work list per byte of log memory: 1/32 (3%),
+/// enough for about a segment of 100-byte objects per 32 MiB of memory. The list
+/// may pass it by one victim's entries (it is checked between victims).
+pub const COMBINED_WORK_LIST_SHARE: usize = 32;
+
+/// Entries a combined pass's work list takes before it stops taking victims: see
+/// [`COMBINED_WORK_LIST_SHARE`]; at least 64 Ki entries (2 MiB).
+pub fn combined_work_list_entries(memory_bytes: usize) -> usize {
+    (memory_bytes / COMBINED_WORK_LIST_SHARE / std::mem::size_of::<Candidate>()).max(1 << 16)
+}
+
 impl Log {
     /// The balancer's view of the log right now.
     pub fn balancer_input(&self) -> BalancerInput {
@@ -311,7 +356,7 @@ impl Log {
                 .compaction
                 .then(|| self.pool.reserves().cleaner_seglets),
         );
-        let (victims, keep_estimate) = self.pick_for_combined(head_id, budget_seglets)?;
+        let (mut victims, keep_estimate) = self.pick_for_combined(head_id, budget_seglets)?;
         // Take the survivors' seglets now, before the scan (module doc): the budget
         // above includes free seglets that writers may take while the victims are
         // read, and a pass that found out only after reading 32 segments would
@@ -330,8 +375,10 @@ impl Log {
             self.release_victims(&victims);
             return None;
         }
-        let victim_ids: Vec<u64> = victims.iter().map(|m| m.id).collect();
-        let live_ids = self.live_segment_ids(&victim_ids);
+        // Every segment in the log, victims included: a tombstone naming a victim
+        // dies with it, but which victims this pass keeps is known only after the
+        // scan (the work list may fill first, below).
+        let in_log = self.live_segment_ids(&[]);
         // A writer appends under the head lock but publishes the new reference in the
         // hash table afterwards. If the head rolled in between, a victim can hold an
         // object that the lock-free liveness check below would call dead. Every such
@@ -339,56 +386,74 @@ impl Log {
         self.wait_for_operations();
 
         // Live entries, oldest first: segregating old from young data makes later
-        // cleaning cheaper (L§4.3).
-        // Each live entry with its birth, the victim holding it and, for an object, its
-        // hash (for a tombstone, the segment it names). Objects are checked in batches
-        // whose buckets are prefetched first.
-        let mut found: Vec<(u64, Found, u64, u64)> = Vec::new();
+        // cleaning cheaper (L§4.3). The work list holds 32 bytes per entry and stops
+        // taking victims once it holds `combined_work_list_entries`, so memory outside
+        // the log stays bounded (docs/design-notes.md "Memory outside the log");
+        // victims not scanned go back.
+        // Objects are checked in batches whose buckets are prefetched first.
+        let max_entries = combined_work_list_entries(self.config.memory_bytes);
+        let mut found: Vec<Candidate> = Vec::new();
         let mut tombstones_dropped = 0u64;
-        let mut batch: Vec<(Found, ObjectView<'_>, u64, u64)> =
-            Vec::with_capacity(RELOCATION_BATCH);
-        let check_batch = |batch: &mut Vec<(Found, ObjectView<'_>, u64, u64)>,
-                           found: &mut Vec<_>| {
-            for (e, view, hash, victim) in batch.drain(..) {
-                if relocator.is_live(&view, hash) {
-                    found.push((view.birth(), e, victim, hash));
+        let mut batch: Vec<(Candidate, ObjectView<'_>)> = Vec::with_capacity(RELOCATION_BATCH);
+        let check_batch = |batch: &mut Vec<(Candidate, ObjectView<'_>)>,
+                           found: &mut Vec<Candidate>| {
+            for (c, view) in batch.drain(..) {
+                if relocator.is_live(&view, c.hash_or_target) {
+                    found.push(c);
                 }
             }
         };
-        for m in &victims {
+        let mut scanned = 0;
+        for (index, m) in victims.iter().enumerate() {
+            if found.len() >= max_entries {
+                break;
+            }
+            scanned = index + 1;
+            // At most MAX_SEGMENTS_PER_COMBINED_PASS (32) victims.
+            let victim = index as u16;
             for e in self.entries(m) {
-                match e.kind {
-                    EntryType::Object => {
-                        if let ScannedLayout::Object(layout) = e.layout {
-                            let view = self.object_with_layout(e.at, layout);
-                            let hash = relocator.hash(&view);
-                            relocator.prefetch(hash);
-                            batch.push((e, view, hash, m.id));
-                            if batch.len() == RELOCATION_BATCH {
-                                check_batch(&mut batch, &mut found);
-                            }
+                match (e.kind, e.layout) {
+                    (EntryType::Object, ScannedLayout::Object(layout)) => {
+                        let view = self.object_with_layout(e.at, layout);
+                        let hash = relocator.hash(&view);
+                        relocator.prefetch(hash);
+                        let c = Candidate::new(view.birth(), &e, victim, hash);
+                        batch.push((c, view));
+                        if batch.len() == RELOCATION_BATCH {
+                            check_batch(&mut batch, &mut found);
                         }
                     }
-                    EntryType::Tombstone => match e.layout {
-                        ScannedLayout::Tombstone(t) if live_ids.contains(&t.segment_id) => {
-                            found.push((m.created_at, e, m.id, t.segment_id));
-                        }
-                        _ => tombstones_dropped += 1,
-                    },
+                    (EntryType::Tombstone, ScannedLayout::Tombstone(t))
+                        if in_log.contains(&t.segment_id) =>
+                    {
+                        found.push(Candidate::new(m.created_at, &e, victim, t.segment_id));
+                    }
+                    (EntryType::Tombstone, _) => tombstones_dropped += 1,
                     _ => {}
                 }
             }
         }
         check_batch(&mut batch, &mut found);
+        if scanned < victims.len() {
+            let rest = victims.split_off(scanned);
+            self.release_victims(&rest);
+        }
+        let victim_ids: Vec<u64> = victims.iter().map(|m| m.id).collect();
+        // Tombstones naming a segment that leaves with this pass die with it.
+        found.retain(|c| {
+            let dies = c.kind == EntryType::Tombstone && victim_ids.contains(&c.hash_or_target);
+            tombstones_dropped += u64::from(dies);
+            !dies
+        });
         // Unstable: entries of equal birth may go in any order, and the in-place sort
-        // moves less memory than a merge sort of these wide tuples.
-        found.sort_unstable_by_key(|&(birth, ..)| birth);
+        // moves less memory than a merge sort.
+        found.sort_unstable_by_key(|c| c.birth);
 
         // Never run a pass that uses more memory than it frees (L§7,
         // `balancer::combined_pass_pays`). The stash is a safe upper bound for
         // allocation; the gain is judged on the survivors' size as packed
         // (`survivor_seglets_expected`, which the real packing never exceeds).
-        let lens = || found.iter().map(|(_, e, ..)| e.len);
+        let lens = || found.iter().map(|c| c.len as usize);
         let stash_seglets = self.survivor_seglets_for(lens());
         let expected_seglets = self.survivor_seglets_expected(lens());
         let victim_seglets: usize = victims.iter().map(|m| m.seglets.len()).sum();
@@ -421,45 +486,50 @@ impl Log {
         let mut survivors: Vec<SegmentWriter> = Vec::new();
         let mut copied = 0u64;
         let mut moved_tombstones: Vec<(u64, u64, u64, u32, u64)> = Vec::new();
-        for (i, &(_, ref e, victim, hash_or_target)) in found.iter().enumerate() {
+        for (i, c) in found.iter().enumerate() {
             // Survivors are written in age order, so consecutive objects hit random
             // buckets: start loading a later one's bucket now.
-            if let Some((_, ahead, _, hash)) = found.get(i + RELOCATION_BATCH) {
+            if let Some(ahead) = found.get(i + RELOCATION_BATCH) {
                 if ahead.kind == EntryType::Object {
-                    relocator.prefetch(*hash);
+                    relocator.prefetch(ahead.hash_or_target);
                 }
             }
-            let need_new = survivors.last().is_none_or(|w| w.room() < e.len);
+            let len = c.len as usize;
+            let need_new = survivors.last().is_none_or(|w| w.room() < len);
             if need_new {
                 survivors.push(self.open_survivor());
             }
             let Some(w) = survivors.last_mut() else {
                 unreachable!("a survivor was just opened")
             };
-            self.attach_from_stash(w, e.len, &mut stash);
-            match e.kind {
+            self.attach_from_stash(w, len, &mut stash);
+            match c.kind {
                 EntryType::Object => {
-                    let ScannedLayout::Object(layout) = e.layout else {
+                    // Parsed again here rather than kept from the scan: the work
+                    // list stays at 32 bytes an entry, and the copy reads these
+                    // bytes next anyway. The scan parsed it, so it parses.
+                    let Ok(view) = self.object(c.at) else {
+                        debug_assert!(false, "an object parsed by the scan did not parse again");
                         continue;
                     };
-                    let view = self.object_with_layout(e.at, layout);
                     let slot = w.slot;
                     // Counted inside the copy, under the bucket lock: once the lock is
                     // released a writer may already count the copy dead.
-                    let moved = relocator.relocate(&view, hash_or_target, &mut || {
-                        let at = self.copy_entry(e.at, e.len, w);
-                        self.survivor_bytes_added(slot, e.len, false);
+                    let moved = relocator.relocate(&view, c.hash_or_target, &mut || {
+                        let at = self.copy_entry(c.at, len, w);
+                        self.survivor_bytes_added(slot, len, false);
                         at
                     });
                     if moved {
-                        copied += e.len as u64;
+                        copied += len as u64;
                     }
                 }
                 _ => {
-                    self.copy_entry(e.at, e.len, w);
-                    self.survivor_bytes_added(w.slot, e.len, true);
-                    moved_tombstones.push((hash_or_target, victim, w.id, w.slot, e.len as u64));
-                    copied += e.len as u64;
+                    self.copy_entry(c.at, len, w);
+                    self.survivor_bytes_added(w.slot, len, true);
+                    let victim = victims[c.victim as usize].id;
+                    moved_tombstones.push((c.hash_or_target, victim, w.id, w.slot, len as u64));
+                    copied += len as u64;
                 }
             }
         }

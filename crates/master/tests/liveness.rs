@@ -325,3 +325,47 @@ fn write_beyond_memory_answers_no_space_and_deletes_make_room() {
         assert_eq!(got, value(i, 0, 1_000));
     }
 }
+
+/// A combined pass's work list is bounded (docs/design-notes.md "Memory outside
+/// the log"): over segments of tiny objects it stops taking victims once the list
+/// is full, gives the rest back, and loses nothing.
+#[test]
+fn combined_pass_work_list_stops_at_its_bound() {
+    let case = Case {
+        seed: 5,
+        memory_bytes: 64 << 20,
+        segment_bytes: 8 << 20,
+        value_bytes: 0,
+        utilization: 0.5,
+        delete_share: 0.0,
+        compaction: true,
+    };
+    let s = store(&case);
+    let rules = RejectRules::default();
+    let mut n = 0u64;
+    // Three segments' worth of ~30-byte objects: ~250,000 entries each.
+    while s.stats().log.segments < 4 {
+        s.write(TABLE, &key(n), b"", &rules).expect("room");
+        n += 1;
+    }
+    // Delete 60% of them, so every segment is worth cleaning.
+    let kept = |i: u64| i % 5 < 2;
+    for i in (0..n).filter(|&i| !kept(i)) {
+        s.remove(TABLE, &key(i), &rules).expect("delete");
+    }
+    s.log().roll_head_now();
+    let bound = ramstore_log::cleaner::combined_work_list_entries(case.memory_bytes);
+    let (_, pass) = s
+        .clean_now(Some(ramstore_log::CleanKind::Combined))
+        .expect("a combined pass runs");
+    // One victim holds ~100,000 live entries, more than the bound of 65,536.
+    assert!(bound < 100_000, "bound {bound}");
+    assert_eq!(pass.segments, 1, "the pass took more victims than its list holds: {pass:?}");
+    let mut got = Vec::new();
+    for i in (0..n).filter(|&i| kept(i)) {
+        s.read(TABLE, &key(i), &mut got).expect("kept object");
+    }
+    s.log()
+        .verify_tombstone_accounting()
+        .expect("tombstone accounting");
+}
