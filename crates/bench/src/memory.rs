@@ -367,6 +367,7 @@ pub fn run_ramstore_child(args: &ChildArgs) -> anyhow::Result<()> {
         live_target: args.live_bytes,
         alloc_bytes: args.alloc_bytes,
         seed: args.seed,
+        key_bytes: None,
     };
     let mut live = prefaulted_live_vec(args.max_objects);
     let rss_before = report::rss_bytes()?;
@@ -537,6 +538,7 @@ pub fn run_baseline_child(args: &ChildArgs) -> anyhow::Result<()> {
         live_target: args.live_bytes,
         alloc_bytes: args.alloc_bytes,
         seed: args.seed,
+        key_bytes: None,
     };
     let mut live = prefaulted_live_vec(args.max_objects);
     let rss_before = report::rss_bytes()?;
@@ -714,6 +716,7 @@ pub fn run(args: &MemoryArgs) -> anyhow::Result<()> {
             live_target,
             alloc_bytes,
             seed: args.seed,
+            key_bytes: None,
         };
         let t = Instant::now();
         let sizing = size_workload(spec, scale, segment_bytes);

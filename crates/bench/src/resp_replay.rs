@@ -164,6 +164,7 @@ pub fn run(args: &RespReplayArgs) -> anyhow::Result<()> {
         live_target: args.live_mib * MIB,
         alloc_bytes: args.alloc_mib * MIB,
         seed: args.seed,
+        key_bytes: Some(KEY_BYTES),
     };
     Generator::new(spec, args.seed, &mut live).run(spec, scale, &mut exec)?;
     exec.flush()?;

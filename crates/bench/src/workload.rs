@@ -170,6 +170,8 @@ pub struct Scale {
     /// Key + value bytes allocated in each allocation phase.
     pub alloc_bytes: u64,
     pub seed: u64,
+    /// Every key this long instead of 8–30 bytes at random (`resp-replay`).
+    pub key_bytes: Option<usize>,
 }
 
 /// What a run did.
@@ -246,7 +248,10 @@ impl<'a> Generator<'a> {
         let mut allocated = 0u64;
         while allocated < scale.alloc_bytes {
             let value_len = dist.sample(&mut self.rng) as usize;
-            let key_len = self.rng.gen_range(MIN_KEY..=MAX_KEY);
+            let key_len = match scale.key_bytes {
+                Some(n) => n.clamp(MIN_KEY, MAX_KEY),
+                None => self.rng.gen_range(MIN_KEY..=MAX_KEY),
+            };
             let size = (key_len + value_len) as u64;
             while self.live_kv + size > scale.live_target && !self.live.is_empty() {
                 self.delete_random(exec)?;
