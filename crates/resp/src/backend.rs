@@ -472,3 +472,27 @@ fn client_error(status: Status, text: String) -> StoreError {
         _ => StoreError::BadAnswer(text),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resp_message_out_of_memory_is_redis_oom() {
+        let local = StoreError::OutOfMemory("this server's log stayed full".into());
+        assert!(local.resp_message().starts_with(OOM_MESSAGE), "{local:?}");
+        let forwarded = StoreError::Client(ClientError::NoSpace {
+            server: "10.0.0.9:11101".into(),
+            waited: Duration::from_secs(3),
+        });
+        let line = forwarded.resp_message();
+        assert!(line.starts_with("OOM "), "{line}");
+        assert!(line.contains("10.0.0.9:11101"), "{line}");
+    }
+
+    #[test]
+    fn final_result_of_a_failed_no_space_is_out_of_memory() {
+        let r: Result<(), StoreError> = final_result(Direct::Failed(Status::NoSpace));
+        assert!(matches!(r, Err(StoreError::OutOfMemory(_))), "{r:?}");
+    }
+}

@@ -356,5 +356,8 @@ async fn write_local_full_log_is_retried_then_out_of_memory_and_removes_still_wo
         now(m.remove_local(TABLE, &written[0])),
         Direct::Done(Some(_))
     ));
-    assert!(m.full_log().refusing_for(std::time::Instant::now()).is_some());
+    assert!(m
+        .full_log()
+        .refusing_for(std::time::Instant::now())
+        .is_some());
 }
