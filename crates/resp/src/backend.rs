@@ -19,7 +19,10 @@
 //! patience it answers a refused write as final ([`Direct::Failed`] with
 //! NO_SPACE), so the later writes of a pipeline are answered `-OOM` at once
 //! instead of each waiting out the patience again. Deletes need no free memory
-//! beyond the log's reserve and keep working.
+//! beyond the log's reserve and keep working; a delete that finds the reserve
+//! used up is never final at once (the master answers it "not now" however long
+//! it has refused writes), since waiting for the cleaner to reclaim what earlier
+//! deletes freed is what makes room.
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -158,7 +158,10 @@ impl StorageService {
             Err(WriteError::NoSpace) => {
                 let now = Instant::now();
                 let refusing_for = self.full_log.refused(now);
-                if refusing_for >= self.full_log.patience() {
+                // Removes are not cut short: they are what makes room, and the
+                // cleaner reclaims what they free (L§7), so each one keeps its
+                // own bounded wait in the front end.
+                if op != Opcode::Remove && refusing_for >= self.full_log.patience() {
                     // Out of memory, not waiting for the cleaner: answer now, so
                     // a pipeline does not wait the patience once per write.
                     Direct::Failed(Status::NoSpace)
