@@ -81,6 +81,9 @@ pub struct DevOptions {
     /// How long the Redis front end's event loop polls before sleeping, in µs
     /// (see `ramstore_resp::poller`).
     pub resp_poll_us: u64,
+    /// How long a write refused for lack of memory is retried, in ms
+    /// (`ServerOptions::no_space_wait_ms`).
+    pub no_space_wait_ms: u64,
 }
 
 /// The exit code of a `ramstore server` that learned it was declared crashed
@@ -163,6 +166,7 @@ pub async fn dev(o: DevOptions) -> Result<()> {
             backup_frames: o.backup_frames,
             replicas,
             monitor: o.monitor,
+            no_space_wait_ms: o.no_space_wait_ms,
             ..ServerOptions::new(coordinator_addr.clone())
         };
         starting.push((i, listen, tokio::spawn(ramstore_server::start(options))));
@@ -243,9 +247,18 @@ async fn start_dev_resp(
     require_pass: Option<String>,
     poll_before_sleep_us: u64,
 ) -> Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
-    let client = ramstore_client::Client::connect(ramstore_client::ClientOptions::new(coordinator))
-        .await
-        .context("connecting the Redis front end's client")?;
+    // Every dev server has the same patience (`--no-space-wait-ms`).
+    let no_space_wait = servers.first().map_or(
+        std::time::Duration::from_millis(ramstore_server::DEFAULT_NO_SPACE_WAIT_MS),
+        |s| s.service.full_log().patience(),
+    );
+    let client = ramstore_client::Client::connect(ramstore_client::ClientOptions {
+        // Forwarded writes give up on a full log as soon as local ones do.
+        no_space_patience: no_space_wait,
+        ..ramstore_client::ClientOptions::new(coordinator)
+    })
+    .await
+    .context("connecting the Redis front end's client")?;
     let db0 = client
         .create_table("db0", 1)
         .await
@@ -263,7 +276,8 @@ async fn start_dev_resp(
         .or(servers.first())
         .context("no storage server to serve the Redis protocol")?;
     let local = ramstore_server::storage_server::local_master(server.service.clone());
-    let backend = ramstore_resp::Backend::new(Some(local), client, 1);
+    let backend =
+        ramstore_resp::Backend::new(Some(local), client, 1).with_no_space_patience(no_space_wait);
     let config = ramstore_resp::RespConfig {
         require_pass,
         port,

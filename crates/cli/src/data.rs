@@ -35,6 +35,9 @@ fn explain(e: ClientError) -> anyhow::Error {
         ClientError::TooLarge(what) => {
             anyhow::anyhow!("too large: {what} (keys ≤ 65,535 bytes, values ≤ 1 MiB)")
         }
+        e @ ClientError::NoSpace { .. } => {
+            anyhow::anyhow!("{e}; see `ramstore status` (REFUSING WRITES)")
+        }
         e => anyhow::anyhow!("{e}"),
     }
 }
@@ -279,6 +282,8 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         .filter_map(|(k, v)| Some((k.strip_prefix("server.")?.parse().ok()?, v)))
         .collect();
     servers.sort();
+    // Servers refusing writes for lack of memory, told after the table.
+    let mut refusing = Vec::new();
     for (id, v) in servers {
         let mut parts = v.split_whitespace();
         let address = parts.next().unwrap_or("?");
@@ -300,6 +305,9 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
             (Some(l), Some(m)) if m > 0 => format!("{:.1}%", 100.0 * l as f64 / m as f64),
             _ => "-".into(),
         };
+        if num("refusing_writes") == Some(1) {
+            refusing.push(refusing_line(id, address, &server));
+        }
         let state = if state == "up" && server.is_empty() {
             "unreachable"
         } else {
@@ -319,6 +327,9 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         table_list(&stats).len(),
         map.len()
     );
+    for line in refusing {
+        println!("{line}");
+    }
     // Recoveries in progress, after the summary (scripts read the rows above).
     for (key, value) in &stats {
         if let Some(id) = key.strip_prefix("recovery.") {
@@ -326,6 +337,18 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The line `ramstore status` prints for a server whose log is refusing writes
+/// (GetServerStats `refusing_writes=1`).
+fn refusing_line(id: u64, address: &str, server: &BTreeMap<String, String>) -> String {
+    let get = |key: &str| server.get(key).map_or("?", |s| s.as_str());
+    format!(
+        "REFUSING WRITES: server {id} ({address}): its log is full (NO_SPACE for {} ms, {} \
+         NO_SPACE answers so far); delete data or add servers",
+        get("refusing_writes_ms"),
+        get("no_space_answers")
+    )
 }
 
 /// `ramstore crash-server ID`.
@@ -346,6 +369,21 @@ mod tests {
             .split_whitespace()
             .map(String::from)
             .collect()
+    }
+
+    #[test]
+    fn refusing_line_names_the_server_and_how_long() {
+        let server =
+            parse_stats("refusing_writes=1\nrefusing_writes_ms=4200\nno_space_answers=17\n");
+        let line = refusing_line(3, "10.0.0.3:11101", &server);
+        assert!(
+            line.starts_with("REFUSING WRITES: server 3 (10.0.0.3:11101)"),
+            "{line}"
+        );
+        assert!(
+            line.contains("4200 ms") && line.contains("17 NO_SPACE"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -175,6 +175,11 @@ enum Command {
         #[arg(long, value_name = "US", default_value_t = ramstore_resp::DEFAULT_POLL_BEFORE_SLEEP_US,
               value_parser = clap::value_parser!(u64).range(0..=ramstore_resp::MAX_POLL_BEFORE_SLEEP_US))]
         resp_poll_us: u64,
+        /// How long a write refused because the log is full is retried before
+        /// Redis clients get -OOM, in ms (see `ramstore server --help`).
+        #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_NO_SPACE_WAIT_MS,
+              value_parser = clap::value_parser!(u64).range(0..=ramstore_server::MAX_NO_SPACE_WAIT_MS))]
+        no_space_wait_ms: u64,
     },
     /// Run a coordinator. With an etcd store, coordinators elect one active
     /// coordinator through a lease in etcd; the others stand by and take over when
@@ -288,6 +293,13 @@ enum Command {
         #[arg(long, default_value_t = ramstore_server::DEFAULT_MAX_CONNECTIONS as u32,
               value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
         max_connections: u32,
+        /// How long a write refused because the log is full is retried before
+        /// Redis clients get -OOM, in ms; once the log has refused writes for this
+        /// long, refused writes get -OOM at once. Also the forwarded writes'
+        /// patience (0: answer -OOM at the first refusal).
+        #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_NO_SPACE_WAIT_MS,
+              value_parser = clap::value_parser!(u64).range(0..=ramstore_server::MAX_NO_SPACE_WAIT_MS))]
+        no_space_wait_ms: u64,
     },
     /// Create a table (no-op if it exists).
     CreateTable {
@@ -463,8 +475,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             resp_port,
             requirepass,
             resp_poll_us,
+            no_space_wait_ms,
         } => runtime()?.block_on(cluster::dev(cluster::DevOptions {
             resp_poll_us,
+            no_space_wait_ms,
             resp_port,
             require_pass: requirepass,
             replicas: replicas.into(),
@@ -511,8 +525,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             resp_table_span,
             resp_poll_us,
             max_connections,
+            no_space_wait_ms,
         } => runtime()?.block_on(cluster::server(ServerOptions {
             resp_poll_us,
+            no_space_wait_ms,
             max_connections: max_connections as usize,
             resp_listen,
             resp_require_pass: requirepass,

@@ -246,7 +246,8 @@ impl Inner {
         encode: impl Fn(&mut Vec<u8>) -> Result<(), WireError>,
         parse: impl FnOnce(Response<'_>) -> Option<T>,
     ) -> Result<T, ClientError> {
-        let mut retry = Retrier::new(self.options.operation_deadline);
+        let mut retry = Retrier::new(self.options.operation_deadline)
+            .with_no_space_patience(self.options.no_space_patience);
         loop {
             let Some(deadline) = retry.attempt_deadline(self.options.rpc_deadline) else {
                 return Err(retry.deadline_exceeded());
@@ -293,6 +294,10 @@ impl Inner {
                 Outcome::Fail(e) => return Err(e),
                 Outcome::RetryAfter(ms) => retry.wait_as_told(ms).await,
                 Outcome::BackOff => retry.back_off().await,
+                Outcome::NoSpace => match retry.no_space(&addr) {
+                    Some(e) => return Err(e),
+                    None => retry.back_off().await,
+                },
                 Outcome::RefreshMap => {
                     match self.refresh_noting(&mut retry, route.seen_refreshes).await {
                         // The map changed: the tablet has likely moved; go now.
@@ -428,9 +433,10 @@ impl Inner {
             match Outcome::of_body(&body) {
                 Outcome::Fail(e) => return Err(e),
                 Outcome::RetryAfter(ms) => retry.wait_as_told(ms).await,
-                Outcome::BackOff | Outcome::RefreshMap | Outcome::RefreshAndBackOff => {
-                    retry.back_off().await
-                }
+                Outcome::BackOff
+                | Outcome::NoSpace
+                | Outcome::RefreshMap
+                | Outcome::RefreshAndBackOff => retry.back_off().await,
             }
         }
     }

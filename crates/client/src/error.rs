@@ -7,8 +7,9 @@ use std::time::Duration;
 use ramstore_wire::{ErrorBody, Status, WireError};
 
 /// An outcome the caller must handle. Everything else (tablet moved, server not up,
-/// retry-later, log full, lost connections) is retried inside the client until the
-/// operation deadline ([`crate::ClientOptions::operation_deadline`]).
+/// retry-later, lost connections) is retried inside the client until the
+/// operation deadline ([`crate::ClientOptions::operation_deadline`]); a full log
+/// only for [`crate::ClientOptions::no_space_patience`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
@@ -44,6 +45,17 @@ pub enum ClientError {
         elapsed: Duration,
         last_attempt: String,
     },
+    /// A master's log stayed full (NO_SPACE) for the whole
+    /// [`crate::ClientOptions::no_space_patience`]: its live data does not leave
+    /// room for this write. Deletes still work there and free space once the
+    /// cleaner has run (L§7). The last attempt was not applied; as with every
+    /// retried operation, an earlier attempt whose answer was lost may have been
+    /// (at-least-once, see the crate doc).
+    #[error(
+        "out of memory: the log of the server at {server} is full and has refused \
+         writes for {waited:?} (delete data or add servers)"
+    )]
+    NoSpace { server: String, waited: Duration },
     /// The coordinator could not be reached (message: "cannot reach coordinator at
     /// ADDR: why").
     #[error("{0}")]
@@ -65,8 +77,11 @@ pub(crate) enum Outcome {
     /// SERVER_NOT_UP: refresh the map (the tablet may be recovering elsewhere) and
     /// back off.
     RefreshAndBackOff,
-    /// NO_SPACE (log full) and the like: back off and retry.
+    /// RETRY without a delay and the like: back off and retry.
     BackOff,
+    /// NO_SPACE (the log is full): back off and retry, but only for
+    /// [`crate::ClientOptions::no_space_patience`].
+    NoSpace,
 }
 
 impl Outcome {
@@ -109,7 +124,7 @@ impl Outcome {
             Status::Internal => ClientError::Internal(text("server error")),
             Status::UnknownTablet => return Outcome::RefreshMap,
             Status::ServerNotUp => return Outcome::RefreshAndBackOff,
-            Status::NoSpace => return Outcome::BackOff,
+            Status::NoSpace => return Outcome::NoSpace,
             // Under a per-item status RETRY carries no delay: back off.
             Status::Retry => return Outcome::BackOff,
             Status::Ok => ClientError::Internal("an error response with status OK".into()),
@@ -150,7 +165,10 @@ mod tests {
             let outcome = Outcome::of_status(status, 7, "");
             let retried = matches!(
                 outcome,
-                Outcome::RefreshMap | Outcome::RefreshAndBackOff | Outcome::BackOff
+                Outcome::RefreshMap
+                    | Outcome::RefreshAndBackOff
+                    | Outcome::BackOff
+                    | Outcome::NoSpace
             );
             assert_eq!(
                 retried,
@@ -169,6 +187,7 @@ mod tests {
             Outcome::of_body(&ErrorBody::Retry { delay_ms: 3 }),
             Outcome::RetryAfter(3)
         );
+        assert_eq!(Outcome::of_status(Status::NoSpace, 0, ""), Outcome::NoSpace);
     }
 
     #[test]

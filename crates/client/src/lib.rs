@@ -53,9 +53,11 @@
 //! Errors are only the outcomes a caller must handle ([`ClientError`]). Everything
 //! else is retried inside, with exponential backoff and jitter, until
 //! [`ClientOptions::operation_deadline`] (30 s by default): RETRY (after the delay
-//! the server asked for), NO_SPACE (a master's log is full until its cleaner runs),
-//! UNKNOWN_TABLET (after refreshing the map), SERVER_NOT_UP and transport errors
-//! (after refreshing the map, with backoff). Each attempt may take at most
+//! the server asked for), UNKNOWN_TABLET (after refreshing the map), SERVER_NOT_UP
+//! and transport errors (after refreshing the map, with backoff). NO_SPACE (a
+//! master's log is full until its cleaner runs, L§7) is retried only for
+//! [`ClientOptions::no_space_patience`] (3 s by default) from the first one; then
+//! the operation fails with [`ClientError::NoSpace`], which names the full server. Each attempt may take at most
 //! [`ClientOptions::rpc_deadline`] (2 s). When the operation deadline passes the
 //! result is [`ClientError::DeadlineExceeded`], whose message says what was tried
 //! last and why it failed.
@@ -103,7 +105,10 @@ pub use client::{key_hash, Client, PingReply};
 pub use enumerate::{EnumeratedObject, Enumeration, ENUMERATE_BATCH_BYTES};
 pub use error::ClientError;
 pub use multi::{MultiRemoveOp, MultiWriteOp};
-pub use options::{ClientOptions, DEFAULT_OPERATION_DEADLINE_MS, DEFAULT_RPC_DEADLINE_MS};
+pub use options::{
+    ClientOptions, DEFAULT_NO_SPACE_PATIENCE_MS, DEFAULT_OPERATION_DEADLINE_MS,
+    DEFAULT_RPC_DEADLINE_MS,
+};
 pub use ramstore_wire::BackupWriteFlags;
 pub use retry::{BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, RETRY_DELAY_MAX_MS};
 pub use rules::RejectRules;

@@ -330,7 +330,7 @@ impl NextRound {
                 self.refresh = true;
                 self.back_off = true;
             }
-            Outcome::BackOff => self.back_off = true,
+            Outcome::BackOff | Outcome::NoSpace => self.back_off = true,
         }
     }
 }
@@ -343,7 +343,8 @@ impl Inner {
             (0..n).map(|_| None).collect();
         let hashes: Vec<u64> = (0..n).map(|i| key_hash(spec.target(i).1)).collect();
         let mut pending: Vec<usize> = (0..n).collect();
-        let mut retry = Retrier::new(self.options.operation_deadline);
+        let mut retry = Retrier::new(self.options.operation_deadline)
+            .with_no_space_patience(self.options.no_space_patience);
         let op = S::OPCODE;
         while !pending.is_empty() {
             let Some(deadline) = retry.attempt_deadline(self.options.rpc_deadline) else {
@@ -466,6 +467,10 @@ impl Inner {
                     retry.note(format!("{}: {}", what(), describe_body(&body)));
                     match Outcome::of_body(&body) {
                         Outcome::Fail(e) => whole(e, &mut results),
+                        Outcome::NoSpace => match retry.no_space(&chunk.addr) {
+                            Some(e) => whole(e, &mut results),
+                            None => next.add(&Outcome::NoSpace),
+                        },
                         outcome => next.add(&outcome),
                     }
                     continue;
@@ -482,6 +487,13 @@ impl Inner {
                         ItemResult::Failed(status, version) => {
                             match Outcome::of_status(status, version, "") {
                                 Outcome::Fail(e) => results[i] = Some(Err(e)),
+                                Outcome::NoSpace => {
+                                    retry.note(format!("{}: {status} for item {i}", what()));
+                                    match retry.no_space(&chunk.addr) {
+                                        Some(e) => results[i] = Some(Err(e)),
+                                        None => next.add(&Outcome::NoSpace),
+                                    }
+                                }
                                 outcome => {
                                     retry.note(format!("{}: {status} for item {i}", what()));
                                     next.add(&outcome);

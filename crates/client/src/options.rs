@@ -7,7 +7,11 @@ pub const DEFAULT_RPC_DEADLINE_MS: u64 = 2_000;
 /// Default overall deadline ([`ClientOptions::operation_deadline`]).
 pub const DEFAULT_OPERATION_DEADLINE_MS: u64 = 30_000;
 
+/// Default time a write keeps retrying a full log ([`ClientOptions::no_space_patience`]).
+pub const DEFAULT_NO_SPACE_PATIENCE_MS: u64 = 3_000;
+
 const _: () = assert!(DEFAULT_RPC_DEADLINE_MS <= DEFAULT_OPERATION_DEADLINE_MS);
+const _: () = assert!(DEFAULT_NO_SPACE_PATIENCE_MS <= DEFAULT_OPERATION_DEADLINE_MS);
 
 /// Where the coordinator is and how long operations may take.
 ///
@@ -33,6 +37,13 @@ pub struct ClientOptions {
     /// How long a whole operation may take, retries included, before it fails with
     /// [`crate::ClientError::DeadlineExceeded`] (default 30 s).
     pub operation_deadline: Duration,
+    /// How long an operation keeps retrying NO_SPACE answers (a master's log is
+    /// full, L§7) from the first one before it fails with
+    /// [`crate::ClientError::NoSpace`] (default 3 s). Long enough for a cleaner
+    /// that is catching up; a log whose live data does not fit stays full, and a
+    /// caller should hear so rather than wait out the whole operation deadline.
+    /// Values above [`Self::operation_deadline`] act as the operation deadline.
+    pub no_space_patience: Duration,
 }
 
 impl ClientOptions {
@@ -57,6 +68,7 @@ impl ClientOptions {
             coordinator: coordinator.into(),
             rpc_deadline: Duration::from_millis(DEFAULT_RPC_DEADLINE_MS),
             operation_deadline: Duration::from_millis(DEFAULT_OPERATION_DEADLINE_MS),
+            no_space_patience: Duration::from_millis(DEFAULT_NO_SPACE_PATIENCE_MS),
         }
     }
 

@@ -26,6 +26,10 @@ pub(crate) struct Retrier {
     deadline: Instant,
     backoff_ms: u64,
     last: String,
+    /// How long NO_SPACE answers are retried from the first one.
+    no_space_patience: Duration,
+    /// When this operation first heard NO_SPACE.
+    no_space_since: Option<Instant>,
 }
 
 impl Retrier {
@@ -37,7 +41,33 @@ impl Retrier {
             deadline: start + total,
             backoff_ms: BACKOFF_INITIAL_MS,
             last: String::from("nothing was attempted"),
+            no_space_patience: total,
+            no_space_since: None,
         }
+    }
+
+    /// The same retrier, giving up on a full log after `patience` of NO_SPACE
+    /// answers ([`crate::ClientOptions::no_space_patience`]; without this call,
+    /// NO_SPACE is retried until the operation deadline).
+    pub(crate) fn with_no_space_patience(mut self, patience: Duration) -> Self {
+        self.no_space_patience = patience;
+        self
+    }
+
+    /// Records a NO_SPACE answer from the master at `server`: the error to give up
+    /// with once the operation has heard NO_SPACE for the whole patience, counted
+    /// from the first one, or `None` to back off and try again. The wait is bounded
+    /// from the first refusal, not from the last, so that a log which keeps
+    /// refusing this write while taking smaller ones cannot hold it until the
+    /// operation deadline.
+    pub(crate) fn no_space(&mut self, server: &str) -> Option<ClientError> {
+        let now = Instant::now();
+        let first = *self.no_space_since.get_or_insert(now);
+        let waited = now.saturating_duration_since(first);
+        (waited >= self.no_space_patience).then(|| ClientError::NoSpace {
+            server: server.to_string(),
+            waited,
+        })
     }
 
     /// The deadline for the next attempt (`per_attempt`, cut to what is left), or
@@ -108,5 +138,39 @@ mod tests {
         r.note("read at m1: RETRY".into());
         let e = r.deadline_exceeded();
         assert!(e.to_string().contains("read at m1: RETRY"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn no_space_gives_up_after_the_patience_from_the_first_refusal() {
+        let mut r =
+            Retrier::new(Duration::from_secs(30)).with_no_space_patience(Duration::from_millis(20));
+        assert_eq!(r.no_space("m1:1"), None, "the first refusal is retried");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        match r.no_space("m1:1") {
+            Some(ClientError::NoSpace { server, waited }) => {
+                assert_eq!(server, "m1:1");
+                assert!(waited >= Duration::from_millis(20), "{waited:?}");
+            }
+            other => panic!("expected NoSpace, got {other:?}"),
+        }
+        // The operation itself still has time: only NO_SPACE is cut short.
+        assert!(r.attempt_deadline(Duration::from_secs(2)).is_some());
+    }
+
+    #[tokio::test]
+    async fn no_space_with_zero_patience_fails_at_once() {
+        let mut r = Retrier::new(Duration::from_secs(30)).with_no_space_patience(Duration::ZERO);
+        let e = r
+            .no_space("m2:1")
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("log of the server at m2:1 is full"), "{e}");
+    }
+
+    #[test]
+    fn no_space_without_patience_waits_for_the_operation_deadline() {
+        let mut r = Retrier::new(Duration::from_secs(30));
+        assert_eq!(r.no_space_patience, Duration::from_secs(30));
+        assert_eq!(r.no_space("m3:1"), None);
     }
 }

@@ -10,13 +10,25 @@
 //! commands on the connection see it) and its reply is held until the write is on
 //! all R backups ([`Outcome::Pending`]); pipelined writes thus wait for replication
 //! together, not one after another. Whatever the master does not carry out itself
-//! ([`Direct::Elsewhere`]: not its tablet, not confirmed alive, fenced, out of
-//! space) is forwarded through the client library, i.e. as a native request.
+//! ([`Direct::Elsewhere`]: not its tablet, not confirmed alive, fenced) is
+//! forwarded through the client library, i.e. as a native request.
+//!
+//! A full local log (NO_SPACE, L§7) is retried here, on the local master, with
+//! short sleeps for at most [`Backend::no_space_patience`]; then the command is
+//! answered `-OOM`. Once the master has been refusing writes for longer than that
+//! patience it answers a refused write as final ([`Direct::Failed`] with
+//! NO_SPACE), so the later writes of a pipeline are answered `-OOM` at once
+//! instead of each waiting out the patience again. Deletes need no free memory
+//! beyond the log's reserve and keep working; a delete that finds the reserve
+//! used up is never final at once (the master answers it "not now" however long
+//! it has refused writes), since waiting for the cleaner to reclaim what earlier
+//! deletes freed is what makes room.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use ramstore_client::{Client, ClientError, EnumeratedObject, RejectRules};
@@ -38,7 +50,15 @@ pub enum StoreError {
     /// The local master answered something that does not fit the request.
     #[error("unexpected answer from the master: {0}")]
     BadAnswer(String),
+    /// The local master's log is full and stayed full for the whole patience
+    /// ([`Backend::no_space_patience`]): the write was not applied.
+    #[error("{0}")]
+    OutOfMemory(String),
 }
+
+/// The start of the error a write refused for lack of memory gets: Redis's own
+/// words, which clients and their users recognise (and some match on).
+pub const OOM_MESSAGE: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 impl StoreError {
     /// The RESP error line (code and message) for this error.
@@ -51,6 +71,10 @@ impl StoreError {
             }
             StoreError::Client(ClientError::TooLarge(what)) => {
                 format!("ERR too large: {what} (keys are at most 64 KiB, values 1 MiB)")
+            }
+            StoreError::OutOfMemory(why) => format!("{OOM_MESSAGE} ramstore: {why}"),
+            StoreError::Client(e @ ClientError::NoSpace { .. }) => {
+                format!("{OOM_MESSAGE} ramstore: {e}")
             }
             _ => format!("ERR {self}"),
         }
@@ -116,10 +140,12 @@ pub enum Direct<T> {
     Done(T),
     /// Refused for a reason the client must hear (TOO_LARGE, INTERNAL, …).
     Failed(Status),
-    /// Not carried out by this master now (UNKNOWN_TABLET, RETRY, SERVER_NOT_UP,
-    /// NO_SPACE), with the master's message: the client library routes and
-    /// retries it. Answered before any replication wait, so the command is
-    /// forwarded in order.
+    /// Not carried out by this master now (UNKNOWN_TABLET, RETRY, SERVER_NOT_UP),
+    /// with the master's message: the client library routes and retries it.
+    /// Answered before any replication wait, so the command is forwarded in
+    /// order. NO_SPACE (the log is full, for now) is retried on the local master
+    /// instead, for at most [`Backend::no_space_patience`]; a master that has
+    /// been refusing writes for longer answers [`Direct::Failed`] with NO_SPACE.
     Elsewhere(Status, &'static str),
 }
 
@@ -173,9 +199,17 @@ pub struct LocalMaster {
 /// Most tables (databases) whose ids are cached.
 pub const MAX_CACHED_TABLES: usize = 1024;
 
+/// First sleep before a write refused NO_SPACE by the local master is tried again.
+pub const NO_SPACE_RETRY_INITIAL_MS: u64 = 1;
+/// The sleeps between tries double up to this: short enough that a cleaner that
+/// freed space is noticed soon, long enough not to spin on a full log.
+pub const NO_SPACE_RETRY_MAX_MS: u64 = 50;
+
 /// The store the commands use. Thread-safe; shared by every connection.
 pub struct Backend {
     local: Option<LocalMaster>,
+    /// How long a write the local master refuses NO_SPACE is retried.
+    no_space_patience: Duration,
     client: Client,
     /// `db{n}` → table id, filled on first use.
     tables: Mutex<HashMap<u32, u64>>,
@@ -189,10 +223,26 @@ impl Backend {
     pub fn new(local: Option<LocalMaster>, client: Client, table_span: u32) -> Self {
         Self {
             local,
+            no_space_patience: Duration::from_millis(ramstore_client::DEFAULT_NO_SPACE_PATIENCE_MS),
             client,
             tables: Mutex::new(HashMap::new()),
             table_span: table_span.max(1),
         }
+    }
+
+    /// The same backend, retrying a write the local master refuses for lack of
+    /// memory (NO_SPACE) for at most `patience` before answering `-OOM`
+    /// (`ramstore server --no-space-wait-ms`; default
+    /// [`ramstore_client::DEFAULT_NO_SPACE_PATIENCE_MS`]).
+    pub fn with_no_space_patience(mut self, patience: Duration) -> Self {
+        self.no_space_patience = patience;
+        self
+    }
+
+    /// How long a write the local master refuses NO_SPACE is retried before it is
+    /// answered `-OOM`.
+    pub fn no_space_patience(&self) -> Duration {
+        self.no_space_patience
     }
 
     /// The id of table `db{db}`, creating the table on first use.
@@ -235,10 +285,12 @@ impl Backend {
 
     /// Runs an operation on the local master (`direct`) if there is one and it
     /// carries it out; otherwise forwards it through the client library
-    /// (`forward`).
+    /// (`forward`). A full local log is waited for here (see the module doc):
+    /// the command holds its place in the pipeline meanwhile, so the commands
+    /// after it still run after it.
     async fn run<T, F, Fut>(
         &self,
-        direct: impl FnOnce(&dyn LocalObjects) -> DirectAnswer<T>,
+        direct: impl Fn(&dyn LocalObjects) -> DirectAnswer<T>,
         forward: F,
     ) -> Outcome<T>
     where
@@ -247,13 +299,32 @@ impl Backend {
         Fut: Future<Output = Result<T, StoreError>>,
     {
         if let Some(local) = &self.local {
-            match direct(local.objects.as_ref()) {
-                DirectAnswer::Now(Direct::Elsewhere(status, why)) => {
-                    tracing::trace!(%status, why, "forwarding a Redis command");
-                }
-                DirectAnswer::Now(d) => return Outcome::Ready(final_result(d)),
-                DirectAnswer::Later(f) => {
-                    return Outcome::Pending(Box::pin(async move { final_result(f.await) }));
+            let mut full_since: Option<std::time::Instant> = None;
+            let mut sleep_ms = NO_SPACE_RETRY_INITIAL_MS;
+            loop {
+                match direct(local.objects.as_ref()) {
+                    DirectAnswer::Now(Direct::Elsewhere(Status::NoSpace, why)) => {
+                        let since = *full_since.get_or_insert_with(std::time::Instant::now);
+                        let waited = since.elapsed();
+                        if waited >= self.no_space_patience {
+                            return Outcome::Ready(Err(StoreError::OutOfMemory(format!(
+                                "this server's log stayed full for {} ms ({why}); deletes \
+                                 still work",
+                                waited.as_millis()
+                            ))));
+                        }
+                        let left = self.no_space_patience - waited;
+                        tokio::time::sleep(Duration::from_millis(sleep_ms).min(left)).await;
+                        sleep_ms = (sleep_ms * 2).min(NO_SPACE_RETRY_MAX_MS);
+                    }
+                    DirectAnswer::Now(Direct::Elsewhere(status, why)) => {
+                        tracing::trace!(%status, why, "forwarding a Redis command");
+                        break;
+                    }
+                    DirectAnswer::Now(d) => return Outcome::Ready(final_result(d)),
+                    DirectAnswer::Later(f) => {
+                        return Outcome::Pending(Box::pin(async move { final_result(f.await) }));
+                    }
                 }
             }
         }
@@ -392,9 +463,39 @@ fn final_result<T>(d: Direct<T>) -> Result<T, StoreError> {
 
 fn client_error(status: Status, text: String) -> StoreError {
     match status {
+        // The master has been refusing writes for longer than its patience.
+        Status::NoSpace => StoreError::OutOfMemory(
+            "this server's log is full and has been refusing writes for longer than \
+             its patience; deletes still work"
+                .into(),
+        ),
         Status::TooLarge => StoreError::Client(ClientError::TooLarge(text)),
         Status::InvalidRequest => StoreError::Client(ClientError::InvalidRequest(text)),
         Status::TableDoesntExist => StoreError::Client(ClientError::TableDoesntExist),
         _ => StoreError::BadAnswer(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resp_message_out_of_memory_is_redis_oom() {
+        let local = StoreError::OutOfMemory("this server's log stayed full".into());
+        assert!(local.resp_message().starts_with(OOM_MESSAGE), "{local:?}");
+        let forwarded = StoreError::Client(ClientError::NoSpace {
+            server: "10.0.0.9:11101".into(),
+            waited: Duration::from_secs(3),
+        });
+        let line = forwarded.resp_message();
+        assert!(line.starts_with("OOM "), "{line}");
+        assert!(line.contains("10.0.0.9:11101"), "{line}");
+    }
+
+    #[test]
+    fn final_result_of_a_failed_no_space_is_out_of_memory() {
+        let r: Result<(), StoreError> = final_result(Direct::Failed(Status::NoSpace));
+        assert!(matches!(r, Err(StoreError::OutOfMemory(_))), "{r:?}");
     }
 }

@@ -1002,7 +1002,7 @@ impl Connection {
                     .to_string()
             };
             text.push_str(&format!(
-                "# Memory\r\nused_memory:{}\r\nramstore_live_object_bytes:{}\r\nramstore_tombstone_bytes:{}\r\nmaxmemory:{}\r\nramstore_objects:{}\r\nramstore_durability:{}\r\n\r\n",
+                "# Memory\r\nused_memory:{}\r\nramstore_live_object_bytes:{}\r\nramstore_tombstone_bytes:{}\r\nmaxmemory:{}\r\nramstore_objects:{}\r\nramstore_durability:{}\r\n",
                 get("live_object_bytes").parse::<u64>().unwrap_or(0)
                     + get("tombstone_bytes").parse::<u64>().unwrap_or(0),
                 get("live_object_bytes"),
@@ -1010,6 +1010,15 @@ impl Connection {
                 get("memory_bytes"),
                 get("objects"),
                 get("durability"),
+            ));
+            // Whether the log refuses writes for lack of memory (writes get -OOM
+            // once it has for longer than the patience), for how long, and the
+            // NO_SPACE answers so far.
+            text.push_str(&format!(
+                "ramstore_refusing_writes:{}\r\nramstore_refusing_writes_ms:{}\r\nramstore_no_space_answers:{}\r\n\r\n",
+                get("refusing_writes"),
+                get("refusing_writes_ms"),
+                get("no_space_answers"),
             ));
         }
         if wants("stats") {

@@ -38,4 +38,4 @@ pub use ramstore_backup::{SyncMode, DEFAULT_OPEN_BUFFERS, MAX_FRAME_COUNT, MAX_O
 pub use ramstore_rpc::DEFAULT_MAX_CONNECTIONS;
 pub use replica_manager::{ReplicaManager, DEFAULT_REPLICAS, MAX_REPLICAS};
 pub use storage_server::{start, ServerError, ServerOptions, StartedServer, DEFAULT_BACKUP_FRAMES};
-pub use storage_service::StorageService;
+pub use storage_service::{StorageService, DEFAULT_NO_SPACE_WAIT_MS, MAX_NO_SPACE_WAIT_MS};

@@ -231,6 +231,35 @@ pub fn render_store(stats: &ramstore_master::StoreStats, out: &mut String) {
     }
 }
 
+/// Appends whether the master is refusing writes for lack of memory (L§7: the log
+/// is full) in Prometheus text: the NO_SPACE answers so far, and 1 while every
+/// write since the last accepted one was refused, with for how long. Clients retry
+/// NO_SPACE for a while, so without these a full log shows only as slow writes.
+pub fn render_full_log(full_log: &crate::storage_service::FullLog, out: &mut String) {
+    let refusing = full_log.refusing_for(std::time::Instant::now());
+    let _ = writeln!(
+        out,
+        "# HELP ramstore_no_space_answers_total Updates answered NO_SPACE (the log was full).\n\
+         # TYPE ramstore_no_space_answers_total counter\n\
+         ramstore_no_space_answers_total {}",
+        full_log.answers()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP ramstore_refusing_writes 1 while the log refuses writes for lack of memory.\n\
+         # TYPE ramstore_refusing_writes gauge\n\
+         ramstore_refusing_writes {}",
+        u8::from(refusing.is_some())
+    );
+    let _ = writeln!(
+        out,
+        "# HELP ramstore_refusing_writes_seconds How long the log has been refusing writes.\n\
+         # TYPE ramstore_refusing_writes_seconds gauge\n\
+         ramstore_refusing_writes_seconds {}",
+        refusing.map_or(0.0, |d| d.as_secs_f64())
+    );
+}
+
 /// Appends a backup store's gauges in Prometheus text.
 pub fn render_backup(stats: &ramstore_backup::BackupStats, out: &mut String) {
     let gauges: [(&str, &str, f64); 7] = [
@@ -280,6 +309,22 @@ pub fn render_backup(stats: &ramstore_backup::BackupStats, out: &mut String) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn render_full_log_shows_refusing_writes() {
+        let full_log = crate::storage_service::FullLog::new(std::time::Duration::from_secs(3));
+        let mut out = String::new();
+        render_full_log(&full_log, &mut out);
+        assert!(out.contains("\nramstore_refusing_writes 0\n"), "{out}");
+        full_log.refused(std::time::Instant::now());
+        let mut out = String::new();
+        render_full_log(&full_log, &mut out);
+        assert!(out.contains("\nramstore_refusing_writes 1\n"), "{out}");
+        assert!(
+            out.contains("\nramstore_no_space_answers_total 1\n"),
+            "{out}"
+        );
+    }
+
     use super::*;
 
     #[test]

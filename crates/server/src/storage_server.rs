@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use crate::backup_service::BackupService;
 use crate::cold_start;
 use crate::failure_monitor::{self, MonitorConfig, ZombieHook};
-use crate::metrics::{render_backup, render_store};
+use crate::metrics::{render_backup, render_full_log, render_store};
 use crate::replica_manager::{ReplicaManager, MAX_REPLICAS};
 use crate::storage_service::StorageService;
 use ramstore_client::BackupClient;
@@ -90,6 +90,12 @@ pub struct ServerOptions {
     /// Client and peer connections served at once; a connection beyond this has
     /// its first request answered RETRY and is closed (`--max-connections`).
     pub max_connections: usize,
+    /// How long a write refused for lack of memory (NO_SPACE, L§7) is retried by
+    /// the Redis front end, and how long the log may refuse writes before refused
+    /// writes are answered `-OOM` at once, in ms (`--no-space-wait-ms`; default
+    /// [`crate::DEFAULT_NO_SPACE_WAIT_MS`], at most
+    /// [`crate::MAX_NO_SPACE_WAIT_MS`]). See `storage_service::FullLog`.
+    pub no_space_wait_ms: u64,
 }
 
 impl ServerOptions {
@@ -117,6 +123,7 @@ impl ServerOptions {
             resp_table_span: 1,
             resp_poll_us: ramstore_resp::DEFAULT_POLL_BEFORE_SLEEP_US,
             max_connections: ramstore_rpc::DEFAULT_MAX_CONNECTIONS,
+            no_space_wait_ms: crate::DEFAULT_NO_SPACE_WAIT_MS,
         }
     }
 
@@ -236,7 +243,10 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         backup: backup.is_some(),
         replicated_log: manager.is_some(),
     };
-    let mut service = StorageService::with_backup(store, backup);
+    // Capped, so that a misconfigured wait cannot outlast the clients' deadlines.
+    let no_space_wait =
+        Duration::from_millis(options.no_space_wait_ms.min(crate::MAX_NO_SPACE_WAIT_MS));
+    let mut service = StorageService::with_backup(store, backup).with_no_space_wait(no_space_wait);
     if let Some(m) = &manager {
         service = service.with_replicas(m.clone());
     }
@@ -365,13 +375,17 @@ async fn start_resp(
     options: &ServerOptions,
     service: Arc<StorageService>,
 ) -> Result<(SocketAddr, JoinHandle<()>), ServerError> {
-    let client = ramstore_client::Client::connect(ramstore_client::ClientOptions::new(
-        options.coordinator.clone(),
-    ))
+    let no_space_wait = service.full_log().patience();
+    let client = ramstore_client::Client::connect(ramstore_client::ClientOptions {
+        // Forwarded writes give up on a full log as soon as local ones do.
+        no_space_patience: no_space_wait,
+        ..ramstore_client::ClientOptions::new(options.coordinator.clone())
+    })
     .await
     .map_err(|e| ServerError::Resp(e.to_string()))?;
     let backend =
-        ramstore_resp::Backend::new(Some(local_master(service)), client, options.resp_table_span);
+        ramstore_resp::Backend::new(Some(local_master(service)), client, options.resp_table_span)
+            .with_no_space_patience(no_space_wait);
     let config = ramstore_resp::RespConfig {
         require_pass: options.resp_require_pass.clone(),
         port: 0,
@@ -650,6 +664,7 @@ async fn serve_metrics(listener: TcpListener, service: Arc<StorageService>) {
             let mut body = String::new();
             service.metrics().render(&mut body);
             render_store(&service.store().stats(), &mut body);
+            render_full_log(service.full_log(), &mut body);
             if let Some(backup) = service.backup() {
                 render_backup(&backup.stats(), &mut body);
             }

@@ -35,6 +35,10 @@ use ramstore_client::BackupClient;
 
 /// The Redis front end's direct path onto this master (no native wire format).
 mod direct;
+/// Whether this master is refusing writes for lack of memory, and since when.
+mod full_log;
+
+pub use full_log::{FullLog, DEFAULT_NO_SPACE_WAIT_MS, MAX_NO_SPACE_WAIT_MS};
 
 const _: () = assert!(ramstore_wire::MAX_KEY_BYTES == ramstore_log::MAX_KEY_BYTES);
 const _: () = assert!(ramstore_wire::MAX_VALUE_BYTES == ramstore_log::MAX_VALUE_BYTES);
@@ -91,8 +95,8 @@ pub struct StorageService {
     /// Failure detection and zombie state (R§7.2, R§7.11; [`crate::failure_monitor`]).
     pub(crate) failure: crate::failure_monitor::FailureState,
     metrics: Metrics,
-    /// Updates answered NO_SPACE.
-    no_space_answers: AtomicU64,
+    /// Updates answered NO_SPACE, and whether the log is refusing writes now.
+    full_log: FullLog,
     /// Connections over the server's limit, answered RETRY and closed.
     connections_refused: AtomicU64,
     /// Fetches crashed masters' entries from backups when this master recovers a
@@ -169,7 +173,7 @@ impl StorageService {
             server_list: Mutex::new((0, Vec::new())),
             failure: Default::default(),
             metrics: Metrics::default(),
-            no_space_answers: AtomicU64::new(0),
+            full_log: FullLog::new(std::time::Duration::from_millis(DEFAULT_NO_SPACE_WAIT_MS)),
             connections_refused: AtomicU64::new(0),
             recovery_client: BackupClient::new(Arc::new(ramstore_rpc::TcpTransport::new()))
                 .with_rpc_deadline(std::time::Duration::from_millis(RECOVERY_FETCH_DEADLINE_MS)),
@@ -181,6 +185,20 @@ impl StorageService {
     pub fn with_replicas(mut self, replicas: Arc<ReplicaManager>) -> Self {
         self.replicas = Some(replicas);
         self
+    }
+
+    /// The same service, with `patience` for a full log: how long a run of
+    /// NO_SPACE answers may last before the Redis front end answers refused writes
+    /// `-OOM` at once ([`FullLog`], `ramstore server --no-space-wait-ms`).
+    pub fn with_no_space_wait(mut self, patience: std::time::Duration) -> Self {
+        self.full_log = FullLog::new(patience);
+        self
+    }
+
+    /// The master's record of refused writes: whether it is refusing writes for
+    /// lack of memory now, and since when.
+    pub fn full_log(&self) -> &FullLog {
+        &self.full_log
     }
 
     /// The replica manager, if the master replicates.
@@ -231,7 +249,10 @@ impl StorageService {
                 key,
                 value,
             } => match self.store.write(table_id, key, value, &rules(&r)) {
-                Ok(version) => encode_response(id, op, &Response::Write { version }, out)?,
+                Ok(version) => {
+                    self.full_log.accepted();
+                    encode_response(id, op, &Response::Write { version }, out)?
+                }
                 Err(e) => encode_response(id, op, &Response::Error(self.refused(e)), out)?,
             },
             Request::Remove {
@@ -269,6 +290,7 @@ impl StorageService {
                 };
                 match result {
                     Ok((version, value)) => {
+                        self.full_log.accepted();
                         encode_response(id, op, &Response::Increment { version, value }, out)?
                     }
                     Err(e) => encode_response(id, op, &Response::Error(self.refused(e)), out)?,
@@ -304,7 +326,10 @@ impl StorageService {
                         .store
                         .write(item.table_id, item.key, item.value, &rules(&item.rules))
                     {
-                        Ok(version) => enc.push(Status::Ok, version)?,
+                        Ok(version) => {
+                            self.full_log.accepted();
+                            enc.push(Status::Ok, version)?
+                        }
                         Err(WriteError::WrongVersion { current }) => {
                             enc.push(Status::WrongVersion, current)?
                         }
@@ -461,14 +486,21 @@ impl StorageService {
 
     /// The error body of a refused update, counted when it is NO_SPACE.
     fn refused(&self, e: WriteError) -> ErrorBody<'static> {
-        error_body(self.count_refusal(e))
+        match self.count_refusal(e) {
+            WriteError::NoSpace => ErrorBody::Message {
+                status: Status::NoSpace,
+                message: LOG_FULL_MESSAGE,
+            },
+            e => error_body(e),
+        }
     }
 
     /// Counts NO_SPACE answers (the log is full until the cleaner frees space;
-    /// clients retry them, so only this counter shows them to an operator).
+    /// clients retry them, so only this counter and the refusing-writes state show
+    /// them to an operator) and notes them in [`FullLog`].
     fn count_refusal(&self, e: WriteError) -> WriteError {
         if matches!(e, WriteError::NoSpace) {
-            self.no_space_answers.fetch_add(1, Ordering::Relaxed);
+            self.full_log.refused(Instant::now());
         }
         e
     }
@@ -562,9 +594,14 @@ impl StorageService {
         line("tablets", s.tablets.len().to_string());
         line("compactions", s.log.compactions.to_string());
         line("combined_passes", s.log.combined_passes.to_string());
+        line("no_space_answers", self.full_log.answers().to_string());
+        // Refusing writes for lack of memory: 1 while the writes since the last
+        // accepted one were all answered NO_SPACE (L§7); for how long, in ms.
+        let refusing = self.full_log.refusing_for(Instant::now());
+        line("refusing_writes", u8::from(refusing.is_some()).to_string());
         line(
-            "no_space_answers",
-            self.no_space_answers.load(Ordering::Relaxed).to_string(),
+            "refusing_writes_ms",
+            refusing.map_or(0, |d| d.as_millis()).to_string(),
         );
         line(
             "connections_refused",
@@ -947,6 +984,10 @@ fn answer_fenced(id: u64, op: Opcode, out: &mut Vec<u8>) {
 
 /// Why a fenced-off master refuses object operations.
 const FENCED_MESSAGE: &str = "this master was declared crashed (its backups fence it off)";
+
+/// The message of a NO_SPACE answer (L§7: the log is full until its cleaner frees
+/// space, or for good if the live data leaves no room).
+const LOG_FULL_MESSAGE: &str = "the log is full (refusing writes until the cleaner frees space)";
 
 /// Answers a backup request sent to a server that runs no backup.
 fn no_backup(id: u64, op: Opcode, out: &mut Vec<u8>) -> Result<(), WireError> {

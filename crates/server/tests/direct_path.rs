@@ -310,3 +310,54 @@ async fn write_local_acknowledged_once_on_the_backup() {
     manager.shutdown();
     task.abort();
 }
+
+/// Issue 17: a full log (manual cleaning, nothing freed) is first answered
+/// "not now" (NO_SPACE as [`Direct::Elsewhere`]: the front end retries it for its
+/// patience); once the master has refused writes for longer than its patience, a
+/// refused write is final at once ([`Direct::Failed`], `-OOM`), so a pipeline does
+/// not wait once per write. Removes still work, and the statistics say the master
+/// is refusing writes.
+#[tokio::test]
+async fn write_local_full_log_is_retried_then_out_of_memory_and_removes_still_work() {
+    let patience = Duration::from_millis(200);
+    let store = ObjectStore::new(config()).expect("store");
+    store.add_tablet(TABLE, 0, u64::MAX).expect("tablet");
+    let m = Arc::new(StorageService::new(store).with_no_space_wait(patience));
+    assert!(m.stats_text().contains("refusing_writes=0\n"));
+
+    let value = vec![b'v'; 16 * 1024];
+    let mut written = Vec::new();
+    let first_refusal = loop {
+        let key = format!("k{}", written.len()).into_bytes();
+        match now(m.write_local(TABLE, &key, &value, &WireRejectRules::default())) {
+            Direct::Done(WriteResult::Written(_)) => written.push(key),
+            other => break other,
+        }
+        assert!(written.len() < 4_000, "16 MiB never filled up");
+    };
+    assert_eq!(status_of(&first_refusal), Some(Status::NoSpace));
+    assert!(
+        matches!(first_refusal, Direct::Elsewhere(..)),
+        "within the patience a refusal may still be transient: {first_refusal:?}"
+    );
+    assert!(m.stats_text().contains("refusing_writes=1\n"));
+
+    tokio::time::sleep(patience + Duration::from_millis(50)).await;
+    let late = now(m.write_local(TABLE, b"late", &value, &WireRejectRules::default()));
+    assert_eq!(late, Direct::Failed(Status::NoSpace), "out of memory now");
+    // The native path still answers NO_SPACE (its client has its own patience).
+    assert_eq!(
+        native_status(&m, &write_req(b"late", &value)).await,
+        Status::NoSpace
+    );
+
+    // Deletes work on the full log.
+    assert!(matches!(
+        now(m.remove_local(TABLE, &written[0])),
+        Direct::Done(Some(_))
+    ));
+    assert!(m
+        .full_log()
+        .refusing_for(std::time::Instant::now())
+        .is_some());
+}

@@ -18,6 +18,11 @@
 //! once, before any wait, and the front end forwards it as a native request
 //! through the client library (which routes and retries it), so those cases are
 //! exactly the native path's too.
+//!
+//! One exception: a full log (NO_SPACE, L§7). The front end retries it on this
+//! master for its patience; once the master has been refusing writes for longer
+//! than its own patience ([`super::FullLog`]) a refused write is answered
+//! [`Direct::Failed`] with NO_SPACE at once, which the front end answers `-OOM`.
 
 use std::time::Instant;
 
@@ -25,7 +30,7 @@ use ramstore_master::{ReadError, WriteError};
 use ramstore_resp::backend::{Direct, DirectAnswer, LocalObjects, WriteResult};
 use ramstore_wire::{ErrorBody, Opcode, Status, WireRejectRules};
 
-use super::{read_status, rules, write_status, StorageService, READ_SYNC_POINT};
+use super::{read_status, rules, write_status, StorageService, LOG_FULL_MESSAGE, READ_SYNC_POINT};
 use crate::metrics::Op;
 use crate::replica_manager::ReplicationError;
 
@@ -116,7 +121,10 @@ impl StorageService {
         let op = Opcode::Write;
         self.update_local(op, || {
             match self.store.write(table_id, key, value, &rules(rules_w)) {
-                Ok(version) => Ok(WriteResult::Written(version)),
+                Ok(version) => {
+                    self.full_log.accepted();
+                    Ok(WriteResult::Written(version))
+                }
                 Err(WriteError::ObjectExists) => Ok(WriteResult::Exists),
                 Err(WriteError::ObjectDoesntExist) => Ok(WriteResult::Missing),
                 Err(WriteError::WrongVersion { current }) => Ok(WriteResult::WrongVersion(current)),
@@ -147,6 +155,20 @@ impl StorageService {
         }
         let answer = match update() {
             Ok(v) => Direct::Done(v),
+            Err(WriteError::NoSpace) => {
+                let now = Instant::now();
+                let refusing_for = self.full_log.refused(now);
+                // Removes are not cut short: they are what makes room, and the
+                // cleaner reclaims what they free (L§7), so each one keeps its
+                // own bounded wait in the front end.
+                if op != Opcode::Remove && refusing_for >= self.full_log.patience() {
+                    // Out of memory, not waiting for the cleaner: answer now, so
+                    // a pipeline does not wait the patience once per write.
+                    Direct::Failed(Status::NoSpace)
+                } else {
+                    Direct::Elsewhere(Status::NoSpace, LOG_FULL_MESSAGE)
+                }
+            }
             Err(e) => match write_status(self.count_refusal(e)) {
                 s if is_elsewhere(s) => Direct::Elsewhere(s, ""),
                 s => Direct::Failed(s),
