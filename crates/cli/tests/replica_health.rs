@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{runtime, wait_until, Cluster};
+use common::{run_cli, runtime, wait_until, Cluster};
 use ramstore_client::{BackupClient, BackupReplica, BlockingClient, ClientOptions};
 use ramstore_rpc::TcpTransport;
 
@@ -63,9 +63,13 @@ fn value(i: u32) -> Vec<u8> {
 }
 
 /// The replicas of `master` each backup offers.
-fn replicas_of(backups: &[String], master: u64) -> Vec<Vec<BackupReplica>> {
-    let client = backup_client();
-    runtime().block_on(async {
+fn replicas_of(
+    rt: &tokio::runtime::Runtime,
+    client: &BackupClient,
+    backups: &[String],
+    master: u64,
+) -> Vec<Vec<BackupReplica>> {
+    rt.block_on(async {
         let mut all = Vec::new();
         for addr in backups {
             all.push(
@@ -139,7 +143,9 @@ fn replicas_freed_behind_a_live_masters_back_are_recreated_and_recovered() {
     }
 
     // A closed segment both backups hold, and the head one of them holds open.
-    let held = replicas_of(&backups, owner);
+    let rt = runtime();
+    let client = backup_client();
+    let held = replicas_of(&rt, &client, &backups, owner);
     let closed = held[0]
         .iter()
         .filter(|r| r.closed && held[1].iter().any(|o| o.segment_id == r.segment_id))
@@ -152,14 +158,13 @@ fn replicas_freed_behind_a_live_masters_back_are_recreated_and_recovered() {
         .map(|r| r.segment_id)
         .max()
         .unwrap_or_else(|| panic!("an open head on the second backup: {held:?}"));
-    let client = backup_client();
-    runtime().block_on(async {
+    rt.block_on(async {
         for addr in &backups {
             client.free(addr, owner, closed).await.expect("free");
         }
         client.free(&backups[1], owner, head).await.expect("free");
     });
-    let after = replicas_of(&backups, owner);
+    let after = replicas_of(&rt, &client, &backups, owner);
     assert!(
         after.iter().flatten().all(|r| r.segment_id != closed),
         "segment {closed} is on no backup now: {after:?}"
@@ -177,7 +182,7 @@ fn replicas_freed_behind_a_live_masters_back_are_recreated_and_recovered() {
     // The closed segment is on both backups again, closed; the head's replica is
     // back on the second backup (the old head was moved and closed, R§8).
     wait_until("the freed replicas to be re-created", PATIENCE, || {
-        let held = replicas_of(&backups, owner);
+        let held = replicas_of(&rt, &client, &backups, owner);
         let on_both = |id: u64| {
             held.iter()
                 .all(|b| b.iter().any(|r| r.segment_id == id && r.closed))
@@ -217,6 +222,29 @@ fn replicas_freed_behind_a_live_masters_back_are_recreated_and_recovered() {
             read == *value && read_version == *version,
             "{}: version {read_version}, acknowledged {version}",
             String::from_utf8_lossy(key)
+        );
+    }
+}
+
+/// A pace outside the stated range is refused before anything starts, with the
+/// range in the message (clap's usage error, exit code 2).
+#[test]
+fn replica_check_interval_outside_its_range_is_refused() {
+    for bad in ["5", "3600001", "soon"] {
+        let out = run_cli(
+            &[
+                "server",
+                "--coordinator",
+                "127.0.0.1:1",
+                "--replica-check-interval-ms",
+                bad,
+            ],
+            &[],
+        );
+        assert_eq!(out.code, Some(2), "{bad}: {out:#?}");
+        assert!(
+            out.stderr.contains("0 (off) or 10 to 3600000 milliseconds"),
+            "{bad}: {out:#?}"
         );
     }
 }
