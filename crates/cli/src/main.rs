@@ -300,6 +300,15 @@ enum Command {
         #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_NO_SPACE_WAIT_MS,
               value_parser = clap::value_parser!(u64).range(0..=ramstore_server::MAX_NO_SPACE_WAIT_MS))]
         no_space_wait_ms: u64,
+        /// Pause between this master's replica checks, in ms: each asks one
+        /// backup (the backups in turn) which replicas it holds, and a replica it
+        /// lost (freed, a disk problem) is re-created from memory (R§8). 0: no
+        /// periodic checks (a lost replica is then found only by the next write
+        /// to it).
+        #[arg(long, value_name = "MS",
+              default_value_t = ramstore_server::replica_manager::DEFAULT_REPLICA_CHECK_INTERVAL_MS,
+              value_parser = parse_replica_check_interval)]
+        replica_check_interval_ms: u64,
     },
     /// Create a table (no-op if it exists).
     CreateTable {
@@ -438,6 +447,16 @@ fn parse_failure_domain(s: &str) -> Result<String, String> {
     }
 }
 
+fn parse_replica_check_interval(s: &str) -> Result<u64, String> {
+    use ramstore_server::replica_manager::{
+        MAX_REPLICA_CHECK_INTERVAL_MS as MAX, MIN_REPLICA_CHECK_INTERVAL_MS as MIN,
+    };
+    match s.parse::<u64>() {
+        Ok(ms) if ms == 0 || (MIN..=MAX).contains(&ms) => Ok(ms),
+        _ => Err(format!("0 (off) or {MIN} to {MAX} milliseconds")),
+    }
+}
+
 fn main() {
     allocator::tune();
     let cli = Cli::parse();
@@ -526,7 +545,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             resp_poll_us,
             max_connections,
             no_space_wait_ms,
+            replica_check_interval_ms,
         } => runtime()?.block_on(cluster::server(ServerOptions {
+            replica_check_interval_ms,
             resp_poll_us,
             no_space_wait_ms,
             max_connections: max_connections as usize,

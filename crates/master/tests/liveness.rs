@@ -360,7 +360,10 @@ fn combined_pass_work_list_stops_at_its_bound() {
         .expect("a combined pass runs");
     // One victim holds ~100,000 live entries, more than the bound of 65,536.
     assert!(bound < 100_000, "bound {bound}");
-    assert_eq!(pass.segments, 1, "the pass took more victims than its list holds: {pass:?}");
+    assert_eq!(
+        pass.segments, 1,
+        "the pass took more victims than its list holds: {pass:?}"
+    );
     let mut got = Vec::new();
     for i in (0..n).filter(|&i| kept(i)) {
         s.read(TABLE, &key(i), &mut got).expect("kept object");

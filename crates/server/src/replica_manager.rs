@@ -31,12 +31,21 @@
 //! still grows cannot be atomic). A write is never acknowledged with fewer than R
 //! replicas: it waits, and after [`REPLICATION_WAIT_MS`] answers RETRY.
 //!
+//! # Replica health (R§8) — see docs/design-notes.md "Replica health"
+//! Every segment still in the log has R replicas the manager believes exist. A
+//! backup that is up but no longer holds one (freed behind the master's back, a
+//! disk problem) is found out by its answer to a write (OBJECT_DOESNT_EXIST:
+//! [`BackupClientError::UnknownReplica`]) or by a periodic check (one
+//! BackupGetReplicas per [`DEFAULT_REPLICA_CHECK_INTERVAL_MS`], backups in
+//! turn); the replica is then dropped and re-created from memory exactly as for a
+//! crashed backup, on any eligible backup, that one included.
+//!
 //! Thread-safety: `Send + Sync`; the state is one mutex, never held while calling
 //! the log (the log calls us with its head lock held, so the lock order is log →
 //! manager).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -75,6 +84,18 @@ const MAX_STALE_REPLICAS: usize = 65_536;
 const SWEEP_MS: u64 = 5;
 /// How often `sync_closed` re-checks while it waits (it is also woken).
 const SYNC_CLOSED_POLL_MS: u64 = 100;
+/// Default pause between two replica checks (one BackupGetReplicas to one backup,
+/// the backups in turn): a replica a backup lost without telling is found within
+/// about this times the number of backups holding this master's replicas.
+pub const DEFAULT_REPLICA_CHECK_INTERVAL_MS: u64 = 1_000;
+/// Shortest configurable pause between replica checks: bounds their rate (at most
+/// one in flight, so at most one RPC per interval per master).
+pub const MIN_REPLICA_CHECK_INTERVAL_MS: u64 = 10;
+/// Longest configurable pause between replica checks (one hour).
+pub const MAX_REPLICA_CHECK_INTERVAL_MS: u64 = 3_600_000;
+/// Longest a replica check may wait for its backup's answer; one that does not
+/// answer is the failure detector's business (R§7.2), not the check's.
+const REPLICA_CHECK_DEADLINE_MS: u64 = 10_000;
 
 /// A backup the master may place replicas on, from the coordinator's server list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,10 +141,18 @@ pub struct ReplicaStats {
     /// Replicas re-created after a backup failed or left.
     pub rereplications: u64,
     pub replicas_freed: u64,
+    /// Replicas an up backup no longer held (its answer to a write, or a check):
+    /// each was re-created (R§8).
+    pub replicas_found_lost: u64,
+    /// Replica checks answered (BackupGetReplicas to one backup each).
+    pub replica_checks: u64,
 }
 
 #[derive(Debug, Clone)]
 struct Replica {
+    /// Unique among this manager's replicas: a check answered after this replica
+    /// was dropped and re-placed on the same backup must not drop the new one.
+    id: u64,
     backup: u64,
     address: String,
     /// Bytes the backup acknowledged.
@@ -185,7 +214,9 @@ impl Segment {
 
 /// What one replica gets in a round.
 struct Send {
-    index: usize,
+    /// The replica's `Replica::id`: its answer is applied only if it is still
+    /// in the segment's list (a check may drop it meanwhile).
+    replica: u64,
     backup: u64,
     address: String,
     from: usize,
@@ -229,7 +260,24 @@ struct State {
     /// (address, segment) of replicas on backups that left the list: freed once a
     /// backup restarted on that address is listed and the segment is safe elsewhere.
     stale: Vec<(String, u64)>,
+    /// The id the next replica gets (`Replica::id`).
+    next_replica_id: u64,
+    /// Where the next replica check starts looking in `backups`.
+    check_cursor: usize,
+    /// A replica check is in flight (at most one).
+    checking: bool,
+    /// When the next replica check is due.
+    next_check_at: Option<Instant>,
     stats: ReplicaStats,
+}
+
+/// One replica check: the replicas the manager believed `backup` held when it
+/// was planned, as (segment, replica id, bytes acknowledged, closed).
+struct Check {
+    master_id: u64,
+    backup: u64,
+    address: String,
+    believed: Vec<(u64, u64, usize, bool)>,
 }
 
 /// The replica manager of one master. Share it as `Arc`; it is the log's sink.
@@ -248,6 +296,8 @@ pub struct ReplicaManager {
     rng: Mutex<StdRng>,
     /// Mirror of `State::fenced`, readable without the state lock.
     fenced: AtomicBool,
+    /// Pause between replica checks in ms; 0: no periodic checks.
+    check_interval_ms: AtomicU64,
 }
 
 impl std::fmt::Debug for ReplicaManager {
@@ -274,7 +324,21 @@ impl ReplicaManager {
             client,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             fenced: AtomicBool::new(false),
+            check_interval_ms: AtomicU64::new(DEFAULT_REPLICA_CHECK_INTERVAL_MS),
         })
+    }
+
+    /// Sets the pause between replica checks (see the module doc), clamped to
+    /// [`MIN_REPLICA_CHECK_INTERVAL_MS`]..=[`MAX_REPLICA_CHECK_INTERVAL_MS`]; 0
+    /// turns periodic checks off (answers to writes still find lost replicas).
+    pub fn set_replica_check_interval_ms(&self, interval_ms: u64) {
+        let interval_ms = match interval_ms {
+            0 => 0,
+            ms => ms.clamp(MIN_REPLICA_CHECK_INTERVAL_MS, MAX_REPLICA_CHECK_INTERVAL_MS),
+        };
+        self.check_interval_ms.store(interval_ms, Ordering::Relaxed);
+        self.state.lock().next_check_at = None;
+        self.wake.notify_one();
     }
 
     /// Replicas per segment.
@@ -437,6 +501,11 @@ impl ReplicaManager {
                 let me = self.clone();
                 tokio::spawn(async move { me.run_round(round).await });
             }
+            let (check, check_at) = self.plan_check();
+            if let Some(check) = check {
+                let me = self.clone();
+                tokio::spawn(async move { me.run_check(check).await });
+            }
             if roll {
                 continue;
             }
@@ -444,13 +513,126 @@ impl ReplicaManager {
             // (a writer that timed out) are swept up here soon after.
             let sweep = (!self.state.lock().dirty.is_empty())
                 .then(|| Instant::now() + Duration::from_millis(SWEEP_MS));
-            match retry_at.into_iter().chain(sweep).min() {
+            match retry_at.into_iter().chain(sweep).chain(check_at).min() {
                 Some(at) => {
                     let _ = tokio::time::timeout_at(at.into(), notified).await;
                 }
                 None => notified.await,
             }
         }
+    }
+
+    /// The next replica check if one is due (and none in flight), and when to look
+    /// again otherwise. Backups are checked in turn, skipping those holding none
+    /// of this master's replicas.
+    fn plan_check(&self) -> (Option<Check>, Option<Instant>) {
+        let interval_ms = self.check_interval_ms.load(Ordering::Relaxed);
+        let mut st = self.state.lock();
+        if interval_ms == 0 || st.master_id == 0 || st.stopping || st.fenced || st.checking {
+            // A check in flight wakes the replicator when it ends.
+            return (None, None);
+        }
+        let now = Instant::now();
+        let interval = Duration::from_millis(interval_ms);
+        let due = *st.next_check_at.get_or_insert(now + interval);
+        if due > now {
+            return (None, Some(due));
+        }
+        let pending: BTreeSet<u64> = st
+            .pending_frees
+            .iter()
+            .flat_map(|(_, ids)| ids.iter().copied())
+            .collect();
+        let count = st.backups.len();
+        for step in 0..count {
+            let index = (st.check_cursor + step) % count;
+            let backup = &st.backups[index];
+            let believed = believed_on(&st, backup.server_id, &pending);
+            if believed.is_empty() {
+                continue;
+            }
+            let check = Check {
+                master_id: st.master_id,
+                backup: backup.server_id,
+                address: backup.address.clone(),
+                believed,
+            };
+            st.check_cursor = index + 1;
+            st.checking = true;
+            return (Some(check), None);
+        }
+        let next = now + interval;
+        st.next_check_at = Some(next);
+        (None, Some(next))
+    }
+
+    /// Asks one backup which of this master's replicas it holds and drops every
+    /// replica it was believed to hold but does not (or holds fewer bytes of, or
+    /// holds open although it was closed): each is re-created like one on a
+    /// crashed backup (R§8). A backup that does not answer is left to the
+    /// failure detector.
+    async fn run_check(self: Arc<Self>, check: Check) {
+        let list = self.client.get_replicas(&check.address, check.master_id);
+        let deadline = Duration::from_millis(REPLICA_CHECK_DEADLINE_MS);
+        let answer = tokio::time::timeout(deadline, list).await;
+        let interval = Duration::from_millis(self.check_interval_ms.load(Ordering::Relaxed));
+        let mut st = self.state.lock();
+        st.checking = false;
+        st.next_check_at = Some(Instant::now() + interval);
+        let held = match answer {
+            Ok(Ok(held)) => held,
+            Ok(Err(e)) => {
+                tracing::debug!(backup = check.backup, error = %e, "replica check failed");
+                drop(st);
+                self.wake.notify_one();
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(backup = check.backup, "replica check timed out");
+                drop(st);
+                self.wake.notify_one();
+                return;
+            }
+        };
+        st.stats.replica_checks += 1;
+        let held: HashMap<u64, (usize, bool)> = held
+            .iter()
+            .map(|r| (r.segment_id, (r.length as usize, r.closed)))
+            .collect();
+        let mut lost = 0u64;
+        for (segment_id, replica_id, acked, closed) in check.believed {
+            // Dropped, re-placed or freed since the check was planned.
+            let current = st
+                .segments
+                .get(&segment_id)
+                .is_some_and(|s| s.replicas.iter().any(|r| r.id == replica_id));
+            if !current {
+                continue;
+            }
+            let intact = held
+                .get(&segment_id)
+                .is_some_and(|&(length, held_closed)| length >= acked && (held_closed || !closed));
+            if intact {
+                continue;
+            }
+            tracing::warn!(
+                segment = segment_id,
+                backup = check.backup,
+                "a backup no longer holds a replica of this segment; re-creating it"
+            );
+            // A round in flight is not cancelled (that would fail every replica
+            // in it): its answers no longer match the replica list and are
+            // ignored (`finish_round`), and the next round resends them.
+            drop_replica(&mut st, segment_id, check.backup, false);
+            lost += 1;
+        }
+        st.stats.replicas_found_lost += lost;
+        drop(st);
+        if lost > 0 {
+            self.closed.notify_all();
+            self.durable_changed.notify_waiters();
+        }
+        self.wake.notify_one();
     }
 
     fn with_log<R>(&self, f: impl FnOnce(&ramstore_log::Log) -> R) -> Option<R> {
@@ -562,7 +744,7 @@ impl ReplicaManager {
                 SegmentRole::Head => newest_open_head.is_some_and(|h| h > id),
             };
         let mut sends = Vec::new();
-        for (index, r) in seg.replicas.iter().enumerate() {
+        for r in &seg.replicas {
             if r.closed {
                 continue;
             }
@@ -575,7 +757,7 @@ impl ReplicaManager {
                 continue;
             }
             sends.push(Send {
-                index,
+                replica: r.id,
                 backup: r.backup,
                 address: r.address.clone(),
                 from: r.acked,
@@ -652,7 +834,13 @@ impl ReplicaManager {
         let atomic = seg.acknowledged;
         let replacement = seg.started;
         let clear_first = seg.clear_first;
+        let replica_id = st.next_replica_id;
+        st.next_replica_id += 1;
+        let Some(seg) = st.segments.get_mut(&id) else {
+            return false;
+        };
         seg.replicas.push(Replica {
+            id: replica_id,
             backup,
             address,
             acked: 0,
@@ -732,6 +920,7 @@ impl ReplicaManager {
             st.stats.rounds += 1;
             let mut lost = Vec::new();
             let mut full = Vec::new();
+            let mut unknown = Vec::new();
             let mut retry = false;
             let mut fenced = st.fenced;
             let Some(seg) = st.segments.get_mut(&round.segment_id) else {
@@ -741,12 +930,9 @@ impl ReplicaManager {
             seg.round = None;
             let mut sent = 0u64;
             for (send, result) in round.sends.iter().zip(results) {
-                let Some(r) = seg.replicas.get_mut(send.index) else {
+                let Some(r) = seg.replicas.iter_mut().find(|r| r.id == send.replica) else {
                     continue;
                 };
-                if r.backup != send.backup {
-                    continue;
-                }
                 match result {
                     Ok(()) => {
                         sent += (length - send.from) as u64;
@@ -771,6 +957,18 @@ impl ReplicaManager {
                         full.push(send.backup);
                         retry = true;
                     }
+                    // R§8: the backup is up but no longer holds the replica (freed
+                    // behind our back, a disk problem): re-create it from memory.
+                    // The backup stays eligible (it answered, so it works), which
+                    // matters where no other backup is (R = backups).
+                    Err(BackupClientError::UnknownReplica { .. }) => {
+                        tracing::warn!(
+                            segment = round.segment_id,
+                            backup = send.backup,
+                            "a backup no longer holds a replica of this segment; re-creating it"
+                        );
+                        unknown.push(send.backup);
+                    }
                     Err(e) => {
                         tracing::warn!(segment = round.segment_id, backup = send.backup, error = %e, "replication to a backup failed");
                         lost.push((send.backup, send.address.clone()));
@@ -782,6 +980,7 @@ impl ReplicaManager {
             // anything else (closes, failures, the opening digest that lets older
             // heads close, frees) is the replicator's.
             replicator_needed = !lost.is_empty()
+                || !unknown.is_empty()
                 || retry
                 || seg.close_requested
                 || seg.role != SegmentRole::Head
@@ -812,6 +1011,10 @@ impl ReplicaManager {
                 st.refused_full_at = Some(Instant::now());
             }
             for backup in full {
+                drop_replica(&mut st, round.segment_id, backup, false);
+            }
+            st.stats.replicas_found_lost += unknown.len() as u64;
+            for backup in unknown {
                 drop_replica(&mut st, round.segment_id, backup, false);
             }
             if let Some(id) = update_durability(&mut st, round.segment_id, self.replicas) {
@@ -968,6 +1171,23 @@ fn drop_replica(st: &mut State, id: u64, backup: u64, failed: bool) {
         st.roll_head = true;
     }
     st.dirty.insert(id);
+}
+
+/// The replicas `backup` should hold that a replica check can verify, as
+/// (segment, replica id, bytes acknowledged, closed): opened ones, except atomic
+/// ones not yet closed (a backup never offers those, R§8), of segments not
+/// waiting to be freed.
+fn believed_on(st: &State, backup: u64, pending: &BTreeSet<u64>) -> Vec<(u64, u64, usize, bool)> {
+    st.segments
+        .iter()
+        .filter(|(id, _)| !pending.contains(id))
+        .flat_map(|(&id, s)| {
+            s.replicas
+                .iter()
+                .filter(|r| r.backup == backup && r.opened && (r.closed || !r.atomic))
+                .map(move |r| (id, r.id, r.acked, r.closed))
+        })
+        .collect()
 }
 
 fn lose_backup(st: &mut State, backup: u64) {

@@ -96,6 +96,10 @@ pub struct ServerOptions {
     /// [`crate::DEFAULT_NO_SPACE_WAIT_MS`], at most
     /// [`crate::MAX_NO_SPACE_WAIT_MS`]). See `storage_service::FullLog`.
     pub no_space_wait_ms: u64,
+    /// Pause between this master's replica checks, in ms (one BackupGetReplicas
+    /// to one backup, the backups in turn; `--replica-check-interval-ms`; 0: off).
+    /// See [`crate::replica_manager`], "Replica health".
+    pub replica_check_interval_ms: u64,
 }
 
 impl ServerOptions {
@@ -124,6 +128,7 @@ impl ServerOptions {
             resp_poll_us: ramstore_resp::DEFAULT_POLL_BEFORE_SLEEP_US,
             max_connections: ramstore_rpc::DEFAULT_MAX_CONNECTIONS,
             no_space_wait_ms: crate::DEFAULT_NO_SPACE_WAIT_MS,
+            replica_check_interval_ms: crate::replica_manager::DEFAULT_REPLICA_CHECK_INTERVAL_MS,
         }
     }
 
@@ -223,7 +228,9 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         // replication RPC on the write path).
         let client = BackupClient::new(Arc::new(TcpTransport::new()))
             .with_rpc_deadline(ramstore_rpc::NO_DEADLINE);
-        ReplicaManager::new(options.replicas, client, rand::random())
+        let manager = ReplicaManager::new(options.replicas, client, rand::random());
+        manager.set_replica_check_interval_ms(options.replica_check_interval_ms);
+        manager
     });
     let mut store_config = StoreConfig::new(options.memory_bytes);
     if let Some(m) = &manager {

@@ -581,6 +581,8 @@ impl StorageService {
                 line("replication_bytes", r.bytes_sent.to_string());
                 line("replication_failures", r.rpc_failures.to_string());
                 line("rereplications", r.rereplications.to_string());
+                line("replicas_found_lost", r.replicas_found_lost.to_string());
+                line("replica_checks", r.replica_checks.to_string());
                 line("replicated_segments", r.segments.to_string());
             }
             None => line("durability", "dram-only".into()),
