@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 
 use crate::balancer::{self, BalancerInput, CleanKind};
 use crate::entry::{EntryType, ScannedLayout};
-use crate::log::{Log, ObjectView, SegmentMeta, SegmentState};
+use crate::log::{Log, ObjectView, SegmentMeta, SegmentState, SegmentTable};
 use crate::pool::{AllocClass, SegletPool};
 use crate::replica::SegmentRole;
 use crate::segment::SegmentWriter;
@@ -551,66 +551,22 @@ impl Log {
         // Join the survivors to the log and drop the victims from it, then write a
         // digest that says so (L§6.4: survivors are replicated before the digest).
         let now = self.clock();
-        let survivor_ids: Vec<u64> = survivors.iter().map(|w| w.id).collect();
         let survivor_seglets: usize = survivors.iter().map(|w| w.seglets.len()).sum();
         let survivor_bytes: usize = survivors.iter().map(|w| w.length).sum();
         let victim_disk_bytes: usize = victims.iter().map(|m| m.disk_length).sum();
-        let sink = &self.config.replicas;
-        let durable_on_close = sink.durable_on_close();
+        let written: Vec<(u64, usize)> = survivors.iter().map(|w| (w.id, w.length)).collect();
         {
-            // Survivors enter the segment table as Pending: the replica manager
-            // reads their bytes from here, but no digest names them until their
-            // replicas are closed, and the victims stay in the log until then.
+            // The victims stay in the log until the survivors are durable.
             let mut table = self.segments.lock();
             for w in &mut survivors {
-                // Their entries were durable in the victims already: reads of
-                // relocated objects never wait.
-                self.slots[w.slot as usize]
-                    .read_durable
-                    .store(true, Ordering::Release);
-                table.by_id.insert(
-                    w.id,
-                    SegmentMeta {
-                        id: w.id,
-                        slot: w.slot,
-                        seglets: std::mem::take(&mut w.seglets),
-                        mem_length: w.length,
-                        disk_length: w.length,
-                        created_at: now,
-                        max_entry_bytes: w.max_entry_bytes,
-                        state: SegmentState::Pending,
-                        replicated: durable_on_close,
-                    },
-                );
+                self.add_pending_survivor(&mut table, w, now);
             }
         }
-        for w in &survivors {
-            sink.opened(w.id, SegmentRole::Survivor);
-            sink.replicate(w.id, 0, w.length);
-            sink.close(w.id);
-        }
-        // L§6.4: the survivors are durable before any digest names them.
-        sink.sync_closed(&survivor_ids);
-        {
-            let mut table = self.segments.lock();
-            for id in &survivor_ids {
-                if let Some(m) = table.by_id.get_mut(id) {
-                    m.state = SegmentState::Closed;
-                }
-            }
-            for id in &victim_ids {
-                table.by_id.remove(id);
-            }
-        }
-        self.roll_head_for_cleaner();
-        self.config.replicas.cleaned(&survivor_ids, &victim_ids);
+        self.swap_in_survivors(&written, &victim_ids);
 
         let mut retired = 0;
         for m in victims {
-            let c = &self.slots[m.slot as usize];
-            let live = c.live_bytes.swap(0, Ordering::Relaxed);
-            let tomb = c.tombstone_bytes.swap(0, Ordering::Relaxed);
-            self.forget_counted(live, tomb);
+            self.forget_slot_counts(m.slot);
             retired += m.seglets.len();
             self.retire(m.seglets, Some(m.slot));
         }
@@ -626,7 +582,7 @@ impl Log {
             segments: victim_ids.len(),
             bytes_copied: copied,
             seglets_retired: retired,
-            survivors: survivor_ids.len(),
+            survivors: written.len(),
             output_seglets: survivor_seglets,
             made_progress: retired > survivor_seglets + 1
                 || tombstones_dropped > 0
@@ -744,6 +700,72 @@ impl Log {
     fn survivor_seglets_estimate(&self, live_bytes: usize) -> usize {
         let survivors = live_bytes.div_ceil(self.config.segment_bytes / 2) + 1;
         live_bytes.div_ceil(SEGLET_BYTES) + survivors + 1
+    }
+
+    /// Enters survivor `w` in the segment table as `Pending`, taking its seglets:
+    /// the replica manager reads its bytes from here, but no digest names it until
+    /// its replicas are closed (L§6.4). Its entries were durable in its victims
+    /// already, so reads of relocated objects never wait.
+    pub(crate) fn add_pending_survivor(
+        &self,
+        table: &mut SegmentTable,
+        w: &mut SegmentWriter,
+        now: u64,
+    ) {
+        self.slots[w.slot as usize]
+            .read_durable
+            .store(true, Ordering::Release);
+        table.by_id.insert(
+            w.id,
+            SegmentMeta {
+                id: w.id,
+                slot: w.slot,
+                seglets: std::mem::take(&mut w.seglets),
+                mem_length: w.length,
+                disk_length: w.length,
+                created_at: now,
+                max_entry_bytes: w.max_entry_bytes,
+                state: SegmentState::Pending,
+                replicated: self.config.replicas.durable_on_close(),
+            },
+        );
+    }
+
+    /// Replicates the pending survivors (id, length), waits until they are durable
+    /// (L§6.4: before any digest names them), then joins them to the log and drops
+    /// `victim_ids` from it with a new head's digest, and tells the sink which
+    /// segments it may free.
+    pub(crate) fn swap_in_survivors(&self, survivors: &[(u64, usize)], victim_ids: &[u64]) {
+        let sink = &self.config.replicas;
+        for &(id, length) in survivors {
+            sink.opened(id, SegmentRole::Survivor);
+            sink.replicate(id, 0, length);
+            sink.close(id);
+        }
+        let survivor_ids: Vec<u64> = survivors.iter().map(|&(id, _)| id).collect();
+        sink.sync_closed(&survivor_ids);
+        {
+            let mut table = self.segments.lock();
+            for id in &survivor_ids {
+                if let Some(m) = table.by_id.get_mut(id) {
+                    m.state = SegmentState::Closed;
+                }
+            }
+            for id in victim_ids {
+                table.by_id.remove(id);
+            }
+        }
+        self.roll_head_for_cleaner();
+        sink.cleaned(&survivor_ids, victim_ids);
+    }
+
+    /// Removes a cleaned segment's remaining live and tombstone bytes (counted in
+    /// its slot) from the totals.
+    pub(crate) fn forget_slot_counts(&self, slot: u32) {
+        let c = &self.slots[slot as usize];
+        let live = c.live_bytes.swap(0, Ordering::Relaxed);
+        let tomb = c.tombstone_bytes.swap(0, Ordering::Relaxed);
+        self.forget_counted(live, tomb);
     }
 
     pub(crate) fn release_victims(&self, victims: &[SegmentMeta]) {

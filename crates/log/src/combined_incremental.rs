@@ -37,7 +37,6 @@ use crate::compaction::SurvivorCopy;
 use crate::compaction::{largest_possible_entry, upfront_seglets_for, Pass, Recycler};
 use crate::log::{Log, SegmentMeta, SegmentState};
 use crate::pool::AllocClass;
-use crate::replica::SegmentRole;
 use crate::SEGLET_BYTES;
 
 impl Log {
@@ -121,53 +120,19 @@ impl Log {
         }
         let (survivor_id, survivor_seglets, survivor_bytes) = (w.id, w.seglets.len(), w.length);
         let now = self.clock();
-        let sink = &self.config.replicas;
         {
-            // As in a batch pass: the survivor is Pending (no digest names it) until
-            // its replicas are durable; the victim stays in the log until then.
+            // As in a batch pass; the victim stays in the log until the survivor is
+            // durable, but its memory is the survivor's now.
             let mut table = self.segments.lock();
-            self.slots[w.slot as usize]
-                .read_durable
-                .store(true, Ordering::Release);
-            table.by_id.insert(
-                w.id,
-                SegmentMeta {
-                    id: w.id,
-                    slot: w.slot,
-                    seglets: std::mem::take(&mut w.seglets),
-                    mem_length: w.length,
-                    disk_length: w.length,
-                    created_at: now,
-                    max_entry_bytes: w.max_entry_bytes,
-                    state: SegmentState::Pending,
-                    replicated: sink.durable_on_close(),
-                },
-            );
+            self.add_pending_survivor(&mut table, &mut w, now);
             if let Some(m) = table.by_id.get_mut(&victim.id) {
                 m.state = SegmentState::Leaving;
                 m.seglets.clear();
                 m.mem_length = 0;
             }
         }
-        sink.opened(survivor_id, SegmentRole::Survivor);
-        sink.replicate(survivor_id, 0, survivor_bytes);
-        sink.close(survivor_id);
-        // L§6.4: the survivor is durable before any digest names it.
-        sink.sync_closed(&[survivor_id]);
-        {
-            let mut table = self.segments.lock();
-            if let Some(m) = table.by_id.get_mut(&survivor_id) {
-                m.state = SegmentState::Closed;
-            }
-            table.by_id.remove(&victim.id);
-        }
-        self.roll_head_for_cleaner();
-        sink.cleaned(&[survivor_id], &[victim.id]);
-
-        let c = &self.slots[victim.slot as usize];
-        let live = c.live_bytes.swap(0, Ordering::Relaxed);
-        let tomb = c.tombstone_bytes.swap(0, Ordering::Relaxed);
-        self.forget_counted(live, tomb);
+        self.swap_in_survivors(&[(survivor_id, survivor_bytes)], &[victim.id]);
+        self.forget_slot_counts(victim.slot);
         // Whatever the scan did not reach (nothing, unless an entry failed to
         // parse) leaves with the victim's slot.
         let rest = victim.seglets[retired_upto..].to_vec();
