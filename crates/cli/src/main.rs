@@ -283,10 +283,24 @@ enum Command {
               value_parser = clap::value_parser!(u64).range(0..=ramstore_resp::MAX_POLL_BEFORE_SLEEP_US))]
         resp_poll_us: u64,
         /// Connections (clients and other servers) served at once; a connection
-        /// beyond this gets its first request answered RETRY and is closed.
+        /// beyond this evicts the one idle the longest, or, if none is idle, gets
+        /// its first request answered RETRY and is closed.
         #[arg(long, default_value_t = ramstore_server::DEFAULT_MAX_CONNECTIONS as u32,
               value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
         max_connections: u32,
+        /// Milliseconds a request (native frame or Redis command) may take to
+        /// arrive once its first byte has, and a reply write may stall, before the
+        /// connection is closed: a client sending a byte a second is dropped
+        /// (0: never).
+        #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_REQUEST_TIMEOUT_MS,
+              value_parser = clap::value_parser!(u64).range(0..=ramstore_server::MAX_CONNECTION_TIMEOUT_MS))]
+        request_timeout_ms: u64,
+        /// Milliseconds a client connection may sit idle before it is closed, on
+        /// the native and Redis ports (0: never; at --max-connections the oldest
+        /// idle connection is evicted instead).
+        #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_IDLE_TIMEOUT_MS,
+              value_parser = clap::value_parser!(u64).range(0..=ramstore_server::MAX_CONNECTION_TIMEOUT_MS))]
+        idle_timeout_ms: u64,
     },
     /// Create a table (no-op if it exists).
     CreateTable {
@@ -509,9 +523,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             resp_table_span,
             resp_poll_us,
             max_connections,
+            request_timeout_ms,
+            idle_timeout_ms,
         } => runtime()?.block_on(cluster::server(ServerOptions {
             resp_poll_us,
             max_connections: max_connections as usize,
+            request_timeout_ms,
+            idle_timeout_ms,
             resp_listen,
             resp_require_pass: requirepass,
             resp_table_span,

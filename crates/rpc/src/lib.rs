@@ -18,13 +18,17 @@
 //! the service's to answer. Thread-safety: everything here is `Send + Sync`.
 //! Durability: none.
 
+pub mod conns;
 pub mod local;
 pub mod server;
 pub mod tcp;
 pub mod transport;
 
+pub use conns::{ConnLimits, ConnTable};
 pub use local::LocalTransport;
-pub use server::{serve, serve_with_limit, Handled, Service, DEFAULT_MAX_CONNECTIONS};
+pub use server::{
+    serve, serve_with_limit, serve_with_table, Handled, Service, DEFAULT_MAX_CONNECTIONS,
+};
 pub use tcp::TcpTransport;
 pub use transport::{RpcError, Transport};
 

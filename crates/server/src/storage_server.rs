@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ramstore_backup::{BackupConfig, BackupError, SyncMode, FRAME_SEGMENT_BYTES};
 use ramstore_master::{ObjectStore, StoreConfig};
-use ramstore_rpc::{serve_with_limit, TcpTransport, Transport};
+use ramstore_rpc::{serve_with_table, ConnLimits, ConnTable, TcpTransport, Transport};
 use ramstore_wire::{
     decode_response, encode_request, ErrorBody, Request, Response, Services, Status,
 };
@@ -90,6 +90,13 @@ pub struct ServerOptions {
     /// Client and peer connections served at once; a connection beyond this has
     /// its first request answered RETRY and is closed (`--max-connections`).
     pub max_connections: usize,
+    /// How long a request may take to arrive once begun, and a reply write may
+    /// stall, before the connection is closed, on the native and Redis ports
+    /// (`--request-timeout-ms`; 0: never).
+    pub request_timeout_ms: u64,
+    /// How long a client connection may sit idle before it is closed, on the
+    /// native and Redis ports (`--idle-timeout-ms`; 0: never).
+    pub idle_timeout_ms: u64,
 }
 
 impl ServerOptions {
@@ -117,6 +124,8 @@ impl ServerOptions {
             resp_table_span: 1,
             resp_poll_us: ramstore_resp::DEFAULT_POLL_BEFORE_SLEEP_US,
             max_connections: ramstore_rpc::DEFAULT_MAX_CONNECTIONS,
+            request_timeout_ms: ramstore_rpc::conns::DEFAULT_REQUEST_TIMEOUT_MS,
+            idle_timeout_ms: ramstore_rpc::conns::DEFAULT_IDLE_TIMEOUT_MS,
         }
     }
 
@@ -236,7 +245,12 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         backup: backup.is_some(),
         replicated_log: manager.is_some(),
     };
-    let mut service = StorageService::with_backup(store, backup);
+    let conns = ConnTable::new(ConnLimits {
+        max_connections: options.max_connections,
+        request_timeout_ms: options.request_timeout_ms,
+        idle_timeout_ms: options.idle_timeout_ms,
+    });
+    let mut service = StorageService::with_backup(store, backup).with_conns(conns.clone());
     if let Some(m) = &manager {
         service = service.with_replicas(m.clone());
     }
@@ -269,10 +283,10 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
             addr: options.listen.clone(),
             source,
         })?;
-    let mut tasks = vec![tokio::spawn(serve_with_limit(
+    let mut tasks = vec![tokio::spawn(serve_with_table(
         listener,
         service.clone(),
-        options.max_connections,
+        conns,
     ))];
     let mut metrics_addr = None;
     if let Some(m) = &options.metrics_listen {
@@ -380,6 +394,8 @@ async fn start_resp(
         // threads costs more than a command.
         threads: 1,
         poll_before_sleep_us: options.resp_poll_us,
+        request_timeout_ms: options.request_timeout_ms,
+        idle_timeout_ms: options.idle_timeout_ms,
     };
     ramstore_resp::start(listen, backend, config)
         .await

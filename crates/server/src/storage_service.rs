@@ -95,6 +95,8 @@ pub struct StorageService {
     no_space_answers: AtomicU64,
     /// Connections over the server's limit, answered RETRY and closed.
     connections_refused: AtomicU64,
+    /// The native port's connections, for their counters (set by the server).
+    conns: Option<Arc<ramstore_rpc::ConnTable>>,
     /// Fetches crashed masters' entries from backups when this master recovers a
     /// partition (R§7.6).
     recovery_client: BackupClient,
@@ -171,6 +173,7 @@ impl StorageService {
             metrics: Metrics::default(),
             no_space_answers: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
+            conns: None,
             recovery_client: BackupClient::new(Arc::new(ramstore_rpc::TcpTransport::new()))
                 .with_rpc_deadline(std::time::Duration::from_millis(RECOVERY_FETCH_DEADLINE_MS)),
         }
@@ -180,6 +183,13 @@ impl StorageService {
     /// must have been created with it as its replica sink).
     pub fn with_replicas(mut self, replicas: Arc<ReplicaManager>) -> Self {
         self.replicas = Some(replicas);
+        self
+    }
+
+    /// The same service reporting the counters of the connection table `conns`
+    /// (evictions and timeouts) in its statistics.
+    pub fn with_conns(mut self, conns: Arc<ramstore_rpc::ConnTable>) -> Self {
+        self.conns = Some(conns);
         self
     }
 
@@ -570,6 +580,22 @@ impl StorageService {
             "connections_refused",
             self.connections_refused.load(Ordering::Relaxed).to_string(),
         );
+        if let Some(conns) = &self.conns {
+            let c = &conns.counters;
+            line("connections_open", conns.len().to_string());
+            line(
+                "connections_evicted",
+                c.evicted.load(Ordering::Relaxed).to_string(),
+            );
+            line(
+                "connection_request_timeouts",
+                c.request_timeouts.load(Ordering::Relaxed).to_string(),
+            );
+            line(
+                "connection_idle_timeouts",
+                c.idle_timeouts.load(Ordering::Relaxed).to_string(),
+            );
+        }
         match &self.backup {
             Some(backup) => backup.stats_lines(&mut line),
             None => line("backup", "off".into()),
