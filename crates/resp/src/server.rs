@@ -46,6 +46,12 @@ pub const BASE_BUFFER_BYTES: usize = 2 * READ_CHUNK_BYTES;
 /// connection whose command does not fit waits without reading until others finish
 /// or the request timeout closes it.
 pub const LARGE_COMMAND_BUDGET_BYTES: usize = 128 << 20;
+/// The first size a read buffer grows to beyond [`BASE_BUFFER_BYTES`]: a command
+/// with one value of `MAX_BULK_BYTES` and a key of `MAX_KEY_BYTES` fits. A larger
+/// command gets a buffer of `MAX_COMMAND_BYTES` (pages are resident only once
+/// written).
+const ONE_VALUE_BUFFER_BYTES: usize =
+    crate::protocol::MAX_BULK_BYTES + (128 << 10) + READ_CHUNK_BYTES;
 /// A reply buffer larger than this after a write is given back.
 const RETAINED_REPLY_BUFFER_BYTES: usize = 256 * 1024;
 
@@ -303,7 +309,8 @@ fn prefetch_keys(
 }
 
 /// Makes room in `buf` for one more read: [`READ_CHUNK_BYTES`] within
-/// [`BASE_BUFFER_BYTES`], beyond it capacity paid for from the shared budget
+/// [`BASE_BUFFER_BYTES`], beyond it [`ONE_VALUE_BUFFER_BYTES`] and then the
+/// largest command, paid for from the shared budget
 /// (`held`: the KiB permits this connection holds). `false`: no budget came within
 /// the request timeout, and the connection should close.
 async fn make_room(
@@ -319,17 +326,22 @@ async fn make_room(
         buf.reserve(READ_CHUNK_BYTES);
         return true;
     }
-    // Double (so a 16 MiB command is copied O(1) times per byte), within the
-    // largest command and its last read.
-    let cap = need
-        .max(2 * buf.capacity())
-        .min(crate::protocol::MAX_COMMAND_BYTES + READ_CHUNK_BYTES)
-        .max(need);
-    let kib = u32::try_from((cap - BASE_BUFFER_BYTES).div_ceil(1024)).unwrap_or(u32::MAX);
-    if held.as_ref().is_none_or(|p| p.num_permits() < kib as usize) {
-        // Give back the smaller grant before asking for the whole.
-        drop(held.take());
-        let acquire = shared.large_commands.clone().acquire_many_owned(kib);
+    // Two steps, so a connection waiting for budget holds little: enough for any
+    // one-value command (a SET of the largest value), then the largest command.
+    let cap = if need <= ONE_VALUE_BUFFER_BYTES {
+        ONE_VALUE_BUFFER_BYTES
+    } else {
+        need.max(crate::protocol::MAX_COMMAND_BYTES + READ_CHUNK_BYTES)
+    };
+    let want = u32::try_from((cap - BASE_BUFFER_BYTES).div_ceil(1024)).unwrap_or(u32::MAX);
+    let held_kib = held.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+    if held_kib < want as usize {
+        // Ask only for the difference: the grant held pays for the buffer this
+        // connection keeps while it waits.
+        let acquire = shared
+            .large_commands
+            .clone()
+            .acquire_many_owned(want - held_kib as u32);
         let timeout_ms = shared.config.request_timeout_ms;
         let permit = if timeout_ms == 0 {
             acquire.await
@@ -342,7 +354,10 @@ async fn make_room(
         };
         // The budget is never closed.
         let Ok(permit) = permit else { return false };
-        *held = Some(permit);
+        match held {
+            Some(h) => h.merge(permit),
+            None => *held = Some(permit),
+        }
     }
     buf.reserve_exact(cap - buf.len());
     true

@@ -95,8 +95,8 @@ pub const MAX_UNSENT_REPLY_BYTES: usize = 4 << 20;
 const RETAINED_REPLY_BUFFER_BYTES: usize = 4 * READ_BUFFER_BYTES;
 /// Slow requests ([`Handled::Slow`]) of one connection running at once; the
 /// connection stops reading while this many run. Enumerate is slow and answers up
-/// to 2 MiB, so a pipeline of Enumerates holds at most 64 MiB of answers.
-pub const MAX_SLOW_IN_FLIGHT: usize = 32;
+/// to 2 MiB, so a pipeline of Enumerates holds at most 32 MiB of answers.
+pub const MAX_SLOW_IN_FLIGHT: usize = 16;
 /// Deferred answers ([`Handled::Deferred`], writes waiting for their replicas) of
 /// one connection pending at once; each holds only a small response.
 pub const MAX_DEFERRED_IN_FLIGHT: usize = 4096;
@@ -238,8 +238,8 @@ async fn serve_connection<S: Service>(
     let deferred = Arc::new(Semaphore::new(MAX_DEFERRED_IN_FLIGHT));
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let mut out = Vec::with_capacity(READ_BUFFER_BYTES);
-    // The budget held for a frame larger than READ_BUFFER_BYTES, and its size.
-    let mut large: Option<(OwnedSemaphorePermit, usize)> = None;
+    // The budget (KiB permits) held for a frame larger than READ_BUFFER_BYTES.
+    let mut large: Option<OwnedSemaphorePermit> = None;
     loop {
         // Serve every whole frame already buffered, then write their responses in one
         // go: pipelined requests cost one write. Responses beyond
@@ -312,10 +312,13 @@ async fn serve_connection<S: Service>(
         }
         match pending {
             Some(len) if len > READ_BUFFER_BYTES => {
-                if large.as_ref().is_none_or(|(_, held)| *held < len) {
-                    // Give back a smaller grant before asking for the whole.
-                    drop(large.take());
-                    let acquire = large_frames.clone().acquire_many_owned(budget_kib(len));
+                let held = large.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+                let want = budget_kib(len);
+                if held < want as usize {
+                    // Ask only for the difference: the grant held pays for the
+                    // buffer this connection still has while it waits.
+                    let more = want - held as u32;
+                    let acquire = large_frames.clone().acquire_many_owned(more);
                     let permit = if request_timeout_ms == 0 {
                         acquire.await
                     } else {
@@ -329,7 +332,10 @@ async fn serve_connection<S: Service>(
                     };
                     // The budget is never closed.
                     let Ok(permit) = permit else { return };
-                    large = Some((permit, len));
+                    match &mut large {
+                        Some(held) => held.merge(permit),
+                        None => large = Some(permit),
+                    }
                 }
                 if buf.capacity() < len {
                     // Exactly the frame: reads stop at its end, so the buffer never
