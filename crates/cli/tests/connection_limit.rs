@@ -89,13 +89,14 @@ fn max_connections_refuses_extra_connections_with_retry_and_keeps_serving() {
     let (mut served, mut refused) = (0, 0);
     for i in 0..CONNECTIONS {
         let mut stream = TcpStream::connect(&addr).expect("the server accepts TCP");
-        match ping(&mut stream, i as u64 + 1) {
+        // A ping and the start of another in one write: once served, the
+        // connection is never idle, so it keeps its slot.
+        let mut frames = ping_frame(i as u64 + 1);
+        frames.extend_from_slice(&ping_frame(500 + i as u64)[..PARTIAL_BYTES]);
+        stream.write_all(&frames).expect("requests sent");
+        match answer(&mut stream) {
             Some(Status::Ok) => {
                 served += 1;
-                // Held, and busy with part of a request: it keeps its slot.
-                stream
-                    .write_all(&ping_frame(500 + i as u64)[..PARTIAL_BYTES])
-                    .expect("partial request");
                 open.push((stream, 500 + i as u64));
             }
             Some(Status::Retry) => {
