@@ -366,7 +366,7 @@ fn raise_fd_limit() -> u64 {
         libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
     }
-    limit.rlim_cur as u64
+    limit.rlim_cur
 }
 
 #[test]
