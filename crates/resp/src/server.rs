@@ -415,7 +415,10 @@ async fn serve_connection(
         }
         match stream.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(_) => poller.activity(),
+            Ok(_) => {
+                handle.received();
+                poller.activity();
+            }
         }
         loop {
             let parsed = match parse_command_into(&buf[start..], &mut ranges) {

@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -95,6 +95,29 @@ struct ConnState {
     since_ms: AtomicU64,
     /// Set once the sweeper or an eviction shut the socket down.
     closing: AtomicBool,
+    /// Requests of this connection running on their own tasks (slow requests,
+    /// writes waiting for replication): a connection with any is not idle, since
+    /// closing it would lose their answers.
+    in_flight: AtomicU32,
+}
+
+impl ConnState {
+    fn idle(&self) -> bool {
+        self.phase.load(Ordering::Relaxed) == IDLE
+            && self.in_flight.load(Ordering::Relaxed) == 0
+            && !self.closing.load(Ordering::Relaxed)
+    }
+}
+
+/// One request of a connection running on its own task; see
+/// [`ConnHandle::task_started`].
+#[derive(Debug)]
+pub struct InFlight(Arc<ConnState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The open connections of one listener; see the module documentation.
@@ -135,6 +158,21 @@ impl ConnHandle {
         if progressed || self.state.phase.load(Ordering::Relaxed) != READING {
             self.set(READING);
         }
+    }
+
+    /// Bytes arrived: a connection that was idle is now reading a request (so it
+    /// is not evicted while it runs it); one already reading keeps its start time.
+    #[inline]
+    pub fn received(&self) {
+        self.reading(false);
+    }
+
+    /// A request goes on to its own task; the connection is not idle until the
+    /// returned guard is dropped (with the task).
+    #[inline]
+    pub fn task_started(&self) -> InFlight {
+        self.state.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self.state.clone())
     }
 
     /// About to write replies.
@@ -220,9 +258,7 @@ impl ConnTable {
         if live >= self.limits.max_connections {
             let oldest = conns
                 .values()
-                .filter(|c| {
-                    c.phase.load(Ordering::Relaxed) == IDLE && !c.closing.load(Ordering::Relaxed)
-                })
+                .filter(|c| c.idle())
                 .min_by_key(|c| c.since_ms.load(Ordering::Relaxed))?;
             self.close(oldest);
             self.counters.evicted.fetch_add(1, Ordering::Relaxed);
@@ -233,6 +269,7 @@ impl ConnTable {
             phase: AtomicU8::new(IDLE),
             since_ms: AtomicU64::new(now),
             closing: AtomicBool::new(false),
+            in_flight: AtomicU32::new(0),
         });
         conns.insert(id, state.clone());
         Some(ConnHandle {
@@ -279,7 +316,7 @@ impl ConnTable {
                         .request_timeouts
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                IDLE if over(idle_timeout_ms) => {
+                IDLE if conn.in_flight.load(Ordering::Relaxed) == 0 && over(idle_timeout_ms) => {
                     self.counters.idle_timeouts.fetch_add(1, Ordering::Relaxed);
                 }
                 _ => continue,
@@ -375,8 +412,12 @@ mod tests {
             !shut_down(&mut a_peer),
             "a busy connection is never evicted"
         );
-        // Once it is idle it can be evicted.
+        // Nor one whose requests still run on their own tasks.
         ha.idle();
+        let task = ha.task_started();
+        assert!(table.admit(b.as_raw_fd()).is_none());
+        // Once it is idle it can be evicted.
+        drop(task);
         assert!(table.admit(b.as_raw_fd()).is_some());
         assert!(shut_down(&mut a_peer));
     }

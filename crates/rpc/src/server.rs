@@ -259,22 +259,24 @@ async fn serve_connection<S: Service>(
                 Handled::Done => {}
                 Handled::Slow => {
                     let permit = in_flight_permit(&slow, &conn).await;
+                    let task = conn.task_started();
                     let frame = frame.to_vec();
                     let service = service.clone();
                     let writer = writer.clone();
                     tokio::spawn(async move {
                         let response = service.handle_slow(frame).await;
                         let _ = write_all(&writer, &response).await;
-                        drop(permit);
+                        drop((permit, task));
                     });
                 }
                 Handled::Deferred(answer) => {
                     let permit = in_flight_permit(&deferred, &conn).await;
+                    let task = conn.task_started();
                     let writer = writer.clone();
                     tokio::spawn(async move {
                         let response = answer.await;
                         let _ = write_all(&writer, &response).await;
-                        drop(permit);
+                        drop((permit, task));
                     });
                 }
             }
@@ -364,7 +366,7 @@ async fn serve_connection<S: Service>(
         }
         match reader.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(_) => {}
+            Ok(_) => conn.received(),
         }
     }
 }
