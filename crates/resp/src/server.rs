@@ -1,14 +1,15 @@
 //! The RESP listener and the per-connection loop: read what the socket has, run
 //! every complete command in it in order, write all their replies in one write.
+//! A connection's memory is bounded (read buffer, with large commands paid from a
+//! shared budget; unsent replies) and its time limited (`ramstore_rpc::conns`).
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-
-use std::os::fd::AsRawFd;
 
 use ramstore_rpc::conns::{ConnHandle, ConnLimits, ConnTable};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
