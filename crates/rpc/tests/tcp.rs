@@ -246,9 +246,17 @@ async fn serve_with_limit_refuses_connections_over_the_limit_when_none_is_idle()
 
     // Both are busy (each has part of a frame in), so neither can be evicted: a
     // third connection gets the service's refusal, then is closed.
+    // The partial frames go with a whole one in one write, answered only once the
+    // server has buffered them, so neither connection is ever seen idle.
     let partial = &frame(b"never completed")[..10];
-    first.write_all(partial).await.unwrap();
-    second.write_all(partial).await.unwrap();
+    for stream in [&mut first, &mut second] {
+        let mut both = frame(b"busy now");
+        both.extend_from_slice(partial);
+        stream.write_all(&both).await.unwrap();
+        let mut answer = vec![0u8; 20 + 8];
+        stream.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer[20..], b"busy now");
+    }
     let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
     assert_eq!(
         exchange(&mut third, b"three").await.as_deref(),
