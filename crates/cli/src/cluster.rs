@@ -284,6 +284,7 @@ async fn start_dev_resp(
         memory_bytes: server.service.store().stats().log.memory_bytes as u64,
         threads: 1,
         poll_before_sleep_us,
+        ..ramstore_resp::RespConfig::default()
     };
     let listen = format!("127.0.0.1:{port}");
     let (addr, task) = ramstore_resp::start(&listen, backend, config)

@@ -108,9 +108,12 @@ pub async fn start(
         }
     }
     let guard = StopOnDrop(stop_tx);
+    // The connections' time limits are enforced from the server's runtime, off
+    // the event loops.
+    let conns = shared.conns.clone();
     let task = tokio::spawn(async move {
         let _guard = guard;
-        std::future::pending::<()>().await;
+        conns.run_sweeper().await;
     });
     Ok((addr, task))
 }
