@@ -480,14 +480,37 @@ fn main() {
     }
 }
 
+/// The async runtime of `server` and `coordinator`: two worker threads by
+/// default; RAMSTORE_WORKER_THREADS overrides (benchmarks compare thread counts
+/// on small machines).
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    // Two async threads by default; RAMSTORE_WORKER_THREADS overrides (benchmarks
-    // compare thread counts on small machines).
-    let workers = std::env::var("RAMSTORE_WORKER_THREADS")
+    multi_thread_runtime(worker_threads_override().unwrap_or(2))
+}
+
+/// The runtime of `ramstore dev`: one event loop (a current-thread runtime) for
+/// the coordinator, every server and the Redis port. A durable write then runs
+/// command, replication to the in-process backups and reply on one thread that
+/// polls between its steps instead of handing off between threads, each hand-off
+/// costing an idle CPU's wake-up on small machines (docs/benchmarks.md, issue 17,
+/// durable-write latency). Heavy work (recovery replay, backup I/O) runs on the
+/// blocking pool as everywhere. RAMSTORE_WORKER_THREADS=N gives N workers instead.
+fn dev_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    match worker_threads_override() {
+        Some(workers) => multi_thread_runtime(workers),
+        None => Ok(tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?),
+    }
+}
+
+fn worker_threads_override() -> Option<usize> {
+    std::env::var("RAMSTORE_WORKER_THREADS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|&n| (1..=256).contains(&n))
-        .unwrap_or(2);
+}
+
+fn multi_thread_runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
@@ -509,7 +532,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             requirepass,
             resp_poll_us,
             no_space_wait_ms,
-        } => runtime()?.block_on(cluster::dev(cluster::DevOptions {
+        } => dev_runtime()?.block_on(cluster::dev(cluster::DevOptions {
             resp_poll_us,
             no_space_wait_ms,
             resp_port,

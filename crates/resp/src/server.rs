@@ -66,8 +66,8 @@ pub struct RespConfig {
     pub port: u16,
     /// Bytes of log memory of the local master (CONFIG GET maxmemory, INFO).
     pub memory_bytes: u64,
-    /// Event-loop threads serving connections (0 counts as 1; see
-    /// [`crate::start`]).
+    /// Event-loop threads serving connections; 0: the caller's runtime if it is
+    /// a current-thread one, else 1 (see [`crate::start`]).
     pub threads: usize,
     /// How long an event loop keeps polling its sockets after the last read
     /// before it sleeps, in µs (`--resp-poll-us`; 0: sleep at once). See

@@ -414,8 +414,9 @@ async fn start_resp(
         port: 0,
         memory_bytes: options.memory_bytes as u64,
         // One event loop, like Redis: on small machines a hand-off between
-        // threads costs more than a command.
-        threads: 1,
+        // threads costs more than a command. A server on a current-thread runtime
+        // (`ramstore dev`) serves Redis on that very loop (0; `ramstore_resp::start`).
+        threads: 0,
         poll_before_sleep_us: options.resp_poll_us,
         request_timeout_ms: options.request_timeout_ms,
         idle_timeout_ms: options.idle_timeout_ms,
