@@ -170,7 +170,7 @@ fn remove_empties_slot() {
 #[test]
 fn remove_then_insert_reuses_slot() {
     let table = fill_one_bucket(40);
-    let overflow_before = table.overflow_bucket_count();
+    let overflow_before = table.overflow_buckets_in_use();
     let hash = 0x1234_5678_9ABC_DEF0;
     let mut guard = table.lock(hash);
     let freed: Vec<_> = [3, 17, 33]
@@ -187,14 +187,14 @@ fn remove_then_insert_reuses_slot() {
         "inserts fill the first empty slots of the chain"
     );
     drop(guard);
-    assert_eq!(table.overflow_bucket_count(), overflow_before);
+    assert_eq!(table.overflow_buckets_in_use(), overflow_before);
     assert_eq!(table.len(), 40);
 }
 
 #[test]
 fn remove_all_then_reinsert_reuses_overflow_buckets() {
     let table = fill_one_bucket(100);
-    let overflow_before = table.overflow_bucket_count();
+    let overflow_before = table.overflow_buckets_in_use();
     let hash = 0x1234_5678_9ABC_DEF0;
     let mut guard = table.lock(hash);
     for r in 1..=100 {
@@ -207,28 +207,28 @@ fn remove_all_then_reinsert_reuses_overflow_buckets() {
     for r in 101..=200 {
         put(&table, hash, r);
     }
-    assert_eq!(table.overflow_bucket_count(), overflow_before);
+    assert_eq!(table.overflow_buckets_in_use(), overflow_before);
     assert_eq!(table.len(), 100);
 }
 
 #[test]
 fn insert_extends_chain_past_8() {
     let table = fill_one_bucket(SLOTS_PER_BUCKET as u64 + 1);
-    assert_eq!(table.overflow_bucket_count(), 1);
+    assert_eq!(table.overflow_buckets_in_use(), 1);
 }
 
 #[test]
 fn insert_extends_chain_past_16() {
     let table = fill_one_bucket(17);
     // 7 entries per full bucket (the last slot is a link) and up to 8 in the last.
-    assert_eq!(table.overflow_bucket_count(), 2);
+    assert_eq!(table.overflow_buckets_in_use(), 2);
 }
 
 #[test]
 fn insert_extends_chain_to_100_entries() {
     let table = fill_one_bucket(100);
     // Buckets hold 7 + 7 + ... + 8: 14 buckets hold 99, so 100 needs 15 (14 overflow).
-    assert_eq!(table.overflow_bucket_count(), 14);
+    assert_eq!(table.overflow_buckets_in_use(), 14);
 }
 
 #[test]
@@ -249,7 +249,7 @@ fn insert_moves_last_entry_into_new_overflow_bucket() {
 #[test]
 fn insert_returns_index_full_when_arena_exhausted() {
     // One chunk of 64 overflow buckets: 1 main + 64 overflow buckets hold 64*7 + 8 entries.
-    let table = HashTable::with_overflow_chunks(1, 1);
+    let table = HashTable::with_limits(1, 1, crate::MAX_CHAIN_BUCKETS);
     let capacity = 64 * 7 + 8;
     let mut guard = table.lock(0);
     for r in 1..=capacity {
@@ -382,11 +382,15 @@ fn bucket_of_spreads_hashes_evenly_over_any_bucket_count() {
 fn memory_bytes_counts_buckets_locks_and_overflow_chunks() {
     let table = HashTable::new(1024);
     assert_eq!(table.memory_bytes(), 1024 * 64 + 1024);
-    // Chain one bucket past 8 entries: chunk 0 of max(64, 1024 / 8) = 128 buckets appears.
+    assert_eq!(table.resident_bytes(), 1024 * 64 + 1024);
+    // Chain one bucket past 8 entries: chunk 0 of max(64, 1024 / 8) = 128 buckets
+    // appears, with a free list with room for all 128.
     for r in 1..=9 {
         put(&table, 0, r);
     }
-    assert_eq!(table.memory_bytes(), 1024 * 64 + 1024 + 128 * 64);
+    assert_eq!(table.memory_bytes(), 1024 * 64 + 1024 + 128 * 64 + 128 * 8);
+    // Only the one overflow bucket handed out counts as resident.
+    assert_eq!(table.resident_bytes(), 1024 * 64 + 1024 + 64 + 8);
 }
 
 #[test]
