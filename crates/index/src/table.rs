@@ -324,6 +324,30 @@ impl HashTable {
     }
 }
 
+#[cfg(test)]
+impl HashTable {
+    /// The buckets of main bucket `main`'s chain, main bucket included, counted
+    /// by following its links (tests only: checks the arena's counters).
+    pub(crate) fn chain_buckets(&self, main: usize) -> usize {
+        let mut id = BucketId::Main(main);
+        let mut count = 1;
+        loop {
+            let last = self.bucket(id).slots[LAST].load(Ordering::Acquire);
+            if !is_link(last) {
+                return count;
+            }
+            id = BucketId::Overflow(last & REF_MASK);
+            count += 1;
+        }
+    }
+
+    /// Overflow bucket `index` (tests only: to build states no sequence of
+    /// operations produces at one instant, such as a loop of links).
+    pub(crate) fn overflow_bucket(&self, index: u64) -> &Bucket {
+        self.overflow.get(index)
+    }
+}
+
 impl fmt::Debug for HashTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HashTable")
