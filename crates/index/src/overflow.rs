@@ -167,7 +167,10 @@ impl OverflowArena {
                     .all(|s| s.load(Ordering::Relaxed) == EMPTY),
                 "released overflow bucket {index} holds an entry"
             );
-            debug_assert!(index < state.next, "released overflow bucket {index} was never handed out");
+            debug_assert!(
+                index < state.next,
+                "released overflow bucket {index} was never handed out"
+            );
             let next = bucket.slots[LAST].load(Ordering::Relaxed);
             debug_assert!(
                 next == EMPTY || is_link(next),
@@ -306,24 +309,40 @@ mod tests {
         }
         arena.release_chain(1);
         arena.release_chain(3);
-        assert_eq!((arena.in_use(), arena.free(), arena.high_water()), (2, 2, 4));
+        assert_eq!(
+            (arena.in_use(), arena.free(), arena.high_water()),
+            (2, 2, 4)
+        );
         assert_eq!(arena.alloc(), Ok(3));
         assert_eq!(arena.alloc(), Ok(1));
         assert_eq!(arena.alloc(), Ok(4));
-        assert_eq!((arena.in_use(), arena.free(), arena.high_water()), (5, 0, 5));
+        assert_eq!(
+            (arena.in_use(), arena.free(), arena.high_water()),
+            (5, 0, 5)
+        );
     }
 
     #[test]
     fn release_chain_follows_links_and_zeroes_last_slots() {
         let arena = OverflowArena::new(1, MAX_CHUNKS);
-        let (a, b, c) = (arena.alloc().unwrap(), arena.alloc().unwrap(), arena.alloc().unwrap());
+        let (a, b, c) = (
+            arena.alloc().unwrap(),
+            arena.alloc().unwrap(),
+            arena.alloc().unwrap(),
+        );
         arena.get(a).slots[LAST].store(crate::bucket::link(b), Ordering::Relaxed);
         arena.get(b).slots[LAST].store(crate::bucket::link(c), Ordering::Relaxed);
         arena.release_chain(a);
-        assert_eq!((arena.in_use(), arena.free(), arena.high_water()), (0, 3, 3));
+        assert_eq!(
+            (arena.in_use(), arena.free(), arena.high_water()),
+            (0, 3, 3)
+        );
         for index in [a, b, c] {
             let bucket = arena.get(index);
-            assert!(bucket.slots.iter().all(|s| s.load(Ordering::Relaxed) == EMPTY));
+            assert!(bucket
+                .slots
+                .iter()
+                .all(|s| s.load(Ordering::Relaxed) == EMPTY));
         }
     }
 

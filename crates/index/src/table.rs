@@ -71,7 +71,10 @@ impl HashTable {
         max_chunks: usize,
         max_chain_buckets: usize,
     ) -> Self {
-        assert!(max_chain_buckets >= 1, "a chain has at least its main bucket");
+        assert!(
+            max_chain_buckets >= 1,
+            "a chain has at least its main bucket"
+        );
         let bucket_count = bucket_count.max(1);
         let buckets = match BucketArray::new(bucket_count) {
             Some(buckets) => buckets,

@@ -455,7 +455,10 @@ fn linked_overflow_buckets(table: &HashTable) -> usize {
 
 /// Checks the arena's counters against the chains.
 fn check_overflow_counters(table: &HashTable) {
-    assert_eq!(table.overflow_buckets_in_use(), linked_overflow_buckets(table));
+    assert_eq!(
+        table.overflow_buckets_in_use(),
+        linked_overflow_buckets(table)
+    );
     assert_eq!(
         table.overflow_buckets_in_use() + table.overflow_buckets_free(),
         table.overflow_buckets_high_water()
@@ -561,7 +564,11 @@ fn remove_in_main_bucket_leaves_chain_alone() {
     for r in 1..=7 {
         take(&table, 0, r);
     }
-    assert_eq!(table.chain_buckets(0), 2, "the overflow bucket holds 8 and 9");
+    assert_eq!(
+        table.chain_buckets(0),
+        2,
+        "the overflow bucket holds 8 and 9"
+    );
     assert_eq!(table.lookup(0, |c| c == 9), Some(9));
     check_overflow_counters(&table);
 }
@@ -674,7 +681,11 @@ fn for_each_in_bucket_passes_entries_of_a_chain_that_reused_its_bucket_mid_walk(
         &[foreign],
         "the walk went on in chain b's new bucket"
     );
-    assert_eq!(table.overflow_buckets_high_water(), 1, "the bucket was reused");
+    assert_eq!(
+        table.overflow_buckets_high_water(),
+        1,
+        "the bucket was reused"
+    );
     // A caller that keeps entries whose hash maps to the bucket drops it.
     let own: Vec<u64> = seen
         .iter()
@@ -707,7 +718,11 @@ fn lookup_offers_foreign_candidates_only_after_the_chain_and_finds_present_entri
     });
     assert_eq!(found, None);
     assert_eq!(&offered[..8], &chain_a[..8]);
-    assert_eq!(&offered[8..], &[1000], "a foreign candidate, rejected by key");
+    assert_eq!(
+        &offered[8..],
+        &[1000],
+        "a foreign candidate, rejected by key"
+    );
 }
 
 /// A small deterministic generator (xorshift), so these tests need no seed plumbing.
@@ -837,7 +852,10 @@ fn walks_see_every_present_entry_whatever_writers_do_between_steps() {
                 .count();
         }
         check_overflow_counters(&table);
-        reused += usize::from(table.overflow_buckets_free() > 0 || table.overflow_buckets_high_water() > table.overflow_buckets_in_use());
+        reused += usize::from(
+            table.overflow_buckets_free() > 0
+                || table.overflow_buckets_high_water() > table.overflow_buckets_in_use(),
+        );
     }
     assert!(reused > 0, "no overflow bucket was ever unlinked");
     // The walks did stand in buckets that were reused by the other chain.
