@@ -43,7 +43,8 @@
 //! mapping keeps hash order: a contiguous range of hashes (a tablet) maps to a
 //! contiguous range of buckets
 //! ([`HashTable::bucket_hash_range`]); enumerating a tablet walks just those
-//! buckets, with a hash value as its cursor ([`HashTable::for_each_in_bucket`]).
+//! buckets, with a hash value as its cursor ([`HashTable::for_each_in_bucket`]),
+//! keeping only entries whose hash maps to the bucket walked (see below).
 //!
 //! # Why cache-line buckets
 //!
