@@ -161,6 +161,48 @@ impl BucketArray {
     }
 }
 
+impl BucketArray {
+    /// Bytes of the mapping the kernel holds in memory right now: pages are zeroed
+    /// on first touch, so an array few keys have reached is mostly not resident.
+    /// `None` where the kernel cannot be asked (`mincore` is Linux-only here).
+    pub(crate) fn resident_bytes(&self) -> Option<usize> {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: sysconf has no preconditions.
+            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+                .ok()
+                .filter(|&p| p > 0)?;
+            // One status byte per page, a chunk of pages at a time, so asking costs
+            // no allocation however large the table is.
+            let mut status = [0u8; 4096];
+            let base = self.ptr.as_ptr().cast::<u8>();
+            let mut resident_pages = 0usize;
+            let mut offset = 0;
+            while offset < self.mapped_bytes {
+                let len = (self.mapped_bytes - offset).min(status.len() * page);
+                // SAFETY: [offset, offset + len) lies inside the mapping made in
+                // `new` (page-aligned, alive as long as `self`), `offset` is a
+                // multiple of the page size, and `status` has a byte for each of
+                // the ⌈len / page⌉ pages.
+                let rc = unsafe { libc::mincore(base.add(offset).cast(), len, status.as_mut_ptr()) };
+                if rc != 0 {
+                    return None;
+                }
+                resident_pages += status[..len.div_ceil(page)]
+                    .iter()
+                    .filter(|&&s| s & 1 != 0)
+                    .count();
+                offset += len;
+            }
+            Some((resident_pages * page).min(self.mapped_bytes))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
+    }
+}
+
 impl std::ops::Deref for BucketArray {
     type Target = [Bucket];
 

@@ -90,6 +90,19 @@ impl HashTable {
             + self.overflow.memory_bytes()
     }
 
+    /// Bytes of this table resident in memory: the main buckets' pages the kernel
+    /// has faulted in (the array is mapped at start-up and zeroed on first touch),
+    /// their locks, and every allocated overflow chunk (the allocator zeroes a
+    /// 64-byte-aligned chunk with a memset, so all of it is touched at once).
+    /// `None` where the kernel cannot be asked which pages are resident.
+    pub fn resident_bytes(&self) -> Option<usize> {
+        Some(
+            self.buckets.resident_bytes()?
+                + std::mem::size_of_val::<[parking_lot::RawMutex]>(&self.locks)
+                + self.overflow.memory_bytes(),
+        )
+    }
+
     /// Number of overflow buckets in use (they are never given back).
     pub fn overflow_bucket_count(&self) -> usize {
         self.overflow.used()

@@ -271,6 +271,42 @@ fn insert_returns_index_full_when_arena_exhausted() {
     );
 }
 
+/// The resident split (issue 17): main-array pages count once a key reaches them,
+/// the locks always, an overflow chunk whole from its first bucket.
+#[test]
+fn resident_bytes_counts_touched_main_pages_locks_and_overflow_chunks() {
+    // 64 Ki buckets: a 4 MiB main array, overflow chunk 0 of 8 Ki buckets (512 KiB).
+    let table = HashTable::new(1 << 16);
+    let locks = (1 << 16) * std::mem::size_of::<parking_lot::RawMutex>();
+    let Some(empty) = table.resident_bytes() else {
+        assert!(!cfg!(target_os = "linux"), "mincore answers on Linux");
+        return;
+    };
+    assert_eq!(empty, locks, "no main page is touched before the first insert");
+
+    put(&table, 0, 1);
+    let one = table.resident_bytes().expect("asked once already");
+    assert!(
+        (empty + 4096..=empty + (2 << 20)).contains(&one),
+        "one insert faults in one page (4 KiB, or 2 MiB with huge pages): {one}"
+    );
+
+    // Nine entries in one chain: the ninth needs an overflow bucket.
+    for r in 2..=9 {
+        put(&table, 0, r);
+    }
+    assert_eq!(table.overflow_bucket_count(), 1);
+    let chained = table.resident_bytes().expect("asked once already");
+    // Exactly one + 512 KiB, unless khugepaged merged the touched page into a
+    // huge page meanwhile.
+    let chunk = 8192 * 64;
+    assert!(
+        (one + chunk..=one + chunk + (2 << 20)).contains(&chained),
+        "chunk 0 counts whole: {one} then {chained}"
+    );
+    assert!(chained <= table.memory_bytes());
+}
+
 #[test]
 fn tag_ffff_is_remapped_to_fffe() {
     let table = HashTable::new(1);

@@ -105,6 +105,16 @@ pub struct StoreStats {
     pub tablets: Vec<TabletStat>,
 }
 
+/// How much of a store's two big mappings is resident right now (issue 17): what a
+/// server subtracts from its process's resident set to find everything else.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreResident {
+    /// Bytes of the seglet pool in memory (`SegletPool::resident_bytes`).
+    pub log: Option<usize>,
+    /// Bytes of the hash table in memory (`HashTable::resident_bytes`).
+    pub hash_table: Option<usize>,
+}
+
 /// A weak reference to a store's log (see [`ObjectStore::log_handle`]).
 #[derive(Clone)]
 pub struct LogHandle(std::sync::Weak<Inner>);
@@ -929,6 +939,16 @@ impl ObjectStore {
             objects: self.inner.index.len(),
             hash_table_bytes: self.inner.index.memory_bytes(),
             tablets,
+        }
+    }
+
+    /// The resident bytes of the log and the hash table: asks the kernel which of
+    /// their pages are in memory (about one system call per 16 MiB; no lock, no
+    /// allocation). `None` parts where it cannot be asked.
+    pub fn resident(&self) -> StoreResident {
+        StoreResident {
+            log: self.inner.log.pool().resident_bytes(),
+            hash_table: self.inner.index.resident_bytes(),
         }
     }
 }
