@@ -184,7 +184,8 @@ impl BucketArray {
                 // `new` (page-aligned, alive as long as `self`), `offset` is a
                 // multiple of the page size, and `status` has a byte for each of
                 // the ⌈len / page⌉ pages.
-                let rc = unsafe { libc::mincore(base.add(offset).cast(), len, status.as_mut_ptr()) };
+                let rc =
+                    unsafe { libc::mincore(base.add(offset).cast(), len, status.as_mut_ptr()) };
                 if rc != 0 {
                     return None;
                 }

@@ -1019,7 +1019,10 @@ impl Connection {
                 ("used_memory_rss", "resident_bytes"),
                 ("ramstore_resident_peak_bytes", "resident_peak_bytes"),
                 ("ramstore_log_resident_bytes", "log_resident_bytes"),
-                ("ramstore_hashtable_resident_bytes", "hash_table_resident_bytes"),
+                (
+                    "ramstore_hashtable_resident_bytes",
+                    "hash_table_resident_bytes",
+                ),
                 ("ramstore_other_resident_bytes", "other_resident_bytes"),
             ] {
                 let value = stats

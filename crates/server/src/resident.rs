@@ -81,7 +81,9 @@ impl ResidentSplit {
         let log = store.log.map(|b| b as u64);
         let hash_table = store.hash_table.map(|b| b as u64);
         let other = match (process, log, hash_table) {
-            (Some(p), Some(l), Some(h)) => Some(p.resident_bytes.saturating_sub(l.saturating_add(h))),
+            (Some(p), Some(l), Some(h)) => {
+                Some(p.resident_bytes.saturating_sub(l.saturating_add(h)))
+            }
             _ => None,
         };
         ResidentSplit {
@@ -250,10 +252,7 @@ mod tests {
             hash_table: Some(1),
         };
         assert_eq!(ResidentSplit::of(None, parts).other, None);
-        let no_log = StoreResident {
-            log: None,
-            ..parts
-        };
+        let no_log = StoreResident { log: None, ..parts };
         let split = ResidentSplit::of(process(10, 10), no_log);
         assert_eq!((split.process, split.other), (Some(10), None));
         let no_hash = StoreResident {
@@ -297,9 +296,18 @@ mod tests {
             other: None,
         }
         .render(&mut out);
-        assert!(out.contains("\nramstore_process_resident_bytes 5\n"), "{out}");
-        assert!(out.contains("\nramstore_process_resident_peak_bytes 6\n"), "{out}");
-        assert!(out.contains("\nramstore_resident_bytes{part=\"log\"} 3\n"), "{out}");
+        assert!(
+            out.contains("\nramstore_process_resident_bytes 5\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("\nramstore_process_resident_peak_bytes 6\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("\nramstore_resident_bytes{part=\"log\"} 3\n"),
+            "{out}"
+        );
         assert!(!out.contains("part=\"hash_table\"}"), "{out}");
         assert!(!out.contains("part=\"other\"}"), "{out}");
     }
