@@ -282,8 +282,11 @@ async fn start_dev_resp(
         require_pass,
         port,
         memory_bytes: server.service.store().stats().log.memory_bytes as u64,
-        threads: 1,
+        // On dev's one event loop (`dev_runtime`): command, replication and the
+        // backups' work on one thread (`ramstore_resp::start`).
+        threads: 0,
         poll_before_sleep_us,
+        ..ramstore_resp::RespConfig::default()
     };
     let listen = format!("127.0.0.1:{port}");
     let (addr, task) = ramstore_resp::start(&listen, backend, config)

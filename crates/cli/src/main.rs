@@ -289,7 +289,8 @@ enum Command {
               value_parser = clap::value_parser!(u64).range(0..=ramstore_resp::MAX_POLL_BEFORE_SLEEP_US))]
         resp_poll_us: u64,
         /// Connections (clients and other servers) served at once; a connection
-        /// beyond this gets its first request answered RETRY and is closed.
+        /// beyond this evicts the one idle the longest, or, if none is idle, gets
+        /// its first request answered RETRY and is closed.
         #[arg(long, default_value_t = ramstore_server::DEFAULT_MAX_CONNECTIONS as u32,
               value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
         max_connections: u32,
@@ -309,6 +310,19 @@ enum Command {
               default_value_t = ramstore_server::replica_manager::DEFAULT_REPLICA_CHECK_INTERVAL_MS,
               value_parser = parse_replica_check_interval)]
         replica_check_interval_ms: u64,
+        /// Milliseconds a request (native frame or Redis command) may take to
+        /// arrive once its first byte has, and a reply write may stall, before the
+        /// connection is closed: a client sending a byte a second is dropped
+        /// (0: never).
+        #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_REQUEST_TIMEOUT_MS,
+              value_parser = clap::value_parser!(u64).range(0..=ramstore_server::MAX_CONNECTION_TIMEOUT_MS))]
+        request_timeout_ms: u64,
+        /// Milliseconds a client connection may sit idle before it is closed, on
+        /// the native and Redis ports (0: never; at --max-connections the oldest
+        /// idle connection is evicted instead).
+        #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_IDLE_TIMEOUT_MS,
+              value_parser = clap::value_parser!(u64).range(0..=ramstore_server::MAX_CONNECTION_TIMEOUT_MS))]
+        idle_timeout_ms: u64,
     },
     /// Create a table (no-op if it exists).
     CreateTable {
@@ -466,14 +480,37 @@ fn main() {
     }
 }
 
+/// The async runtime of `server` and `coordinator`: two worker threads by
+/// default; RAMSTORE_WORKER_THREADS overrides (benchmarks compare thread counts
+/// on small machines).
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    // Two async threads by default; RAMSTORE_WORKER_THREADS overrides (benchmarks
-    // compare thread counts on small machines).
-    let workers = std::env::var("RAMSTORE_WORKER_THREADS")
+    multi_thread_runtime(worker_threads_override().unwrap_or(2))
+}
+
+/// The runtime of `ramstore dev`: one event loop (a current-thread runtime) for
+/// the coordinator, every server and the Redis port. A durable write then runs
+/// command, replication to the in-process backups and reply on one thread that
+/// polls between its steps instead of handing off between threads, each hand-off
+/// costing an idle CPU's wake-up on small machines (docs/benchmarks.md, issue 17,
+/// durable-write latency). Heavy work (recovery replay, backup I/O) runs on the
+/// blocking pool as everywhere. RAMSTORE_WORKER_THREADS=N gives N workers instead.
+fn dev_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    match worker_threads_override() {
+        Some(workers) => multi_thread_runtime(workers),
+        None => Ok(tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?),
+    }
+}
+
+fn worker_threads_override() -> Option<usize> {
+    std::env::var("RAMSTORE_WORKER_THREADS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|&n| (1..=256).contains(&n))
-        .unwrap_or(2);
+}
+
+fn multi_thread_runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
@@ -495,7 +532,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             requirepass,
             resp_poll_us,
             no_space_wait_ms,
-        } => runtime()?.block_on(cluster::dev(cluster::DevOptions {
+        } => dev_runtime()?.block_on(cluster::dev(cluster::DevOptions {
             resp_poll_us,
             no_space_wait_ms,
             resp_port,
@@ -546,11 +583,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_connections,
             no_space_wait_ms,
             replica_check_interval_ms,
+            request_timeout_ms,
+            idle_timeout_ms,
         } => runtime()?.block_on(cluster::server(ServerOptions {
             replica_check_interval_ms,
             resp_poll_us,
             no_space_wait_ms,
             max_connections: max_connections as usize,
+            request_timeout_ms,
+            idle_timeout_ms,
             resp_listen,
             resp_require_pass: requirepass,
             resp_table_span,

@@ -1,7 +1,8 @@
 //! Too many connections (issue 6, resource exhaustion): a storage server started
-//! with `--max-connections N` answers the first request of every connection beyond
-//! N with RETRY and closes it, stays up, keeps serving the connections it has, and
-//! serves new ones once old ones close. Nothing acknowledged is lost.
+//! with `--max-connections N` whose N connections are all busy (none idle to
+//! evict, issue 17) answers the first request of every connection beyond N with
+//! RETRY and closes it, stays up, keeps serving the connections it has, and serves
+//! new ones once old ones close. Nothing acknowledged is lost.
 
 mod common;
 
@@ -20,6 +21,11 @@ const CONNECTIONS: usize = 3 * LIMIT;
 /// Sends a ping on `stream` and returns the status of the answer, or `None` if the
 /// connection closed (or said nothing for 10 s) first.
 fn ping(stream: &mut TcpStream, request_id: u64) -> Option<Status> {
+    stream.write_all(&ping_frame(request_id)).ok()?;
+    answer(stream)
+}
+
+fn ping_frame(request_id: u64) -> Vec<u8> {
     let mut frame = Vec::new();
     encode_request(
         request_id,
@@ -30,7 +36,15 @@ fn ping(stream: &mut TcpStream, request_id: u64) -> Option<Status> {
         &mut frame,
     )
     .unwrap();
-    stream.write_all(&frame).ok()?;
+    frame
+}
+
+/// Bytes of a ping sent to keep a connection busy (not idle, so not evicted).
+const PARTIAL_BYTES: usize = 10;
+
+/// The status of the next answer on `stream`, or `None` if the connection closed
+/// (or said nothing for 10 s) first.
+fn answer(stream: &mut TcpStream) -> Option<Status> {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
@@ -75,10 +89,15 @@ fn max_connections_refuses_extra_connections_with_retry_and_keeps_serving() {
     let (mut served, mut refused) = (0, 0);
     for i in 0..CONNECTIONS {
         let mut stream = TcpStream::connect(&addr).expect("the server accepts TCP");
-        match ping(&mut stream, i as u64 + 1) {
+        // A ping and the start of another in one write: once served, the
+        // connection is never idle, so it keeps its slot.
+        let mut frames = ping_frame(i as u64 + 1);
+        frames.extend_from_slice(&ping_frame(500 + i as u64)[..PARTIAL_BYTES]);
+        stream.write_all(&frames).expect("requests sent");
+        match answer(&mut stream) {
             Some(Status::Ok) => {
                 served += 1;
-                open.push(stream); // Held: it keeps its slot.
+                open.push((stream, 500 + i as u64));
             }
             Some(Status::Retry) => {
                 refused += 1;
@@ -99,7 +118,11 @@ fn max_connections_refuses_extra_connections_with_retry_and_keeps_serving() {
     assert!(refused >= CONNECTIONS - LIMIT, "refused only {refused}");
 
     // The connections within the limit are still served.
-    for (i, stream) in open.iter_mut().enumerate() {
+    for (i, (stream, partial_id)) in open.iter_mut().enumerate() {
+        stream
+            .write_all(&ping_frame(*partial_id)[PARTIAL_BYTES..])
+            .expect("rest of the request");
+        assert_eq!(answer(stream), Some(Status::Ok));
         assert_eq!(ping(stream, 1000 + i as u64), Some(Status::Ok));
     }
     // Freed slots are reused: the client (whose own connection may have been one of

@@ -30,15 +30,21 @@
 //! When a chain's eight slots are full, slot 7's entry moves to a new
 //! overflow bucket and slot 7 becomes a link to it, so a main bucket owns a
 //! chain of buckets. Overflow buckets come from an arena that grows by chunks
-//! and never moves them; they are never unlinked or freed in this version (a
-//! bucket emptied by removals is reused by later inserts into its chain).
+//! and never moves them. When removals leave a chain ending in empty overflow
+//! buckets, they are unlinked and go back to the arena's free list, which
+//! later extensions of any chain take from first: the arena's resident size
+//! is bounded by the most overflow buckets ever in use at once
+//! ([`HashTable::overflow_buckets_high_water`], [`HashTable::resident_bytes`]),
+//! not by how many chains ever overflowed under churn (issue 17). A chain has
+//! at most [`MAX_CHAIN_BUCKETS`] buckets.
 //!
 //! A hash's main bucket is `⌊hash · buckets / 2⁶⁴⌋` (any bucket count, so the
 //! table is sized to its memory budget, not rounded to a power of two). That
 //! mapping keeps hash order: a contiguous range of hashes (a tablet) maps to a
 //! contiguous range of buckets
 //! ([`HashTable::bucket_hash_range`]); enumerating a tablet walks just those
-//! buckets, with a hash value as its cursor ([`HashTable::for_each_in_bucket`]).
+//! buckets, with a hash value as its cursor ([`HashTable::for_each_in_bucket`]),
+//! keeping only entries whose hash maps to the bucket walked (see below).
 //!
 //! # Why cache-line buckets
 //!
@@ -63,11 +69,71 @@
 //!   it relocates objects) take the per-main-bucket lock with
 //!   [`HashTable::lock`], which covers the main bucket and its whole overflow
 //!   chain. Writers therefore serialise per main bucket, and all their slot
-//!   stores use `Release`.
+//!   stores use `Release`. The overflow arena's mutex is taken under a bucket
+//!   lock (to allocate or release overflow buckets), never the other way.
 //!
 //! The references passed to the closures may belong to entries that are
-//! being replaced or removed at that very moment; keeping the log entry they
-//! point at readable is the caller's business (the log's, really).
+//! being replaced or removed at that very moment, or to entries of other
+//! main buckets (below); keeping the log entry they point at readable is the
+//! caller's business (the log's, really).
+//!
+//! ## Reusing overflow buckets without epochs
+//!
+//! A remove that leaves a chain ending in empty overflow buckets unlinks them
+//! (one `Release` store of 0 into the last slot of the last bucket that keeps
+//! an entry, or of the main bucket) and puts them, all zero, on the arena's
+//! free list; another chain may take one at once while a lock-free reader
+//! still stands in it. No epoch or hazard pointer protects the reader; it is
+//! safe for three reasons.
+//!
+//! 1. *No entry is missed.* Entries move only when an insert extends a chain
+//!    (slot 7's entry goes to slot 0 of the new bucket, written before the
+//!    link is published); removes only empty slots and never move an entry,
+//!    and a bucket is unlinked only if no entry is in it or after it. Take an
+//!    entry E present for the whole walk (inserted before the walk began,
+//!    removed after it ended). The buckets from the main bucket to E's
+//!    bucket, and the links between them, were in place when the walk began
+//!    and cannot change during it: each of them is E's bucket or precedes it,
+//!    so none is ever unlinked, and a link slot is only rewritten by an
+//!    unlink. The only change is that E may move from slot 7 of its bucket to
+//!    a new bucket appended after it, which the walk finds as for a chain
+//!    that grows (see [`BucketGuard::insert`]). A walk begins at the main
+//!    bucket (never unlinked) and follows these links, so it reaches E's
+//!    bucket and sees E before it can step into any bucket that gets
+//!    unlinked: a walk can only stray *after* every entry present throughout.
+//!    That is also why only a whole empty tail is unlinked: a reader standing
+//!    in an unlinked bucket that had a successor would follow the links of
+//!    the bucket's new chain and miss what came after it.
+//! 2. *Foreign entries are harmless, or filtered.* A walk that stands in a
+//!    bucket as it is unlinked and reused goes on through another chain's
+//!    entries (real entries of the table, of keys with other hashes).
+//!    [`HashTable::lookup`] is unaffected, because its closure decides by
+//!    comparing the key (the log entry's), which differs.
+//!    [`HashTable::for_each_in_bucket`] passes them to its callback, and a
+//!    caller that needs just one bucket's entries keeps those whose key hash
+//!    maps to that bucket ([`HashTable::bucket_of`]), as the object store's
+//!    enumeration and tablet scans do. An entry present throughout is still
+//!    visited exactly once: a bucket holding one was linked into this chain
+//!    before the walk began (or, for a moved entry, by the link the walk
+//!    itself follows), after every earlier link to it was overwritten, so no
+//!    stale link leads back to it.
+//! 3. *Every walk ends.* A straying walk might in principle go round a loop of
+//!    buckets that writers keep relinking behind it. Walks visit at most
+//!    [`MAX_CHAIN_BUCKETS`] buckets, and an insert that would make a chain
+//!    longer fails with [`IndexFull`]. By (1), an entry present throughout
+//!    lies within the first `MAX_CHAIN_BUCKETS` buckets and is reached before
+//!    any straying, so a walk that hits the bound has already seen every such
+//!    entry: stopping there is as good as reaching the chain's end.
+//!
+//! Memory ordering: a released bucket is zeroed (its last slot cleared) before
+//! it goes on the free list; the arena's mutex orders its release before its
+//! reuse, and the new owner fills it before publishing the link with
+//! `Release`, exactly as for a never-used bucket, so a reader that follows the
+//! new link sees the new contents. A reader still standing in it sees some
+//! mixture of zeros and the new chain's stores, each a whole slot value; by
+//! (1) and (2) it needs nothing more. Any link a stale reader loads names a
+//! bucket that was allocated before the link was stored, so it can always be
+//! dereferenced.
 
 mod bucket;
 mod overflow;
@@ -87,8 +153,20 @@ pub const REF_BITS: u32 = 48;
 /// Slots in one 64-byte bucket.
 pub const SLOTS_PER_BUCKET: usize = 8;
 
+/// The most buckets, main bucket included, that one chain may have: 65,536,
+/// room for 458,753 entries under one main bucket.
+///
+/// Lock-free walks visit at most this many buckets, which bounds the time a
+/// walk that strays into reused overflow buckets can take (see "Reusing
+/// overflow buckets without epochs" above); [`BucketGuard::insert`] refuses
+/// to make a chain longer, so the bound never hides an entry. A table sized
+/// by [`HashTable::with_capacity`] holds 4 entries per main bucket on average,
+/// so only a broken hash or a grossly undersized table comes near it.
+pub const MAX_CHAIN_BUCKETS: usize = 1 << 16;
+
 /// Returned by [`BucketGuard::insert`] when no overflow bucket can be added:
-/// the arena's 32 chunks are all used, or the next chunk cannot be allocated.
+/// the arena's 32 chunks are all used (and none is free), the next chunk
+/// cannot be allocated, or the chain already has [`MAX_CHAIN_BUCKETS`] buckets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexFull;
 

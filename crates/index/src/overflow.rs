@@ -4,21 +4,26 @@
 //! enough. They are named by a 48-bit index (stored in a chain link) rather
 //! than a pointer, and the arena grows by chunks of doubling size that are
 //! never moved or freed while the table lives: a lock-free reader that loaded
-//! a link can therefore always dereference it.
+//! a link can therefore always dereference it, even a stale one.
 //!
-//! Overflow buckets are never unlinked or returned to the arena in this
-//! version. A bucket emptied by removals stays in its chain (costing readers
-//! one more cache miss on that chain) and its slots are reused by later
-//! inserts into the same chain. Unlinking would need a way to know that no
-//! reader is still walking through the bucket (e.g. epochs), which the table
-//! does not have.
+//! A bucket that a chain no longer needs (an empty tail, see
+//! `BucketGuard::remove`) is unlinked and pushed on the arena's free list, all
+//! eight slots zero, and [`OverflowArena::alloc`] takes from that list before
+//! it touches a never-used index. The arena's resident size is therefore
+//! bounded by its *high-water mark* — the most buckets ever in use at once
+//! (plus the free list's 8 bytes each) — instead of growing with every chain
+//! that ever overflowed. A freed bucket may be reused by another chain while a
+//! lock-free reader still stands in it; why that is safe without epochs is
+//! argued in the crate documentation ("Reusing overflow buckets without epochs")
+//! and in `docs/design-notes.md`
+//! ("Hash table: overflow buckets are reused without epochs").
 
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::bucket::{alloc_zeroed_buckets, Bucket, REF_MASK};
+use crate::bucket::{alloc_zeroed_buckets, is_link, Bucket, EMPTY, LAST, REF_MASK};
 use crate::IndexFull;
 
 /// The most chunks an arena can have.
@@ -41,12 +46,26 @@ pub(crate) struct OverflowArena {
     /// Total number of overflow indices the chunks can provide, capped so that
     /// every index fits in a 48-bit link.
     capacity: u64,
-    /// The next never-used overflow index.
+    /// The allocator's state.
     ///
     /// The mutex also serialises chunk allocation between writers that hold
-    /// locks on different main buckets. Overflow allocation happens at most
-    /// once per seven inserts into a chain, so this global lock is cold.
-    next: Mutex<u64>,
+    /// locks on different main buckets. Overflow allocation and release happen
+    /// at most once per seven inserts or removals in a chain, so this global
+    /// lock is cold. It is taken under a bucket lock, never the other way.
+    state: Mutex<ArenaState>,
+}
+
+struct ArenaState {
+    /// The next never-used overflow index. Every index below it has been
+    /// handed out at least once (its bucket's memory has been touched), so
+    /// this is the arena's high-water mark.
+    next: u64,
+    /// Unlinked buckets, all-zero, reused last-in first-out (the most recently
+    /// freed bucket is the likeliest to still be in the cache).
+    ///
+    /// Its capacity always covers every bucket of the allocated chunks (see
+    /// `alloc`), so `release` never allocates and cannot fail.
+    free: Vec<u64>,
 }
 
 impl OverflowArena {
@@ -66,7 +85,10 @@ impl OverflowArena {
             base_log2,
             max_chunks,
             capacity,
-            next: Mutex::new(0),
+            state: Mutex::new(ArenaState {
+                next: 0,
+                free: Vec::new(),
+            }),
         }
     }
 
@@ -87,26 +109,84 @@ impl OverflowArena {
         (chunk, (index - start) as usize)
     }
 
-    /// Reserves a fresh (all-empty) overflow bucket and returns its index.
+    /// Reserves an all-empty overflow bucket and returns its index: the most
+    /// recently released one if any, else a never-used one.
+    ///
+    /// A released bucket may still be looked at by lock-free readers that
+    /// entered it while it belonged to another chain; the caller must fill it
+    /// before publishing a link to it, as for a never-used one.
     ///
     /// Fails with `IndexFull` when all chunks are used up, or when the
     /// allocator cannot provide the next chunk (so a store under memory
     /// pressure can reject a write instead of aborting).
     pub(crate) fn alloc(&self) -> Result<u64, IndexFull> {
-        let mut next = self.next.lock();
-        let index = *next;
+        let mut state = self.state.lock();
+        if let Some(index) = state.free.pop() {
+            return Ok(index);
+        }
+        let index = state.next;
         if index >= self.capacity {
             return Err(IndexFull);
         }
         let (chunk, _) = self.locate(index);
         // Relaxed suffices: chunk pointers are only stored under this mutex, which we hold.
         if self.chunks[chunk].load(Ordering::Relaxed).is_null() {
+            // Room in the free list for every bucket the chunks will hold, taken
+            // now (fallibly) so that `release` never has to allocate. The index
+            // past the new chunk's last bucket is the chunks' total size.
+            let total = (((1u64 << (chunk + 1)) - 1) << self.base_log2).min(self.capacity);
+            let total = usize::try_from(total).map_err(|_| IndexFull)?;
+            let additional = total.saturating_sub(state.free.len());
+            state
+                .free
+                .try_reserve_exact(additional)
+                .map_err(|_| IndexFull)?;
             let buckets = alloc_zeroed_buckets(self.chunk_len(chunk)).ok_or(IndexFull)?;
             let raw = Box::into_raw(buckets).cast::<Bucket>();
             self.chunks[chunk].store(raw, Ordering::Release);
         }
-        *next = index + 1;
+        state.next = index + 1;
         Ok(index)
+    }
+
+    /// Takes back the chain of overflow buckets starting at `first`, which the
+    /// caller has just unlinked from its chain (under that chain's lock): every
+    /// bucket of it has no entry, and its last one has an empty last slot.
+    ///
+    /// Each bucket's last slot (a link to the next one, or empty) is cleared, so
+    /// a bucket on the free list is all zero: a reader still standing in it
+    /// sees an empty tail and stops, and `alloc` can hand it out as if new.
+    pub(crate) fn release_chain(&self, first: u64) {
+        let mut state = self.state.lock();
+        let mut index = first;
+        loop {
+            let bucket = self.get(index);
+            debug_assert!(
+                bucket.slots[..LAST]
+                    .iter()
+                    .all(|s| s.load(Ordering::Relaxed) == EMPTY),
+                "released overflow bucket {index} holds an entry"
+            );
+            debug_assert!(
+                index < state.next,
+                "released overflow bucket {index} was never handed out"
+            );
+            let next = bucket.slots[LAST].load(Ordering::Relaxed);
+            debug_assert!(
+                next == EMPTY || is_link(next),
+                "released overflow bucket {index} holds an entry in its last slot"
+            );
+            bucket.slots[LAST].store(EMPTY, Ordering::Release);
+            // Never reallocates: the capacity covers every bucket of the allocated
+            // chunks (reserved in `alloc`), and a bucket is on the list at most once
+            // because only a linked bucket is released and a listed one is not linked.
+            debug_assert!(state.free.len() < state.free.capacity());
+            state.free.push(index);
+            if !is_link(next) {
+                return;
+            }
+            index = next & REF_MASK;
+        }
     }
 
     /// The overflow bucket with index `index`.
@@ -136,9 +216,26 @@ impl OverflowArena {
             .sum()
     }
 
-    /// Number of overflow buckets handed out so far.
-    pub(crate) fn used(&self) -> usize {
-        *self.next.lock() as usize
+    /// Bytes the free list's buffer occupies (8 per bucket of the allocated chunks).
+    pub(crate) fn free_list_bytes(&self) -> usize {
+        self.state.lock().free.capacity() * std::mem::size_of::<u64>()
+    }
+
+    /// Overflow buckets linked into some chain now.
+    pub(crate) fn in_use(&self) -> usize {
+        let state = self.state.lock();
+        state.next as usize - state.free.len()
+    }
+
+    /// Overflow buckets on the free list.
+    pub(crate) fn free(&self) -> usize {
+        self.state.lock().free.len()
+    }
+
+    /// Overflow buckets ever handed out: the high-water mark of `in_use`, and the
+    /// number of overflow buckets whose memory has ever been touched.
+    pub(crate) fn high_water(&self) -> usize {
+        self.state.lock().next as usize
     }
 }
 
@@ -196,8 +293,69 @@ mod tests {
             assert_eq!(arena.alloc(), Ok(expected));
         }
         assert_eq!(arena.alloc(), Err(IndexFull));
-        assert_eq!(arena.used(), 192);
+        assert_eq!(arena.high_water(), 192);
         assert_eq!(arena.memory_bytes(), 192 * 64);
+        // A released bucket can be handed out again even when the chunks are used up.
+        arena.release_chain(7);
+        assert_eq!(arena.alloc(), Ok(7));
+        assert_eq!(arena.alloc(), Err(IndexFull));
+    }
+
+    #[test]
+    fn alloc_takes_released_buckets_last_in_first_out_before_new_ones() {
+        let arena = OverflowArena::new(1, MAX_CHUNKS);
+        for expected in 0..4 {
+            assert_eq!(arena.alloc(), Ok(expected));
+        }
+        arena.release_chain(1);
+        arena.release_chain(3);
+        assert_eq!(
+            (arena.in_use(), arena.free(), arena.high_water()),
+            (2, 2, 4)
+        );
+        assert_eq!(arena.alloc(), Ok(3));
+        assert_eq!(arena.alloc(), Ok(1));
+        assert_eq!(arena.alloc(), Ok(4));
+        assert_eq!(
+            (arena.in_use(), arena.free(), arena.high_water()),
+            (5, 0, 5)
+        );
+    }
+
+    #[test]
+    fn release_chain_follows_links_and_zeroes_last_slots() {
+        let arena = OverflowArena::new(1, MAX_CHUNKS);
+        let (a, b, c) = (
+            arena.alloc().unwrap(),
+            arena.alloc().unwrap(),
+            arena.alloc().unwrap(),
+        );
+        arena.get(a).slots[LAST].store(crate::bucket::link(b), Ordering::Relaxed);
+        arena.get(b).slots[LAST].store(crate::bucket::link(c), Ordering::Relaxed);
+        arena.release_chain(a);
+        assert_eq!(
+            (arena.in_use(), arena.free(), arena.high_water()),
+            (0, 3, 3)
+        );
+        for index in [a, b, c] {
+            let bucket = arena.get(index);
+            assert!(bucket
+                .slots
+                .iter()
+                .all(|s| s.load(Ordering::Relaxed) == EMPTY));
+        }
+    }
+
+    #[test]
+    fn alloc_reserves_free_list_room_for_every_allocated_bucket() {
+        let arena = OverflowArena::new(1, MAX_CHUNKS);
+        arena.alloc().unwrap();
+        assert!(arena.free_list_bytes() >= 64 * 8);
+        for _ in 1..65 {
+            arena.alloc().unwrap();
+        }
+        // Chunk 1 (128 buckets) was allocated for index 64: room for 192 in all.
+        assert!(arena.free_list_bytes() >= 192 * 8);
     }
 
     #[test]

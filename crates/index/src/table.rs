@@ -10,7 +10,7 @@ use crate::bucket::{
     entry, is_link, link, tag, tag_of, Bucket, BucketArray, EMPTY, LAST, REF_MASK,
 };
 use crate::overflow::{OverflowArena, MAX_CHUNKS};
-use crate::{IndexFull, SLOTS_PER_BUCKET};
+use crate::{IndexFull, MAX_CHAIN_BUCKETS, SLOTS_PER_BUCKET};
 
 /// A bucket of the table: a main bucket by its index, or an overflow bucket by its arena index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,8 +23,10 @@ enum BucketId {
 ///
 /// A `Slot` is only meaningful to the `BucketGuard` that produced it, while
 /// that guard is held. An `insert` on the guard may move the entry in the
-/// last slot of the chain's last bucket into a new overflow bucket, so a
-/// `Slot` obtained before an `insert` should be looked up again afterwards.
+/// last slot of the chain's last bucket into a new overflow bucket, and a
+/// `remove` may unlink overflow buckets that have become empty, so a `Slot`
+/// obtained before an `insert` or a `remove` should be looked up again
+/// afterwards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot {
     bucket: BucketId,
@@ -42,6 +44,9 @@ pub struct HashTable {
     /// Number of main buckets, as the multiplier of `bucket_of`.
     bucket_count_u64: u64,
     overflow: OverflowArena,
+    /// The most buckets (main bucket included) a chain may have, and so the
+    /// most a walk visits ([`MAX_CHAIN_BUCKETS`] outside of tests).
+    max_chain_buckets: usize,
     /// Number of entries, maintained by insert and remove.
     len: AtomicUsize,
 }
@@ -50,7 +55,7 @@ impl HashTable {
     /// A table with `bucket_count` main buckets (at least 1). Any count works: the
     /// table is sized to the memory it may use, not rounded to a power of two.
     pub fn new(bucket_count: usize) -> Self {
-        Self::with_overflow_chunks(bucket_count, MAX_CHUNKS)
+        Self::with_limits(bucket_count, MAX_CHUNKS, MAX_CHAIN_BUCKETS)
     }
 
     /// A table sized for `expected_entries`: one bucket per four entries, so
@@ -59,8 +64,17 @@ impl HashTable {
         Self::new(expected_entries / 4)
     }
 
-    /// `new`, with a limit on the number of overflow chunks (tests use a small one to reach `IndexFull`).
-    pub(crate) fn with_overflow_chunks(bucket_count: usize, max_chunks: usize) -> Self {
+    /// `new`, with limits on the number of overflow chunks and on chain length
+    /// (tests use small ones to reach `IndexFull` and the walks' bound).
+    pub(crate) fn with_limits(
+        bucket_count: usize,
+        max_chunks: usize,
+        max_chain_buckets: usize,
+    ) -> Self {
+        assert!(
+            max_chain_buckets >= 1,
+            "a chain has at least its main bucket"
+        );
         let bucket_count = bucket_count.max(1);
         let buckets = match BucketArray::new(bucket_count) {
             Some(buckets) => buckets,
@@ -74,6 +88,7 @@ impl HashTable {
             locks,
             bucket_count_u64: bucket_count as u64,
             overflow: OverflowArena::new(bucket_count, max_chunks),
+            max_chain_buckets,
             len: AtomicUsize::new(0),
         }
     }
@@ -83,29 +98,61 @@ impl HashTable {
         self.buckets.len()
     }
 
-    /// Bytes used by the main buckets, their locks and the allocated overflow chunks.
+    /// Bytes allocated (mapped) for the main buckets, their locks, the overflow
+    /// chunks and the overflow free list. Overflow chunks double in size and are
+    /// zeroed lazily by the kernel, so most of a large chunk may never be resident:
+    /// see [`Self::resident_bytes`] for what the table can actually occupy.
     pub fn memory_bytes(&self) -> usize {
-        std::mem::size_of_val::<[Bucket]>(&self.buckets)
-            + std::mem::size_of_val::<[parking_lot::RawMutex]>(&self.locks)
-            + self.overflow.memory_bytes()
+        self.main_bytes() + self.overflow.memory_bytes() + self.overflow.free_list_bytes()
     }
 
-    /// Bytes of this table resident in memory: the main buckets' pages the kernel
-    /// has faulted in (the array is mapped at start-up and zeroed on first touch),
-    /// their locks, and every allocated overflow chunk (the allocator zeroes a
-    /// 64-byte-aligned chunk with a memset, so all of it is touched at once).
-    /// `None` where the kernel cannot be asked which pages are resident.
-    pub fn resident_bytes(&self) -> Option<usize> {
+    /// An upper bound of the bytes the table keeps resident: the main buckets and
+    /// their locks (64 B + 1 B each), and 64 B plus 8 B of free list for every
+    /// overflow bucket up to the arena's high-water mark — the only overflow memory
+    /// ever touched. This grows with the most overflow buckets ever in use at once,
+    /// not with the number of operations (emptied tails are reused).
+    pub fn resident_bytes(&self) -> usize {
+        let per_overflow_bucket = std::mem::size_of::<Bucket>() + std::mem::size_of::<u64>();
+        self.main_bytes() + self.overflow_buckets_high_water() * per_overflow_bucket
+    }
+
+    /// The bytes of this table resident in memory now: the main buckets' pages the
+    /// kernel has faulted in (the array is mapped at start-up and zeroed on first
+    /// touch), their locks, and every allocated overflow chunk (the allocator zeroes
+    /// a 64-byte-aligned chunk with a memset, so all of it is touched at once) with
+    /// its free list. `None` where the kernel cannot be asked which pages are
+    /// resident.
+    pub fn measured_resident_bytes(&self) -> Option<usize> {
         Some(
             self.buckets.resident_bytes()?
                 + std::mem::size_of_val::<[parking_lot::RawMutex]>(&self.locks)
-                + self.overflow.memory_bytes(),
+                + self.overflow.memory_bytes()
+                + self.overflow.free_list_bytes(),
         )
     }
 
-    /// Number of overflow buckets in use (they are never given back).
-    pub fn overflow_bucket_count(&self) -> usize {
-        self.overflow.used()
+    /// Bytes of the main buckets and their locks.
+    fn main_bytes(&self) -> usize {
+        std::mem::size_of_val::<[Bucket]>(&self.buckets)
+            + std::mem::size_of_val::<[parking_lot::RawMutex]>(&self.locks)
+    }
+
+    /// Number of overflow buckets linked into chains now.
+    pub fn overflow_buckets_in_use(&self) -> usize {
+        self.overflow.in_use()
+    }
+
+    /// Number of overflow buckets unlinked from their chains and waiting on the
+    /// arena's free list for the next chain that needs one.
+    pub fn overflow_buckets_free(&self) -> usize {
+        self.overflow.free()
+    }
+
+    /// The most overflow buckets ever in use at once: in use plus free, since a
+    /// never-used bucket is taken only when the free list is empty. Their memory
+    /// is all the arena has touched (see [`Self::resident_bytes`]).
+    pub fn overflow_buckets_high_water(&self) -> usize {
+        self.overflow.high_water()
     }
 
     /// Number of entries. Under concurrent writers this is only a snapshot.
@@ -158,7 +205,10 @@ impl HashTable {
     /// `hash`, in chain order, and returns the first reference for which it
     /// returns true. `is_match` is where the caller reads the log to compare
     /// keys; it may be called for references that are concurrently being
-    /// replaced or removed, so it must cope with reading any reference that
+    /// replaced or removed, and even for entries of other main buckets (a walk
+    /// that stands in an overflow bucket while it is unlinked and reused by
+    /// another chain; see the crate documentation), so it must decide by the
+    /// key, never by the tag alone, and cope with reading any reference that
     /// was recently in the table.
     #[inline]
     pub fn lookup(&self, hash: u64, mut is_match: impl FnMut(u64) -> bool) -> Option<u64> {
@@ -177,6 +227,14 @@ impl HashTable {
     /// the whole call is visited exactly once (with its old or new reference
     /// if it is replaced meanwhile), while an entry inserted or removed during
     /// the call may or may not be visited.
+    ///
+    /// **`f` may also be called with references of entries of other main
+    /// buckets**: when writers unlink an emptied overflow bucket from this chain
+    /// while the walk stands in it, and another chain reuses it at once, the walk
+    /// goes on through that chain's entries (see the crate documentation). They
+    /// are real entries of the table, but a caller that must see each entry once
+    /// (enumeration) has to drop them: an entry belongs to this bucket exactly
+    /// when `bucket_of(hash)` of its key's hash is `bucket`.
     pub fn for_each_in_bucket(&self, bucket: usize, mut f: impl FnMut(u64)) {
         self.walk::<()>(bucket, |_, value| {
             f(value & REF_MASK);
@@ -228,6 +286,17 @@ impl HashTable {
     /// Slots are loaded with `Acquire`, which pairs with the `Release` stores
     /// of writers: a reader that loads a chain link also sees the contents of
     /// the overflow bucket written before the link was published.
+    ///
+    /// The walk visits at most `max_chain_buckets` buckets. Under the chain's
+    /// lock that is never a limit (`insert` keeps chains that short). A
+    /// lock-free walk may, after it has passed every entry present throughout,
+    /// stand in a bucket that is unlinked and reused by another chain, and so
+    /// follow links of other chains, in theory round a loop of buckets that
+    /// writers keep relinking behind it; the bound makes it stop. Stopping there
+    /// loses nothing: an entry present for the whole walk sits within the first
+    /// `max_chain_buckets` buckets of the chain, and the walk reaches it through
+    /// links that do not change while it walks (crate documentation, "Thread
+    /// safety").
     #[inline]
     fn walk<R>(
         &self,
@@ -235,6 +304,8 @@ impl HashTable {
         mut visit: impl FnMut(Slot, u64) -> Option<R>,
     ) -> Option<(Slot, R)> {
         let mut id = BucketId::Main(main);
+        // Overflow buckets the walk may still enter after the main bucket.
+        let mut hops_left = self.max_chain_buckets - 1;
         loop {
             let bucket = self.bucket(id);
             for index in 0..LAST {
@@ -255,6 +326,10 @@ impl HashTable {
                 return None;
             }
             if is_link(value) {
+                if hops_left == 0 {
+                    return None;
+                }
+                hops_left -= 1;
                 id = BucketId::Overflow(value & REF_MASK);
                 continue;
             }
@@ -267,12 +342,37 @@ impl HashTable {
     }
 }
 
+#[cfg(test)]
+impl HashTable {
+    /// The buckets of main bucket `main`'s chain, main bucket included, counted
+    /// by following its links (tests only: checks the arena's counters).
+    pub(crate) fn chain_buckets(&self, main: usize) -> usize {
+        let mut id = BucketId::Main(main);
+        let mut count = 1;
+        loop {
+            let last = self.bucket(id).slots[LAST].load(Ordering::Acquire);
+            if !is_link(last) {
+                return count;
+            }
+            id = BucketId::Overflow(last & REF_MASK);
+            count += 1;
+        }
+    }
+
+    /// Overflow bucket `index` (tests only: to build states no sequence of
+    /// operations produces at one instant, such as a loop of links).
+    pub(crate) fn overflow_bucket(&self, index: u64) -> &Bucket {
+        self.overflow.get(index)
+    }
+}
+
 impl fmt::Debug for HashTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HashTable")
             .field("bucket_count", &self.bucket_count())
             .field("len", &self.len())
-            .field("overflow_buckets", &self.overflow_bucket_count())
+            .field("overflow_buckets_in_use", &self.overflow_buckets_in_use())
+            .field("overflow_buckets_free", &self.overflow_buckets_free())
             .finish()
     }
 }
@@ -348,11 +448,14 @@ impl BucketGuard<'_> {
     /// Does not check for an existing entry for the same key: callers `find`
     /// first and `replace` if there is one.
     ///
-    /// Fails only when the overflow arena is exhausted (or cannot allocate).
+    /// Fails only when the chain is full and cannot be extended: the overflow
+    /// arena is exhausted (or cannot allocate), or the chain already has
+    /// [`MAX_CHAIN_BUCKETS`] buckets.
     pub fn insert(&mut self, reference: u64) -> Result<Slot, IndexFull> {
         let value = entry(self.tag, reference);
         let table = self.table;
         let mut id = BucketId::Main(self.main);
+        let mut chain_buckets = 1;
         // Relaxed loads suffice below: every store to this chain is made under
         // the lock we hold, and acquiring the lock ordered us after them.
         loop {
@@ -371,16 +474,24 @@ impl BucketGuard<'_> {
             let last = bucket.slots[LAST].load(Ordering::Relaxed);
             if is_link(last) {
                 id = BucketId::Overflow(last & REF_MASK);
+                chain_buckets += 1;
                 continue;
+            }
+            // Lock-free walks stop after `max_chain_buckets` buckets, so a longer
+            // chain would hide entries from them.
+            if chain_buckets >= table.max_chain_buckets {
+                return Err(IndexFull);
             }
 
             // Every slot of the chain holds an entry: link a new overflow bucket
             // into the last slot, moving that slot's entry into the new bucket.
             //
             // A concurrent reader must never miss an entry that is present for
-            // the whole of its lookup. The new bucket is fresh from the arena
-            // (never linked before, so no reader can be looking at it) and all
-            // zero. We first fill its slot 0 with the moved entry and slot 1
+            // the whole of its lookup. The new bucket comes from the arena all
+            // zero and linked from no chain (never used, or unlinked from an
+            // empty tail; a stale reader of its old chain may still stand in it
+            // and will see our stores, which is harmless: crate documentation).
+            // We first fill its slot 0 with the moved entry and slot 1
             // with the new one, then publish the link with a single Release
             // store into the last slot. A reader loads that slot once: either
             // before the link store, seeing the moved entry where it was, or
@@ -400,10 +511,14 @@ impl BucketGuard<'_> {
         }
     }
 
-    /// Empties `slot`.
+    /// Empties `slot`; if that leaves the chain ending in empty overflow
+    /// buckets, unlinks them and gives them back to the arena for any chain to
+    /// reuse.
     ///
-    /// The slot is left in place (chains are never compacted), so no other
-    /// entry moves and readers walking the chain are unaffected.
+    /// No entry ever moves (chains are not compacted), so readers walking the
+    /// chain still find every other entry. Only a whole empty tail is
+    /// unlinked, never an empty bucket that some entry follows: see
+    /// `unlink_empty_tail`.
     pub fn remove(&mut self, slot: Slot) {
         let cell = self.cell(slot);
         let old = cell.load(Ordering::Relaxed);
@@ -418,16 +533,87 @@ impl BucketGuard<'_> {
         );
         cell.store(EMPTY, Ordering::Release);
         self.table.len.fetch_sub(1, Ordering::Relaxed);
+        // A chain never ends in an empty overflow bucket (inserts fill the first
+        // empty slot and extend only full chains; removes restore it here). So
+        // only emptying the tail can create an empty tail, and the tail is the
+        // bucket whose last slot is empty: one check of the cache line just
+        // written, no walk, for every other remove.
+        if let BucketId::Overflow(_) = slot.bucket {
+            let bucket = self.table.bucket(slot.bucket);
+            // Relaxed: every store to this chain is ours or ordered before our lock.
+            if bucket
+                .slots
+                .iter()
+                .all(|s| s.load(Ordering::Relaxed) == EMPTY)
+            {
+                self.unlink_empty_tail();
+            }
+        }
+    }
+
+    /// Unlinks the empty overflow buckets that end the chain — all buckets after
+    /// the last one that is the main bucket or holds an entry — with a single
+    /// Release store of EMPTY into that bucket's last slot, and gives them back
+    /// to the arena.
+    ///
+    /// Why only a tail: a lock-free reader may stand in a bucket we unlink, and
+    /// the arena may hand it to another chain at once, whose links the reader
+    /// then follows. It therefore must not need anything after that bucket. If
+    /// we unlinked an empty bucket from the middle (relinking its predecessor to
+    /// its successor), a reader standing in it would go on into the other chain
+    /// and miss the entries after it. After a tail nothing of this chain
+    /// follows, so the reader has already seen every entry present throughout.
+    fn unlink_empty_tail(&mut self) {
+        let table = self.table;
+        // Relaxed loads: every store to this chain is ours or ordered before our lock.
+        let mut keeper = BucketId::Main(self.main);
+        let mut id = keeper;
+        loop {
+            let bucket = table.bucket(id);
+            let last = bucket.slots[LAST].load(Ordering::Relaxed);
+            let holds_entry = (last != EMPTY && !is_link(last))
+                || bucket.slots[..LAST]
+                    .iter()
+                    .any(|s| s.load(Ordering::Relaxed) != EMPTY);
+            if holds_entry {
+                keeper = id;
+            }
+            if !is_link(last) {
+                break;
+            }
+            id = BucketId::Overflow(last & REF_MASK);
+        }
+        let keeper_last = &table.bucket(keeper).slots[LAST];
+        let first_empty = keeper_last.load(Ordering::Relaxed);
+        if is_link(first_empty) {
+            keeper_last.store(EMPTY, Ordering::Release);
+            table.overflow.release_chain(first_empty & REF_MASK);
+        }
     }
 
     /// The atomic cell behind `slot`.
     fn cell(&self, slot: Slot) -> &std::sync::atomic::AtomicU64 {
         debug_assert!(
-            !matches!(slot.bucket, BucketId::Main(b) if b != self.main),
-            "{slot:?} belongs to another main bucket than {}",
+            self.chain_contains(slot.bucket),
+            "{slot:?} is not in the chain of main bucket {} (a stale slot?)",
             self.main
         );
         &self.table.bucket(slot.bucket).slots[usize::from(slot.index)]
+    }
+
+    /// Whether bucket `id` is in this guard's chain now (a debug check of slots).
+    fn chain_contains(&self, id: BucketId) -> bool {
+        let mut current = BucketId::Main(self.main);
+        loop {
+            if current == id {
+                return true;
+            }
+            let last = self.table.bucket(current).slots[LAST].load(Ordering::Relaxed);
+            if !is_link(last) {
+                return false;
+            }
+            current = BucketId::Overflow(last & REF_MASK);
+        }
     }
 }
 

@@ -1,15 +1,23 @@
-//! Concurrency stress test: lock-free readers against writers on long chains.
+//! Concurrency stress tests: lock-free readers against writers on long chains.
 //!
 //! Two writers insert, replace and remove keys they own (each key has one
-//! owner) in a table of four buckets, so chains are long. The transient key
-//! space is large and removals are rarer than inserts, so chains keep growing
-//! while readers run; every growth moves the entry in the chain's last slot
-//! into a new overflow bucket, the delicate case for lock-free readers.
+//! owner) in a table of four buckets, so chains are long. In the first test
+//! the transient key space is large and removals are rarer than inserts, so
+//! chains keep growing while readers run; every growth moves the entry in the
+//! chain's last slot into a new overflow bucket, the delicate case for
+//! lock-free readers. In the second, writers alternately fill and drain their
+//! keys, so chains grow by tens of buckets and shrink again: emptied tails are
+//! unlinked and reused by whichever chain grows next, possibly while a reader
+//! stands in them (the case the crate docs argue is safe without epochs).
+//! There the permanent keys sit in the middle of the chains, behind buckets
+//! that empty and refill and before tails that come and go.
 //!
 //! Two readers check that
 //! - every *permanent* key (inserted before the readers start and afterwards
 //!   only replaced) is always found, with a reference that was written for it,
-//!   and is enumerated exactly once per pass over the buckets;
+//!   and is enumerated exactly once per pass over the buckets (counting, as
+//!   callers must, only entries whose hash maps to the bucket walked: a walk
+//!   may pass entries of another chain that reused an unlinked bucket);
 //! - every other key that nobody modified during a lookup is found with
 //!   exactly its current reference, or not found if it is absent. A per-key
 //!   sequence number (a seqlock written by the key's owner) tells the reader
@@ -33,6 +41,13 @@ const PERMANENT: u64 = 64;
 const KEYS: u64 = PERMANENT + 1536;
 /// Probability that a writer removes a present transient key (else it replaces it).
 const REMOVE_PROBABILITY: f64 = 0.3;
+/// In the fill-and-drain test, a writer fills until this many of its
+/// transient keys are present, then drains down to `DRAIN_TO`.
+const FILL_TO: u64 = 700;
+const DRAIN_TO: u64 = 40;
+/// Transient keys present before the fill-and-drain test starts, inserted
+/// before the permanent keys so that those sit behind buckets that empty.
+const FILLER: u64 = 240;
 const ROUNDS: usize = 6;
 const ROUND_TIME: Duration = Duration::from_millis(150);
 
@@ -78,11 +93,45 @@ fn check_written(states: &[KeyState], key: u64, found: u64) {
     );
 }
 
-fn writer(table: &HashTable, states: &[KeyState], me: u64, stop: &AtomicBool) -> usize {
+/// How a writer chooses what to do with a present transient key.
+#[derive(Clone, Copy)]
+enum Churn {
+    /// Remove with `REMOVE_PROBABILITY`, else replace; absent keys are inserted.
+    Random,
+    /// Fill (insert absent keys, replace present ones) until `FILL_TO` of the
+    /// writer's transient keys are present, then drain (remove present keys,
+    /// leave absent ones alone) down to `DRAIN_TO`, and so on.
+    FillAndDrain,
+}
+
+fn writer(
+    table: &HashTable,
+    states: &[KeyState],
+    me: u64,
+    churn: Churn,
+    stop: &AtomicBool,
+) -> usize {
     let mut rng = StdRng::seed_from_u64(me);
     let mut ops = 0;
+    let mine = |key: u64| key >= PERMANENT && key % WRITERS == me;
+    let mut present = (0..KEYS)
+        .filter(|&k| mine(k) && states[k as usize].current.load(Ordering::Relaxed) != 0)
+        .count() as u64;
+    let mut draining = false;
     while !stop.load(Ordering::Relaxed) {
         let key = rng.gen_range(0..KEYS / WRITERS) * WRITERS + me;
+        if let Churn::FillAndDrain = churn {
+            if present >= FILL_TO {
+                draining = true;
+            } else if present <= DRAIN_TO {
+                draining = false;
+            }
+            let is_present = states[key as usize].current.load(Ordering::Relaxed) != 0;
+            if key >= PERMANENT && draining != is_present {
+                // Draining skips absent keys; filling only inserts.
+                continue;
+            }
+        }
         let state = &states[key as usize];
         // Publish the version before any entry holds it, so readers can check it.
         let version = state.latest.fetch_add(1, Ordering::AcqRel) + 1;
@@ -99,9 +148,14 @@ fn writer(table: &HashTable, states: &[KeyState], me: u64, stop: &AtomicBool) ->
             guard.replace(slot, new_ref);
             version
         } else {
+            let remove = match churn {
+                Churn::Random => rng.gen_bool(REMOVE_PROBABILITY),
+                Churn::FillAndDrain => draining,
+            };
             match found {
-                Some((slot, _)) if rng.gen_bool(REMOVE_PROBABILITY) => {
+                Some((slot, _)) if remove => {
                     guard.remove(slot);
+                    present -= 1;
                     0
                 }
                 Some((slot, _)) => {
@@ -110,6 +164,7 @@ fn writer(table: &HashTable, states: &[KeyState], me: u64, stop: &AtomicBool) ->
                 }
                 None => {
                     guard.insert(new_ref).expect("table full");
+                    present += 1;
                     version
                 }
             }
@@ -122,9 +177,19 @@ fn writer(table: &HashTable, states: &[KeyState], me: u64, stop: &AtomicBool) ->
     ops
 }
 
-fn reader(table: &HashTable, states: &[KeyState], stop: &AtomicBool) -> (usize, usize) {
+/// What readers did: passes over all keys, lookups checked exactly, and entries
+/// of other buckets that enumeration walks passed (and skipped).
+#[derive(Default)]
+struct ReaderTotals {
+    passes: AtomicUsize,
+    stable_checks: AtomicUsize,
+    foreign_entries: AtomicUsize,
+}
+
+fn reader(table: &HashTable, states: &[KeyState], stop: &AtomicBool, totals: &ReaderTotals) {
     let mut passes = 0;
     let mut stable_checks = 0;
+    let mut foreign_entries = 0;
     let mut counts = vec![0u32; PERMANENT as usize];
     while !stop.load(Ordering::Relaxed) {
         for key in 0..KEYS {
@@ -153,7 +218,9 @@ fn reader(table: &HashTable, states: &[KeyState], stop: &AtomicBool) -> (usize, 
             table.for_each_in_bucket(bucket, |r| {
                 let key = key_of(r);
                 check_written(states, key, r);
-                if key < PERMANENT {
+                if table.bucket_of(hash_of(key)) != bucket {
+                    foreign_entries += 1;
+                } else if key < PERMANENT {
                     counts[key as usize] += 1;
                 }
             });
@@ -163,7 +230,86 @@ fn reader(table: &HashTable, states: &[KeyState], stop: &AtomicBool) -> (usize, 
         }
         passes += 1;
     }
-    (passes, stable_checks)
+    totals.passes.fetch_add(passes, Ordering::Relaxed);
+    totals
+        .stable_checks
+        .fetch_add(stable_checks, Ordering::Relaxed);
+    totals
+        .foreign_entries
+        .fetch_add(foreign_entries, Ordering::Relaxed);
+}
+
+/// Inserts version 1 of `key` (single-threaded set-up).
+fn insert_initial(table: &HashTable, states: &[KeyState], key: u64) {
+    let state = &states[key as usize];
+    state.latest.store(1, Ordering::Relaxed);
+    state.current.store(1, Ordering::Relaxed);
+    table
+        .lock(hash_of(key))
+        .insert(reference(key, 1))
+        .expect("table full");
+}
+
+/// Checks, with no thread running, that the table holds exactly each key's current version.
+fn check_quiescent(table: &HashTable, states: &[KeyState]) {
+    let mut present = 0;
+    for key in 0..KEYS {
+        let found = table.lookup(hash_of(key), |r| key_of(r) == key);
+        let current = states[key as usize].current.load(Ordering::Relaxed);
+        assert_eq!(found, (current != 0).then(|| reference(key, current)));
+        present += usize::from(current != 0);
+    }
+    assert_eq!(table.len(), present);
+    assert_eq!(
+        table.overflow_buckets_in_use() + table.overflow_buckets_free(),
+        table.overflow_buckets_high_water()
+    );
+}
+
+/// Arena counters sampled while a round runs.
+#[derive(Default)]
+struct ArenaSamples {
+    /// Some sample found unlinked buckets on the free list.
+    saw_free: bool,
+    /// Some sample found fewer free buckets than the previous one: a chain took
+    /// an unlinked bucket back.
+    saw_reuse: bool,
+}
+
+/// Runs readers and writers on `table` for one round; returns the readers'
+/// totals, the writers' operations and the arena samples.
+fn run_round(
+    table: &HashTable,
+    states: &[KeyState],
+    churn: Churn,
+) -> (ReaderTotals, usize, ArenaSamples) {
+    let stop = AtomicBool::new(false);
+    let totals = ReaderTotals::default();
+    let writes = AtomicUsize::new(0);
+    let mut samples = ArenaSamples::default();
+    std::thread::scope(|s| {
+        for _ in 0..READERS {
+            let (stop, totals) = (&stop, &totals);
+            s.spawn(move || reader(table, states, stop, totals));
+        }
+        for w in 0..WRITERS {
+            let (stop, writes) = (&stop, &writes);
+            s.spawn(move || {
+                writes.fetch_add(writer(table, states, w, churn, stop), Ordering::Relaxed);
+            });
+        }
+        let deadline = Instant::now() + ROUND_TIME;
+        let mut last_free = table.overflow_buckets_free();
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+            let free = table.overflow_buckets_free();
+            samples.saw_free |= free > 0;
+            samples.saw_reuse |= free < last_free;
+            last_free = free;
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    (totals, writes.into_inner(), samples)
 }
 
 #[test]
@@ -172,62 +318,40 @@ fn stress_readers_always_find_present_keys() {
         let table = HashTable::new(4);
         let states: Vec<KeyState> = (0..KEYS).map(|_| KeyState::default()).collect();
         for key in 0..PERMANENT {
-            let state = &states[key as usize];
-            state.latest.store(1, Ordering::Relaxed);
-            state.current.store(1, Ordering::Relaxed);
-            table
-                .lock(hash_of(key))
-                .insert(reference(key, 1))
-                .expect("table full");
+            insert_initial(&table, &states, key);
         }
-        let overflow_before = table.overflow_bucket_count();
-        let stop = AtomicBool::new(false);
-        let passes = AtomicUsize::new(0);
-        let stable_checks = AtomicUsize::new(0);
-        let writes = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..READERS {
-                let (table, states, stop) = (&table, &states, &stop);
-                let (passes, stable_checks) = (&passes, &stable_checks);
-                s.spawn(move || {
-                    let (p, c) = reader(table, states, stop);
-                    passes.fetch_add(p, Ordering::Relaxed);
-                    stable_checks.fetch_add(c, Ordering::Relaxed);
-                });
-            }
-            for w in 0..WRITERS {
-                let (table, states, stop, writes) = (&table, &states, &stop, &writes);
-                s.spawn(move || {
-                    writes.fetch_add(writer(table, states, w, stop), Ordering::Relaxed);
-                });
-            }
-            let deadline = Instant::now() + ROUND_TIME;
-            while Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            stop.store(true, Ordering::Relaxed);
-        });
+        let overflow_before = table.overflow_buckets_in_use();
+        let (totals, writes, _) = run_round(&table, &states, Churn::Random);
+        assert!(totals.passes.into_inner() > 0, "readers made no progress");
+        assert!(totals.stable_checks.into_inner() > 0, "no exact checks");
+        assert!(writes > 0, "writers made no progress");
         assert!(
-            passes.load(Ordering::Relaxed) > 0,
-            "readers made no progress"
-        );
-        assert!(stable_checks.load(Ordering::Relaxed) > 0, "no exact checks");
-        assert!(
-            writes.load(Ordering::Relaxed) > 0,
-            "writers made no progress"
-        );
-        assert!(
-            table.overflow_bucket_count() > overflow_before,
+            table.overflow_buckets_in_use() > overflow_before,
             "chains never grew while readers ran"
         );
-        // Quiescent check: the table holds exactly each key's current version.
-        let mut present = 0;
-        for key in 0..KEYS {
-            let found = table.lookup(hash_of(key), |r| key_of(r) == key);
-            let current = states[key as usize].current.load(Ordering::Relaxed);
-            assert_eq!(found, (current != 0).then(|| reference(key, current)));
-            present += usize::from(current != 0);
+        check_quiescent(&table, &states);
+    }
+}
+
+#[test]
+fn stress_readers_find_present_keys_while_emptied_tails_are_unlinked_and_reused() {
+    for _round in 0..ROUNDS {
+        let table = HashTable::new(4);
+        let states: Vec<KeyState> = (0..KEYS).map(|_| KeyState::default()).collect();
+        // Filler first, then the permanent keys: the filler is drained and
+        // refilled in front of them, and tails come and go behind them.
+        for key in (PERMANENT..KEYS).take(FILLER as usize) {
+            insert_initial(&table, &states, key);
         }
-        assert_eq!(table.len(), present);
+        for key in 0..PERMANENT {
+            insert_initial(&table, &states, key);
+        }
+        let (totals, writes, samples) = run_round(&table, &states, Churn::FillAndDrain);
+        assert!(totals.passes.into_inner() > 0, "readers made no progress");
+        assert!(totals.stable_checks.into_inner() > 0, "no exact checks");
+        assert!(writes > 0, "writers made no progress");
+        assert!(samples.saw_free, "no emptied tail was ever unlinked");
+        assert!(samples.saw_reuse, "no unlinked bucket was ever reused");
+        check_quiescent(&table, &states);
     }
 }

@@ -99,8 +99,16 @@ pub struct StoreStats {
     pub log: ramstore_log::LogStats,
     /// Objects in the hash table.
     pub objects: usize,
-    /// Bytes of hash table (buckets, locks, overflow).
+    /// Bytes of hash table allocated (buckets, locks, overflow chunks, free list).
     pub hash_table_bytes: usize,
+    /// Bytes of hash table that can be resident: buckets and locks, plus 72 B per
+    /// overflow bucket up to the overflow arena's high-water mark (emptied overflow
+    /// buckets are reused, so this follows the peak of chains, not of churn).
+    pub hash_table_resident_bytes: usize,
+    /// Overflow buckets linked into chains now.
+    pub hash_table_overflow_buckets_in_use: usize,
+    /// The most overflow buckets ever in use at once.
+    pub hash_table_overflow_buckets_high_water: usize,
     /// Per-tablet live objects and bytes.
     pub tablets: Vec<TabletStat>,
 }
@@ -111,7 +119,7 @@ pub struct StoreStats {
 pub struct StoreResident {
     /// Bytes of the seglet pool in memory (`SegletPool::resident_bytes`).
     pub log: Option<usize>,
-    /// Bytes of the hash table in memory (`HashTable::resident_bytes`).
+    /// Bytes of the hash table in memory (`HashTable::measured_resident_bytes`).
     pub hash_table: Option<usize>,
 }
 
@@ -338,7 +346,12 @@ impl ObjectStore {
                 let Ok(view) = log.object(LogRef(r)) else {
                     return;
                 };
-                if view.table_id() == table_id && (start_hash..=end_hash).contains(&hash_of(&view))
+                let hash = hash_of(&view);
+                // The walk may pass entries of other buckets (reused overflow
+                // buckets, `ramstore_index` docs): count each in its own bucket only.
+                if view.table_id() == table_id
+                    && (start_hash..=end_hash).contains(&hash)
+                    && index.bucket_of(hash) == bucket
                 {
                     entries += 1;
                     bytes += view.entry_len() as u64;
@@ -390,7 +403,9 @@ impl ObjectStore {
                 let mut key = Vec::with_capacity(view.key_len());
                 view.copy_key(&mut key);
                 let hash = key_hash(&key);
-                if !(start_hash..=end_hash).contains(&hash) {
+                // An entry of another bucket (seen through a reused overflow
+                // bucket) is dealt with when its own bucket is swept.
+                if !(start_hash..=end_hash).contains(&hash) || index.bucket_of(hash) != bucket {
                     continue;
                 }
                 let mut guard = index.lock(hash);
@@ -838,7 +853,8 @@ impl ObjectStore {
     /// another master). Batches end at hash-bucket boundaries after at least
     /// `max_bytes` of keys and values, so every object that exists for the whole
     /// enumeration is returned exactly once, even while writes and cleaning go on:
-    /// such an object never leaves its bucket, and a bucket is read whole.
+    /// such an object never leaves its bucket, a bucket is read whole, and entries of
+    /// other buckets that the walk of a bucket may pass are skipped.
     pub fn enumerate(
         &self,
         table_id: u64,
@@ -868,7 +884,11 @@ impl ObjectStore {
                 let mut key = Vec::with_capacity(view.key_len());
                 view.copy_key(&mut key);
                 let hash = key_hash(&key);
-                if hash < cursor || hash > end {
+                // The walk may pass entries of other buckets (an overflow bucket
+                // unlinked and reused by another chain while the walk stood in it,
+                // `ramstore_index` docs); they are returned with their own bucket,
+                // or the batch would hold them twice.
+                if hash < cursor || hash > end || index.bucket_of(hash) != bucket {
                     continue;
                 }
                 let mut value = Vec::with_capacity(view.value_len());
@@ -938,6 +958,9 @@ impl ObjectStore {
             log: self.inner.log.stats(),
             objects: self.inner.index.len(),
             hash_table_bytes: self.inner.index.memory_bytes(),
+            hash_table_resident_bytes: self.inner.index.resident_bytes(),
+            hash_table_overflow_buckets_in_use: self.inner.index.overflow_buckets_in_use(),
+            hash_table_overflow_buckets_high_water: self.inner.index.overflow_buckets_high_water(),
             tablets,
         }
     }
@@ -948,7 +971,7 @@ impl ObjectStore {
     pub fn resident(&self) -> StoreResident {
         StoreResident {
             log: self.inner.log.pool().resident_bytes(),
-            hash_table: self.inner.index.resident_bytes(),
+            hash_table: self.inner.index.measured_resident_bytes(),
         }
     }
 }
@@ -988,6 +1011,8 @@ impl ramstore_log::Relocator for Inner {
     }
 
     fn is_live(&self, object: &ObjectView<'_>, hash: u64) -> bool {
+        // Comparing references is comparing keys: a log position holds one object,
+        // so an entry of another bucket (a lookup can pass some) never names it.
         let at = object.location().0;
         self.index.lookup(hash, |r| r == at).is_some()
     }

@@ -344,9 +344,22 @@ fn enumerator(sh: &Shared<'_>, seed: u64) -> u64 {
     rounds
 }
 
-fn stress(cleaner_threads: usize, compaction: bool, seconds: f64, seed: u64) {
+/// Hash table sizes for `stress`.
+#[derive(Clone, Copy)]
+enum Buckets {
+    /// The default (one bucket per 512 B of memory): chains are short.
+    Default,
+    /// Two buckets: chains of tens of overflow buckets whose tails empty and
+    /// are reused by the other chain as deletes and inserts come and go.
+    Two,
+}
+
+fn stress(cleaner_threads: usize, compaction: bool, seconds: f64, seed: u64, buckets: Buckets) {
     let mut cfg = StoreConfig::new(4 << 20);
     cfg.segment_bytes = 512 << 10;
+    if let Buckets::Two = buckets {
+        cfg.hash_table_buckets = Some(2);
+    }
     cfg.compaction = compaction;
     cfg.cleaner = CleanerMode::Background {
         threads: cleaner_threads,
@@ -361,6 +374,9 @@ fn stress(cleaner_threads: usize, compaction: bool, seconds: f64, seed: u64) {
             .collect(),
         stop: AtomicBool::new(false),
     };
+    // Whether overflow buckets in use ever fell (emptied tails were unlinked).
+    let mut overflow_unlinked = false;
+    let mut peak_overflow = 0;
     let (finals, reads, enumerations) = std::thread::scope(|s| {
         let writers: Vec<_> = (0..WRITERS)
             .map(|w| {
@@ -384,6 +400,10 @@ fn stress(cleaner_threads: usize, compaction: bool, seconds: f64, seed: u64) {
                 break; // a checker panicked: stop everyone and report it
             }
             std::thread::sleep(Duration::from_millis(10));
+            let stats = store.stats();
+            let in_use = stats.hash_table_overflow_buckets_in_use;
+            overflow_unlinked |= in_use < peak_overflow;
+            peak_overflow = peak_overflow.max(in_use);
         }
         sh.stop.store(true, Ordering::SeqCst);
         let finals: Vec<FinalState> = writers.into_iter().map(|w| w.join().unwrap()).collect();
@@ -415,6 +435,10 @@ fn stress(cleaner_threads: usize, compaction: bool, seconds: f64, seed: u64) {
     );
     assert!(log.compactions + log.combined_passes > 0, "{log:#?}");
     assert!(reads > 0 && enumerations > 0);
+    if let Buckets::Two = buckets {
+        assert!(overflow_unlinked, "no overflow tail was unlinked");
+        assert!(stats.hash_table_overflow_buckets_high_water >= peak_overflow);
+    }
 }
 
 /// Two writers, two readers and an enumerator race with two background cleaner
@@ -422,14 +446,23 @@ fn stress(cleaner_threads: usize, compaction: bool, seconds: f64, seed: u64) {
 /// lost value, versions never go back, enumerations return every stable key once.
 #[test]
 fn readers_never_see_stale_or_torn_values_two_cleaners() {
-    stress(2, true, 2.5, 1);
+    stress(2, true, 2.5, 1, Buckets::Default);
 }
 
 /// As `readers_never_see_stale_or_torn_values_two_cleaners`, with one background
 /// cleaner thread doing one-level (combined only) cleaning.
 #[test]
 fn readers_never_see_stale_or_torn_values_one_level_cleaner() {
-    stress(1, false, 2.0, 7);
+    stress(1, false, 2.0, 7, Buckets::Default);
+}
+
+/// As `readers_never_see_stale_or_torn_values_two_cleaners`, in a hash table of two
+/// buckets: chain tails are unlinked and reused by the other chain while readers
+/// and enumerations walk them (an enumeration's walk may pass the other bucket's
+/// entries, which must not be returned twice).
+#[test]
+fn readers_never_see_stale_or_torn_values_long_chains_reusing_overflow() {
+    stress(1, true, 2.0, 21, Buckets::Two);
 }
 
 /// An acknowledged write is never lost to a cleaning pass that picks the segment it

@@ -27,7 +27,7 @@
 //!   count answers an error and the connection stays open.
 //!
 //! Thread-safety: [`start`] serves from dedicated event-loop threads, each a
-//! single-threaded runtime; [`Shared`] (and the [`Backend`] in it) is shared by
+//! single-threaded runtime, or from the caller's own single-threaded runtime; [`Shared`] (and the [`Backend`] in it) is shared by
 //! every connection on every loop (`Send + Sync`); each connection's state
 //! ([`commands::Connection`]) belongs to the task serving it. The local service is
 //! called from those threads; replication waits it hands back are driven by the
@@ -55,6 +55,13 @@ pub use server::{serve, RespConfig, Shared};
 /// the command itself. Replication waits and forwarded requests are served by the
 /// server's own runtime and only *wake* these loops.
 ///
+/// With `threads` 0 and a caller on a current-thread runtime, RESP is served on
+/// the caller's runtime instead, by tasks of its one thread (`ramstore dev`):
+/// then the whole durable write — command, log append, replication RPCs, the
+/// backups' work when they live in the same process, acknowledgements, reply —
+/// runs on one thread that polls rather than sleeps between its steps. (On a
+/// multi-threaded caller, 0 counts as 1.)
+///
 /// Returns the bound address and a task on the caller's runtime standing for the
 /// listener: aborting (or dropping) it stops the event loops.
 pub async fn start(
@@ -66,8 +73,34 @@ pub async fn start(
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     config.port = addr.port();
+    let on_caller = config.threads == 0
+        && tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::CurrentThread;
     let threads = config.threads.clamp(1, MAX_THREADS);
     let shared = Arc::new(Shared::new(backend, config));
+    if on_caller {
+        // One event loop for everything (`ramstore dev`): the client's command,
+        // the master's replication and the backups' answers run on one thread
+        // with no hand-off, and the poller keeps it polling through the wait.
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let poller = Arc::new(Poller::sharing_runtime(shared.config.poll_before_sleep_us));
+        let polling = tokio::spawn({
+            let poller = poller.clone();
+            async move { poller.run().await }
+        });
+        let task = tokio::spawn(async move {
+            // The poller stops with the listener's task.
+            struct AbortOnDrop(tokio::task::JoinHandle<()>);
+            impl Drop for AbortOnDrop {
+                fn drop(&mut self) {
+                    self.0.abort();
+                }
+            }
+            let _polling = AbortOnDrop(polling);
+            serve(listener, shared, poller).await;
+        });
+        return Ok((addr, task));
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     for i in 0..threads {
         let listener = listener.try_clone()?;
@@ -108,9 +141,12 @@ pub async fn start(
         }
     }
     let guard = StopOnDrop(stop_tx);
+    // The connections' time limits are enforced from the server's runtime, off
+    // the event loops.
+    let conns = shared.conns.clone();
     let task = tokio::spawn(async move {
         let _guard = guard;
-        std::future::pending::<()>().await;
+        conns.run_sweeper().await;
     });
     Ok((addr, task))
 }

@@ -20,10 +20,16 @@
 //! read anything for the window, the task waits for the next activity and the
 //! loop sleeps in `epoll_wait` as before.
 //!
-//! The loop does not poll while any of its replies waits for replication: the
-//! reply is then woken by another thread, not by a socket, and a polling loop
-//! would take the core the replication path (and, in `ramstore dev`, the
-//! backups) needs — measured: R=2 SET at `-c 50` lost about 15% with polling.
+//! A loop of its own does not poll while any of its replies waits for
+//! replication: the reply is then woken by another thread, not by a socket, and
+//! a polling loop would take the core the replication path (and, in `ramstore
+//! dev`, the backups) needs — measured: R=2 SET at `-c 50` lost about 15% with
+//! polling. The end of the last wait counts as activity: its reply goes out at
+//! once and the client's next command follows within a round trip. A loop that
+//! *shares* the server's runtime ([`Poller::sharing_runtime`],
+//! `ramstore dev`'s one event loop) keeps polling through those waits: there the
+//! replication path runs on the same thread, and polling is what reads the
+//! backups' acknowledgements (and, in `dev`, the backups' requests) at once.
 //!
 //! Thread-safety: one [`Poller`] belongs to one event loop; its connections (on
 //! the same thread) call [`Poller::activity`]. The atomics only make it `Sync`
@@ -54,6 +60,9 @@ pub struct Poller {
     polling: AtomicBool,
     /// Replies of this loop's connections waiting for replication.
     durability_waits: AtomicU64,
+    /// Whether to keep polling while replies wait for replication (the loop
+    /// shares the runtime that drives replication; see the module doc).
+    poll_during_waits: bool,
     wake: Notify,
 }
 
@@ -66,7 +75,19 @@ impl Poller {
             reads: AtomicU64::new(0),
             polling: AtomicBool::new(false),
             durability_waits: AtomicU64::new(0),
+            poll_during_waits: false,
             wake: Notify::new(),
+        }
+    }
+
+    /// A poller for a loop that shares the runtime its replication runs on
+    /// (one thread serves clients, the master's replication and, in `ramstore
+    /// dev`, the backups): it keeps polling while replies wait for replication,
+    /// since their acknowledgements arrive on this very loop.
+    pub fn sharing_runtime(window_us: u64) -> Self {
+        Self {
+            poll_during_waits: true,
+            ..Self::new(window_us)
         }
     }
 
@@ -109,10 +130,18 @@ impl Poller {
         debug_assert!(n > 0, "more durability waits ended than started");
         self.durability_waits
             .store(n.saturating_sub(1), Ordering::Relaxed);
+        if n == 1 {
+            // The reply just became known and is written now; the client's next
+            // command follows within a round trip: poll for it rather than sleep
+            // (without this every durable write's successor paid a wake-up).
+            self.activity();
+        }
     }
 
+    /// Whether polling must pause because replies wait for replication driven
+    /// by another thread.
     fn waiting_for_durability(&self) -> bool {
-        self.durability_waits.load(Ordering::Relaxed) > 0
+        !self.poll_during_waits && self.durability_waits.load(Ordering::Relaxed) > 0
     }
 
     /// Polls after each burst of activity until none came for the window; runs
@@ -246,8 +275,35 @@ mod tests {
             poller.activity();
             assert!(!poller.is_polling());
             poller.durability_wait_done();
+            assert!(poller.is_polling(), "the end of the last wait is activity");
+            task.abort();
+        });
+    }
+
+    #[test]
+    fn sharing_runtime_keeps_polling_through_durability_waits() {
+        let rt = runtime();
+        rt.block_on(async {
+            let poller = Arc::new(Poller::sharing_runtime(MAX_POLL_BEFORE_SLEEP_US));
+            let task = tokio::spawn({
+                let poller = poller.clone();
+                async move { poller.run().await }
+            });
+            poller.durability_wait_started();
             poller.activity();
-            assert!(poller.is_polling());
+            assert!(
+                poller.is_polling(),
+                "a wait kept a sharing loop from polling"
+            );
+            for _ in 0..10 {
+                poller.activity();
+                tokio::task::yield_now().await;
+            }
+            assert!(
+                poller.is_polling(),
+                "a sharing loop stopped polling while its acknowledgements were due"
+            );
+            poller.durability_wait_done();
             task.abort();
         });
     }

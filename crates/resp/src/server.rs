@@ -1,15 +1,20 @@
 //! The RESP listener and the per-connection loop: read what the socket has, run
 //! every complete command in it in order, write all their replies in one write.
+//! A connection's memory is bounded (read buffer, with large commands paid from a
+//! shared budget; unsent replies) and its time limited (`ramstore_rpc::conns`).
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use ramstore_rpc::conns::{ConnHandle, ConnLimits, ConnTable};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::backend::Backend;
 use crate::commands::{key_first, Connection, Flow};
@@ -28,12 +33,31 @@ const STACK_ARGS: usize = 8;
 /// Commands of a pipeline whose keys are prefetched together, ahead of running
 /// them: enough to overlap the hash-table cache misses of a `-P 16` batch.
 const PREFETCH_AHEAD: usize = 16;
-/// Most client connections at once; more are answered an error and closed
-/// (Redis's `maxclients` default).
+/// Most client connections at once (Redis's `maxclients` default). At the limit a
+/// new connection evicts the one idle the longest; if none is idle it is answered
+/// an error and closed.
 pub const MAX_CONNECTIONS: u64 = 10_000;
+/// A connection's read buffer grows beyond this only for a command larger than it,
+/// paid for from [`LARGE_COMMAND_BUDGET_BYTES`], and shrinks back to
+/// [`READ_CHUNK_BYTES`] once the command has run.
+pub const BASE_BUFFER_BYTES: usize = 2 * READ_CHUNK_BYTES;
+/// Bytes of read buffer beyond [`BASE_BUFFER_BYTES`] that all connections may hold
+/// at once for large partial commands (each at most `MAX_COMMAND_BYTES`, 16 MiB):
+/// 100 clients sending 15 MiB of a command each hold this much, not 1.4 GB. A
+/// connection whose command does not fit waits without reading until others finish
+/// or the request timeout closes it.
+pub const LARGE_COMMAND_BUDGET_BYTES: usize = 128 << 20;
+/// The first size a read buffer grows to beyond [`BASE_BUFFER_BYTES`]: a command
+/// with one value of `MAX_BULK_BYTES` and a key of `MAX_KEY_BYTES` fits. A larger
+/// command gets a buffer of `MAX_COMMAND_BYTES` (pages are resident only once
+/// written).
+const ONE_VALUE_BUFFER_BYTES: usize =
+    crate::protocol::MAX_BULK_BYTES + (128 << 10) + READ_CHUNK_BYTES;
+/// A reply buffer larger than this after a write is given back.
+const RETAINED_REPLY_BUFFER_BYTES: usize = 256 * 1024;
 
 /// How the RESP front end is configured.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RespConfig {
     /// The password AUTH must give before any other command (`--requirepass`);
     /// `None`: no authentication.
@@ -42,13 +66,34 @@ pub struct RespConfig {
     pub port: u16,
     /// Bytes of log memory of the local master (CONFIG GET maxmemory, INFO).
     pub memory_bytes: u64,
-    /// Event-loop threads serving connections (0 counts as 1; see
-    /// [`crate::start`]).
+    /// Event-loop threads serving connections; 0: the caller's runtime if it is
+    /// a current-thread one, else 1 (see [`crate::start`]).
     pub threads: usize,
     /// How long an event loop keeps polling its sockets after the last read
     /// before it sleeps, in µs (`--resp-poll-us`; 0: sleep at once). See
     /// [`crate::poller`].
     pub poll_before_sleep_us: u64,
+    /// How long a command may take to arrive once begun, and a reply write may
+    /// stall, before the connection is closed (`--request-timeout-ms`; 0: never).
+    /// Redis has no such limit; a partial command must not hold memory forever.
+    pub request_timeout_ms: u64,
+    /// How long a connection may sit idle before it is closed (`--idle-timeout-ms`,
+    /// Redis's `timeout`; 0: never, Redis's default).
+    pub idle_timeout_ms: u64,
+}
+
+impl Default for RespConfig {
+    fn default() -> Self {
+        Self {
+            require_pass: None,
+            port: 0,
+            memory_bytes: 0,
+            threads: 1,
+            poll_before_sleep_us: crate::poller::DEFAULT_POLL_BEFORE_SLEEP_US,
+            request_timeout_ms: ramstore_rpc::conns::DEFAULT_REQUEST_TIMEOUT_MS,
+            idle_timeout_ms: ramstore_rpc::conns::DEFAULT_IDLE_TIMEOUT_MS,
+        }
+    }
 }
 
 /// Counters for INFO.
@@ -67,14 +112,25 @@ pub struct Shared {
     pub config: RespConfig,
     pub stats: RespStats,
     pub started: Instant,
+    /// Every connection, for the connection limit and the time limits.
+    pub conns: Arc<ConnTable>,
+    /// See [`LARGE_COMMAND_BUDGET_BYTES`]; permits are KiB.
+    large_commands: Arc<Semaphore>,
     next_client_id: AtomicU64,
 }
 
 impl Shared {
     pub fn new(backend: Backend, config: RespConfig) -> Self {
+        let conns = ConnTable::new(ConnLimits {
+            max_connections: MAX_CONNECTIONS as usize,
+            request_timeout_ms: config.request_timeout_ms,
+            idle_timeout_ms: config.idle_timeout_ms,
+        });
         Self {
             backend,
             config,
+            conns,
+            large_commands: Arc::new(Semaphore::new(LARGE_COMMAND_BUDGET_BYTES / 1024)),
             stats: RespStats::default(),
             started: Instant::now(),
             next_client_id: AtomicU64::new(1),
@@ -96,7 +152,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, poller: Arc<Polle
                     .stats
                     .connections_received
                     .fetch_add(1, Ordering::Relaxed);
-                if shared.stats.connected.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+                let Some(handle) = shared.conns.admit(stream.as_raw_fd()) else {
                     shared
                         .stats
                         .rejected_connections
@@ -108,12 +164,12 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, poller: Arc<Polle
                             .await;
                     });
                     continue;
-                }
+                };
                 let shared = shared.clone();
                 let poller = poller.clone();
                 tokio::spawn(async move {
                     shared.stats.connected.fetch_add(1, Ordering::Relaxed);
-                    serve_connection(stream, &shared, poller).await;
+                    serve_connection(stream, &shared, poller, handle).await;
                     shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
                 });
             }
@@ -139,6 +195,8 @@ enum Queued {
 pub struct Sink {
     out: Vec<u8>,
     queue: VecDeque<Queued>,
+    /// Bytes of the [`Queued::Bytes`] in `queue`.
+    queued_bytes: usize,
     poller: Arc<Poller>,
 }
 
@@ -147,6 +205,7 @@ impl Sink {
         Self {
             out: Vec::with_capacity(16 * 1024),
             queue: VecDeque::new(),
+            queued_bytes: 0,
             poller,
         }
     }
@@ -158,6 +217,7 @@ impl Sink {
         } else {
             let mut bytes = Vec::new();
             f(&mut Encoder::new(&mut bytes, version));
+            self.queued_bytes += bytes.len();
             self.queue.push_back(Queued::Bytes(bytes));
         }
     }
@@ -168,15 +228,24 @@ impl Sink {
         self.queue.push_back(Queued::Later(later));
     }
 
+    /// Reply bytes not yet written, queued behind a replication wait or not: a
+    /// pipeline of large GETs behind one SET counts too.
     fn pending_bytes(&self) -> usize {
-        self.out.len()
+        self.out.len() + self.queued_bytes
+    }
+
+    fn is_empty(&self) -> bool {
+        self.out.is_empty() && self.queue.is_empty()
     }
 
     /// Waits for every queued reply and writes everything out.
     async fn flush(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
         while let Some(q) = self.queue.pop_front() {
             match q {
-                Queued::Bytes(b) => self.out.extend_from_slice(&b),
+                Queued::Bytes(b) => {
+                    self.queued_bytes -= b.len();
+                    self.out.extend_from_slice(&b);
+                }
                 Queued::Later(f) => {
                     // Ends the wait even if this future is dropped mid-await.
                     let wait = DurabilityWait(&self.poller);
@@ -189,6 +258,9 @@ impl Sink {
         if !self.out.is_empty() {
             stream.write_all(&self.out).await?;
             self.out.clear();
+            if self.out.capacity() > RETAINED_REPLY_BUFFER_BYTES {
+                self.out = Vec::with_capacity(16 * 1024);
+            }
         }
         Ok(())
     }
@@ -237,7 +309,70 @@ fn prefetch_keys(
     pos
 }
 
-async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, poller: Arc<Poller>) {
+/// Makes room in `buf` for one more read: [`READ_CHUNK_BYTES`] within
+/// [`BASE_BUFFER_BYTES`], beyond it [`ONE_VALUE_BUFFER_BYTES`] and then the
+/// largest command, paid for from the shared budget
+/// (`held`: the KiB permits this connection holds). `false`: no budget came within
+/// the request timeout, and the connection should close.
+async fn make_room(
+    buf: &mut Vec<u8>,
+    held: &mut Option<OwnedSemaphorePermit>,
+    shared: &Shared,
+) -> bool {
+    let need = buf.len() + READ_CHUNK_BYTES;
+    if need <= buf.capacity() {
+        return true;
+    }
+    if need <= BASE_BUFFER_BYTES {
+        buf.reserve(READ_CHUNK_BYTES);
+        return true;
+    }
+    // Two steps, so a connection waiting for budget holds little: enough for any
+    // one-value command (a SET of the largest value), then the largest command.
+    let cap = if need <= ONE_VALUE_BUFFER_BYTES {
+        ONE_VALUE_BUFFER_BYTES
+    } else {
+        need.max(crate::protocol::MAX_COMMAND_BYTES + READ_CHUNK_BYTES)
+    };
+    let want = u32::try_from((cap - BASE_BUFFER_BYTES).div_ceil(1024)).unwrap_or(u32::MAX);
+    let held_kib = held.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+    if held_kib < want as usize {
+        // Ask only for the difference: the grant held pays for the buffer this
+        // connection keeps while it waits.
+        let acquire = shared
+            .large_commands
+            .clone()
+            .acquire_many_owned(want - held_kib as u32);
+        let timeout_ms = shared.config.request_timeout_ms;
+        let permit = if timeout_ms == 0 {
+            acquire.await
+        } else {
+            let limit = std::time::Duration::from_millis(timeout_ms);
+            match tokio::time::timeout(limit, acquire).await {
+                Ok(permit) => permit,
+                Err(_) => return false,
+            }
+        };
+        // The budget is never closed.
+        let Ok(permit) = permit else { return false };
+        match held {
+            Some(h) => h.merge(permit),
+            None => *held = Some(permit),
+        }
+    }
+    buf.reserve_exact(cap - buf.len());
+    true
+}
+
+async fn serve_connection(
+    mut stream: TcpStream,
+    shared: &Arc<Shared>,
+    poller: Arc<Poller>,
+    handle: ConnHandle,
+) {
+    // Dropped before the socket (declared after it): the table must never hold an
+    // entry for a closed socket (see `ramstore_rpc::conns`).
+    let handle = handle;
     // Small replies must not wait for Nagle's algorithm.
     let _ = stream.set_nodelay(true);
     let mut conn = Connection::new(shared.clone());
@@ -250,6 +385,10 @@ async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, poller: A
     let mut start = 0usize;
     // Commands up to here had their keys prefetched (set for every read).
     let mut prefetched;
+    // The budget this connection's buffer holds beyond BASE_BUFFER_BYTES.
+    let mut held: Option<OwnedSemaphorePermit> = None;
+    // A command ran since the last read (the request timeout restarts).
+    let mut progressed = false;
     loop {
         if start == buf.len() {
             buf.clear();
@@ -258,11 +397,29 @@ async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, poller: A
             buf.drain(..start);
             start = 0;
         }
+        if buf.capacity() > BASE_BUFFER_BYTES && buf.len() < READ_CHUNK_BYTES {
+            // A large command has run: give its buffer back.
+            let mut small = Vec::with_capacity(BASE_BUFFER_BYTES);
+            small.extend_from_slice(&buf);
+            buf = small;
+            held = None;
+        }
+        if buf.is_empty() {
+            handle.idle();
+        } else {
+            handle.reading(progressed);
+        }
+        progressed = false;
         prefetched = 0;
-        buf.reserve(READ_CHUNK_BYTES);
+        if !make_room(&mut buf, &mut held, shared).await {
+            return;
+        }
         match stream.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(_) => poller.activity(),
+            Ok(_) => {
+                handle.received();
+                poller.activity();
+            }
         }
         loop {
             let parsed = match parse_command_into(&buf[start..], &mut ranges) {
@@ -316,12 +473,16 @@ async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, poller: A
                 }
             };
             start += parsed.consumed;
+            progressed = true;
             if flow == Flow::Close {
                 let _ = sink.flush(&mut stream).await;
                 return;
             }
-            if sink.pending_bytes() >= FLUSH_REPLY_BYTES && sink.flush(&mut stream).await.is_err() {
-                return;
+            if sink.pending_bytes() >= FLUSH_REPLY_BYTES {
+                handle.writing();
+                if sink.flush(&mut stream).await.is_err() {
+                    return;
+                }
             }
         }
         // Redis's order: the replies go out once every connection with commands
@@ -331,6 +492,9 @@ async fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, poller: A
         // client connected there is nothing to wait for.
         if shared.stats.connected.load(Ordering::Relaxed) > 1 {
             tokio::task::yield_now().await;
+        }
+        if !sink.is_empty() {
+            handle.writing();
         }
         if sink.flush(&mut stream).await.is_err() {
             return;

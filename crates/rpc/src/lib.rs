@@ -7,7 +7,11 @@
 //! - [`server::serve`]: accepts TCP connections and hands each request frame to a
 //!   [`Service`] *on the task that read it* (no hand-off on the fast path). Responses
 //!   to pipelined requests are batched into one write. Requests the service marks slow
-//!   run on their own task, so long work never holds up pings or reads.
+//!   run on their own task, so long work never holds up pings or reads. Every
+//!   connection's memory is bounded (read buffer, unsent replies, slow requests in
+//!   flight; frames over 64 KiB share a per-port budget) and its time limited.
+//! - [`conns`]: the table of a port's connections: request and idle timeouts, and
+//!   eviction of the oldest idle connection at the connection limit.
 //! - [`Transport`]: the client-side seam. [`TcpTransport`] keeps one connection per
 //!   server with many requests in flight, answered out of order and matched by
 //!   request id, each with its own deadline. [`LocalTransport`] calls services in
@@ -18,13 +22,17 @@
 //! the service's to answer. Thread-safety: everything here is `Send + Sync`.
 //! Durability: none.
 
+pub mod conns;
 pub mod local;
 pub mod server;
 pub mod tcp;
 pub mod transport;
 
+pub use conns::{ConnLimits, ConnTable};
 pub use local::LocalTransport;
-pub use server::{serve, serve_with_limit, Handled, Service, DEFAULT_MAX_CONNECTIONS};
+pub use server::{
+    serve, serve_with_limit, serve_with_table, Handled, Service, DEFAULT_MAX_CONNECTIONS,
+};
 pub use tcp::TcpTransport;
 pub use transport::{RpcError, Transport};
 

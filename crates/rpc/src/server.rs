@@ -1,7 +1,9 @@
-//! The server side: accept connections and serve request frames (R§5, R§11.3).
+//! The server side: accept connections and serve request frames (R§5, R§11.3),
+//! with every connection's memory bounded (read buffer, unsent replies, requests in
+//! flight) and its time limited (see [`crate::conns`]).
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -9,8 +11,9 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
+use crate::conns::{ConnHandle, ConnLimits, ConnTable};
 use crate::frame_len;
 
 /// What [`Service::handle`] did with a request.
@@ -72,11 +75,34 @@ pub trait Service: Send + Sync + 'static {
     fn refuse(&self, _frame: &[u8], _out: &mut Vec<u8>) {}
 }
 
-/// Initial read buffer per connection; it grows to the largest frame seen.
+/// Read buffer per connection. A frame up to this size is read into it; a larger
+/// one gets a buffer of exactly its size, paid for from the listener's
+/// [`LARGE_FRAME_BUDGET_BYTES`], and the connection goes back to a buffer of this
+/// size once the frame is served.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Bytes of frames larger than [`READ_BUFFER_BYTES`] that all connections of one
+/// listener may be receiving at once: 15 whole-segment replication frames (R§4.2,
+/// `MAX_FRAME_BYTES`). A connection whose frame does not fit waits, without
+/// reading, until others finish or the request timeout closes it: 200 clients
+/// sending nearly complete 8 MiB frames hold this much, not 1.6 GB.
+pub const LARGE_FRAME_BUDGET_BYTES: usize = 128 << 20;
+/// Response bytes a connection buffers before it writes them and stops reading and
+/// executing its requests until they are sent: a client that pipelines reads of
+/// large values and never reads the replies holds at most this plus one response.
+pub const MAX_UNSENT_REPLY_BYTES: usize = 4 << 20;
+/// A response buffer larger than this after a write is given back (replaced by one
+/// of [`READ_BUFFER_BYTES`]).
+const RETAINED_REPLY_BUFFER_BYTES: usize = 4 * READ_BUFFER_BYTES;
+/// Slow requests ([`Handled::Slow`]) of one connection running at once; the
+/// connection stops reading while this many run. Enumerate is slow and answers up
+/// to 2 MiB, so a pipeline of Enumerates holds at most 32 MiB of answers.
+pub const MAX_SLOW_IN_FLIGHT: usize = 16;
+/// Deferred answers ([`Handled::Deferred`], writes waiting for their replicas) of
+/// one connection pending at once; each holds only a small response.
+pub const MAX_DEFERRED_IN_FLIGHT: usize = 4096;
 
 /// Connections a server serves at once unless told otherwise. Each costs a task, a
-/// file descriptor and up to [`READ_BUFFER_BYTES`] × 2 of buffers; the limit keeps
+/// file descriptor and about [`READ_BUFFER_BYTES`] × 2 of buffers; the limit keeps
 /// a flood of clients from exhausting descriptors the server needs for its own
 /// outgoing connections (replication, pings).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
@@ -86,32 +112,48 @@ pub const MAX_REFUSALS_IN_FLIGHT: usize = 64;
 /// How long a connection over the limit may take to send its first request.
 pub const REFUSAL_READ_TIMEOUT_MS: u64 = 1_000;
 
-/// Serves connections accepted on `listener` until the task is dropped, at most
-/// [`DEFAULT_MAX_CONNECTIONS`] at once.
+/// Serves connections accepted on `listener` until the task is dropped, with the
+/// default limits ([`DEFAULT_MAX_CONNECTIONS`], [`ConnLimits`]).
 pub async fn serve<S: Service>(listener: TcpListener, service: Arc<S>) {
     serve_with_limit(listener, service, DEFAULT_MAX_CONNECTIONS).await
 }
 
-/// Serves connections accepted on `listener` until the task is dropped. While
-/// `max_connections` are open, a new connection's first request is answered by
-/// [`Service::refuse`] and the connection closed: the client gets a clear answer
-/// (and retries later) instead of a server that has run out of descriptors.
+/// [`serve`] with at most `max_connections` at once and the default timeouts.
 pub async fn serve_with_limit<S: Service>(
     listener: TcpListener,
     service: Arc<S>,
     max_connections: usize,
 ) {
-    let open = Arc::new(Semaphore::new(max_connections.max(1)));
+    let table = ConnTable::new(ConnLimits::with_max_connections(max_connections));
+    serve_with_table(listener, service, table).await
+}
+
+/// Serves connections accepted on `listener` until the task is dropped, under the
+/// limits of `table` (which the caller may keep for its counters). At the limit a
+/// new connection evicts the connection idle the longest; if none is idle, its
+/// first request is answered by [`Service::refuse`] and it is closed: the client
+/// gets a clear answer (and retries later) instead of a server that has run out of
+/// descriptors.
+pub async fn serve_with_table<S: Service>(
+    listener: TcpListener,
+    service: Arc<S>,
+    table: Arc<ConnTable>,
+) {
     let refusing = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
+    let large_frames = Arc::new(Semaphore::new(LARGE_FRAME_BUDGET_BYTES / 1024));
+    let sweeper = table.clone().run_sweeper();
+    tokio::pin!(sweeper);
     loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut sweeper => continue,
+        };
+        match accepted {
+            Ok((stream, _peer)) => {
                 let service = service.clone();
-                if let Ok(permit) = open.clone().try_acquire_owned() {
-                    tokio::spawn(async move {
-                        serve_connection(stream, peer, service).await;
-                        drop(permit);
-                    });
+                if let Some(conn) = table.admit(stream.as_raw_fd()) {
+                    let large_frames = large_frames.clone();
+                    tokio::spawn(serve_connection(stream, service, large_frames, conn));
                 } else if let Ok(permit) = refusing.clone().try_acquire_owned() {
                     tokio::spawn(async move {
                         refuse_connection(stream, service).await;
@@ -157,17 +199,53 @@ async fn refuse_connection<S: Service>(mut stream: TcpStream, service: Arc<S>) {
     }
 }
 
-async fn serve_connection<S: Service>(stream: TcpStream, _peer: SocketAddr, service: Arc<S>) {
+/// KiB permits of [`LARGE_FRAME_BUDGET_BYTES`] a frame of `len` bytes takes.
+fn budget_kib(len: usize) -> u32 {
+    u32::try_from(len.div_ceil(1024)).unwrap_or(u32::MAX)
+}
+
+/// Takes a permit of `semaphore` for a request the connection hands to a task,
+/// waiting (busy, so neither timed out nor evicted) while the connection's own
+/// tasks hold them all.
+async fn in_flight_permit(semaphore: &Arc<Semaphore>, conn: &ConnHandle) -> OwnedSemaphorePermit {
+    if let Ok(permit) = semaphore.clone().try_acquire_owned() {
+        return permit;
+    }
+    conn.busy();
+    // The semaphore is never closed, so acquiring can only wait, not fail.
+    semaphore
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("connection semaphores are never closed")
+}
+
+async fn serve_connection<S: Service>(
+    stream: TcpStream,
+    service: Arc<S>,
+    large_frames: Arc<Semaphore>,
+    conn: ConnHandle,
+) {
     // Small frames must not wait for Nagle's algorithm (R§5: latency first).
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
     let writer = Arc::new(Mutex::new(writer));
+    // Declared after the socket's halves so it is dropped first: the table must
+    // never hold an entry for a closed socket (see `conns`).
+    let conn = conn;
+    let request_timeout_ms = conn.limits().request_timeout_ms;
+    let slow = Arc::new(Semaphore::new(MAX_SLOW_IN_FLIGHT));
+    let deferred = Arc::new(Semaphore::new(MAX_DEFERRED_IN_FLIGHT));
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let mut out = Vec::with_capacity(READ_BUFFER_BYTES);
+    // The budget (KiB permits) held for a frame larger than READ_BUFFER_BYTES.
+    let mut large: Option<OwnedSemaphorePermit> = None;
     loop {
         // Serve every whole frame already buffered, then write their responses in one
-        // go: pipelined requests cost one write.
+        // go: pipelined requests cost one write. Responses beyond
+        // MAX_UNSENT_REPLY_BYTES are written first, and the rest of the frames wait.
         let mut consumed = 0;
+        let mut backlog = false;
         loop {
             let rest = &buf[consumed..];
             let len = match frame_len(rest) {
@@ -180,42 +258,115 @@ async fn serve_connection<S: Service>(stream: TcpStream, _peer: SocketAddr, serv
             match service.handle(frame, &mut out) {
                 Handled::Done => {}
                 Handled::Slow => {
+                    let permit = in_flight_permit(&slow, &conn).await;
+                    let task = conn.task_started();
                     let frame = frame.to_vec();
                     let service = service.clone();
                     let writer = writer.clone();
                     tokio::spawn(async move {
                         let response = service.handle_slow(frame).await;
                         let _ = write_all(&writer, &response).await;
+                        drop((permit, task));
                     });
                 }
                 Handled::Deferred(answer) => {
+                    let permit = in_flight_permit(&deferred, &conn).await;
+                    let task = conn.task_started();
                     let writer = writer.clone();
                     tokio::spawn(async move {
                         let response = answer.await;
                         let _ = write_all(&writer, &response).await;
+                        drop((permit, task));
                     });
                 }
             }
             consumed += len;
+            if out.len() >= MAX_UNSENT_REPLY_BYTES {
+                backlog = true;
+                break;
+            }
         }
         buf.advance(consumed);
         if !out.is_empty() {
+            conn.writing();
             if write_all(&writer, &out).await.is_err() {
                 return;
             }
             out.clear();
+            if out.capacity() > RETAINED_REPLY_BUFFER_BYTES {
+                out = Vec::with_capacity(READ_BUFFER_BYTES);
+            }
         }
-        // Make room for the rest of a partly received frame in one step.
-        let want = match frame_len(&buf) {
-            Ok(Some(len)) => len.saturating_sub(buf.len()).max(READ_BUFFER_BYTES / 4),
-            _ => READ_BUFFER_BYTES / 4,
+        if backlog {
+            continue;
+        }
+        let pending = match frame_len(&buf) {
+            Ok(pending) => pending,
+            // A bad length prefix (beyond MAX_FRAME_BYTES: refused from its
+            // header, before any of it is buffered) leaves no way to find the next
+            // frame: close.
+            Err(_) => return,
         };
-        if buf.capacity() - buf.len() < want {
-            buf.reserve(want);
+        if buf.is_empty() {
+            conn.idle();
+        } else {
+            conn.reading(consumed > 0);
+        }
+        match pending {
+            Some(len) if len > READ_BUFFER_BYTES => {
+                let held = large.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+                let want = budget_kib(len);
+                if held < want as usize {
+                    // Ask only for the difference: the grant held pays for the
+                    // buffer this connection still has while it waits.
+                    let more = want - held as u32;
+                    let acquire = large_frames.clone().acquire_many_owned(more);
+                    let permit = if request_timeout_ms == 0 {
+                        acquire.await
+                    } else {
+                        let limit = std::time::Duration::from_millis(request_timeout_ms);
+                        match tokio::time::timeout(limit, acquire).await {
+                            Ok(permit) => permit,
+                            // No budget within the request timeout: drop the
+                            // connection as the sweeper would.
+                            Err(_) => return,
+                        }
+                    };
+                    // The budget is never closed.
+                    let Ok(permit) = permit else { return };
+                    match &mut large {
+                        Some(held) => held.merge(permit),
+                        None => large = Some(permit),
+                    }
+                }
+                if buf.capacity() < len {
+                    // Exactly the frame: reads stop at its end, so the buffer never
+                    // outgrows the budget it holds.
+                    let mut exact = BytesMut::with_capacity(len);
+                    exact.extend_from_slice(&buf);
+                    buf = exact;
+                }
+            }
+            _ => {
+                if large.take().is_some() || buf.capacity() > 2 * READ_BUFFER_BYTES {
+                    // Give a large frame's buffer back (the rest is at most a small
+                    // frame's beginning).
+                    let mut small = BytesMut::with_capacity(READ_BUFFER_BYTES);
+                    small.extend_from_slice(&buf);
+                    buf = small;
+                }
+                // Make room for the rest of a partly received frame in one step.
+                let want = pending
+                    .map_or(0, |len| len.saturating_sub(buf.len()))
+                    .max(READ_BUFFER_BYTES / 4);
+                if buf.capacity() - buf.len() < want {
+                    buf.reserve(want);
+                }
+            }
         }
         match reader.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(_) => {}
+            Ok(_) => conn.received(),
         }
     }
 }

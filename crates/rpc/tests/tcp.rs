@@ -228,7 +228,7 @@ async fn exchange(stream: &mut tokio::net::TcpStream, body: &[u8]) -> Option<Vec
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_with_limit_refuses_connections_over_the_limit_and_keeps_serving() {
+async fn serve_with_limit_refuses_connections_over_the_limit_when_none_is_idle() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(serve_with_limit(listener, Arc::new(Echo), 2));
@@ -244,7 +244,19 @@ async fn serve_with_limit_refuses_connections_over_the_limit_and_keeps_serving()
         Some(&b"two"[..])
     );
 
-    // A third connection gets the service's refusal, then is closed.
+    // Both are busy (each has part of a frame in), so neither can be evicted: a
+    // third connection gets the service's refusal, then is closed.
+    // The partial frames go with a whole one in one write, answered only once the
+    // server has buffered them, so neither connection is ever seen idle.
+    let partial = &frame(b"never completed")[..10];
+    for stream in [&mut first, &mut second] {
+        let mut both = frame(b"busy now");
+        both.extend_from_slice(partial);
+        stream.write_all(&both).await.unwrap();
+        let mut answer = vec![0u8; 20 + 8];
+        stream.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer[20..], b"busy now");
+    }
     let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
     assert_eq!(
         exchange(&mut third, b"three").await.as_deref(),
@@ -258,9 +270,13 @@ async fn serve_with_limit_refuses_connections_over_the_limit_and_keeps_serving()
     );
 
     // The connections within the limit are still served.
+    first
+        .write_all(&frame(b"never completed")[10..])
+        .await
+        .unwrap();
     assert_eq!(
         exchange(&mut first, b"again").await.as_deref(),
-        Some(&b"again"[..])
+        Some(&b"never completed"[..])
     );
 
     // Once one closes, a new connection is served (the server notices the close

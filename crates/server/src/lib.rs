@@ -40,6 +40,10 @@ pub mod storage_service;
 pub use backup_service::{BackupService, FRAMES_FILE, MAX_FAST_BACKUP_WRITE_BYTES};
 pub use failure_monitor::{MonitorConfig, ZombieHook};
 pub use ramstore_backup::{SyncMode, DEFAULT_OPEN_BUFFERS, MAX_FRAME_COUNT, MAX_OPEN_BUFFERS};
+pub use ramstore_rpc::conns::{
+    DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS,
+    MAX_TIMEOUT_MS as MAX_CONNECTION_TIMEOUT_MS,
+};
 pub use ramstore_rpc::DEFAULT_MAX_CONNECTIONS;
 pub use replica_manager::{ReplicaManager, DEFAULT_REPLICAS, MAX_REPLICAS};
 pub use storage_server::{start, ServerError, ServerOptions, StartedServer, DEFAULT_BACKUP_FRAMES};

@@ -155,7 +155,7 @@ impl Metrics {
 /// Appends log and cleaner gauges of a store in Prometheus text.
 pub fn render_store(stats: &ramstore_master::StoreStats, out: &mut String) {
     let l = &stats.log;
-    let gauges: [(&str, &str, f64); 14] = [
+    let gauges: [(&str, &str, f64); 17] = [
         (
             "ramstore_log_memory_bytes",
             "Bytes of log memory.",
@@ -219,8 +219,23 @@ pub fn render_store(stats: &ramstore_master::StoreStats, out: &mut String) {
         ),
         (
             "ramstore_hash_table_bytes",
-            "Bytes of hash table.",
+            "Bytes of hash table allocated (buckets, locks, overflow chunks and free list).",
             stats.hash_table_bytes as f64,
+        ),
+        (
+            "ramstore_hash_table_resident_bytes",
+            "Bytes of hash table that can be resident: buckets and locks, plus overflow buckets up to their high-water mark.",
+            stats.hash_table_resident_bytes as f64,
+        ),
+        (
+            "ramstore_hash_table_overflow_buckets",
+            "Overflow buckets linked into hash chains now.",
+            stats.hash_table_overflow_buckets_in_use as f64,
+        ),
+        (
+            "ramstore_hash_table_overflow_buckets_high_water",
+            "The most overflow buckets ever in use at once (emptied ones are reused).",
+            stats.hash_table_overflow_buckets_high_water as f64,
         ),
     ];
     for (name, help, value) in gauges {

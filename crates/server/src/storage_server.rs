@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ramstore_backup::{BackupConfig, BackupError, SyncMode, FRAME_SEGMENT_BYTES};
 use ramstore_master::{ObjectStore, StoreConfig};
-use ramstore_rpc::{serve_with_limit, TcpTransport, Transport};
+use ramstore_rpc::{serve_with_table, ConnLimits, ConnTable, TcpTransport, Transport};
 use ramstore_wire::{
     decode_response, encode_request, ErrorBody, Request, Response, Services, Status,
 };
@@ -101,6 +101,13 @@ pub struct ServerOptions {
     /// to one backup, the backups in turn; `--replica-check-interval-ms`; 0: off).
     /// See [`crate::replica_manager`], "Replica health".
     pub replica_check_interval_ms: u64,
+    /// How long a request may take to arrive once begun, and a reply write may
+    /// stall, before the connection is closed, on the native and Redis ports
+    /// (`--request-timeout-ms`; 0: never).
+    pub request_timeout_ms: u64,
+    /// How long a client connection may sit idle before it is closed, on the
+    /// native and Redis ports (`--idle-timeout-ms`; 0: never).
+    pub idle_timeout_ms: u64,
 }
 
 impl ServerOptions {
@@ -130,6 +137,8 @@ impl ServerOptions {
             max_connections: ramstore_rpc::DEFAULT_MAX_CONNECTIONS,
             no_space_wait_ms: crate::DEFAULT_NO_SPACE_WAIT_MS,
             replica_check_interval_ms: crate::replica_manager::DEFAULT_REPLICA_CHECK_INTERVAL_MS,
+            request_timeout_ms: ramstore_rpc::conns::DEFAULT_REQUEST_TIMEOUT_MS,
+            idle_timeout_ms: ramstore_rpc::conns::DEFAULT_IDLE_TIMEOUT_MS,
         }
     }
 
@@ -254,7 +263,14 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     // Capped, so that a misconfigured wait cannot outlast the clients' deadlines.
     let no_space_wait =
         Duration::from_millis(options.no_space_wait_ms.min(crate::MAX_NO_SPACE_WAIT_MS));
-    let mut service = StorageService::with_backup(store, backup).with_no_space_wait(no_space_wait);
+    let conns = ConnTable::new(ConnLimits {
+        max_connections: options.max_connections,
+        request_timeout_ms: options.request_timeout_ms,
+        idle_timeout_ms: options.idle_timeout_ms,
+    });
+    let mut service = StorageService::with_backup(store, backup)
+        .with_no_space_wait(no_space_wait)
+        .with_conns(conns.clone());
     if let Some(m) = &manager {
         service = service.with_replicas(m.clone());
     }
@@ -287,10 +303,10 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
             addr: options.listen.clone(),
             source,
         })?;
-    let mut tasks = vec![tokio::spawn(serve_with_limit(
+    let mut tasks = vec![tokio::spawn(serve_with_table(
         listener,
         service.clone(),
-        options.max_connections,
+        conns,
     ))];
     let mut metrics_addr = None;
     if let Some(m) = &options.metrics_listen {
@@ -399,9 +415,12 @@ async fn start_resp(
         port: 0,
         memory_bytes: options.memory_bytes as u64,
         // One event loop, like Redis: on small machines a hand-off between
-        // threads costs more than a command.
-        threads: 1,
+        // threads costs more than a command. A server on a current-thread runtime
+        // (`ramstore dev`) serves Redis on that very loop (0; `ramstore_resp::start`).
+        threads: 0,
         poll_before_sleep_us: options.resp_poll_us,
+        request_timeout_ms: options.request_timeout_ms,
+        idle_timeout_ms: options.idle_timeout_ms,
     };
     ramstore_resp::start(listen, backend, config)
         .await

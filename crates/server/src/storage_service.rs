@@ -99,6 +99,8 @@ pub struct StorageService {
     full_log: FullLog,
     /// Connections over the server's limit, answered RETRY and closed.
     connections_refused: AtomicU64,
+    /// The native port's connections, for their counters (set by the server).
+    conns: Option<Arc<ramstore_rpc::ConnTable>>,
     /// Fetches crashed masters' entries from backups when this master recovers a
     /// partition (R§7.6).
     recovery_client: BackupClient,
@@ -175,6 +177,7 @@ impl StorageService {
             metrics: Metrics::default(),
             full_log: FullLog::new(std::time::Duration::from_millis(DEFAULT_NO_SPACE_WAIT_MS)),
             connections_refused: AtomicU64::new(0),
+            conns: None,
             recovery_client: BackupClient::new(Arc::new(ramstore_rpc::TcpTransport::new()))
                 .with_rpc_deadline(std::time::Duration::from_millis(RECOVERY_FETCH_DEADLINE_MS)),
         }
@@ -199,6 +202,13 @@ impl StorageService {
     /// lack of memory now, and since when.
     pub fn full_log(&self) -> &FullLog {
         &self.full_log
+    }
+
+    /// The same service reporting the counters of the connection table `conns`
+    /// (evictions and timeouts) in its statistics.
+    pub fn with_conns(mut self, conns: Arc<ramstore_rpc::ConnTable>) -> Self {
+        self.conns = Some(conns);
+        self
     }
 
     /// The replica manager, if the master replicates.
@@ -612,6 +622,22 @@ impl StorageService {
             "connections_refused",
             self.connections_refused.load(Ordering::Relaxed).to_string(),
         );
+        if let Some(conns) = &self.conns {
+            let c = &conns.counters;
+            line("connections_open", conns.len().to_string());
+            line(
+                "connections_evicted",
+                c.evicted.load(Ordering::Relaxed).to_string(),
+            );
+            line(
+                "connection_request_timeouts",
+                c.request_timeouts.load(Ordering::Relaxed).to_string(),
+            );
+            line(
+                "connection_idle_timeouts",
+                c.idle_timeouts.load(Ordering::Relaxed).to_string(),
+            );
+        }
         match &self.backup {
             Some(backup) => backup.stats_lines(&mut line),
             None => line("backup", "off".into()),
