@@ -32,8 +32,8 @@ const PIPELINE: usize = 512;
 
 /// The bound on a storage server's resident memory outside the log and the hash
 /// table, as docs/design-notes.md "Memory outside the log" states it, for a server
-/// with `memory` bytes of log, no replicas, no backup, and `resp` Redis and `native`
-/// native connections open whose requests are small.
+/// with `memory` bytes of log, no replicas, no backup, `resp` Redis connections
+/// running small commands and `native` native connections between requests.
 fn other_bound(memory: u64, resp: u64, native: u64) -> u64 {
     // Binary and libraries, thread stacks, the runtime and the allocator's small
     // blocks, with the default threads.
@@ -47,11 +47,11 @@ fn other_bound(memory: u64, resp: u64, native: u64) -> u64 {
     // that is a tombstone moved to a survivor.
     let work_list = (memory / 1024).max(64 * KIB) + SEGMENT / 10;
     let cleaner = work_list * (32 + 40);
-    // Per connection while its requests are small: a Redis connection keeps a read
-    // buffer of 64 KiB (grown to 128 KiB when a command straddles a read), at most
-    // 2 MiB of replies (written out at 1 MiB) and a 64 KiB value; a native one
-    // 64 KiB each way.
-    let connections = resp * (128 * KIB + 2 * MIB + 64 * KIB) + native * 128 * KIB;
+    // A Redis connection running small commands (replies ≤ 1 MiB): a 128 KiB read
+    // buffer, replies written out at 1 MiB (≤ 1 MiB + one reply), a kept 64 KiB
+    // value buffer; a native one between requests: 64 KiB to read and a kept reply
+    // buffer of at most 256 KiB. No large request: nothing from the budgets.
+    let connections = resp * (128 * KIB + 2 * MIB + 64 * KIB) + native * (64 + 256) * KIB;
     ALLOWANCE + log_metadata + cleaner + connections
 }
 
@@ -255,7 +255,7 @@ fn memory_split_after_w2_churn_adds_up_and_other_stays_under_its_bound() {
     );
     // The live objects are written in the log, so their pages are resident; the
     // hash table's 128 Ki main buckets (64 MiB / 512) are all reached by 280 k
-    // random keys, plus their locks and at most two overflow chunks.
+    // random keys, plus their locks and the few overflow buckets chains needed.
     assert!(
         end.log >= end.live && end.live >= LIVE_BYTES / 2,
         "{report}"
