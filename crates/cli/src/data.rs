@@ -253,6 +253,14 @@ fn backup_columns(server: &BTreeMap<String, String>) -> String {
     )
 }
 
+/// The resident split's columns of `ramstore status` (issue 17): the server
+/// process's resident memory, then its log, hash table and other parts (GetServerStats
+/// `resident_bytes`, `log_resident_bytes`, `hash_table_resident_bytes`,
+/// `other_resident_bytes`), each a single word so the row splits on whitespace.
+fn resident_columns([rss, log, hash, other]: [&str; 4]) -> String {
+    format!("{rss:>9} {log:>9} {hash:>9} {other:>10}")
+}
+
 pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
     let stats = coordinator_stats(client, coordinator)?;
     let map = client.tablet_map().map_err(explain)?;
@@ -262,7 +270,7 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         stats.get("recoveries_completed").map_or("?", |s| s)
     );
     println!(
-        "{:>4} {:<22} {:<8} {:>8} {:>10} {:>12} {:>12} {:>6} {:>11} {:>8} {:>7} {:>18}",
+        "{:>4} {:<22} {:<8} {:>8} {:>10} {:>12} {:>12} {:>6} {:>11} {} {:>8} {:>7} {:>18}",
         "ID",
         "ADDRESS",
         "STATUS",
@@ -272,6 +280,7 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         "MEMORY MiB",
         "USED",
         "DURABILITY",
+        resident_columns(["RSS MiB", "LOG MiB", "HASH MiB", "OTHER MiB"]),
         "REPLICAS",
         "BUFFERS",
         "BACKUP DISK"
@@ -314,11 +323,17 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
             state
         };
         println!(
-            "{id:>4} {address:<22} {state:<8} {tablets:>8} {:>10} {:>12} {:>12} {used:>6} {:>11} {}",
+            "{id:>4} {address:<22} {state:<8} {tablets:>8} {:>10} {:>12} {:>12} {used:>6} {:>11} {} {}",
             num("objects").map_or("-".into(), |n| n.to_string()),
             mib("live_object_bytes"),
             mib("memory_bytes"),
             server.get("durability").map_or("-", |s| s.as_str()),
+            resident_columns([
+                mib("resident_bytes").as_str(),
+                mib("log_resident_bytes").as_str(),
+                mib("hash_table_resident_bytes").as_str(),
+                mib("other_resident_bytes").as_str(),
+            ]),
             backup_columns(&server),
         );
     }

@@ -42,6 +42,8 @@ struct StatusRow {
     tablets: usize,
     objects: String,
     durability: String,
+    /// The resident split in MiB: process (RSS), log, hash table, other.
+    resident: [f64; 4],
     /// The backup columns: "REPLICAS BUFFERS USED/CAPACITY", or "backup off".
     backup: String,
 }
@@ -59,8 +61,9 @@ fn parse_status(out: &str) -> (Vec<StatusRow>, String) {
         .iter()
         .map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
-            // Nine columns, then three of backup or the two words "backup off".
-            assert!(w.len() == 11 || w.len() == 12, "{l:?}");
+            // Nine columns, four of resident memory, then three of backup or the
+            // two words "backup off".
+            assert!(w.len() == 15 || w.len() == 16, "{l:?}");
             StatusRow {
                 id: w[0].parse().unwrap(),
                 address: w[1].to_string(),
@@ -68,7 +71,12 @@ fn parse_status(out: &str) -> (Vec<StatusRow>, String) {
                 tablets: w[3].parse().unwrap(),
                 objects: w[4].to_string(),
                 durability: w[8].to_string(),
-                backup: w[9..].join(" "),
+                resident: std::array::from_fn(|i| {
+                    w[9 + i]
+                        .parse()
+                        .unwrap_or_else(|_| panic!("resident MiB in {l:?}"))
+                }),
+                backup: w[13..].join(" "),
             }
         })
         .collect();
@@ -205,6 +213,12 @@ fn data_commands_print_results_and_exit_zero() {
         assert_eq!(row.durability, "dram-only");
         assert_eq!(row.backup, "backup off", "started without --backup-dir");
         assert!(row.objects.parse::<u64>().is_ok(), "{row:?}");
+        // The resident split adds up (to the printed rounding): the 64 MiB log and
+        // its hash table (64 MiB / 512 = 128 Ki buckets, 8 MiB) are within it.
+        let [rss, log, hash, other] = row.resident;
+        assert!((rss - (log + hash + other)).abs() <= 0.2, "{row:?}");
+        assert!(log > 0.0 && log <= 64.0, "{row:?}");
+        assert!(hash > 0.0 && hash <= 8.0 + 1.0 + 2.0, "{row:?}");
     }
     assert_eq!(rows.iter().map(|r| r.tablets).sum::<usize>(), 3);
     let objects: u64 = rows.iter().map(|r| r.objects.parse::<u64>().unwrap()).sum();

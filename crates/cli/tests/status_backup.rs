@@ -15,7 +15,8 @@ use ramstore_rpc::TcpTransport;
 
 const MASTER: u64 = 7;
 
-/// The words after DURABILITY in the row of server `id`: the backup columns.
+/// The words after DURABILITY and the four resident-memory columns in the row of
+/// server `id`: the backup columns.
 #[track_caller]
 fn backup_words(status: &str, id: u64) -> Vec<String> {
     let lines: Vec<&str> = status.lines().collect();
@@ -33,7 +34,7 @@ fn backup_words(status: &str, id: u64) -> Vec<String> {
         .unwrap_or_else(|| panic!("server {id} is listed:\n{status}"));
     assert_eq!(row[2], "up", "{status}");
     assert_eq!(row[8], "dram-only", "{status}");
-    row[9..].iter().map(|w| w.to_string()).collect()
+    row[13..].iter().map(|w| w.to_string()).collect()
 }
 
 #[test]

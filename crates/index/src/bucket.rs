@@ -3,7 +3,6 @@
 //! Everything here is plain bit manipulation; the rules about who may store
 //! what, and with which memory ordering, live in `table.rs`.
 
-use std::alloc::{self, Layout};
 use std::ptr;
 use std::sync::atomic::AtomicU64;
 
@@ -83,36 +82,21 @@ pub(crate) fn tag(value: u64) -> u64 {
     value >> REF_BITS
 }
 
-/// Allocates `count` zeroed buckets, or `None` if the size overflows or the allocator fails.
-///
-/// Zeroed memory comes cheaply from the allocator (fresh pages are already
-/// zero), which matters for large tables and overflow chunks.
-pub(crate) fn alloc_zeroed_buckets(count: usize) -> Option<Box<[Bucket]>> {
-    if count == 0 {
-        return Some(Box::new([]));
-    }
-    let layout = Layout::array::<Bucket>(count).ok()?;
-    // SAFETY: `count > 0` and a bucket is 64 bytes, so the layout has a non-zero size.
-    let raw = unsafe { alloc::alloc_zeroed(layout) }.cast::<Bucket>();
-    if raw.is_null() {
-        return None;
-    }
-    // SAFETY: `raw` was just allocated by the global allocator with
-    // `Layout::array::<Bucket>(count)`, which is the layout a `Box<[Bucket]>` of
-    // length `count` uses; all-zero bytes are a valid `Bucket` (eight zero
-    // `AtomicU64`s); and nothing else refers to the allocation.
-    Some(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(raw, count)) })
-}
-
-/// The main bucket array: one anonymous mapping of its own.
+/// An array of buckets in one anonymous mapping of its own: the main buckets, and
+/// each chunk of overflow buckets.
 ///
 /// Not `Box<[Bucket]>`: the global allocator has to `memset` a 64-byte-aligned
-/// allocation, touching every page of a table that may be gigabytes at start-up, and
-/// it would hand back 4 KiB pages. A private mapping is zeroed by the kernel on first
-/// touch and can be backed by 2 MiB pages. That matters because every bucket access
-/// is a random cache miss, and with 4 KiB pages it is usually a TLB miss too — the
-/// page walk costs as much as the miss (profiling the cleaner's relocations showed
-/// the bucket prefetches stalling on exactly that).
+/// allocation (measured: `alloc_zeroed` of 64 MiB aligned to 64 makes 64 MiB
+/// resident at once), touching every page of a table that may be gigabytes at
+/// start-up and every page of an overflow chunk of which only the first buckets may
+/// ever be used; and it would hand back 4 KiB pages. A private mapping is zeroed by
+/// the kernel on first touch and can be backed by 2 MiB pages. That matters for the
+/// main buckets because every bucket access is a random cache miss, and with 4 KiB
+/// pages it is usually a TLB miss too — the page walk costs as much as the miss
+/// (profiling the cleaner's relocations showed the bucket prefetches stalling on
+/// exactly that). Overflow chunks are handed out from their start and touched
+/// rarely, so they keep 4 KiB pages: a huge page would make 2 MiB resident for the
+/// first bucket.
 pub(crate) struct BucketArray {
     ptr: ptr::NonNull<Bucket>,
     len: usize,
@@ -126,8 +110,9 @@ unsafe impl Sync for BucketArray {}
 
 impl BucketArray {
     /// `count` zeroed buckets (at least one), or `None` if the size overflows or the
-    /// mapping fails.
-    pub(crate) fn new(count: usize) -> Option<Self> {
+    /// mapping fails. With `huge_pages`, an array of 2 MiB or more asks for 2 MiB
+    /// pages (a hint).
+    pub(crate) fn new(count: usize, huge_pages: bool) -> Option<Self> {
         const HUGE_PAGE_BYTES: usize = 2 << 20;
         let count = count.max(1);
         let bytes = count.checked_mul(std::mem::size_of::<Bucket>())?;
@@ -145,7 +130,7 @@ impl BucketArray {
         if raw == libc::MAP_FAILED {
             return None;
         }
-        if bytes >= HUGE_PAGE_BYTES {
+        if huge_pages && bytes >= HUGE_PAGE_BYTES {
             // A hint: ignored where transparent huge pages are off.
             // SAFETY: the range is exactly the mapping just created.
             unsafe {
@@ -158,6 +143,86 @@ impl BucketArray {
             len: count,
             mapped_bytes: bytes,
         })
+    }
+}
+
+impl BucketArray {
+    /// Gives up ownership of the mapping: the first bucket, for [`Self::from_raw`].
+    pub(crate) fn into_raw(self) -> *mut Bucket {
+        let raw = self.ptr.as_ptr();
+        std::mem::forget(self);
+        raw
+    }
+
+    /// Takes back a mapping of `count` buckets given up with [`Self::into_raw`].
+    ///
+    /// # Safety
+    /// `raw` came from `into_raw` of an array of `count` buckets (made with `count
+    /// ≥ 1`), and no other owner of it exists.
+    pub(crate) unsafe fn from_raw(raw: *mut Bucket, count: usize) -> Self {
+        Self {
+            // SAFETY: `raw` is the non-null pointer `into_raw` returned (the
+            // caller's promise).
+            ptr: ptr::NonNull::new_unchecked(raw),
+            len: count,
+            mapped_bytes: count * std::mem::size_of::<Bucket>(),
+        }
+    }
+
+    /// Bytes of the mapping the kernel holds in memory right now: pages are zeroed
+    /// on first touch, so an array few keys have reached is mostly not resident.
+    /// `None` where the kernel cannot be asked (see [`resident_bytes_of`]).
+    pub(crate) fn resident_bytes(&self) -> Option<usize> {
+        // SAFETY: the mapping made in `new` is `mapped_bytes` long, page-aligned,
+        // and lives as long as `self`.
+        unsafe { resident_bytes_of(self.ptr.as_ptr().cast(), self.mapped_bytes) }
+    }
+}
+
+/// Bytes of the `len`-byte mapping at `base` the kernel holds in memory right now
+/// (`mincore`, one call per 16 MiB with 4 KiB pages, no allocation). `None` where
+/// the kernel cannot be asked (`mincore` is used on Linux only).
+///
+/// # Safety
+/// `[base, base + len)` is one live mapping and `base` is page-aligned.
+pub(crate) unsafe fn resident_bytes_of(base: *const u8, len: usize) -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .ok()
+            .filter(|&p| p > 0)?;
+        // One status byte per page, a chunk of pages at a time.
+        let mut status = [0u8; 4096];
+        let mut resident_pages = 0usize;
+        let mut offset = 0;
+        while offset < len {
+            let chunk = (len - offset).min(status.len() * page);
+            // SAFETY: [offset, offset + chunk) lies inside the mapping (the
+            // caller's promise), `offset` is a multiple of the page size, and
+            // `status` has a byte for each of the ⌈chunk / page⌉ pages.
+            let rc = unsafe {
+                libc::mincore(
+                    base.add(offset).cast_mut().cast(),
+                    chunk,
+                    status.as_mut_ptr(),
+                )
+            };
+            if rc != 0 {
+                return None;
+            }
+            resident_pages += status[..chunk.div_ceil(page)]
+                .iter()
+                .filter(|&&s| s & 1 != 0)
+                .count();
+            offset += chunk;
+        }
+        Some((resident_pages * page).min(len))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (base, len);
+        None
     }
 }
 

@@ -30,12 +30,14 @@
 //! When a chain's eight slots are full, slot 7's entry moves to a new
 //! overflow bucket and slot 7 becomes a link to it, so a main bucket owns a
 //! chain of buckets. Overflow buckets come from an arena that grows by chunks
-//! and never moves them. When removals leave a chain ending in empty overflow
+//! (each its own mapping, zeroed by the kernel page by page as buckets are
+//! handed out) and never moves them. When removals leave a chain ending in empty overflow
 //! buckets, they are unlinked and go back to the arena's free list, which
 //! later extensions of any chain take from first: the arena's resident size
 //! is bounded by the most overflow buckets ever in use at once
 //! ([`HashTable::overflow_buckets_high_water`], [`HashTable::resident_bytes`]),
-//! not by how many chains ever overflowed under churn (issue 17). A chain has
+//! not by how many chains ever overflowed under churn (issue 17);
+//! [`HashTable::measured_resident_bytes`] asks the kernel what is resident now. A chain has
 //! at most [`MAX_CHAIN_BUCKETS`] buckets.
 //!
 //! A hash's main bucket is `⌊hash · buckets / 2⁶⁴⌋` (any bucket count, so the

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::bucket::{alloc_zeroed_buckets, is_link, Bucket, EMPTY, LAST, REF_MASK};
+use crate::bucket::{is_link, resident_bytes_of, Bucket, BucketArray, EMPTY, LAST, REF_MASK};
 use crate::IndexFull;
 
 /// The most chunks an arena can have.
@@ -141,8 +141,11 @@ impl OverflowArena {
                 .free
                 .try_reserve_exact(additional)
                 .map_err(|_| IndexFull)?;
-            let buckets = alloc_zeroed_buckets(self.chunk_len(chunk)).ok_or(IndexFull)?;
-            let raw = Box::into_raw(buckets).cast::<Bucket>();
+            // Its own mapping, zeroed by the kernel page by page as buckets are
+            // handed out, so only the high-water mark's pages become resident
+            // (an allocator's zeroed block would be memset whole at once).
+            let buckets = BucketArray::new(self.chunk_len(chunk), false).ok_or(IndexFull)?;
+            let raw = buckets.into_raw();
             self.chunks[chunk].store(raw, Ordering::Release);
         }
         state.next = index + 1;
@@ -216,6 +219,24 @@ impl OverflowArena {
             .sum()
     }
 
+    /// Bytes of the allocated chunks the kernel holds in memory (see
+    /// `bucket::resident_bytes_of`): the pages of buckets ever handed out, up to the
+    /// high-water mark. `None` where the kernel cannot be asked.
+    pub(crate) fn resident_bytes(&self) -> Option<usize> {
+        let mut total = 0;
+        for k in 0..self.max_chunks {
+            let raw = self.chunks[k].load(Ordering::Acquire);
+            if !raw.is_null() {
+                let bytes = self.chunk_len(k) * std::mem::size_of::<Bucket>();
+                // SAFETY: a non-null chunk pointer is the start of a live,
+                // page-aligned mapping of `chunk_len(k)` buckets (`alloc`), unmapped
+                // only in `Drop`, which `&self` rules out.
+                total += unsafe { resident_bytes_of(raw.cast(), bytes) }?;
+            }
+        }
+        Some(total)
+    }
+
     /// Bytes the free list's buffer occupies (8 per bucket of the allocated chunks).
     pub(crate) fn free_list_bytes(&self) -> usize {
         self.state.lock().free.capacity() * std::mem::size_of::<u64>()
@@ -244,11 +265,10 @@ impl Drop for OverflowArena {
         for k in 0..MAX_CHUNKS {
             let raw = *self.chunks[k].get_mut();
             if !raw.is_null() {
-                // SAFETY: `raw` came from `Box::into_raw` of a `Box<[Bucket]>` of
-                // `chunk_len(k)` buckets in `alloc`, and is freed only here, once.
-                drop(unsafe {
-                    Box::from_raw(ptr::slice_from_raw_parts_mut(raw, self.chunk_len(k)))
-                });
+                // SAFETY: `raw` came from `BucketArray::into_raw` of an array of
+                // `chunk_len(k)` (≥ 64) buckets in `alloc`, and is unmapped only
+                // here, once.
+                drop(unsafe { BucketArray::from_raw(raw, self.chunk_len(k)) });
             }
         }
     }

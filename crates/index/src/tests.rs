@@ -271,6 +271,67 @@ fn insert_returns_index_full_when_arena_exhausted() {
     );
 }
 
+/// The resident split (issue 17): main-array pages count once a key reaches them,
+/// the locks always, an overflow chunk page by page as its buckets are handed out.
+#[test]
+fn measured_resident_bytes_counts_touched_main_and_overflow_pages_and_locks() {
+    // 64 Ki buckets: a 4 MiB main array, overflow chunk 0 of 8 Ki buckets (512 KiB).
+    let table = HashTable::new(1 << 16);
+    let locks = (1 << 16) * std::mem::size_of::<parking_lot::RawMutex>();
+    let empty = table.measured_resident_bytes();
+    if !cfg!(target_os = "linux") {
+        assert_eq!(empty, None, "unknown where mincore cannot be asked");
+        return;
+    }
+    let empty = empty.expect("mincore answers on Linux");
+    assert_eq!(
+        empty, locks,
+        "no main page is touched before the first insert"
+    );
+
+    put(&table, 0, 1);
+    let one = table.measured_resident_bytes().expect("asked once already");
+    assert!(
+        (empty + 4096..=empty + (2 << 20)).contains(&one),
+        "one insert faults in one page (4 KiB, or 2 MiB with huge pages): {one}"
+    );
+
+    // Nine entries in one chain: the ninth needs an overflow bucket.
+    for r in 2..=9 {
+        put(&table, 0, r);
+    }
+    assert_eq!(table.overflow_buckets_high_water(), 1);
+    let chained = table.measured_resident_bytes().expect("asked once already");
+    // One page of chunk 0 and one free-list entry, unless khugepaged merged the
+    // main array's touched page into a huge page meanwhile.
+    let overflow = 4096 + 8;
+    assert!(
+        (one + overflow..=one + overflow + (2 << 20)).contains(&chained),
+        "{one} then {chained}"
+    );
+    assert!(chained <= table.resident_bytes() + 4096);
+}
+
+/// Regression (issue 17): overflow chunks came from the global allocator, which
+/// memsets a 64-byte-aligned zeroed block, so a chunk was resident whole from its
+/// first bucket (W1 at 128 MiB live: chunk 0's 4 MiB, against about 0.7 MiB of
+/// buckets ever handed out), while `resident_bytes` counted only those buckets.
+#[test]
+fn overflow_chunk_is_resident_only_where_buckets_were_handed_out() {
+    let table = HashTable::new(1 << 16);
+    for r in 1..=9 {
+        put(&table, 0, r);
+    }
+    let Some(measured) = table.measured_resident_bytes() else {
+        return; // Not Linux: nothing to measure (the test above checks `None`).
+    };
+    let main = measured - (1 << 16) * std::mem::size_of::<parking_lot::RawMutex>();
+    // The main array's one touched page (or huge page), plus at most one page and
+    // one free-list entry of overflow: not the chunk's 512 KiB.
+    assert!(main <= (2 << 20) + 4096 + 8, "{measured}");
+    assert!(measured <= table.resident_bytes() + 4096, "{measured}");
+}
+
 #[test]
 fn tag_ffff_is_remapped_to_fffe() {
     let table = HashTable::new(1);

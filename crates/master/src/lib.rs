@@ -28,7 +28,7 @@ pub mod tablets;
 pub use config::{CleanerMode, ConfigError, StoreConfig};
 pub use error::{ReadError, WriteError};
 pub use object_store::{
-    key_hash, EnumeratedObject, LogHandle, MultiWrite, ObjectStore, StoreStats,
+    key_hash, EnumeratedObject, LogHandle, MultiWrite, ObjectStore, StoreResident, StoreStats,
 };
 pub use reject::RejectRules;
 pub use tablets::{Tablet, TabletMap};

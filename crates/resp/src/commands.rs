@@ -1011,6 +1011,27 @@ impl Connection {
                 get("objects"),
                 get("durability"),
             ));
+            // Where the server's resident memory is (issue 17): `used_memory_rss` as
+            // Redis has it (the process's resident set), and ramstore's split of
+            // it; a part the server cannot measure (not Linux), or all of them
+            // without a local server, is left out.
+            for (field, key) in [
+                ("used_memory_rss", "resident_bytes"),
+                ("ramstore_resident_peak_bytes", "resident_peak_bytes"),
+                ("ramstore_log_resident_bytes", "log_resident_bytes"),
+                (
+                    "ramstore_hashtable_resident_bytes",
+                    "hash_table_resident_bytes",
+                ),
+                ("ramstore_other_resident_bytes", "other_resident_bytes"),
+            ] {
+                let value = stats
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix('=')));
+                if let Some(bytes) = value.and_then(|v| v.parse::<u64>().ok()) {
+                    text.push_str(&format!("{field}:{bytes}\r\n"));
+                }
+            }
             // Whether the log refuses writes for lack of memory (writes get -OOM
             // once it has for longer than the patience), for how long, and the
             // NO_SPACE answers so far.

@@ -16,6 +16,10 @@
 //! BackupGetReplicas and BackupReadReplica; requests that may wait for the disk run
 //! off the fast path.
 //!
+//! Memory: GetServerStats, the metrics and Redis `INFO memory` report the process's
+//! resident memory split into the log, the hash table and everything else
+//! ([`resident`]).
+//!
 //! Durability: the master's writes live in this process's DRAM until the master
 //! replicates to backups (the replica manager, issue 4); `GetServerStats` says
 //! `durability=dram-only`. What the backup half makes durable, and when, is
@@ -29,6 +33,7 @@ pub mod metrics;
 pub mod placement;
 pub mod recovery_master;
 pub mod replica_manager;
+pub mod resident;
 pub mod storage_server;
 pub mod storage_service;
 

@@ -21,6 +21,7 @@ use crate::cold_start;
 use crate::failure_monitor::{self, MonitorConfig, ZombieHook};
 use crate::metrics::{render_backup, render_full_log, render_store};
 use crate::replica_manager::{ReplicaManager, MAX_REPLICAS};
+use crate::resident::ResidentSplit;
 use crate::storage_service::StorageService;
 use ramstore_client::BackupClient;
 
@@ -690,6 +691,7 @@ async fn serve_metrics(listener: TcpListener, service: Arc<StorageService>) {
             let mut body = String::new();
             service.metrics().render(&mut body);
             render_store(&service.store().stats(), &mut body);
+            ResidentSplit::measure(service.store()).render(&mut body);
             render_full_log(service.full_log(), &mut body);
             if let Some(backup) = service.backup() {
                 render_backup(&backup.stats(), &mut body);

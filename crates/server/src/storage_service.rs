@@ -603,6 +603,9 @@ impl StorageService {
         line("free_seglets", s.log.seglets_free.to_string());
         line("total_seglets", s.log.seglets_total.to_string());
         line("objects", s.objects.to_string());
+        // Where the process's resident memory is (issue 17): the log, the hash
+        // table, and the rest, which docs/design-notes.md bounds.
+        crate::resident::ResidentSplit::measure(&self.store).stats_lines(&mut line);
         line("tablets", s.tablets.len().to_string());
         line("compactions", s.log.compactions.to_string());
         line("combined_passes", s.log.combined_passes.to_string());
