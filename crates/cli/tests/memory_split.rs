@@ -41,11 +41,11 @@ fn other_bound(memory: u64, resp: u64, native: u64) -> u64 {
     const SEGMENT: u64 = 8 * MIB;
     // The log's own bookkeeping: at most 320 bytes per 64 KiB seglet.
     let log_metadata = memory / 200;
-    // One combined pass: a 32-byte work-list entry per live entry of its victims up
-    // to `combined_work_list_entries` (memory / 1024, at least 64 Ki), overshot by one
-    // victim's entries (a 10-byte entry at the least), and 40 bytes more for each
-    // that is a tombstone moved to a survivor.
-    let work_list = (memory / 1024).max(64 * KIB) + SEGMENT / 10;
+    // One combined pass: a 32-byte work-list entry per live entry of its victims,
+    // whole victims within `combined_work_list_entries` (memory / 1024, at least
+    // 64 Ki) or one victim alone (a 10-byte entry at the least), and 40 bytes more
+    // for each that is a tombstone moved to a survivor.
+    let work_list = (memory / 1024).max(64 * KIB).max(SEGMENT / 10);
     let cleaner = work_list * (32 + 40);
     // A Redis connection running small commands (replies ≤ 1 MiB): a 128 KiB read
     // buffer, replies written out at 1 MiB (≤ 1 MiB + one reply), a kept 64 KiB

@@ -162,7 +162,9 @@ const _: () = assert!(MAX_SEGMENTS_PER_COMBINED_PASS <= u16::MAX as usize);
 
 /// Bytes of the combined pass's work list per byte of log memory: 1/32 (3%),
 /// enough for about a segment of 100-byte objects per 32 MiB of memory. The list
-/// may pass it by one victim's entries (it is checked between victims).
+/// holds whole victims only and passes the bound only with its first victim (a
+/// victim that would take it past is given back), so it holds at most
+/// max(bound, one segment's entries).
 pub const COMBINED_WORK_LIST_SHARE: usize = 32;
 
 /// Entries a combined pass's work list takes before it stops taking victims: see
@@ -404,14 +406,22 @@ impl Log {
             }
         };
         let mut scanned = 0;
-        for (index, m) in victims.iter().enumerate() {
-            if found.len() >= max_entries {
-                break;
-            }
-            scanned = index + 1;
+        'victims: for (index, m) in victims.iter().enumerate() {
+            // The list holds only whole victims: a victim whose entries would take
+            // it past the bound is given back unscanned-for (its entries dropped),
+            // unless it is the first, without which the pass could not progress.
+            // So the list never holds more than max(bound, one segment's entries).
+            check_batch(&mut batch, &mut found);
+            let (found_before, dropped_before) = (found.len(), tombstones_dropped);
             // At most MAX_SEGMENTS_PER_COMBINED_PASS (32) victims.
             let victim = index as u16;
             for e in self.entries(m) {
+                if index > 0 && found.len() + batch.len() >= max_entries {
+                    batch.clear();
+                    found.truncate(found_before);
+                    tombstones_dropped = dropped_before;
+                    break 'victims;
+                }
                 match (e.kind, e.layout) {
                     (EntryType::Object, ScannedLayout::Object(layout)) => {
                         let view = self.object_with_layout(e.at, layout);
@@ -432,6 +442,7 @@ impl Log {
                     _ => {}
                 }
             }
+            scanned = index + 1;
         }
         check_batch(&mut batch, &mut found);
         if scanned < victims.len() {

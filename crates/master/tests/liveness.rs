@@ -372,3 +372,50 @@ fn combined_pass_work_list_stops_at_its_bound() {
         .verify_tombstone_accounting()
         .expect("tombstone accounting");
 }
+
+/// The work list holds whole victims within its bound: a second victim whose
+/// entries would take it past the bound is given back, not scanned in (before,
+/// the list could pass its bound by a whole victim's entries).
+#[test]
+fn combined_pass_work_list_holds_whole_victims_within_its_bound() {
+    let case = Case {
+        seed: 6,
+        memory_bytes: 64 << 20,
+        segment_bytes: 8 << 20,
+        value_bytes: 0,
+        utilization: 0.5,
+        delete_share: 0.0,
+        compaction: true,
+    };
+    let s = store(&case);
+    let rules = RejectRules::default();
+    let mut n = 0u64;
+    // Three segments' worth of ~30-byte objects: ~250,000 entries each.
+    while s.stats().log.segments < 4 {
+        s.write(TABLE, &key(n), b"", &rules).expect("room");
+        n += 1;
+    }
+    // Keep 16%: ~40,000 live entries a segment, so two victims (~80,000) pass
+    // the bound of 65,536 while one fits.
+    let kept = |i: u64| i % 25 < 4;
+    for i in (0..n).filter(|&i| !kept(i)) {
+        s.remove(TABLE, &key(i), &rules).expect("delete");
+    }
+    s.log().roll_head_now();
+    let bound = ramstore_log::cleaner::combined_work_list_entries(case.memory_bytes);
+    assert!((40_000..80_000).contains(&bound), "bound {bound}");
+    let (_, pass) = s
+        .clean_now(Some(ramstore_log::CleanKind::Combined))
+        .expect("a combined pass runs");
+    assert_eq!(
+        pass.segments, 1,
+        "the list took a victim past its bound: {pass:?}"
+    );
+    let mut got = Vec::new();
+    for i in (0..n).filter(|&i| kept(i)) {
+        s.read(TABLE, &key(i), &mut got).expect("kept object");
+    }
+    s.log()
+        .verify_tombstone_accounting()
+        .expect("tombstone accounting");
+}
