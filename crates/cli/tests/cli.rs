@@ -214,7 +214,7 @@ fn data_commands_print_results_and_exit_zero() {
         assert_eq!(row.backup, "backup off", "started without --backup-dir");
         assert!(row.objects.parse::<u64>().is_ok(), "{row:?}");
         // The resident split adds up (to the printed rounding): the 64 MiB log and
-        // its hash table (64 MiB / 512 = 128 Ki buckets, 8 MiB) are within it.
+        // its hash table (64 MiB / 640 ≈ 102 Ki buckets, 6.4 MiB) are within it.
         let [rss, log, hash, other] = row.resident;
         assert!((rss - (log + hash + other)).abs() <= 0.2, "{row:?}");
         assert!(log > 0.0 && log <= 64.0, "{row:?}");

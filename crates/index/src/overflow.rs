@@ -66,6 +66,8 @@ struct ArenaState {
     /// Its capacity always covers every bucket of the allocated chunks (see
     /// `alloc`), so `release` never allocates and cannot fail.
     free: Vec<u64>,
+    /// Buckets ever unlinked and put on the free list (a statistic).
+    released_total: u64,
 }
 
 impl OverflowArena {
@@ -88,6 +90,7 @@ impl OverflowArena {
             state: Mutex::new(ArenaState {
                 next: 0,
                 free: Vec::new(),
+                released_total: 0,
             }),
         }
     }
@@ -185,6 +188,7 @@ impl OverflowArena {
             // because only a linked bucket is released and a listed one is not linked.
             debug_assert!(state.free.len() < state.free.capacity());
             state.free.push(index);
+            state.released_total += 1;
             if !is_link(next) {
                 return;
             }
@@ -257,6 +261,11 @@ impl OverflowArena {
     /// number of overflow buckets whose memory has ever been touched.
     pub(crate) fn high_water(&self) -> usize {
         self.state.lock().next as usize
+    }
+
+    /// Overflow buckets ever unlinked from their chains (each time counts).
+    pub(crate) fn released_total(&self) -> u64 {
+        self.state.lock().released_total
     }
 }
 

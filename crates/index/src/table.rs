@@ -161,6 +161,12 @@ impl HashTable {
         self.overflow.high_water()
     }
 
+    /// Overflow buckets ever unlinked from their chains (a bucket reused and
+    /// unlinked again counts again).
+    pub fn overflow_buckets_released_total(&self) -> u64 {
+        self.overflow.released_total()
+    }
+
     /// Number of entries. Under concurrent writers this is only a snapshot.
     pub fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)

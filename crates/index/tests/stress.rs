@@ -350,8 +350,19 @@ fn stress_readers_find_present_keys_while_emptied_tails_are_unlinked_and_reused(
         assert!(totals.passes.into_inner() > 0, "readers made no progress");
         assert!(totals.stable_checks.into_inner() > 0, "no exact checks");
         assert!(writes > 0, "writers made no progress");
-        assert!(samples.saw_free, "no emptied tail was ever unlinked");
-        assert!(samples.saw_reuse, "no unlinked bucket was ever reused");
+        // Samples can miss short-lived states on a busy machine; the arena's
+        // cumulative count cannot: buckets released and no longer free were
+        // taken back by a chain.
+        let released = table.overflow_buckets_released_total();
+        let free = table.overflow_buckets_free() as u64;
+        assert!(
+            samples.saw_free || released > 0,
+            "no emptied tail was ever unlinked"
+        );
+        assert!(
+            samples.saw_reuse || released > free,
+            "no unlinked bucket was ever reused"
+        );
         check_quiescent(&table, &states);
     }
 }

@@ -160,12 +160,14 @@ impl Candidate {
 const _: () = assert!(std::mem::size_of::<Candidate>() == 32);
 const _: () = assert!(MAX_SEGMENTS_PER_COMBINED_PASS <= u16::MAX as usize);
 
-/// Bytes of the combined pass's work list per byte of log memory: 1/32 (3%),
-/// enough for about a segment of 100-byte objects per 32 MiB of memory. The list
+/// Bytes of the combined pass's work list per byte of log memory: 1/128 (0.8%),
+/// enough for about a segment of 100-byte objects per 128 MiB of memory (1/32
+/// before: the list was the largest transient outside the log, ≈ 4 MiB of a
+/// 160 MiB server's peak in L Table 1's W1, docs/benchmarks.md issue 17). The list
 /// holds whole victims only and passes the bound only with its first victim (a
 /// victim that would take it past is given back), so it holds at most
 /// max(bound, one segment's entries).
-pub const COMBINED_WORK_LIST_SHARE: usize = 32;
+pub const COMBINED_WORK_LIST_SHARE: usize = 128;
 
 /// Entries a combined pass's work list takes before it stops taking victims: see
 /// [`COMBINED_WORK_LIST_SHARE`]; at least 64 Ki entries (2 MiB).

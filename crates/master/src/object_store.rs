@@ -109,6 +109,8 @@ pub struct StoreStats {
     pub hash_table_overflow_buckets_in_use: usize,
     /// The most overflow buckets ever in use at once.
     pub hash_table_overflow_buckets_high_water: usize,
+    /// Overflow buckets ever unlinked from emptied chain tails.
+    pub hash_table_overflow_buckets_released: u64,
     /// Per-tablet live objects and bytes.
     pub tablets: Vec<TabletStat>,
 }
@@ -173,7 +175,7 @@ impl ObjectStore {
         let log = Log::new(log_config)?;
         let buckets = config
             .hash_table_buckets
-            .unwrap_or(config.memory_bytes / 512)
+            .unwrap_or(config.memory_bytes / crate::config::DEFAULT_MEMORY_BYTES_PER_BUCKET)
             .max(1);
         let inner = Arc::new(Inner {
             log,
@@ -961,6 +963,10 @@ impl ObjectStore {
             hash_table_resident_bytes: self.inner.index.resident_bytes(),
             hash_table_overflow_buckets_in_use: self.inner.index.overflow_buckets_in_use(),
             hash_table_overflow_buckets_high_water: self.inner.index.overflow_buckets_high_water(),
+            hash_table_overflow_buckets_released: self
+                .inner
+                .index
+                .overflow_buckets_released_total(),
             tablets,
         }
     }

@@ -347,7 +347,7 @@ fn enumerator(sh: &Shared<'_>, seed: u64) -> u64 {
 /// Hash table sizes for `stress`.
 #[derive(Clone, Copy)]
 enum Buckets {
-    /// The default (one bucket per 512 B of memory): chains are short.
+    /// The default (one bucket per 640 B of memory): chains are short.
     Default,
     /// Two buckets: chains of tens of overflow buckets whose tails empty and
     /// are reused by the other chain as deletes and inserts come and go.
@@ -436,7 +436,12 @@ fn stress(cleaner_threads: usize, compaction: bool, seconds: f64, seed: u64, buc
     assert!(log.compactions + log.combined_passes > 0, "{log:#?}");
     assert!(reads > 0 && enumerations > 0);
     if let Buckets::Two = buckets {
-        assert!(overflow_unlinked, "no overflow tail was unlinked");
+        // Sampling may miss a short dip of the in-use count on a busy machine;
+        // the cumulative count cannot.
+        assert!(
+            overflow_unlinked || stats.hash_table_overflow_buckets_released > 0,
+            "no overflow tail was unlinked"
+        );
         assert!(stats.hash_table_overflow_buckets_high_water >= peak_overflow);
     }
 }

@@ -437,7 +437,7 @@ fn inc_f64(old: Option<&[u8]>, delta: f64) -> Result<Vec<u8>, WriteError> {
 struct Mode {
     compaction: bool,
     background: bool,
-    /// Hash table buckets (`None`: the default, one per 512 bytes of memory).
+    /// Hash table buckets (`None`: the default, one per 640 bytes of memory).
     buckets: Option<usize>,
 }
 
