@@ -146,8 +146,9 @@ fn quickstart_commands_from_the_dev_banner_work() {
         assert_eq!(row[8], "R=1", "{status}");
         // Each backup holds the other master's open head (one of 8 open buffers;
         // its bytes so far are in the file): 64 frames × 8 MiB.
-        assert_eq!(row[9..11], ["1", "1/8"], "backup: {status}");
-        assert!(row[11].ends_with("B/512.0MiB"), "backup disk: {status}");
+        // (Columns 9-12 are the resident split: RSS, log, hash table, other.)
+        assert_eq!(row[13..15], ["1", "1/8"], "backup: {status}");
+        assert!(row[15].ends_with("B/512.0MiB"), "backup disk: {status}");
     }
     assert_eq!(
         lines[lines.len() - 1],
