@@ -141,16 +141,19 @@ impl Cluster {
             // copy lacking acknowledged bytes cannot hide behind a complete one.
             let mut shortest: Option<bytes::Bytes> = None;
             for addr in addrs {
-                let bytes = client
-                    .read_replica(addr, MASTER_ID, id)
-                    .await
-                    .unwrap()
-                    .bytes;
+                // The master keeps running: a copy it has since replaced (and
+                // freed) may be gone by now; the others must still be there.
+                let bytes = match client.read_replica(addr, MASTER_ID, id).await {
+                    Ok(r) => r.bytes,
+                    Err(ramstore_client::BackupClientError::UnknownReplica { .. }) => continue,
+                    Err(e) => panic!("reading segment {id} from {addr}: {e}"),
+                };
                 if shortest.as_ref().is_none_or(|s| bytes.len() < s.len()) {
                     shortest = Some(bytes);
                 }
             }
-            let bytes = shortest.expect("at least one holder");
+            let bytes =
+                shortest.unwrap_or_else(|| panic!("segment {id}: no listed holder still has it"));
             replay.add_segment(&bytes).expect("replica parses");
         }
         replay
