@@ -801,7 +801,7 @@ impl ReplicaManager {
                 replica_bytes: st.bytes_on.get(&b.server_id).copied().unwrap_or(0),
             })
             .collect();
-        let chosen = choose_backup(
+        let mut chosen = choose_backup(
             &candidates,
             st.master_id,
             &st.master_domain,
@@ -810,6 +810,25 @@ impl ReplicaManager {
             SEGMENT_BYTES as u64,
             &mut *self.rng.lock(),
         );
+        if chosen.is_none() && !seg.excluded.is_empty() {
+            // Every backup left is one this segment excluded after an RPC to it
+            // failed — with exactly R backups, one timeout under load would keep
+            // the segment below R replicas for good (regression:
+            // `cli/tests/recovery.rs` recovery_master_killed…, a recovery master's
+            // partitions never became durable). A live backup may hold a new
+            // replica after all: its stale copy is freed before the open
+            // (`clear_first`, set when the replica was dropped), as for a
+            // restarted backup (R§8).
+            chosen = choose_backup(
+                &candidates,
+                st.master_id,
+                &st.master_domain,
+                &taken,
+                &[],
+                SEGMENT_BYTES as u64,
+                &mut *self.rng.lock(),
+            );
+        }
         let Some(backup) = chosen else {
             return false;
         };

@@ -350,3 +350,49 @@ fn encode(req: &Request<'_>) -> Vec<u8> {
     encode_request(1, req, &mut frame).unwrap();
     frame
 }
+
+/// Regression (a recovery master whose partitions never became durable): with
+/// exactly R backups, an RPC to one that fails while the backup stays in the
+/// cluster (a timeout under load) must not exclude it from the segment for good;
+/// the replica is re-created there and the write becomes durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_recovers_when_the_only_backups_left_had_a_failed_rpc() {
+    let (store, manager, mut cluster) = master(1, 11);
+    cluster.add_backup();
+    let task = manager.start(store.log_handle(), MASTER_ID, "");
+    let value = vec![3u8; 1_000];
+    store
+        .write(TABLE, b"a", &value, &RejectRules::default())
+        .unwrap();
+    manager.wait_durable(manager.sync_point()).await.unwrap();
+    // The backup stops answering, but stays in the server list.
+    let (_, addr) = cluster.live[0].clone();
+    let service = cluster.services[0].clone();
+    cluster.transport.unregister(&addr);
+    store
+        .write(TABLE, b"b", &value, &RejectRules::default())
+        .unwrap();
+    let point = manager.sync_point();
+    // Wait for a send to it to fail, then let the backup answer again.
+    let failures_before = manager.stats().rpc_failures;
+    let waiting = tokio::spawn({
+        let manager = manager.clone();
+        async move { manager.wait_durable(point).await }
+    });
+    let started = std::time::Instant::now();
+    while manager.stats().rpc_failures == failures_before {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "no send failed while the backup was gone"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    cluster.transport.register(&addr, service);
+    tokio::time::timeout(std::time::Duration::from_secs(20), waiting)
+        .await
+        .expect("the write became durable on the backup it failed on once")
+        .unwrap()
+        .unwrap();
+    manager.shutdown();
+    task.abort();
+}
