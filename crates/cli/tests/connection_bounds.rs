@@ -389,9 +389,12 @@ fn idle_connections_beyond_the_limit_do_not_lock_out_a_new_client() {
     let table = client.create_table("fresh", 1).expect("create table");
     client.write(table, b"k", b"v").expect("write");
     assert_eq!(client.read(table, b"k").expect("read").0, b"v");
+    // Beyond the limit, a connection that finds none idle is answered RETRY and
+    // closed; up to MAX_REFUSALS_IN_FLIGHT (64) of those are still open while
+    // they are refused (seen on a loaded machine: 4,160 at a limit of 4,096).
     let open = server_stat(&cluster, "connections_open");
     assert!(
-        open <= max_connections as u64 + 8,
+        open <= (max_connections + ramstore_rpc::server::MAX_REFUSALS_IN_FLIGHT) as u64 + 8,
         "{open} connections open with a limit of {max_connections}"
     );
     assert!(server_stat(&cluster, "connections_evicted") >= (connections - max_connections) as u64);
