@@ -326,51 +326,20 @@ fn write_beyond_memory_answers_no_space_and_deletes_make_room() {
     }
 }
 
-/// A combined pass's work list is bounded (docs/design-notes.md "Memory outside
-/// the log"): over segments of tiny objects it stops taking victims once the list
-/// is full, gives the rest back, and loses nothing.
+/// Regression ("Memory outside the log"): over segments of tiny objects the
+/// combined pass stops taking victims once its work list is full, gives the rest
+/// back, and loses nothing.
 #[test]
 fn combined_pass_work_list_stops_at_its_bound() {
-    let case = Case {
-        seed: 5,
-        memory_bytes: 64 << 20,
-        segment_bytes: 8 << 20,
-        value_bytes: 0,
-        utilization: 0.5,
-        delete_share: 0.0,
-        compaction: true,
-    };
-    let s = store(&case);
-    let rules = RejectRules::default();
-    let mut n = 0u64;
-    // Three segments' worth of ~30-byte objects: ~250,000 entries each.
-    while s.stats().log.segments < 4 {
-        s.write(TABLE, &key(n), b"", &rules).expect("room");
-        n += 1;
-    }
-    // Delete 60% of them, so every segment is worth cleaning.
-    let kept = |i: u64| i % 5 < 2;
-    for i in (0..n).filter(|&i| !kept(i)) {
-        s.remove(TABLE, &key(i), &rules).expect("delete");
-    }
-    s.log().roll_head_now();
-    let bound = ramstore_log::cleaner::combined_work_list_entries(case.memory_bytes);
-    let (_, pass) = s
-        .clean_now(Some(ramstore_log::CleanKind::Combined))
-        .expect("a combined pass runs");
-    // One victim holds ~100,000 live entries, more than the bound of 65,536.
+    let bound = ramstore_log::cleaner::combined_work_list_entries(TINY_MEMORY_BYTES);
+    // Delete 60%: one victim holds ~100,000 live entries, more than the bound of
+    // 65,536.
+    let pass = combined_pass_over_tiny_objects(5, |i| i % 5 < 2);
     assert!(bound < 100_000, "bound {bound}");
     assert_eq!(
         pass.segments, 1,
         "the pass took more victims than its list holds: {pass:?}"
     );
-    let mut got = Vec::new();
-    for i in (0..n).filter(|&i| kept(i)) {
-        s.read(TABLE, &key(i), &mut got).expect("kept object");
-    }
-    s.log()
-        .verify_tombstone_accounting()
-        .expect("tombstone accounting");
 }
 
 /// The work list holds whole victims within its bound: a second victim whose
@@ -378,9 +347,29 @@ fn combined_pass_work_list_stops_at_its_bound() {
 /// the list could pass its bound by a whole victim's entries).
 #[test]
 fn combined_pass_work_list_holds_whole_victims_within_its_bound() {
+    let bound = ramstore_log::cleaner::combined_work_list_entries(TINY_MEMORY_BYTES);
+    assert!((40_000..80_000).contains(&bound), "bound {bound}");
+    // Keep 16%: ~40,000 live entries a segment, so two victims (~80,000) pass
+    // the bound of 65,536 while one fits.
+    let pass = combined_pass_over_tiny_objects(6, |i| i % 25 < 4);
+    assert_eq!(
+        pass.segments, 1,
+        "the list took a victim past its bound: {pass:?}"
+    );
+}
+
+const TINY_MEMORY_BYTES: usize = 64 << 20;
+
+/// Fills three 8 MiB segments with ~30-byte objects (~250,000 entries each),
+/// deletes those `kept` rejects, runs one combined pass, and checks that every
+/// kept object still reads and the tombstone accounting holds.
+fn combined_pass_over_tiny_objects(
+    seed: u64,
+    kept: impl Fn(u64) -> bool,
+) -> ramstore_log::PassOutcome {
     let case = Case {
-        seed: 6,
-        memory_bytes: 64 << 20,
+        seed,
+        memory_bytes: TINY_MEMORY_BYTES,
         segment_bytes: 8 << 20,
         value_bytes: 0,
         utilization: 0.5,
@@ -390,27 +379,17 @@ fn combined_pass_work_list_holds_whole_victims_within_its_bound() {
     let s = store(&case);
     let rules = RejectRules::default();
     let mut n = 0u64;
-    // Three segments' worth of ~30-byte objects: ~250,000 entries each.
     while s.stats().log.segments < 4 {
         s.write(TABLE, &key(n), b"", &rules).expect("room");
         n += 1;
     }
-    // Keep 16%: ~40,000 live entries a segment, so two victims (~80,000) pass
-    // the bound of 65,536 while one fits.
-    let kept = |i: u64| i % 25 < 4;
     for i in (0..n).filter(|&i| !kept(i)) {
         s.remove(TABLE, &key(i), &rules).expect("delete");
     }
     s.log().roll_head_now();
-    let bound = ramstore_log::cleaner::combined_work_list_entries(case.memory_bytes);
-    assert!((40_000..80_000).contains(&bound), "bound {bound}");
     let (_, pass) = s
         .clean_now(Some(ramstore_log::CleanKind::Combined))
         .expect("a combined pass runs");
-    assert_eq!(
-        pass.segments, 1,
-        "the list took a victim past its bound: {pass:?}"
-    );
     let mut got = Vec::new();
     for i in (0..n).filter(|&i| kept(i)) {
         s.read(TABLE, &key(i), &mut got).expect("kept object");
@@ -418,4 +397,5 @@ fn combined_pass_work_list_holds_whole_victims_within_its_bound() {
     s.log()
         .verify_tombstone_accounting()
         .expect("tombstone accounting");
+    pass
 }
