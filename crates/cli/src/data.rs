@@ -173,7 +173,10 @@ pub fn incr(client: &BlockingClient, table: &str, key: &str, delta: i64) -> Resu
             .increment_i64(id, key.as_bytes(), delta)
             .map_err(|e| match e {
                 ClientError::NotNumeric => anyhow::anyhow!(
-                    "'{key}' does not hold an 8-byte counter (values written by `incr` do)"
+                    "'{key}' does not hold an integer in decimal text such as 42 (counters \
+                     are stored as Redis's INCR stores them; a counter written in the 8-byte \
+                     binary form of ramstore before 0.2 must be rewritten: see \
+                     docs/operations.md, \"Counters\")"
                 ),
                 e => explain(e),
             })?;

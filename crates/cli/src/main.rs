@@ -375,7 +375,8 @@ enum Command {
         #[command(flatten)]
         at: At,
     },
-    /// Add to a 64-bit counter (created at 0 if missing).
+    /// Add to a counter: a 64-bit integer stored as decimal text, as Redis's INCR
+    /// stores it (created at 0 if missing).
     Incr {
         table: String,
         key: String,

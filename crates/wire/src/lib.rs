@@ -111,6 +111,7 @@
 //!   frame is complete once the caller appends the value).
 
 mod codec;
+pub mod counter;
 pub mod encoder;
 mod error;
 mod fields;
