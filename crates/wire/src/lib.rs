@@ -72,6 +72,8 @@
 //! RecoverPartition response  entries u64 | bytes u64
 //! CrashServer request        server_id u64
 //! CrashServer response       (empty)
+//! Leave request              server_id u64 (a server stopping cleanly)
+//! Leave response             (empty)
 //! ```
 //!
 //! # Failure detection (R§7.2, R§7.11, C§4.1)
@@ -121,6 +123,7 @@ mod opcode;
 mod request;
 mod response;
 mod rules;
+pub mod server_id;
 mod status;
 
 pub use encoder::{
