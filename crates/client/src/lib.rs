@@ -119,6 +119,9 @@ pub use options::{
 /// How counters are stored (decimal text, as Redis stores them): to read a counter
 /// written by `increment_i64` or Redis's INCR, `counter::parse_i64(&value)`.
 pub use ramstore_wire::counter;
+/// Server ids (a stable index and an incarnation in one `u64`), e.g. to show a
+/// [`TabletInfo::server_id`] as `ramstore status` does: `server_id::Show(id)`.
+pub use ramstore_wire::server_id;
 pub use ramstore_wire::BackupWriteFlags;
 pub use retry::{BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, RETRY_DELAY_MAX_MS};
 pub use rules::RejectRules;

@@ -168,11 +168,11 @@ impl CoordinatorService {
         if clean {
             tracing::info!(
                 crashed_id = crashed.0,
-                server = %crashed,
+                server = %ramstore_wire::server_id::Show(crashed.0),
                 "recovering the data of a server that stopped cleanly (restart)"
             );
         } else {
-            tracing::warn!(crashed_id = crashed.0, server = %crashed, "recovering a crashed master");
+            tracing::warn!(crashed_id = crashed.0, server = %ramstore_wire::server_id::Show(crashed.0), "recovering a crashed master");
         }
         for attempt in 1u64.. {
             self.recoveries.update(crashed, |p| {

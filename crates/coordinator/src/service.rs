@@ -342,7 +342,7 @@ impl CoordinatorService {
                     Ok((server_id, actions)) => {
                         tracing::info!(
                             server_id = server_id.0,
-                            server = %server_id,
+                            server = %ramstore_wire::server_id::Show(server_id.0),
                             address,
                             failure_domain,
                             backup_read_mbps,
@@ -397,7 +397,7 @@ impl CoordinatorService {
                     Ok(actions) => {
                         if !actions.is_empty() {
                             tracing::info!(
-                                server = %ServerId(server_id),
+                                server = %ramstore_wire::server_id::Show(server_id),
                                 "server stopped cleanly; its data is recovered from its backups (a restart, R§7)"
                             );
                         }

@@ -72,6 +72,9 @@ struct Current {
 }
 
 /// The value a write stores: borrowed from the caller, or computed (increments).
+// The counter's text lives on the stack for one write: boxing it would put an
+// allocation on every increment, and no collection holds these.
+#[allow(clippy::large_enum_variant)]
 enum NewValue<'a> {
     Borrowed(&'a [u8]),
     Counter(CounterText),
