@@ -174,9 +174,9 @@ pub fn incr(client: &BlockingClient, table: &str, key: &str, delta: i64) -> Resu
             .map_err(|e| match e {
                 ClientError::NotNumeric => anyhow::anyhow!(
                     "'{key}' does not hold an integer in decimal text such as 42 (counters \
-                     are stored as Redis's INCR stores them; a counter written in the 8-byte \
-                     binary form of ramstore before 0.2 must be rewritten: see \
-                     docs/operations.md, \"Counters\")"
+                     are stored as Redis stores them; an 8-byte binary counter of an \
+                     earlier ramstore must be rewritten: see docs/operations.md, \
+                     \"Counters\")"
                 ),
                 e => explain(e),
             })?;
