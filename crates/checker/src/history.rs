@@ -111,7 +111,7 @@ pub enum Outcome {
     Removed { version: Option<u64> },
     /// A reject rule refused the operation (it had no effect).
     Refused(Refusal),
-    /// An increment of a value that is not an 8-byte number (no effect).
+    /// An increment of a value that is not an integer in decimal text (no effect).
     NotNumeric,
     /// An increment that would overflow (no effect).
     Overflow,

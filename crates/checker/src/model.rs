@@ -138,15 +138,20 @@ fn refuses(state: &State, rules: &crate::history::Rules, refusal: Refusal) -> Op
 }
 
 /// The current value as an i64, for increments: absent counts as 0; `None` if the
-/// value is not 8 bytes.
+/// value is not an integer in decimal text (the stored form of counters,
+/// `ramstore_wire::counter`).
 fn as_number(state: &State, values: &Values) -> Option<i64> {
     match state.object {
         None => Some(0),
-        Some((value, _)) => {
-            let bytes: [u8; 8] = values.get(value).try_into().ok()?;
-            Some(i64::from_le_bytes(bytes))
-        }
+        Some((value, _)) => ramstore_wire::counter::parse_i64(values.get(value)),
     }
+}
+
+/// The value an increment to `n` stores.
+fn counter_value(n: i64) -> Vec<u8> {
+    ramstore_wire::counter::CounterText::from_i64(n)
+        .as_bytes()
+        .to_vec()
 }
 
 /// The state after a write of `value` with version `version` (`None`: unknown) to
@@ -230,12 +235,12 @@ pub fn step(state: &State, call: &Call, outcome: &Outcome, values: &mut Values) 
             if *number != Some(new) {
                 return None;
             }
-            let id = values.intern(&new.to_le_bytes());
+            let id = values.intern(&counter_value(new));
             written(state, id, Some(*version))
         }
         (Call::Increment { delta }, Outcome::Unknown(_)) => {
             let new = as_number(state, values)?.checked_add(*delta)?;
-            let id = values.intern(&new.to_le_bytes());
+            let id = values.intern(&counter_value(new));
             written(state, id, None)
         }
         (Call::Increment { .. }, Outcome::NotNumeric) => {

@@ -367,7 +367,8 @@ fn check_duplicates_are_allowed_only_for_calls_slow_enough_to_be_retried() {
 #[test]
 fn check_slow_calls_may_carry_several_duplicates_fast_ones_one() {
     let ms = 1_000_000;
-    let number = |n: i64| n.to_le_bytes().to_vec();
+    // Counters are stored as decimal text.
+    let number = |n: i64| n.to_string().into_bytes();
     let history = |increment_ms: u64| {
         let mut h = H::default();
         // Applied three times: readers see 5 and 10 before the answer reports 15.
@@ -516,16 +517,14 @@ fn random_history(seed: u64, clients: u64, ops_per_client: usize) -> History {
             Call::Increment { delta } => {
                 let old = match store.get(&key) {
                     None => Some(0),
-                    Some((v, _)) => <[u8; 8]>::try_from(v.as_slice())
-                        .ok()
-                        .map(i64::from_le_bytes),
+                    Some((v, _)) => std::str::from_utf8(v).ok().and_then(|s| s.parse().ok()),
                 };
                 match old {
                     None => Outcome::NotNumeric,
                     Some(old) => {
                         *top += 1;
                         let new = old + delta;
-                        store.insert(key.clone(), (new.to_le_bytes().to_vec(), *top));
+                        store.insert(key.clone(), (new.to_string().into_bytes(), *top));
                         Outcome::Written {
                             version: *top,
                             number: Some(new),

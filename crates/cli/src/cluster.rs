@@ -9,14 +9,26 @@ use ramstore_coordinator::{
 };
 use ramstore_server::{MonitorConfig, ServerOptions, StartedServer, SyncMode, ZombieHook};
 
-/// Structured logs to stderr, filtered by `RUST_LOG` (default: info).
+/// Structured logs to stderr, filtered by `RUST_LOG` (default: info), in colour
+/// only when stderr is a terminal and `NO_COLOR` is not set (no-color.org): logs
+/// piped to a file, journald or a container runtime carry no escape codes.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(log_colours(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .try_init();
+}
+
+/// Whether logs are coloured: on a terminal, unless `NO_COLOR` is set to anything
+/// but the empty string (no-color.org).
+fn log_colours(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Ctrl-C and SIGTERM, listened for from the moment this is made. Make it before
@@ -130,13 +142,59 @@ fn backup_note(server: &StartedServer) -> String {
 }
 
 /// Runs a coordinator and `servers` storage servers in this process until stopped.
-pub async fn dev(o: DevOptions) -> Result<()> {
+/// If the start fails (a port in use, a full disk), what this run created on disk
+/// is removed again: the directory, if it did not exist, else the servers'
+/// directories that did not (their preallocated backup files are large).
+pub async fn dev(mut o: DevOptions) -> Result<()> {
     init_logging();
     anyhow::ensure!(o.servers >= 1, "--servers must be at least 1");
-    let shutdown = Shutdown::install()?;
     let dir = o
         .dir
+        .take()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("ramstore-dev-{}", o.port)));
+    let created: Vec<PathBuf> = if dir.exists() {
+        (1..=o.servers)
+            .map(|n| dir.join(format!("server-{n}")))
+            .filter(|d| !d.exists())
+            .collect()
+    } else {
+        vec![dir.clone()]
+    };
+    let result = dev_in(o, &dir).await;
+    if result.is_err() {
+        remove_created(&created);
+    }
+    result
+}
+
+/// Removes the directories a failed `ramstore dev` start created.
+fn remove_created(created: &[PathBuf]) {
+    for d in created {
+        match std::fs::remove_dir_all(d) {
+            Ok(()) => eprintln!(
+                "ramstore dev: removed {} (made by this failed start)",
+                d.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => eprintln!("ramstore dev: could not remove {}: {e}", d.display()),
+        }
+    }
+}
+
+/// `b` bytes for a person: `512.0 MiB`, `1.0 GiB`.
+fn human_size(b: u64) -> String {
+    if b >= 1 << 30 {
+        format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30))
+    } else {
+        format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20))
+    }
+}
+
+/// The body of [`dev`] in `dir`: `Ok` once it has run and been stopped; every
+/// error is a failed start (nothing after the start can fail).
+async fn dev_in(o: DevOptions, dir: &std::path::Path) -> Result<()> {
+    let shutdown = Shutdown::install()?;
+    let dir = dir.to_path_buf();
     let coordinator_addr = format!("127.0.0.1:{}", o.port);
     let coordinator = ramstore_coordinator::start_with(
         &coordinator_addr,
@@ -187,10 +245,19 @@ pub async fn dev(o: DevOptions) -> Result<()> {
         addrs.join(", "),
         o.memory_bytes >> 20
     );
+    // Each backup's frames file is allocated in full at its first start.
+    let backup_disk: u64 = servers
+        .iter()
+        .filter_map(|s| s.service.backup())
+        .map(|b| b.store().config().file_bytes())
+        .sum();
     println!(
-        "Backups: server N keeps replicas in {} ({} frames of 8 MiB each).",
+        "Backups: server N keeps replicas in {} ({} frames of 8 MiB each): {} of disk allocated up front ({} frames x 8 MiB x {} servers; --backup-frames sets it).",
         dir.join("server-N").join("backup").display(),
-        o.backup_frames
+        o.backup_frames,
+        human_size(backup_disk),
+        o.backup_frames,
+        servers.len(),
     );
     match replicas {
         0 => println!(
@@ -229,6 +296,17 @@ pub async fn dev(o: DevOptions) -> Result<()> {
     println!("stopping");
     if let Some((_, task)) = resp {
         task.abort();
+    }
+    // A clean stop: every server stops serving first (none can be declared
+    // crashed while the others finish), the coordinator records that each left
+    // cleanly (so the next start recovers them as a restart, not a crash), then
+    // each writes out its open replicas and records the clean stop in its
+    // directory.
+    for s in &mut servers {
+        s.stop_serving();
+    }
+    for s in &servers {
+        ramstore_server::cold_start::leave(&coordinator_addr, s.service.server_id()).await;
     }
     for s in servers {
         s.stop();
@@ -294,7 +372,7 @@ async fn start_dev_resp(
         .with_context(|| format!("serving the Redis protocol on {listen}"))?;
     println!(
         "Redis protocol (RESP2/RESP3) on {addr}, served by storage server {} ({}); database 0 lives there.",
-        server.service.server_id(),
+        ramstore_client::server_id::Show(server.service.server_id()),
         server.addr
     );
     Ok((addr, task))
@@ -372,7 +450,7 @@ pub async fn server(options: ServerOptions) -> Result<()> {
         .with_context(|| format!("starting the storage server on {listen}"))?;
     println!(
         "ramstore server {} listening on {}{}{} ({})",
-        s.service.server_id(),
+        ramstore_client::server_id::Show(s.service.server_id()),
         s.addr,
         s.metrics_addr
             .map(|m| format!(", metrics on http://{m}/metrics"))
@@ -387,6 +465,27 @@ pub async fn server(options: ServerOptions) -> Result<()> {
         }
     );
     shutdown.wait().await;
-    s.stop();
+    // Tells the coordinator it is leaving, then writes out its open replicas and
+    // records the clean stop (`StartedServer::leave`).
+    s.leave().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_colours_only_on_a_terminal_without_no_color() {
+        let set = Some(std::ffi::OsStr::new("1"));
+        let empty = Some(std::ffi::OsStr::new(""));
+        assert!(log_colours(true, None));
+        assert!(
+            log_colours(true, empty),
+            "an empty NO_COLOR counts as unset"
+        );
+        assert!(!log_colours(true, set));
+        assert!(!log_colours(false, None));
+        assert!(!log_colours(false, set));
+    }
 }

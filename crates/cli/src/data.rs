@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::{bail, Context, Result};
-use ramstore_client::{BlockingClient, ClientError, ClientOptions, RejectRules};
+use ramstore_client::{server_id, BlockingClient, ClientError, ClientOptions, RejectRules};
 
 /// Connects to the coordinator at `addr`.
 pub fn connect(addr: &str) -> Result<BlockingClient> {
@@ -173,7 +173,10 @@ pub fn incr(client: &BlockingClient, table: &str, key: &str, delta: i64) -> Resu
             .increment_i64(id, key.as_bytes(), delta)
             .map_err(|e| match e {
                 ClientError::NotNumeric => anyhow::anyhow!(
-                    "'{key}' does not hold an 8-byte counter (values written by `incr` do)"
+                    "'{key}' does not hold an integer in decimal text such as 42 (counters \
+                     are stored as Redis stores them; an 8-byte binary counter of an \
+                     earlier ramstore must be rewritten: see docs/operations.md, \
+                     \"Counters\")"
                 ),
                 e => explain(e),
             })?;
@@ -261,7 +264,45 @@ fn resident_columns([rss, log, hash, other]: [&str; 4]) -> String {
     format!("{rss:>9} {log:>9} {hash:>9} {other:>10}")
 }
 
-pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
+/// The servers of the coordinator's stats (`server.<id>=ADDRESS STATE …`), by
+/// index, then run (the stats map sorts keys as text).
+fn server_entries(stats: &BTreeMap<String, String>) -> Vec<(u64, &String)> {
+    let mut servers: Vec<(u64, &String)> = stats
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("server.")?.parse().ok()?, v)))
+        .collect();
+    servers.sort_by_key(|&(id, _)| (server_id::index(id), server_id::incarnation(id)));
+    servers
+}
+
+/// The newest run (incarnation) of each server index among `ids`.
+fn newest_runs(ids: impl Iterator<Item = u64>) -> BTreeMap<u64, u64> {
+    let mut newest = BTreeMap::new();
+    for id in ids {
+        let e = newest.entry(server_id::index(id)).or_insert(id);
+        *e = (*e).max(id);
+    }
+    newest
+}
+
+/// How `status` names server `id`: its index (the server id, the same across
+/// restarts) for its newest run, `INDEX.RUN` for an earlier run.
+fn shown_id(id: u64, newest: &BTreeMap<u64, u64>) -> String {
+    let index = server_id::index(id);
+    if newest.get(&index) == Some(&id) {
+        index.to_string()
+    } else {
+        format!("{index}.{}", server_id::incarnation(id))
+    }
+}
+
+/// Whether `status` lists a server: its newest run unless removed; with `all`,
+/// every run.
+fn listed(id: u64, state: &str, newest: &BTreeMap<u64, u64>, all: bool) -> bool {
+    all || (newest.get(&server_id::index(id)) == Some(&id) && state != "removed")
+}
+
+pub fn status(client: &BlockingClient, coordinator: &str, all: bool) -> Result<()> {
     let stats = coordinator_stats(client, coordinator)?;
     let map = client.tablet_map().map_err(explain)?;
     println!(
@@ -285,18 +326,25 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
         "BUFFERS",
         "BACKUP DISK"
     );
-    // Servers by numeric id (the stats map sorts keys as text).
-    let mut servers: Vec<(u64, &String)> = stats
-        .iter()
-        .filter_map(|(k, v)| Some((k.strip_prefix("server.")?.parse().ok()?, v)))
-        .collect();
-    servers.sort();
+    let servers = server_entries(&stats);
+    let newest = newest_runs(servers.iter().map(|(id, _)| *id));
     // Servers refusing writes for lack of memory, told after the table.
     let mut refusing = Vec::new();
     for (id, v) in servers {
         let mut parts = v.split_whitespace();
         let address = parts.next().unwrap_or("?");
         let state = parts.next().unwrap_or("?");
+        if !listed(id, state, &newest, all) {
+            continue;
+        }
+        // A server that stopped cleanly is being recovered like a crashed one,
+        // but did not crash.
+        let state = if state == "crashed" && parts.any(|w| w == "stopped_cleanly=1") {
+            "stopped"
+        } else {
+            state
+        };
+        let shown = shown_id(id, &newest);
         let tablets = map.iter().filter(|t| t.server_id == id).count();
         let server: BTreeMap<String, String> = if state == "up" {
             client
@@ -323,7 +371,7 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
             state
         };
         println!(
-            "{id:>4} {address:<22} {state:<8} {tablets:>8} {:>10} {:>12} {:>12} {used:>6} {:>11} {} {}",
+            "{shown:>4} {address:<22} {state:<8} {tablets:>8} {:>10} {:>12} {:>12} {used:>6} {:>11} {} {}",
             num("objects").map_or("-".into(), |n| n.to_string()),
             mib("live_object_bytes"),
             mib("memory_bytes"),
@@ -348,6 +396,9 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
     // Recoveries in progress, after the summary (scripts read the rows above).
     for (key, value) in &stats {
         if let Some(id) = key.strip_prefix("recovery.") {
+            let id = id
+                .parse()
+                .map_or(id.to_string(), |id| shown_id(id, &newest));
             println!("recovering server {id}: {}", value.replace('=', " "));
         }
     }
@@ -359,16 +410,21 @@ pub fn status(client: &BlockingClient, coordinator: &str) -> Result<()> {
 fn refusing_line(id: u64, address: &str, server: &BTreeMap<String, String>) -> String {
     let get = |key: &str| server.get(key).map_or("?", |s| s.as_str());
     format!(
-        "REFUSING WRITES: server {id} ({address}): its log is full (NO_SPACE for {} ms, {} \
+        "REFUSING WRITES: server {} ({address}): its log is full (NO_SPACE for {} ms, {} \
          NO_SPACE answers so far); delete data or add servers",
+        server_id::index(id),
         get("refusing_writes_ms"),
         get("no_space_answers")
     )
 }
 
-/// `ramstore crash-server ID`.
-pub fn crash_server(client: &BlockingClient, id: u64) -> Result<()> {
-    client.crash_server(id).map_err(explain)?;
+/// `ramstore crash-server ID`: `ID` as `status` shows it, a server's index,
+/// names its newest run.
+pub fn crash_server(client: &BlockingClient, coordinator: &str, id: u64) -> Result<()> {
+    let stats = coordinator_stats(client, coordinator)?;
+    let newest = newest_runs(server_entries(&stats).into_iter().map(|(id, _)| id));
+    let run = newest.get(&server_id::index(id)).copied().unwrap_or(id);
+    client.crash_server(run).map_err(explain)?;
     println!(
         "server {id} declared crashed; its tablets are being recovered (see `ramstore status`)"
     );
@@ -399,6 +455,29 @@ mod tests {
             line.contains("4200 ms") && line.contains("17 NO_SPACE"),
             "{line}"
         );
+    }
+
+    /// `status` shows a server by its index, the same across restarts; earlier
+    /// runs (and removed servers) only with `--all`, earlier runs as INDEX.RUN.
+    #[test]
+    fn status_names_servers_by_index_and_hides_old_runs() {
+        let run = |index: u64, n: u64| server_id::compose(index, n).unwrap();
+        let ids = [run(1, 0), run(2, 0), run(1, 1), run(3, 0), run(1, 2)];
+        let newest = newest_runs(ids.into_iter());
+        assert_eq!(newest.get(&1), Some(&run(1, 2)));
+        assert_eq!(shown_id(run(1, 2), &newest), "1");
+        assert_eq!(shown_id(run(1, 0), &newest), "1.0");
+        assert_eq!(shown_id(run(1, 1), &newest), "1.1");
+        assert_eq!(shown_id(run(2, 0), &newest), "2");
+        assert!(listed(run(1, 2), "up", &newest, false));
+        assert!(listed(run(2, 0), "crashed", &newest, false));
+        assert!(
+            !listed(run(1, 1), "crashed", &newest, false),
+            "an earlier run"
+        );
+        assert!(!listed(run(3, 0), "removed", &newest, false));
+        assert!(listed(run(1, 1), "removed", &newest, true));
+        assert!(listed(run(3, 0), "removed", &newest, true));
     }
 
     #[test]

@@ -375,7 +375,8 @@ enum Command {
         #[command(flatten)]
         at: At,
     },
-    /// Add to a 64-bit counter (created at 0 if missing).
+    /// Add to a counter: a 64-bit integer stored as decimal text, as Redis's INCR
+    /// stores it (created at 0 if missing).
     Incr {
         table: String,
         key: String,
@@ -394,6 +395,10 @@ enum Command {
     },
     /// Show servers, their tablets and memory use, and recoveries in progress.
     Status {
+        /// Also list removed servers and earlier runs of restarted ones (as
+        /// ID.RUN).
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         at: At,
     },
@@ -401,7 +406,8 @@ enum Command {
     /// on other masters from its backups (a drill; the server, if alive, is fenced
     /// off and exits).
     CrashServer {
-        /// The server id (see `ramstore status`).
+        /// The server id (see `ramstore status`): its current run is declared
+        /// crashed.
         id: u64,
         #[command(flatten)]
         at: At,
@@ -653,8 +659,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Scan { table, limit, at } => {
             data::scan(&data::connect(&at.coordinator)?, &table, limit)
         }
-        Command::Status { at } => data::status(&data::connect(&at.coordinator)?, &at.coordinator),
-        Command::CrashServer { id, at } => data::crash_server(&data::connect(&at.coordinator)?, id),
+        Command::Status { all, at } => {
+            data::status(&data::connect(&at.coordinator)?, &at.coordinator, all)
+        }
+        Command::CrashServer { id, at } => {
+            data::crash_server(&data::connect(&at.coordinator)?, &at.coordinator, id)
+        }
         Command::Bench(args) => bench::run(args),
     }
 }

@@ -324,7 +324,9 @@ fn errors_are_one_line_with_exit_code_one() {
     let out = cluster.cli(&["incr", "t", "k"]);
     assert_eq!(
         out.one_line_error(),
-        "error: 'k' does not hold an 8-byte counter (values written by `incr` do)"
+        "error: 'k' does not hold an integer in decimal text such as 42 (counters are stored \
+         as Redis stores them; an 8-byte binary counter of an earlier ramstore must be \
+         rewritten: see docs/operations.md, \"Counters\")"
     );
     let max = i64::MAX.to_string();
     cluster.cli(&["incr", "t", "n", &max]).ok();

@@ -174,6 +174,8 @@ fn quickstart_commands_from_the_dev_banner_work() {
 /// `ramstore dev` restarted on the same port and directory after a SIGKILL keeps its
 /// tables (the coordinator's state is in the directory) and their data: each server
 /// reloads its log from the other's backup (cold start), and the table works on.
+/// The servers keep their ids (1 and 2); their previous runs show only with
+/// `status --all`, as removed runs 1.0 and 2.0.
 #[test]
 fn dev_restart_keeps_tables_and_data() {
     let dir = tempfile::tempdir().unwrap();
@@ -204,21 +206,28 @@ fn dev_restart_keeps_tables_and_data() {
     );
     run_cli(&["put", "demo", "hello", "again"], &env).ok();
     assert_eq!(run_cli(&["get", "demo", "hello"], &env).ok(), "again\n");
-    let status = run_cli(&["status"], &env);
-    let text = status.ok();
-    let states: Vec<&str> = text
-        .lines()
-        .skip(2)
-        .filter_map(|l| l.split_whitespace().nth(2))
-        .collect();
+    // Rows (id, state) of `status [--all]`, up to the tables summary.
+    let rows = |args: &[&str]| -> Vec<(String, String)> {
+        run_cli(args, &env)
+            .ok()
+            .lines()
+            .skip(2)
+            .take_while(|l| !l.contains("table(s)"))
+            .map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                (w[0].to_string(), w[2].to_string())
+            })
+            .collect()
+    };
+    let up = |id: &str| (id.to_string(), "up".to_string());
     assert_eq!(
-        states.iter().filter(|s| **s == "up").count(),
-        2,
-        "two new servers: {text}"
+        rows(&["status"]),
+        [up("1"), up("2")],
+        "the same two servers"
     );
-    assert_eq!(
-        states.iter().filter(|s| **s == "removed").count(),
-        2,
-        "the old servers are removed: {text}"
-    );
+    let removed = |id: &str| (id.to_string(), "removed".to_string());
+    common::wait_until("the previous runs removed", Duration::from_secs(30), || {
+        let all = rows(&["status", "--all"]);
+        (all == [removed("1.0"), up("1"), removed("2.0"), up("2")]).then_some(())
+    });
 }

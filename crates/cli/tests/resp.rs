@@ -598,6 +598,70 @@ fn acknowledged_writes_survive_master_crash() {
     assert_eq!(values.lines().collect::<Vec<_>>(), expected);
 }
 
+/// Native increments (`ramstore incr`, the client library) and Redis's INCR family
+/// read and write one counter form, decimal text: each continues the other's
+/// counters, and both refuse the same non-numbers and overflows.
+#[test]
+fn native_incr_and_redis_incr_share_counters() {
+    let d = RespDev::start(1, &["--replicas", "0"]);
+    let env = [("RAMSTORE_COORDINATOR", d.dev.addr.as_str())];
+    let incr = |key: &str, delta: &str| run_cli(&["incr", "db0", key, delta], &env);
+
+    // Native first: Redis reads "1" and continues.
+    assert!(incr("visits", "1").ok().starts_with("1 (version "));
+    assert_eq!(d.cli(&["get", "visits"]), "\"1\"");
+    assert_eq!(d.cli(&["incr", "visits"]), "(integer) 2");
+    assert_eq!(d.cli(&["incrby", "visits", "40"]), "(integer) 42");
+    assert!(incr("visits", "-2").ok().starts_with("40 (version "));
+    assert_eq!(d.cli(&["decr", "visits"]), "(integer) 39");
+
+    // Redis first: a SET of decimal text is a native counter.
+    assert_eq!(d.cli(&["set", "hits", "41"]), "OK");
+    assert!(incr("hits", "1").ok().starts_with("42 (version "));
+    assert_eq!(d.cli(&["get", "hits"]), "\"42\"");
+
+    // Floats: INCRBYFLOAT's text is the client library's f64 counter, and back.
+    let client = d.client();
+    let db0 = client.get_table_id("db0").expect("db0");
+    assert_eq!(d.cli(&["incrbyfloat", "price", "10.5"]), "\"10.5\"");
+    assert_eq!(client.increment_f64(db0, b"price", 0.1).unwrap().0, 10.6);
+    assert_eq!(d.cli(&["get", "price"]), "\"10.6\"");
+    assert_eq!(client.increment_f64(db0, b"apples", 3.0).unwrap().0, 3.0);
+    assert_eq!(d.cli(&["get", "apples"]), "\"3\"");
+    assert_eq!(d.cli(&["incr", "apples"]), "(integer) 4");
+
+    // The same refusals both ways, and nothing changes.
+    assert_eq!(
+        client.increment_i64(db0, b"price", 1),
+        Err(ramstore_client::ClientError::NotNumeric)
+    );
+    assert_eq!(
+        d.cli(&["incr", "price"]),
+        "(error) ERR value is not an integer or out of range"
+    );
+    for text in ["bob", "+1", "01", " 1"] {
+        assert_eq!(d.cli(&["set", "name", text]), "OK");
+        let out = incr("name", "1");
+        assert_ne!(out.code, Some(0), "{text:?}: {out:?}");
+        assert!(out.stderr.contains("decimal text"), "{text:?}: {out:?}");
+        assert_eq!(
+            d.cli(&["incr", "name"]),
+            "(error) ERR value is not an integer or out of range",
+            "{text:?}"
+        );
+        assert_eq!(d.cli(&["get", "name"]), format!("{text:?}"));
+    }
+    assert_eq!(d.cli(&["set", "max", &i64::MAX.to_string()]), "OK");
+    let out = incr("max", "1");
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert!(out.stderr.contains("overflow"), "{out:?}");
+    assert_eq!(
+        d.cli(&["incr", "max"]),
+        "(error) ERR increment or decrement would overflow"
+    );
+    assert_eq!(d.cli(&["get", "max"]), format!("\"{}\"", i64::MAX));
+}
+
 /// The README's `redis-cli -p 6380 …` session, run against `ramstore dev
 /// --resp-port`: each command prints what the README shows.
 #[test]

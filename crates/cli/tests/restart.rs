@@ -69,9 +69,10 @@ fn tables(cluster: &Cluster) -> BTreeMap<String, (u64, usize)> {
         .collect()
 }
 
-/// `ramstore status` server rows: id → (address, state, tablets).
+/// `ramstore status --all` server rows (removed servers too): id → (address,
+/// state, tablets).
 fn status(cluster: &Cluster) -> BTreeMap<u64, (String, String, usize)> {
-    let out = cluster.cli(&["status"]);
+    let out = cluster.cli(&["status", "--all"]);
     let text = out.ok();
     let lines: Vec<&str> = text.lines().collect();
     // Server rows follow the two header lines and end at the tables summary.

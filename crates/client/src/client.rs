@@ -835,10 +835,13 @@ impl Client {
             .await
     }
 
-    /// Atomically adds `delta` to the object's value read as a little-endian i64
-    /// (an absent object counts as 0); returns the new value and version.
-    /// [`ClientError::NotNumeric`] if the value is not 8 bytes,
-    /// [`ClientError::Overflow`] on overflow.
+    /// Atomically adds `delta` to the object's value read as an integer in decimal
+    /// text (an absent object counts as 0) and stores the sum as decimal text;
+    /// returns the new value and version. Counters are stored exactly as Redis's
+    /// INCR stores them ([`crate::counter`]), so the same key can be incremented
+    /// and read through either protocol. [`ClientError::NotNumeric`] if the value
+    /// is not such an integer (`"41"` is, `"+41"`, `" 41"` and `"041"` are not),
+    /// [`ClientError::Overflow`] if the sum leaves i64.
     ///
     /// ```no_run
     /// # async fn demo(client: ramstore_client::Client, table_id: u64) -> Result<(), ramstore_client::ClientError> {
@@ -857,9 +860,11 @@ impl Client {
         Ok((i64::from_le_bytes(value), version))
     }
 
-    /// Atomically adds `delta` to the object's value read as a little-endian f64
-    /// (an absent object counts as 0); returns the new value and version.
-    /// [`ClientError::Overflow`] if the result is not finite.
+    /// Atomically adds `delta` to the object's value read as a number in decimal
+    /// text (an absent object counts as 0) and stores the sum as Redis's
+    /// INCRBYFLOAT does (`"10.5"`, `"3"`; [`crate::counter`]); returns the new
+    /// value and version. [`ClientError::NotNumeric`] if the value is not a
+    /// number, [`ClientError::Overflow`] if the result is not finite.
     ///
     /// ```no_run
     /// # async fn demo(client: ramstore_client::Client, table_id: u64) -> Result<(), ramstore_client::ClientError> {

@@ -29,8 +29,9 @@ pub enum ClientError {
     /// A key, value, name or request exceeds a limit.
     #[error("too large: {0}")]
     TooLarge(String),
-    /// An increment of a value that is not an 8-byte number.
-    #[error("the object's value is not an 8-byte number")]
+    /// An increment of a value that is not a number in decimal text (counters are
+    /// stored as Redis stores them: [`crate::counter`]).
+    #[error("the object's value is not a number in decimal text")]
     NotNumeric,
     /// An increment overflowed (i64) or produced a non-finite float.
     #[error("the increment overflowed")]

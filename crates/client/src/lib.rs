@@ -62,6 +62,13 @@
 //! result is [`ClientError::DeadlineExceeded`], whose message says what was tried
 //! last and why it failed.
 //!
+//! # Counters
+//!
+//! [`Client::increment_i64`] and [`Client::increment_f64`] store decimal text, the
+//! form Redis's INCR and INCRBYFLOAT use ([`counter`]): a counter is an ordinary
+//! value (`read` gives `b"42"`), and the Redis commands and native increments work
+//! on the same keys.
+//!
 //! # Delivery: at-least-once
 //!
 //! A retried request may have been executed by the server already (its response
@@ -109,6 +116,12 @@ pub use options::{
     ClientOptions, DEFAULT_NO_SPACE_PATIENCE_MS, DEFAULT_OPERATION_DEADLINE_MS,
     DEFAULT_RPC_DEADLINE_MS,
 };
+/// How counters are stored (decimal text, as Redis stores them): to read a counter
+/// written by `increment_i64` or Redis's INCR, `counter::parse_i64(&value)`.
+pub use ramstore_wire::counter;
+/// Server ids (a stable index and an incarnation in one `u64`), e.g. to show a
+/// [`TabletInfo::server_id`] as `ramstore status` does: `server_id::Show(id)`.
+pub use ramstore_wire::server_id;
 pub use ramstore_wire::BackupWriteFlags;
 pub use retry::{BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, RETRY_DELAY_MAX_MS};
 pub use rules::RejectRules;

@@ -138,15 +138,16 @@ impl CoordinatorCore {
     /// Adds an UP server at `address` offering `services` ([`crate::SERVICE_MASTER`],
     /// [`crate::SERVICE_BACKUP`]) and returns its new id.
     ///
-    /// A server that restarts comes back with a new id (R§7.3). Its old entry is found
-    /// by `replaces` (if it names a server not yet removed) or, failing that, by an UP
-    /// server with the same address; that entry becomes Removed and every tablet it
-    /// owned moves to the new server (if the new server is a master) with a
-    /// `TakeTablet` each. The objects of those tablets were only in the old process's
-    /// DRAM and are lost: until replication and crash recovery exist, the new owner
-    /// starts them empty. Tablets still owned by any removed server after that (for
-    /// example because the new server is not a master) go to the least-loaded UP
-    /// masters. A `replaces` id that is unknown or already removed is ignored.
+    /// A server that restarts comes back with a new id (R§7.3). A server restarted
+    /// on its directory names its previous id in `replaces`: if that id is the
+    /// newest incarnation of its index, the new id is the next incarnation of the
+    /// same index (the server keeps its identity; `ServerList::next_incarnation`),
+    /// else a new index. The old run's entry — `replaces` if it is not removed yet,
+    /// and any UP server with the same address — stops being UP: Crashed if it owns
+    /// tablets, so crash recovery brings their objects back from its backups (R§7),
+    /// else Removed. Tablets still owned by any removed server after that go to the
+    /// least-loaded UP masters (they start empty: their objects were in DRAM only).
+    /// A `replaces` id that is unknown is ignored.
     ///
     /// `failure_domain` (empty: the server is its own domain) and
     /// `backup_read_mbps` (0: no backup) are kept in the entry and pushed with the
@@ -172,6 +173,7 @@ impl CoordinatorCore {
         }
         let mut next = self.state.clone();
         let mut replaced = BTreeSet::new();
+        let restarted = replaces.filter(|&old| next.servers().get(old).is_some());
         if let Some(old) = replaces {
             if next
                 .servers()
@@ -188,13 +190,17 @@ impl CoordinatorCore {
                 .filter(|e| e.is_up() && e.address == address)
                 .map(|e| e.id),
         );
-        let id = next.servers_mut().add(
-            address,
-            services,
-            memory_bytes,
-            failure_domain,
-            backup_read_mbps,
-        );
+        let id = next
+            .servers_mut()
+            .add(
+                address,
+                services,
+                memory_bytes,
+                failure_domain,
+                backup_read_mbps,
+                restarted,
+            )
+            .ok_or(CoordinatorError::ServerIdsExhausted)?;
         // A replaced server's data is recovered from its backups like any crashed
         // master's (R§7): one that owns tablets becomes Crashed and crash
         // recovery moves them; one that owns none has nothing to recover.
@@ -340,6 +346,35 @@ impl CoordinatorCore {
         }
         let mut next = self.state.clone();
         next.servers_mut().set_status(id, ServerStatus::Crashed);
+        self.commit(next)?;
+        Ok(vec![Action::PushServerList])
+    }
+
+    /// Server `id` is stopping cleanly (`Leave`, sent on SIGINT/SIGTERM): it stops
+    /// being UP at once — Crashed if it owns tablets, so recovery brings its data
+    /// back from its backups now instead of after the failure detector notices
+    /// (R§7: a restart is a recovery), else Removed — and the entry remembers the
+    /// stop was clean, so the recovery is reported as a restart's, not a crash's.
+    /// A server that is no longer UP is left as it is (idempotent: a retried
+    /// Leave, or one that lost the race with the failure detector).
+    pub fn server_left(&mut self, id: ServerId) -> Result<Vec<Action>, CoordinatorError> {
+        let entry = self
+            .state
+            .servers()
+            .get(id)
+            .ok_or(CoordinatorError::UnknownServer(id))?;
+        if entry.status != ServerStatus::Up {
+            return Ok(Vec::new());
+        }
+        let mut next = self.state.clone();
+        let owns_tablets = next.tables().tablets().any(|t| t.server_id == id);
+        let status = if owns_tablets {
+            ServerStatus::Crashed
+        } else {
+            ServerStatus::Removed
+        };
+        next.servers_mut().set_status(id, status);
+        next.servers_mut().set_stopped_cleanly(id);
         self.commit(next)?;
         Ok(vec![Action::PushServerList])
     }

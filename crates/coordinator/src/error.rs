@@ -35,6 +35,9 @@ pub enum CoordinatorError {
     /// No server ever had that id.
     #[error("unknown {0}")]
     UnknownServer(ServerId),
+    /// Every server index (or every incarnation of one) has been used.
+    #[error("no server id is left to give")]
+    ServerIdsExhausted,
     /// A recovered range is held by a server other than the crashed one and its
     /// recovery master (a bug or a concurrent change; nothing was applied).
     #[error("recovery conflict: table {table_id}'s tablet at {start_hash:#x} is held by {owner}")]

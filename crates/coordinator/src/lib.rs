@@ -6,8 +6,10 @@
 //! Invariants:
 //! - Server ids and table ids start at 1 and are never reused, also across drops,
 //!   removals and coordinator restarts (the next ids are part of the persisted state).
+//!   A server id is a stable index and an incarnation (`ramstore_wire::server_id`).
 //! - A server's status only moves forward (Up → Crashed → Removed); a restarted
-//!   server enlists under a new id (R§7.3).
+//!   server enlists under a new id (R§7.3): the next incarnation of its index if it
+//!   names its index's newest incarnation, else a new index.
 //! - Every table's tablets are contiguous, disjoint and cover `[0, u64::MAX]`; every
 //!   tablet's owner is in the server list.
 //! - `server_list_version` / `tablet_map_version` grow by one on every operation that

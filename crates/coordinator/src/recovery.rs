@@ -156,7 +156,24 @@ impl CoordinatorService {
 
     async fn recover_master(self: Arc<Self>, crashed: ServerId) {
         let started = tokio::time::Instant::now();
-        tracing::warn!(crashed_id = crashed.0, "recovering a crashed master");
+        // A server that told us it was stopping (`Leave`) did not crash: its
+        // recovery is how every restart brings data back (R§7), worth an INFO line.
+        // Only a crash (detected, declared by an operator, or a restart that found
+        // no clean stop) warns.
+        let clean = self
+            .core
+            .lock()
+            .server(crashed)
+            .is_some_and(|e| e.stopped_cleanly);
+        if clean {
+            tracing::info!(
+                crashed_id = crashed.0,
+                server = %ramstore_wire::server_id::Show(crashed.0),
+                "recovering the data of a server that stopped cleanly (restart)"
+            );
+        } else {
+            tracing::warn!(crashed_id = crashed.0, server = %ramstore_wire::server_id::Show(crashed.0), "recovering a crashed master");
+        }
         for attempt in 1u64.. {
             self.recoveries.update(crashed, |p| {
                 p.attempt = attempt;
@@ -166,8 +183,12 @@ impl CoordinatorService {
             match self.recovery_attempt(crashed).await {
                 Attempt::Done => break,
                 Attempt::Again(why) => {
-                    if attempt == 1 || attempt % 25 == 0 {
+                    // After a clean stop the backups holding the log are often
+                    // restarting too: a wait is expected at first, not later.
+                    if attempt % 25 == 0 || (attempt == 1 && !clean) {
                         tracing::warn!(crashed_id = crashed.0, attempt, %why, "recovery will try again");
+                    } else if attempt == 1 {
+                        tracing::info!(crashed_id = crashed.0, attempt, %why, "recovery will try again");
                     }
                     self.recoveries.update(crashed, |p| p.state = why);
                     tokio::time::sleep(Duration::from_millis(RETRY_INTERVAL_MS)).await;
@@ -176,11 +197,20 @@ impl CoordinatorService {
         }
         self.recoveries.running.lock().remove(&crashed.0);
         self.recoveries.completed.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            crashed_id = crashed.0,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "recovery of a crashed master finished"
-        );
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        if clean {
+            tracing::info!(
+                crashed_id = crashed.0,
+                elapsed_ms,
+                "recovery after a clean stop finished"
+            );
+        } else {
+            tracing::warn!(
+                crashed_id = crashed.0,
+                elapsed_ms,
+                "recovery of a crashed master finished"
+            );
+        }
     }
 
     async fn recovery_attempt(self: &Arc<Self>, crashed: ServerId) -> Attempt {

@@ -5,9 +5,15 @@
 //! never reused: once a server is CRASHED or removed it can only come back with a new
 //! id (R§7.3, "once a server has been marked CRASHED, it will never again be UP"),
 //! which is what lets peers fence a zombie by id alone.
+//!
+//! An id is a stable *index* and an *incarnation* (`ramstore_wire::server_id`): a
+//! server restarted on its directory names its previous id and gets the next
+//! incarnation of the same index, so operators keep seeing one server, while the
+//! `u64` it runs under is new (design notes "Server identity across restarts").
 
 use std::fmt;
 
+use ramstore_wire::server_id;
 use serde::{Deserialize, Serialize};
 
 /// `services` bit: the server runs a master (holds tablets in DRAM).
@@ -34,14 +40,27 @@ pub fn valid_failure_domain(domain: &str) -> bool {
         && !domain.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
-/// A server's identity in the cluster; the first is 1 and none is ever reused.
+/// A server's identity in the cluster: a stable index (from 1) and an incarnation
+/// in one `u64` (`ramstore_wire::server_id`); no `u64` is ever reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ServerId(pub u64);
 
+impl ServerId {
+    /// The stable part: the same for every run of one server (its directory).
+    pub fn index(self) -> u64 {
+        server_id::index(self.0)
+    }
+
+    /// Which run of its index this is (0: the first).
+    pub fn incarnation(self) -> u64 {
+        server_id::incarnation(self.0)
+    }
+}
+
 impl fmt::Display for ServerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "server {}", self.0)
+        write!(f, "server {}", server_id::Show(self.0))
     }
 }
 
@@ -81,6 +100,11 @@ pub struct ServerEntry {
     /// backup, or not reported).
     #[serde(default)]
     pub backup_read_mbps: u32,
+    /// The server told the coordinator it was stopping cleanly (`Leave`) before it
+    /// left the UP state: its recovery is an ordinary restart's, not a crash's.
+    /// (Absent from older state documents: false.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped_cleanly: bool,
 }
 
 impl ServerEntry {
@@ -107,8 +131,8 @@ impl ServerEntry {
 pub struct ServerList {
     /// Incremented by the coordinator on every operation that changes an entry.
     version: u64,
-    /// The id the next enlisting server gets; persisted so ids are never reused,
-    /// also across coordinator restarts.
+    /// The index the next new server gets (a restarted one keeps its index);
+    /// persisted so ids are never reused, also across coordinator restarts.
     next_id: u64,
     servers: Vec<ServerEntry>,
 }
@@ -128,9 +152,30 @@ impl ServerList {
         self.version
     }
 
-    /// The id the next enlisting server will get.
+    /// The id the next new (not restarted) server will get: incarnation 0 of the
+    /// next index.
     pub fn next_id(&self) -> ServerId {
         ServerId(self.next_id)
+    }
+
+    /// The newest incarnation of `index`, if any server ever had that index.
+    pub fn latest_of(&self, index: u64) -> Option<&ServerEntry> {
+        self.servers
+            .iter()
+            .filter(|e| e.id.index() == index)
+            .max_by_key(|e| e.id)
+    }
+
+    /// The id a server restarting after run `old` gets: the next incarnation of
+    /// `old`'s index, if `old` is listed and is that index's newest incarnation
+    /// (so one directory's restarts form one line of incarnations, and a stale
+    /// copy of a directory cannot take an index that moved on); else `None`.
+    pub fn next_incarnation(&self, old: ServerId) -> Option<ServerId> {
+        let latest = self.latest_of(old.index())?;
+        if latest.id != old {
+            return None;
+        }
+        server_id::compose(old.index(), old.incarnation() + 1).map(ServerId)
     }
 
     /// Every entry, sorted by id, including crashed and removed servers.
@@ -150,7 +195,9 @@ impl ServerList {
         self.servers.iter().filter(|e| e.is_up() && e.is_master())
     }
 
-    /// Adds an UP server under the next id.
+    /// Adds an UP server: the next incarnation of `restarted`'s index if
+    /// [`Self::next_incarnation`] allows it, else incarnation 0 of a new index.
+    /// `None` when no id is left (2³² indexes or incarnations).
     pub(crate) fn add(
         &mut self,
         address: &str,
@@ -158,20 +205,39 @@ impl ServerList {
         memory_bytes: u64,
         failure_domain: &str,
         backup_read_mbps: u32,
-    ) -> ServerId {
-        let id = ServerId(self.next_id);
-        self.next_id += 1;
-        // Ids only grow, so pushing keeps the list sorted.
-        self.servers.push(ServerEntry {
-            id,
-            address: address.to_owned(),
-            services,
-            memory_bytes,
-            status: ServerStatus::Up,
-            failure_domain: failure_domain.to_owned(),
-            backup_read_mbps,
-        });
-        id
+        restarted: Option<ServerId>,
+    ) -> Option<ServerId> {
+        let id = match restarted.and_then(|old| self.next_incarnation(old)) {
+            Some(id) => id,
+            None => {
+                let id = ServerId(server_id::compose(self.next_id, 0)?);
+                self.next_id += 1;
+                id
+            }
+        };
+        // A new incarnation sorts after every incarnation-0 id, so insert in order.
+        let at = self.servers.partition_point(|e| e.id < id);
+        self.servers.insert(
+            at,
+            ServerEntry {
+                id,
+                address: address.to_owned(),
+                services,
+                memory_bytes,
+                status: ServerStatus::Up,
+                failure_domain: failure_domain.to_owned(),
+                backup_read_mbps,
+                stopped_cleanly: false,
+            },
+        );
+        Some(id)
+    }
+
+    /// Marks `id` as having stopped cleanly (see [`ServerEntry::stopped_cleanly`]).
+    pub(crate) fn set_stopped_cleanly(&mut self, id: ServerId) {
+        if let Ok(i) = self.servers.binary_search_by_key(&id, |e| e.id) {
+            self.servers[i].stopped_cleanly = true;
+        }
     }
 
     /// Sets `id`'s status; returns false if there is no such server.
@@ -196,9 +262,9 @@ impl ServerList {
         }
         let mut prev = 0;
         for e in &self.servers {
-            if e.id.0 <= prev || e.id.0 >= self.next_id {
+            if e.id.0 <= prev || e.id.index() == 0 || e.id.index() >= self.next_id {
                 return Err(format!(
-                    "{} out of order or not below the next id {}",
+                    "{} out of order or its index not below the next index {}",
                     e.id, self.next_id
                 ));
             }

@@ -342,6 +342,7 @@ impl CoordinatorService {
                     Ok((server_id, actions)) => {
                         tracing::info!(
                             server_id = server_id.0,
+                            server = %ramstore_wire::server_id::Show(server_id.0),
                             address,
                             failure_domain,
                             backup_read_mbps,
@@ -384,6 +385,24 @@ impl CoordinatorService {
                         tracing::warn!(server_id, "server declared crashed by an operator");
                         self.unfinished.lock().extend(actions);
                         encode_response(id, op, &Response::CrashServer, out)
+                    }
+                    Err(e) => encode_error(id, op, &e, out),
+                }
+            }
+            // A server stopping cleanly (SIGINT/SIGTERM): its data is recovered now,
+            // as a restart's (design notes "Server identity across restarts").
+            Request::Leave { server_id } => {
+                let result = self.core.lock().server_left(ServerId(server_id));
+                match result {
+                    Ok(actions) => {
+                        if !actions.is_empty() {
+                            tracing::info!(
+                                server = %ramstore_wire::server_id::Show(server_id),
+                                "server stopped cleanly; its data is recovered from its backups (a restart, R§7)"
+                            );
+                        }
+                        self.unfinished.lock().extend(actions);
+                        encode_response(id, op, &Response::Leave, out)
                     }
                     Err(e) => encode_error(id, op, &e, out),
                 }
@@ -431,14 +450,15 @@ impl CoordinatorService {
                 _ => "removed",
             };
             text.push_str(&format!(
-                "server.{}={} {} memory_bytes={} services={} failure_domain={} backup_read_mbps={}\n",
+                "server.{}={} {} memory_bytes={} services={} failure_domain={} backup_read_mbps={}{}\n",
                 s.id.0,
                 s.address,
                 status,
                 s.memory_bytes,
                 s.services,
                 s.failure_domain,
-                s.backup_read_mbps
+                s.backup_read_mbps,
+                if s.stopped_cleanly { " stopped_cleanly=1" } else { "" }
             ));
         }
         // The name goes last in the value: it may contain '=' or spaces (never a

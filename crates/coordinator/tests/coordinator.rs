@@ -116,6 +116,102 @@ proptest! {
     }
 }
 
+/// One step of the server-identity model test.
+#[derive(Debug, Clone)]
+enum Life {
+    /// A new server enlists (no directory to name).
+    Join,
+    /// A server restarts on its directory, naming the id of the run it pick()s
+    /// among every id ever given (possibly a stale one).
+    Restart(usize),
+    /// The server running under that id stops cleanly (`Leave`).
+    Leave(usize),
+    /// The detector declares it crashed.
+    Crash(usize),
+    /// Recovery finished: removed.
+    Remove(usize),
+}
+
+fn life() -> impl Strategy<Value = Life> {
+    prop_oneof![
+        2 => Just(Life::Join),
+        3 => any::<usize>().prop_map(Life::Restart),
+        1 => any::<usize>().prop_map(Life::Leave),
+        1 => any::<usize>().prop_map(Life::Crash),
+        1 => any::<usize>().prop_map(Life::Remove),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Server identities against a model (index → newest incarnation): a restart
+    /// naming an index's newest incarnation gets the next incarnation of that
+    /// index, any other enlistment a new index; no id is ever given twice; the list
+    /// stays sorted and survives a coordinator restart; `Leave` marks exactly the
+    /// UP servers it stops.
+    #[test]
+    fn server_identities_match_model(steps in proptest::collection::vec(life(), 1..40)) {
+        let storage = Arc::new(MemoryStorage::new());
+        let mut core = CoordinatorCore::open(storage.clone()).unwrap();
+        let mut newest: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut given: Vec<ServerId> = Vec::new();
+        let pick = |given: &[ServerId], i: usize| given.get(i % given.len().max(1)).copied();
+        for step in steps {
+            match step {
+                Life::Join => {
+                    let (id, _) = core.enlist(&format!("new{}:1", given.len()), BOTH, GIB, "", 0, None).unwrap();
+                    prop_assert_eq!(id.incarnation(), 0);
+                    prop_assert_eq!(id.index(), newest.len() as u64 + 1);
+                    newest.insert(id.index(), 0);
+                    given.push(id);
+                }
+                Life::Restart(i) => {
+                    let Some(old) = pick(&given, i) else { continue };
+                    let (id, _) = core.enlist(&format!("r{}:1", given.len()), BOTH, GIB, "", 0, Some(old)).unwrap();
+                    if newest[&old.index()] == old.incarnation() {
+                        prop_assert_eq!((id.index(), id.incarnation()), (old.index(), old.incarnation() + 1));
+                    } else {
+                        prop_assert_eq!((id.index(), id.incarnation()), (newest.len() as u64 + 1, 0));
+                    }
+                    prop_assert_ne!(core.server(old).unwrap().status, ServerStatus::Up);
+                    newest.insert(id.index(), id.incarnation());
+                    given.push(id);
+                }
+                Life::Leave(i) => {
+                    let Some(id) = pick(&given, i) else { continue };
+                    let was_up = core.server(id).unwrap().status == ServerStatus::Up;
+                    let was_clean = core.server(id).unwrap().stopped_cleanly;
+                    core.server_left(id).unwrap();
+                    let e = core.server(id).unwrap();
+                    prop_assert_ne!(e.status, ServerStatus::Up);
+                    prop_assert_eq!(e.stopped_cleanly, was_clean || was_up);
+                }
+                Life::Crash(i) => {
+                    let Some(id) = pick(&given, i) else { continue };
+                    core.server_crashed(id).unwrap();
+                }
+                Life::Remove(i) => {
+                    let Some(id) = pick(&given, i) else { continue };
+                    core.remove_server(id).unwrap();
+                }
+            }
+            let mut sorted = given.clone();
+            sorted.sort();
+            sorted.dedup();
+            prop_assert_eq!(sorted.len(), given.len(), "an id was given twice: {:?}", given);
+            let (_, list) = core.server_list();
+            let listed: Vec<ServerId> = list.iter().map(|e| e.id).collect();
+            prop_assert_eq!(&listed, &sorted);
+        }
+        // The state reloads (its invariants hold) with the same list.
+        let list = core.server_list();
+        drop(core);
+        let core = CoordinatorCore::open(storage).unwrap();
+        prop_assert_eq!(core.server_list(), list);
+    }
+}
+
 #[test]
 fn create_table_starts_round_robin_at_least_loaded_master() {
     let (_s, mut core) = memory_core();
@@ -319,12 +415,89 @@ fn enlist_replacement_crashes_the_old_id_for_recovery() {
     let old = ids[0];
 
     // The restarted process names its old identity and has a new address: the
-    // old id is crashed and keeps its tablets until crash recovery moves them.
+    // old id is crashed and keeps its tablets until crash recovery moves them. The
+    // new process is the next incarnation of the same index.
     let (new, actions) = core.enlist("host1:2", BOTH, GIB, "", 0, Some(old)).unwrap();
-    assert_eq!(new, ServerId(3));
+    assert_eq!(new, ServerId(1 << 32 | 1));
+    assert_eq!((new.index(), new.incarnation()), (old.index(), 1));
+    assert_eq!(new.to_string(), "server 1.1");
     assert_eq!(core.server(old).unwrap().status, ServerStatus::Crashed);
     assert_eq!(tablets_of(&core, "t"), before);
     assert_eq!(actions, vec![Action::PushServerList]);
+}
+
+/// A restart on a directory keeps the server's index: each restart is the next
+/// incarnation, also once the old run was recovered and removed; a stale
+/// incarnation (an old copy of a directory) gets a new index instead, so one index
+/// is never claimed twice.
+#[test]
+fn enlist_restart_keeps_the_index_with_a_new_incarnation() {
+    let (_s, mut core) = memory_core();
+    let ids = with_masters(&mut core, 2);
+    let first = ids[0];
+    let (second, _) = core
+        .enlist("host1:1", BOTH, GIB, "", 0, Some(first))
+        .unwrap();
+    assert_eq!((second.index(), second.incarnation()), (1, 1));
+    assert_eq!(core.server(first).unwrap().status, ServerStatus::Removed);
+    // The previous run is already removed (recovered while the server was down).
+    core.remove_server(second).unwrap();
+    let (third, _) = core
+        .enlist("host1:1", BOTH, GIB, "", 0, Some(second))
+        .unwrap();
+    assert_eq!((third.index(), third.incarnation()), (1, 2));
+    // A stale incarnation names `first`: not the newest of index 1.
+    let (stale, _) = core
+        .enlist("host7:1", BOTH, GIB, "", 0, Some(first))
+        .unwrap();
+    assert_eq!((stale.index(), stale.incarnation()), (3, 0));
+    assert_eq!(core.server(third).unwrap().status, ServerStatus::Up);
+    // The list stays sorted by id, and the next new index is 4.
+    let (_, list) = core.server_list();
+    assert!(list.windows(2).all(|w| w[0].id < w[1].id), "{list:?}");
+    let (fresh, _) = core.enlist("host8:1", BOTH, GIB, "", 0, None).unwrap();
+    assert_eq!(fresh, ServerId(4));
+}
+
+/// `Leave` (a clean stop) ends the server's UP state at once — crashed if it owns
+/// tablets, so recovery starts now, removed if not — and remembers the stop was
+/// clean; it is idempotent and leaves servers that are no longer UP alone.
+#[test]
+fn server_left_crashes_an_owner_cleanly_and_is_idempotent() {
+    let (_s, mut core) = memory_core();
+    let ids = with_masters(&mut core, 2);
+    core.create_table("t", 1).unwrap();
+    let owner = tablets_of(&core, "t")[0].server_id;
+    let other = *ids.iter().find(|&&i| i != owner).unwrap();
+    assert_eq!(
+        core.server_left(owner).unwrap(),
+        vec![Action::PushServerList]
+    );
+    let entry = core.server(owner).unwrap();
+    assert_eq!(entry.status, ServerStatus::Crashed);
+    assert!(entry.stopped_cleanly);
+    assert_eq!(
+        tablets_of(&core, "t")[0].server_id,
+        owner,
+        "recovery moves it"
+    );
+    assert!(core.server_left(owner).unwrap().is_empty(), "idempotent");
+
+    assert_eq!(
+        core.server_left(other).unwrap(),
+        vec![Action::PushServerList]
+    );
+    assert_eq!(core.server(other).unwrap().status, ServerStatus::Removed);
+
+    // A server the detector declared crashed first stays a crash.
+    let (third, _) = core.enlist("host3:1", BOTH, GIB, "", 0, None).unwrap();
+    core.server_crashed(third).unwrap();
+    assert!(core.server_left(third).unwrap().is_empty());
+    assert!(!core.server(third).unwrap().stopped_cleanly);
+    assert!(matches!(
+        core.server_left(ServerId(99)),
+        Err(CoordinatorError::UnknownServer(_))
+    ));
 }
 
 #[test]
@@ -538,6 +711,13 @@ fn open_restores_identical_state_after_restart() {
         core.server_crashed(ids[2]).unwrap();
         core.enlist("host1:1", BOTH, GIB, "", 0, None).unwrap(); // replaces server 1
         core.remove_server(ids[1]).unwrap();
+        // A restart of server 3 on its directory: incarnation 1 of index 3, which
+        // sorts after index 4.
+        let (restarted, _) = core
+            .enlist("host3:1", BOTH, GIB, "", 0, Some(ids[2]))
+            .unwrap();
+        assert_eq!(restarted, ServerId(1 << 32 | 3));
+        core.server_left(restarted).unwrap();
         (
             core.state().clone(),
             core.sequence(),
@@ -555,12 +735,18 @@ fn open_restores_identical_state_after_restart() {
     assert_eq!(core.get_table_id("users").unwrap(), 1);
     assert_eq!(core.get_table_id("orders").unwrap(), 2);
 
-    // Ids are never reused after a restart.
+    // Ids are never reused after a restart; incarnations go on.
     let (server, _) = core.enlist("host9:1", BOTH, GIB, "", 0, None).unwrap();
     assert_eq!(server, ServerId(5));
+    let restarted = ServerId(1 << 32 | 3);
+    assert!(core.server(restarted).unwrap().stopped_cleanly);
+    let (again, _) = core
+        .enlist("host3:1", BOTH, GIB, "", 0, Some(restarted))
+        .unwrap();
+    assert_eq!(again, ServerId(2 << 32 | 3));
     let (table, _) = core.create_table("gone", 1).unwrap();
     assert_eq!(table, 4);
-    assert_eq!(core.sequence(), sequence + 2);
+    assert_eq!(core.sequence(), sequence + 3);
 }
 
 #[test]

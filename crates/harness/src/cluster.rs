@@ -370,11 +370,12 @@ impl Cluster {
         let timeout = self.config.ready_timeout;
         for (i, mut proc) in procs {
             let line = proc.wait_for_line(|l| l.starts_with("ramstore server "), timeout)?;
-            // "ramstore server ID listening on ADDR ..."
+            // "ramstore server ID listening on ADDR ..."; ID is INDEX[.RUN] (a
+            // restarted server's next run of its index).
             let id = line
                 .split_whitespace()
                 .nth(2)
-                .and_then(|w| w.parse().ok())
+                .and_then(ramstore_client::server_id::parse)
                 .ok_or_else(|| HarnessError::NotReady {
                     name: proc.name.clone(),
                     why: format!("no server id in {line:?}"),

@@ -35,8 +35,9 @@ pub enum WriteError {
     KeyTooLarge(usize),
     #[error("value of {0} bytes is longer than the limit")]
     ValueTooLarge(usize),
-    /// Increment of a value that is not an 8-byte number.
-    #[error("value is not a number: an increment needs an 8-byte value, found {0} bytes")]
+    /// Increment of a value that is not a number in decimal text (the value's
+    /// length is given; see `ramstore_wire::counter` for the form).
+    #[error("value of {0} bytes is not a number in decimal text, which an increment needs")]
     NotNumeric(usize),
     /// Increment overflowed (i64) or produced a non-finite float.
     #[error("increment overflows the value")]

@@ -16,6 +16,7 @@ use ramstore_log::{
     Appended, DeadObject, HeadMetadata, Log, LogConfig, LogRef, NewObject, ObjectView,
     MAX_KEY_BYTES, MAX_VALUE_BYTES,
 };
+use ramstore_wire::counter::{self, CounterText};
 
 use crate::cleaner_thread::CleanerThread;
 use crate::config::{CleanerMode, StoreConfig};
@@ -71,16 +72,19 @@ struct Current {
 }
 
 /// The value a write stores: borrowed from the caller, or computed (increments).
+// The counter's text lives on the stack for one write: boxing it would put an
+// allocation on every increment, and no collection holds these.
+#[allow(clippy::large_enum_variant)]
 enum NewValue<'a> {
     Borrowed(&'a [u8]),
-    Number([u8; 8]),
+    Counter(CounterText),
 }
 
 impl NewValue<'_> {
     fn bytes(&self) -> &[u8] {
         match self {
             NewValue::Borrowed(b) => b,
-            NewValue::Number(n) => n,
+            NewValue::Counter(t) => t.as_bytes(),
         }
     }
 }
@@ -505,7 +509,6 @@ impl ObjectStore {
         self.update(table_id, key, rules, None, |_| {
             Ok(NewValue::Borrowed(value))
         })
-        .map(|(version, _)| version)
     }
 
     /// Puts back an object as it was in a log being reloaded (cold start, recovery
@@ -595,8 +598,13 @@ impl ObjectStore {
             .fetch_max(version, Ordering::SeqCst);
     }
 
-    /// Adds `delta` to an object whose value is an 8-byte little-endian i64 (a missing
-    /// object counts as 0 and is created). Returns the new value and version.
+    /// Adds `delta` to an object whose value is an integer in decimal text (a
+    /// missing object counts as 0 and is created), and stores the sum as decimal
+    /// text: the form Redis's INCR reads and writes ([`ramstore_wire::counter`]),
+    /// so native and Redis counters are one. Returns the new value and version.
+    /// A value that is not such an integer is `NotNumeric`; a sum outside i64 is
+    /// `Overflow`. Atomic: the read, the check of `rules` and the write happen
+    /// under the key's bucket lock.
     pub fn increment_i64(
         &self,
         table_id: u64,
@@ -604,19 +612,22 @@ impl ObjectStore {
         delta: i64,
         rules: &RejectRules,
     ) -> Result<(i64, u64), WriteError> {
-        let (version, bytes) = self.update(table_id, key, rules, None, |current| {
+        let mut new = 0;
+        let version = self.update(table_id, key, rules, None, |current| {
             let old = match current {
-                Some(view) => i64::from_le_bytes(read_number(view)?),
+                Some(view) => counter_text(view, counter::parse_i64)?,
                 None => 0,
             };
-            let new = old.checked_add(delta).ok_or(WriteError::Overflow)?;
-            Ok(NewValue::Number(new.to_le_bytes()))
+            new = old.checked_add(delta).ok_or(WriteError::Overflow)?;
+            Ok(NewValue::Counter(CounterText::from_i64(new)))
         })?;
-        Ok((i64::from_le_bytes(bytes), version))
+        Ok((new, version))
     }
 
-    /// Adds `delta` to an object whose value is an 8-byte little-endian f64 (a missing
-    /// object counts as 0.0). A non-finite result is refused as an overflow.
+    /// Adds `delta` to an object whose value is a number in decimal text (a
+    /// missing object counts as 0.0), and stores the sum as Redis's INCRBYFLOAT
+    /// does ([`ramstore_wire::counter`]). A non-finite result is refused as an
+    /// overflow.
     pub fn increment_f64(
         &self,
         table_id: u64,
@@ -624,24 +635,28 @@ impl ObjectStore {
         delta: f64,
         rules: &RejectRules,
     ) -> Result<(f64, u64), WriteError> {
-        let (version, bytes) = self.update(table_id, key, rules, None, |current| {
+        let mut new = 0.0;
+        let version = self.update(table_id, key, rules, None, |current| {
             let old = match current {
-                Some(view) => f64::from_le_bytes(read_number(view)?),
+                Some(view) => counter_text(view, counter::parse_f64)?,
                 None => 0.0,
             };
-            let new = old + delta;
+            new = old + delta;
             if !new.is_finite() {
                 return Err(WriteError::Overflow);
             }
-            Ok(NewValue::Number(new.to_le_bytes()))
+            // -0 is stored as "0": answer the number stored.
+            if new == 0.0 {
+                new = 0.0;
+            }
+            Ok(NewValue::Counter(CounterText::from_f64(new)))
         })?;
-        Ok((f64::from_le_bytes(bytes), version))
+        Ok((new, version))
     }
 
     /// The write path shared by writes and increments: under the key's bucket lock,
     /// find the current object, check the rules, compute the value, append it with a
-    /// tombstone for the old version, and publish it. Returns the new version and the
-    /// first 8 bytes of the value written (for increments).
+    /// tombstone for the old version, and publish it. Returns the new version.
     fn update<'v>(
         &self,
         table_id: u64,
@@ -649,7 +664,7 @@ impl ObjectStore {
         rules: &RejectRules,
         forced_version: Option<u64>,
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
-    ) -> Result<(u64, [u8; 8]), WriteError> {
+    ) -> Result<u64, WriteError> {
         if key.len() > MAX_KEY_BYTES {
             return Err(WriteError::KeyTooLarge(key.len()));
         }
@@ -657,7 +672,7 @@ impl ObjectStore {
         let inner = &*self.inner;
         let log = &inner.log;
         let _pin = log.pin();
-        let (appended, version, head_bytes) = {
+        let (appended, version) = {
             let mut guard = inner.index.lock(hash);
             let tablets = inner.shared.tablets.load();
             let tablet = tablets
@@ -725,14 +740,11 @@ impl ObjectStore {
                 }
             }
             tablet.object_added(new_len);
-            let mut head = [0u8; 8];
-            let n = value.len().min(8);
-            head[..n].copy_from_slice(&value[..n]);
-            (appended, version, head)
+            (appended, version)
         };
         log.replicate(&appended);
         self.note_head(appended.segment_id);
-        Ok((version, head_bytes))
+        Ok(version)
     }
 
     /// Deletes an object; returns the version it had, or `None` if there was none.
@@ -991,15 +1003,30 @@ pub struct MultiWrite<'a> {
     pub rules: RejectRules,
 }
 
-fn read_number(view: &ObjectView<'_>) -> Result<[u8; 8], WriteError> {
-    if view.value_len() != 8 {
-        return Err(WriteError::NotNumeric(view.value_len()));
+/// The longest stored value an increment reads as a number: longer than any
+/// text [`CounterText`] writes, so every counter either front end made fits.
+const MAX_COUNTER_TEXT_BYTES: usize = 400;
+
+/// The number in `view`'s value, read with `parse` (decimal text, see
+/// [`ramstore_wire::counter`]), or `NotNumeric`. Copies the value into a stack
+/// buffer: a value may span seglets, and an increment must not allocate.
+fn counter_text<T>(
+    view: &ObjectView<'_>,
+    parse: impl FnOnce(&[u8]) -> Option<T>,
+) -> Result<T, WriteError> {
+    let len = view.value_len();
+    if len > MAX_COUNTER_TEXT_BYTES {
+        return Err(WriteError::NotNumeric(len));
     }
-    let mut bytes = Vec::with_capacity(8);
-    view.copy_value(&mut bytes);
-    let mut out = [0u8; 8];
-    out.copy_from_slice(&bytes);
-    Ok(out)
+    let mut buf = [0u8; MAX_COUNTER_TEXT_BYTES];
+    let mut at = 0;
+    view.value_pieces(|piece| {
+        // The pieces add up to `len`, checked above to fit.
+        let end = (at + piece.len()).min(buf.len());
+        buf[at..end].copy_from_slice(&piece[..end - at]);
+        at = end;
+    });
+    parse(&buf[..at]).ok_or(WriteError::NotNumeric(len))
 }
 
 fn object_len(log: &Log, at: LogRef) -> usize {

@@ -550,10 +550,11 @@ fn unknown_tablet_refused_without_change() {
     assert_eq!(probe_safe_version(&s, &mut n), safe);
 }
 
-/// Incrementing a value that is not 8 bytes is `NotNumeric(len)`; i64 overflow and
-/// a non-finite f64 result are `Overflow`; a refused increment changes nothing (and
-/// creates nothing for a missing key). Successful increments follow the version
-/// rule and create missing objects from 0.
+/// Counters are decimal text, as in Redis: increments read and write it. A value
+/// that is not such a number (including the old 8-byte binary form) is
+/// `NotNumeric(len)`; i64 overflow and a non-finite f64 result are `Overflow`; a
+/// refused increment changes nothing (and creates nothing for a missing key).
+/// Successful increments follow the version rule and create missing objects from 0.
 #[test]
 fn increment_errors_change_nothing() {
     let s = manual(8 << 20);
@@ -566,26 +567,58 @@ fn increment_errors_change_nothing() {
     assert_eq!(s.increment_f64(1, b"f", 0.5, &NONE), Ok((0.5, safe)));
     assert_eq!(s.increment_i64(1, b"i", -7, &NONE), Ok((-2, safe + 1)));
     assert_eq!(s.read(1, b"i", &mut buf), Ok(safe + 1));
-    assert_eq!(buf, (-2i64).to_le_bytes());
+    assert_eq!(buf, b"-2");
+    assert_eq!(s.read(1, b"f", &mut buf), Ok(safe));
+    assert_eq!(buf, b"0.5");
+    // Text written by anyone is a counter; an integer is a float too.
+    let v41 = s.write(1, b"t", b"41", &NONE).unwrap();
+    assert_eq!(s.increment_i64(1, b"t", 1, &NONE), Ok((42, v41 + 1)));
+    assert_eq!(s.increment_f64(1, b"t", 0.5, &NONE), Ok((42.5, v41 + 2)));
+    assert_eq!(s.read(1, b"t", &mut buf), Ok(v41 + 2));
+    assert_eq!(buf, b"42.5");
 
-    // Not numeric.
-    for len in [0usize, 7, 9, 100] {
-        let key = format!("text{len}");
-        let v = s.write(1, key.as_bytes(), &vec![3u8; len], &NONE).unwrap();
+    // Not numeric: empty, binary (the old 8-byte counter form), non-canonical or
+    // spaced integers, and text too long to be a counter.
+    let long = vec![b'1'; 401];
+    for value in [
+        &b""[..],
+        &[3u8; 7][..],
+        &1i64.to_le_bytes()[..],
+        b"+1",
+        b" 1",
+        b"01",
+        b"abc",
+        &long,
+    ] {
+        let key = format!("text{}", value.len());
+        let v = s.write(1, key.as_bytes(), value, &NONE).unwrap();
         assert_eq!(
             s.increment_i64(1, key.as_bytes(), 1, &NONE),
-            Err(WriteError::NotNumeric(len))
-        );
-        assert_eq!(
-            s.increment_f64(1, key.as_bytes(), 1.0, &NONE),
-            Err(WriteError::NotNumeric(len))
+            Err(WriteError::NotNumeric(value.len()))
         );
         assert_eq!(s.read(1, key.as_bytes(), &mut buf), Ok(v));
-        assert_eq!(buf, vec![3u8; len]);
+        assert_eq!(buf, value);
     }
+    // INCRBYFLOAT reads what INCR does not ("+1", "1.5") but not the rest.
+    for value in [&b""[..], &1i64.to_le_bytes()[..], b" 1", b"abc", b"inf"] {
+        let key = format!("float{}", String::from_utf8_lossy(value));
+        let v = s.write(1, key.as_bytes(), value, &NONE).unwrap();
+        assert_eq!(
+            s.increment_f64(1, key.as_bytes(), 1.0, &NONE),
+            Err(WriteError::NotNumeric(value.len()))
+        );
+        assert_eq!(s.read(1, key.as_bytes(), &mut buf), Ok(v));
+    }
+    let v = s.write(1, b"half", b"1.5", &NONE).unwrap();
+    assert_eq!(
+        s.increment_i64(1, b"half", 1, &NONE),
+        Err(WriteError::NotNumeric(3))
+    );
+    assert_eq!(s.increment_f64(1, b"half", 1.0, &NONE), Ok((2.5, v + 1)));
 
     // i64 overflow, both ways.
-    let vmax = s.write(1, b"max", &i64::MAX.to_le_bytes(), &NONE).unwrap();
+    let max = i64::MAX.to_string();
+    let vmax = s.write(1, b"max", max.as_bytes(), &NONE).unwrap();
     assert_eq!(
         s.increment_i64(1, b"max", 1, &NONE),
         Err(WriteError::Overflow)
@@ -595,21 +628,23 @@ fn increment_errors_change_nothing() {
         Err(WriteError::Overflow)
     );
     assert_eq!(s.read(1, b"max", &mut buf), Ok(vmax));
-    assert_eq!(buf, i64::MAX.to_le_bytes());
-    let vmin = s.write(1, b"min", &i64::MIN.to_le_bytes(), &NONE).unwrap();
+    assert_eq!(buf, max.as_bytes());
+    let min = i64::MIN.to_string();
+    let vmin = s.write(1, b"min", min.as_bytes(), &NONE).unwrap();
     assert_eq!(
         s.increment_i64(1, b"min", -1, &NONE),
         Err(WriteError::Overflow)
     );
     assert_eq!(s.read(1, b"min", &mut buf), Ok(vmin));
-    assert_eq!(buf, i64::MIN.to_le_bytes());
+    assert_eq!(buf, min.as_bytes());
     assert_eq!(
         s.increment_i64(1, b"max", -1, &NONE),
         Ok((i64::MAX - 1, vmax + 1))
     );
 
     // f64 to infinity or NaN.
-    let vbig = s.write(1, b"big", &f64::MAX.to_le_bytes(), &NONE).unwrap();
+    let big = format!("{}", f64::MAX);
+    let vbig = s.write(1, b"big", big.as_bytes(), &NONE).unwrap();
     for delta in [f64::MAX, f64::INFINITY, f64::NAN] {
         assert_eq!(
             s.increment_f64(1, b"big", delta, &NONE),
@@ -621,13 +656,7 @@ fn increment_errors_change_nothing() {
         Err(WriteError::Overflow)
     );
     assert_eq!(s.read(1, b"big", &mut buf), Ok(vbig));
-    assert_eq!(buf, f64::MAX.to_le_bytes());
-    // A stored NaN cannot be incremented either.
-    s.write(1, b"nan", &f64::NAN.to_le_bytes(), &NONE).unwrap();
-    assert_eq!(
-        s.increment_f64(1, b"nan", 1.0, &NONE),
-        Err(WriteError::Overflow)
-    );
+    assert_eq!(buf, big.as_bytes());
 
     // Refused increments of missing keys create nothing.
     let objects = s.stats().objects;

@@ -97,9 +97,14 @@ fn ballast_value(i: usize, seed: u8) -> Vec<u8> {
 
 #[derive(Clone, Copy, Debug)]
 enum ValSpec {
-    Bytes { len: usize, seed: u8 },
+    Bytes {
+        len: usize,
+        seed: u8,
+    },
     I64(i64),
     F64(f64),
+    /// Text that looks like a number but is not a canonical integer ("+1", "01").
+    Text(&'static str),
 }
 
 impl ValSpec {
@@ -113,8 +118,10 @@ impl ValSpec {
                 };
                 pattern(len, seed as u64 + 1)
             }
-            ValSpec::I64(n) => n.to_le_bytes().to_vec(),
-            ValSpec::F64(x) => x.to_le_bytes().to_vec(),
+            // Counters are stored as decimal text (Redis's form).
+            ValSpec::I64(n) => n.to_string().into_bytes(),
+            ValSpec::F64(x) => float_text(x).into_bytes(),
+            ValSpec::Text(t) => t.as_bytes().to_vec(),
         }
     }
 }
@@ -205,6 +212,8 @@ fn val_spec() -> impl Strategy<Value = ValSpec> {
             any::<f64>()
         ]
         .prop_map(ValSpec::F64),
+        1 => prop::sample::select(vec!["+1", "01", "-0", " 7", "7 ", "1.5", "1e3", "-"])
+            .prop_map(ValSpec::Text),
     ]
 }
 
@@ -404,26 +413,46 @@ impl Model {
     }
 }
 
+/// The model's counter rules, stated independently of the store's parser: an
+/// integer counter is exactly the text Rust writes for some i64 (which rules out
+/// "+1", "01", "-0" and spaces, as Redis does); a float counter is any finite number
+/// Rust parses from unspaced text; a float is written in Rust's shortest form, "0"
+/// for -0.
+fn model_i64(b: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(b).ok()?;
+    s.parse::<i64>().ok().filter(|n| n.to_string() == s)
+}
+
+fn model_f64(b: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(b).ok()?;
+    if s.trim() != s {
+        return None;
+    }
+    s.parse::<f64>().ok().filter(|x| x.is_finite())
+}
+
+fn float_text(x: f64) -> String {
+    format!("{}", if x == 0.0 { 0.0 } else { x })
+}
+
 fn inc_i64(old: Option<&[u8]>, delta: i64) -> Result<Vec<u8>, WriteError> {
     let old = match old {
         None => 0,
-        Some(b) if b.len() == 8 => i64::from_le_bytes(b.try_into().unwrap()),
-        Some(b) => return Err(WriteError::NotNumeric(b.len())),
+        Some(b) => model_i64(b).ok_or(WriteError::NotNumeric(b.len()))?,
     };
     old.checked_add(delta)
-        .map(|n| n.to_le_bytes().to_vec())
+        .map(|n| n.to_string().into_bytes())
         .ok_or(WriteError::Overflow)
 }
 
 fn inc_f64(old: Option<&[u8]>, delta: f64) -> Result<Vec<u8>, WriteError> {
     let old = match old {
         None => 0.0,
-        Some(b) if b.len() == 8 => f64::from_le_bytes(b.try_into().unwrap()),
-        Some(b) => return Err(WriteError::NotNumeric(b.len())),
+        Some(b) => model_f64(b).ok_or(WriteError::NotNumeric(b.len()))?,
     };
     let new = old + delta;
     if new.is_finite() {
-        Ok(new.to_le_bytes().to_vec())
+        Ok(float_text(new).into_bytes())
     } else {
         Err(WriteError::Overflow)
     }
@@ -640,7 +669,7 @@ impl Harness {
             .update(table, key, rules, |old| inc_i64(old, delta));
         let expect = outcome
             .clone()
-            .map(|(v, bytes)| (i64::from_le_bytes(bytes.try_into().unwrap()), v));
+            .map(|(v, bytes)| (model_i64(&bytes).expect("the model wrote an integer"), v));
         let what = || format!("increment_i64 {table}:{key:?} by {delta} {rules:?}");
         if self.mutate(&what, &expect, |s| {
             s.increment_i64(table, key, delta, rules)
@@ -661,10 +690,11 @@ impl Harness {
         let outcome = self
             .model
             .update(table, key, rules, |old| inc_f64(old, delta));
-        // Compare floats by their bits: the stored bytes must be exactly the model's.
-        let expect = outcome
-            .clone()
-            .map(|(v, bytes)| (u64::from_le_bytes(bytes.as_slice().try_into().unwrap()), v));
+        // Compare floats by their bits; reads compare the stored text with the model's.
+        let expect = outcome.clone().map(|(v, bytes)| {
+            let x = model_f64(&bytes).expect("the model wrote a finite float");
+            (x.to_bits(), v)
+        });
         let what = || format!("increment_f64 {table}:{key:?} by {delta} {rules:?}");
         if self.mutate(&what, &expect, |s| {
             s.increment_f64(table, key, delta, rules)

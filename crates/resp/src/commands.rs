@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use ramstore_client::RejectRules;
+use ramstore_wire::counter::{parse_f64 as parse_float, CounterText};
 
 use crate::backend::{Outcome, ReadInto, ReadResult, StoreError, WriteResult};
 use crate::glob;
@@ -448,7 +449,9 @@ impl Connection {
                         let next = current.checked_add(delta).ok_or_else(|| {
                             "ERR increment or decrement would overflow".to_string()
                         })?;
-                        Ok(next.to_string().into_bytes())
+                        // The stored form of counters, shared with native
+                        // increments (`ramstore_wire::counter`).
+                        Ok(CounterText::from_i64(next).as_bytes().to_vec())
                     })
                     .await;
                 self.reply_rmw(sink, r, |e, v| {
@@ -470,7 +473,7 @@ impl Connection {
                         if !next.is_finite() {
                             return Err("ERR increment would produce NaN or Infinity".into());
                         }
-                        Ok(format_float(next).into_bytes())
+                        Ok(CounterText::from_f64(next).as_bytes().to_vec())
                     })
                     .await;
                 self.reply_rmw(sink, r, |e, v| e.bulk(&v));
@@ -1102,28 +1105,6 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// A finite float in Redis's textual forms (decimal, exponent), no spaces.
-fn parse_float(bytes: &[u8]) -> Option<f64> {
-    let s = std::str::from_utf8(bytes).ok()?;
-    if s.is_empty() || s.trim() != s {
-        return None;
-    }
-    s.parse::<f64>().ok().filter(|f| f.is_finite())
-}
-
-/// A float as INCRBYFLOAT stores it: the shortest text that reads back as the same
-/// number, without an exponent or a trailing ".0" (Redis: "10.5", "3").
-fn format_float(f: f64) -> String {
-    let s = format!("{f}");
-    if s.contains('e') || s.contains('E') {
-        return format!("{f:.17}")
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string();
-    }
-    s
-}
-
 /// Outcomes of several operations as one: ready if all are, else pending on all.
 fn join<T: Send + 'static>(outcomes: Vec<Outcome<T>>) -> Outcome<Vec<T>> {
     if outcomes.iter().all(|o| matches!(o, Outcome::Ready(_))) {
@@ -1184,25 +1165,6 @@ mod tests {
         assert!(arity_ok(mget, 9));
         assert!(find_spec(b"nosuch").is_none());
         assert!(find_spec(b"Rs.GetV").is_some());
-    }
-
-    #[test]
-    fn format_float_like_redis() {
-        assert_eq!(format_float(10.5), "10.5");
-        assert_eq!(format_float(3.0), "3");
-        assert_eq!(format_float(10.5 + 0.1), "10.6");
-        assert_eq!(format_float(-0.25), "-0.25");
-        assert!(!format_float(1e300).contains('e'));
-    }
-
-    #[test]
-    fn parse_float_rejects_non_finite_and_spaces() {
-        assert_eq!(parse_float(b"1.5"), Some(1.5));
-        assert_eq!(parse_float(b"-2e3"), Some(-2000.0));
-        assert_eq!(parse_float(b"inf"), None);
-        assert_eq!(parse_float(b"nan"), None);
-        assert_eq!(parse_float(b" 1"), None);
-        assert_eq!(parse_float(b""), None);
     }
 
     #[test]

@@ -130,33 +130,10 @@ fn header_line(buf: &[u8], start: usize) -> Result<Option<usize>, ProtocolError>
     }
 }
 
-/// A decimal integer with an optional leading '-', nothing else (no '+', spaces).
-pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
-    let (neg, digits) = match bytes.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, bytes),
-    };
-    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    // Leading zeros are not canonical ("01"); Redis refuses them for INCR targets.
-    if digits.len() > 1 && digits[0] == b'0' {
-        return None;
-    }
-    let mut v: i64 = 0;
-    for &d in digits {
-        let d = i64::from(d - b'0');
-        v = if neg {
-            v.checked_mul(10)?.checked_sub(d)?
-        } else {
-            v.checked_mul(10)?.checked_add(d)?
-        };
-    }
-    if neg && v == 0 {
-        return None; // "-0"
-    }
-    Some(v)
-}
+/// A decimal integer with an optional leading '-', nothing else (no '+', spaces,
+/// leading zeros or "-0"): Redis's `string2ll`, shared with the stored form of
+/// counters so INCR reads exactly what native increments write.
+pub use ramstore_wire::counter::parse_i64;
 
 /// Parses a multibulk command into `args` (empty on entry): the bytes it took, or
 /// `None` if it is not complete yet.

@@ -7,14 +7,24 @@
 //! hold its log are up again (recovery waits for a complete log, R§7.4).
 //!
 //! # Protocol
-//! 1. After enlisting, a server that replicates records its server id and address
-//!    in `<backup_dir>/server.id` (written to a temporary file, synced, renamed).
-//! 2. A server that finds that file at start-up asks the coordinator whether the
-//!    old id is still listed as this server's previous run (up or crashed, at the
-//!    recorded address). If so, it enlists naming the old id as the one it
-//!    replaces; the coordinator marks the old id crashed and recovers its tablets.
-//!    If not (the coordinator's state was reset and the id may be someone else's,
-//!    or the old id was already recovered), it enlists as a new server.
+//! 1. After enlisting, a server with a backup directory records its server id and
+//!    address in `<backup_dir>/server.id` (written to a temporary file, synced,
+//!    renamed).
+//! 2. A clean stop (SIGINT/SIGTERM, [`crate::StartedServer::stop`]) records the id
+//!    that stopped in `<backup_dir>/server.clean` once its open replicas are on
+//!    disk; `ramstore server` also tells the coordinator first ([`leave`]).
+//! 3. A server that finds `server.id` at start-up takes `server.clean` away (so a
+//!    crash of this run is never mistaken for a clean stop) and asks the
+//!    coordinator whether the old id is still listed as this server's previous run
+//!    (any state, at the recorded address). If so, it enlists naming the old id:
+//!    the coordinator gives it the next incarnation of the same index (its server
+//!    id stays the same, `ramstore_wire::server_id`) and, if the old run was still
+//!    up or crashed, recovers its tablets from the backups. If the previous run
+//!    stopped cleanly and the coordinator still lists it up (it could not be told
+//!    at the stop), the server sends [`leave`] for it first, so the recovery is
+//!    reported as a restart's. If the old id is not listed (the coordinator's
+//!    state was reset and the id may be someone else's), it enlists as a new
+//!    server. Design notes: "Server identity across restarts".
 //!
 //! [`LogReplay`] is the reference replay (newest version wins, tombstones win at
 //! equal versions): tests compare what backups hold against the master's state
@@ -26,9 +36,16 @@ use std::time::Duration;
 
 use ramstore_client::{Client, ClientOptions};
 use ramstore_log::entry::{parse_entry, Entry, EntryError};
+use ramstore_rpc::{TcpTransport, Transport};
+use ramstore_wire::{decode_response, encode_request, Request, Response};
 
 /// The file under the backup directory that names the server id of the last run.
 pub const IDENTITY_FILE: &str = "server.id";
+/// The file under the backup directory that says the last run stopped cleanly
+/// (it holds that run's server id).
+pub const CLEAN_STOP_FILE: &str = "server.clean";
+/// Longest a clean stop waits for the coordinator to acknowledge [`leave`].
+pub const LEAVE_DEADLINE_MS: u64 = 2_000;
 /// Longest a restart waits for the coordinator to answer.
 pub const COORDINATOR_WAIT_MS: u64 = 60_000;
 /// Pause between two attempts to reach the coordinator.
@@ -87,22 +104,87 @@ pub fn read_identity(dir: &Path) -> Result<Option<Identity>, ColdStartError> {
 
 /// Records this server's identity, atomically (temporary file, fsync, rename).
 pub fn write_identity(dir: &Path, server_id: u64, address: &str) -> Result<(), ColdStartError> {
+    write_atomically(dir, IDENTITY_FILE, &format!("{server_id} {address}\n"))
+}
+
+/// Records that run `server_id` stopped cleanly (after its open replicas were
+/// written out), atomically.
+pub fn record_clean_stop(dir: &Path, server_id: u64) -> Result<(), ColdStartError> {
+    write_atomically(dir, CLEAN_STOP_FILE, &format!("{server_id}\n"))
+}
+
+/// The id of the run whose clean stop is recorded, if one is; removes the record
+/// (durably) so that whatever happens to this run is judged afresh. A record that
+/// cannot be read counts as none: the stop is then treated as a crash, the safe
+/// side (it only makes the restart's log louder).
+pub fn take_clean_stop(dir: &Path) -> Result<Option<u64>, ColdStartError> {
+    let path = dir.join(CLEAN_STOP_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(_) => String::new(),
+    };
+    std::fs::remove_file(&path).map_err(|source| ColdStartError::Identity {
+        path: path.display().to_string(),
+        source,
+    })?;
+    sync_dir(dir);
+    Ok(text.trim().parse().ok())
+}
+
+/// Tells the coordinator (each address in turn) that server `server_id` is
+/// stopping cleanly (`Leave`), so it recovers its data at once and reports it as
+/// a restart (R§7). Waits at most [`LEAVE_DEADLINE_MS`]; returns whether a
+/// coordinator acknowledged. Best effort: a stop goes on either way, and the
+/// record in the directory ([`record_clean_stop`]) tells the next start.
+pub async fn leave(coordinator: &str, server_id: u64) -> bool {
+    let mut frame = Vec::new();
+    if encode_request(0, &Request::Leave { server_id }, &mut frame).is_err() {
+        return false;
+    }
+    let transport = TcpTransport::new();
+    let deadline = Duration::from_millis(LEAVE_DEADLINE_MS);
+    let ask = async {
+        for address in coordinator
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+        {
+            if let Ok(bytes) = transport.call(address, frame.clone(), deadline).await {
+                if matches!(decode_response(&bytes), Ok((_, Response::Leave))) {
+                    return true;
+                }
+            }
+        }
+        false
+    };
+    tokio::time::timeout(deadline, ask).await.unwrap_or(false)
+}
+
+/// Writes `name` in `dir` atomically: a temporary file, fsync, rename, and an
+/// fsync of the directory.
+fn write_atomically(dir: &Path, name: &str, text: &str) -> Result<(), ColdStartError> {
     use std::io::Write;
-    let path = dir.join(IDENTITY_FILE);
-    let tmp = dir.join(format!("{IDENTITY_FILE}.tmp"));
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
     let fail = |source| ColdStartError::Identity {
         path: path.display().to_string(),
         source,
     };
     let mut f = std::fs::File::create(&tmp).map_err(fail)?;
-    f.write_all(format!("{server_id} {address}\n").as_bytes())
-        .map_err(fail)?;
+    f.write_all(text.as_bytes()).map_err(fail)?;
     f.sync_all().map_err(fail)?;
     std::fs::rename(&tmp, &path).map_err(fail)?;
+    sync_dir(dir);
+    Ok(())
+}
+
+/// Makes a rename or removal in `dir` durable (best effort: some file systems
+/// cannot sync a directory, and the file's own sync already happened).
+fn sync_dir(dir: &Path) {
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
-    Ok(())
 }
 
 /// The newest state of one key in a log being replayed.
@@ -209,21 +291,26 @@ fn entry_of(stats: &str, id: u64) -> Option<(&str, &str)> {
     Some((words.next()?, words.next()?))
 }
 
-/// Whether the coordinator's entry for the old id is this server's previous run
-/// (up or crashed, and enlisted from the recorded address).
-fn is_ours(stats: &str, identity: &Identity) -> bool {
-    match entry_of(stats, identity.server_id) {
-        Some((address, "up" | "crashed")) => {
-            identity.address.as_deref().is_none_or(|a| a == address)
-        }
-        _ => false,
-    }
+/// The coordinator's state of the old id if its entry is this server's previous
+/// run (listed, in any state, and enlisted from the recorded address).
+fn ours<'s>(stats: &'s str, identity: &Identity) -> Option<&'s str> {
+    let (address, state) = entry_of(stats, identity.server_id)?;
+    identity
+        .address
+        .as_deref()
+        .is_none_or(|a| a == address)
+        .then_some(state)
 }
 
 /// The id this server should name as the one it replaces: its previous run's,
 /// if the coordinator at `coordinator` still lists that run (see the module
-/// doc); 0 for none.
-pub async fn replaced_id(coordinator: &str, identity: &Identity) -> Result<u64, ColdStartError> {
+/// doc); 0 for none. `stopped_cleanly`: the previous run recorded a clean stop;
+/// if the coordinator still lists it up, it is told now ([`leave`]).
+pub async fn replaced_id(
+    coordinator: &str,
+    identity: &Identity,
+    stopped_cleanly: bool,
+) -> Result<u64, ColdStartError> {
     let old_id = identity.server_id;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(COORDINATOR_WAIT_MS);
     let coord_err = |reason: String| ColdStartError::Coordinator { old_id, reason };
@@ -240,12 +327,18 @@ pub async fn replaced_id(coordinator: &str, identity: &Identity) -> Result<u64, 
         .server_stats(coordinator)
         .await
         .map_err(|e| coord_err(e.to_string()))?;
-    if is_ours(&stats, identity) {
+    if let Some(state) = ours(&stats, identity) {
+        if stopped_cleanly && state == "up" && !leave(coordinator, old_id).await {
+            tracing::info!(
+                old_id,
+                "restart: the coordinator did not acknowledge the previous run's clean stop; it recovers that run as a crash"
+            );
+        }
         Ok(old_id)
     } else {
         tracing::warn!(
             old_id,
-            "restart: the coordinator lists no up or crashed entry of this server's previous run; enlisting as a new server"
+            "restart: the coordinator does not list this server's previous run at its address; enlisting as a new server"
         );
         Ok(0)
     }
@@ -292,7 +385,7 @@ mod tests {
     }
 
     #[test]
-    fn is_ours_recognises_the_previous_run_only() {
+    fn ours_recognises_the_previous_run_in_any_state() {
         let text = "role=coordinator\nserver_list_version=4\n\
             server.1=127.0.0.1:1 up memory_bytes=1 services=3 failure_domain= backup_read_mbps=5\n\
             server.2=127.0.0.1:2 removed memory_bytes=1 services=3 failure_domain= backup_read_mbps=5\n\
@@ -305,17 +398,37 @@ mod tests {
             server_id: id,
             address: address.map(str::to_string),
         };
-        assert!(is_ours(text, &me(1, Some("127.0.0.1:1"))));
-        assert!(is_ours(text, &me(3, None)), "crashed, no address recorded");
-        assert!(
-            !is_ours(text, &me(1, Some("127.0.0.1:7"))),
+        assert_eq!(ours(text, &me(1, Some("127.0.0.1:1"))), Some("up"));
+        assert_eq!(
+            ours(text, &me(3, None)),
+            Some("crashed"),
+            "no address recorded"
+        );
+        assert_eq!(
+            ours(text, &me(1, Some("127.0.0.1:7"))),
+            None,
             "the id was reused"
         );
-        assert!(
-            !is_ours(text, &me(2, Some("127.0.0.1:2"))),
-            "removed: replaced"
+        assert_eq!(
+            ours(text, &me(2, Some("127.0.0.1:2"))),
+            Some("removed"),
+            "recovered while down: still this server's index"
         );
-        assert!(!is_ours(text, &me(9, None)), "unknown id");
+        assert_eq!(ours(text, &me(9, None)), None, "unknown id");
+    }
+
+    /// A clean stop is recorded once and taken once: a later crash of the next
+    /// run finds no record. A garbled record counts as none.
+    #[test]
+    fn clean_stop_is_taken_once() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(take_clean_stop(dir.path()).unwrap(), None);
+        record_clean_stop(dir.path(), 1 << 32 | 3).unwrap();
+        assert_eq!(take_clean_stop(dir.path()).unwrap(), Some(1 << 32 | 3));
+        assert_eq!(take_clean_stop(dir.path()).unwrap(), None);
+        std::fs::write(dir.path().join(CLEAN_STOP_FILE), "garbage").unwrap();
+        assert_eq!(take_clean_stop(dir.path()).unwrap(), None);
+        assert!(!dir.path().join(CLEAN_STOP_FILE).exists());
     }
 
     #[test]

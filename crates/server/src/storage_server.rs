@@ -201,26 +201,71 @@ pub struct StartedServer {
     pub resp_addr: Option<SocketAddr>,
     pub service: Arc<StorageService>,
     tasks: Vec<JoinHandle<()>>,
+    /// The coordinator's addresses (for [`StartedServer::leave`]).
+    coordinator: String,
+    /// Where this server records its identity and a clean stop (its backup
+    /// directory; `None`: no identity is kept, every start is a new server).
+    identity_dir: Option<PathBuf>,
 }
 
 impl StartedServer {
-    /// Stops serving (connections close; the store is freed when the last
-    /// reference goes). A buffered backup then writes its open replicas to disk
-    /// (`BackupStore::flush`, at most the open buffers), so a planned stop keeps
-    /// every acknowledged byte; this blocks for that write.
-    pub fn stop(self) {
-        for t in self.tasks {
+    /// Stops serving at once: the listener, pings, lease renewals and replication
+    /// stop (so nothing, not even a server list naming it crashed, reaches the
+    /// zombie hook any more). Part of [`StartedServer::stop`]; `ramstore dev` calls
+    /// it on every server first, so none is declared crashed while the others
+    /// finish stopping.
+    pub fn stop_serving(&mut self) {
+        for t in self.tasks.drain(..) {
             t.abort();
         }
+    }
+
+    /// Stops (a clean stop): stops serving (connections close; the store is freed
+    /// when the last reference goes); a buffered backup then writes its open
+    /// replicas to disk (`BackupStore::flush`, at most the open buffers), so a
+    /// planned stop keeps every acknowledged byte — this blocks for that write —;
+    /// then the stop is recorded in the backup directory, so the next start is a
+    /// restart, not a crash's recovery (`cold_start`).
+    pub fn stop(mut self) {
+        self.stop_serving();
         if let Some(m) = self.service.replicas() {
             m.shutdown();
         }
+        let mut flushed = true;
         if let Some(backup) = self.service.backup() {
             match backup.flush() {
                 Ok(n) => tracing::info!(open_replicas_written = n, "backup flushed"),
-                Err(e) => tracing::error!(error = %e, "backup flush failed"),
+                Err(e) => {
+                    flushed = false;
+                    tracing::error!(error = %e, "backup flush failed");
+                }
             }
         }
+        let id = self.service.server_id();
+        if let Some(dir) = self.identity_dir.as_deref().filter(|_| flushed && id != 0) {
+            match cold_start::record_clean_stop(dir, id) {
+                Ok(()) => tracing::info!(
+                    server = %ramstore_wire::server_id::Show(id),
+                    "stopped cleanly"
+                ),
+                Err(e) => tracing::error!(error = %e, "cannot record the clean stop"),
+            }
+        }
+    }
+
+    /// [`StartedServer::stop`], telling the coordinator first that this server is
+    /// leaving (`Leave`, waited for at most `cold_start::LEAVE_DEADLINE_MS`): it
+    /// recovers this server's data at once, as a restart's (R§7), instead of after
+    /// the failure detector finds the process gone and reports a crash.
+    pub async fn leave(mut self) {
+        self.stop_serving();
+        let id = self.service.server_id();
+        if id != 0 && !cold_start::leave(&self.coordinator, id).await {
+            tracing::info!(
+                "the coordinator did not acknowledge the clean stop; the next start tells it"
+            );
+        }
+        self.stop();
     }
 }
 
@@ -323,16 +368,28 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         .advertise
         .clone()
         .unwrap_or_else(|| addr.to_string());
-    // Restart: a replicating server restarted on its directory names its previous
-    // run, whose data crash recovery then brings back (see `cold_start`).
-    let identity_dir = options.backup_dir.clone().filter(|_| manager.is_some());
+    // Restart: a server restarted on its directory names its previous run, whose
+    // index it keeps and whose data crash recovery brings back (see `cold_start`).
+    let identity_dir = options.backup_dir.clone();
     let previous = match &identity_dir {
         Some(dir) => cold_start::read_identity(dir)?,
         None => None,
     };
-    let replaces = match &previous {
-        Some(previous) => cold_start::replaced_id(&options.coordinator, previous).await?,
-        None => 0,
+    let replaces = match (&previous, &identity_dir) {
+        (Some(previous), Some(dir)) => {
+            let clean = cold_start::take_clean_stop(dir)? == Some(previous.server_id);
+            let old = ramstore_wire::server_id::Show(previous.server_id);
+            if clean {
+                tracing::info!(previous = %old, "restart after a clean stop");
+            } else {
+                tracing::warn!(
+                    previous = %old,
+                    "restart after a crash: the previous run did not stop cleanly; its data is recovered from the backups"
+                );
+            }
+            cold_start::replaced_id(&options.coordinator, previous, clean).await?
+        }
+        _ => 0,
     };
     let server_id = enlist(
         &options.coordinator,
@@ -375,6 +432,7 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     };
     tracing::info!(
         server_id,
+        server = %ramstore_wire::server_id::Show(server_id),
         %addr,
         coordinator = %options.coordinator,
         memory_bytes = options.memory_bytes,
@@ -388,6 +446,8 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         resp_addr,
         service,
         tasks,
+        coordinator: options.coordinator.clone(),
+        identity_dir,
     })
 }
 

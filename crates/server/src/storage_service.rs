@@ -449,6 +449,7 @@ impl StorageService {
             | Request::CrashServer { .. }
             | Request::SuspectServer { .. }
             | Request::RenewLease { .. }
+            | Request::Leave { .. }
             | Request::GetTabletMap => answer_message(
                 id,
                 op,

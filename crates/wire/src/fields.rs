@@ -5,7 +5,8 @@
 use crate::error::WireError;
 
 /// The number type of an increment (`u8`: 0 = i64, 1 = f64). The delta and the new
-/// value travel as 8 little-endian bytes of that type.
+/// value travel as 8 little-endian bytes of that type; the stored value is decimal
+/// text ([`crate::counter`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum NumberKind {

@@ -72,6 +72,8 @@
 //! RecoverPartition response  entries u64 | bytes u64
 //! CrashServer request        server_id u64
 //! CrashServer response       (empty)
+//! Leave request              server_id u64 (a server stopping cleanly)
+//! Leave response             (empty)
 //! ```
 //!
 //! # Failure detection (R§7.2, R§7.11, C§4.1)
@@ -111,6 +113,7 @@
 //!   frame is complete once the caller appends the value).
 
 mod codec;
+pub mod counter;
 pub mod encoder;
 mod error;
 mod fields;
@@ -120,6 +123,7 @@ mod opcode;
 mod request;
 mod response;
 mod rules;
+pub mod server_id;
 mod status;
 
 pub use encoder::{

@@ -55,11 +55,15 @@ pub enum Opcode {
     /// while? (the membership lease that keeps zombies from serving stale reads;
     /// design notes "Membership leases").
     RenewLease = 30,
+    /// Storage server → coordinator: this server is stopping cleanly (SIGINT,
+    /// SIGTERM); recover its data now, as a restart's rather than a crash's
+    /// (design notes "Server identity across restarts").
+    Leave = 31,
 }
 
 impl Opcode {
     /// Every opcode, in code order (for tests and tables).
-    pub const ALL: [Opcode; 30] = [
+    pub const ALL: [Opcode; 31] = [
         Opcode::Ping,
         Opcode::CreateTable,
         Opcode::GetTableId,
@@ -90,6 +94,7 @@ impl Opcode {
         Opcode::SuspectServer,
         Opcode::PingServer,
         Opcode::RenewLease,
+        Opcode::Leave,
     ];
 
     /// The code sent on the wire.

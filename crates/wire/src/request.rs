@@ -194,6 +194,11 @@ pub enum Request<'a> {
     RenewLease {
         caller_id: u64,
     },
+    /// Server `server_id` is stopping cleanly: the coordinator marks it crashed
+    /// (so its data is recovered at once, R§7) and remembers the stop was clean.
+    Leave {
+        server_id: u64,
+    },
 }
 
 impl Request<'_> {
@@ -229,6 +234,7 @@ impl Request<'_> {
             Request::SuspectServer { .. } => Opcode::SuspectServer,
             Request::PingServer { .. } => Opcode::PingServer,
             Request::RenewLease { .. } => Opcode::RenewLease,
+            Request::Leave { .. } => Opcode::Leave,
         }
     }
 }
@@ -374,6 +380,9 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
         },
         Opcode::RenewLease => Request::RenewLease {
             caller_id: r.u64()?,
+        },
+        Opcode::Leave => Request::Leave {
+            server_id: r.u64()?,
         },
     })
 }
@@ -555,7 +564,9 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             put_u32(out, *partition_id);
             items.write(out);
         }
-        Request::CrashServer { server_id } => put_u64(out, *server_id),
+        Request::CrashServer { server_id } | Request::Leave { server_id } => {
+            put_u64(out, *server_id)
+        }
         Request::SuspectServer {
             caller_id,
             server_id,

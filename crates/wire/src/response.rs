@@ -103,6 +103,8 @@ pub enum Response<'a> {
         bytes: u64,
     },
     CrashServer,
+    /// The coordinator recorded the clean stop.
+    Leave,
     /// The suspicion is noted (the coordinator confirms it in the background).
     SuspectServer,
     /// Whether the pinged server answered as itself within the pinger's timeout.
@@ -185,6 +187,7 @@ impl Response<'_> {
             Response::BackupGetRecoveryData { .. } => Opcode::BackupGetRecoveryData,
             Response::RecoverPartition { .. } => Opcode::RecoverPartition,
             Response::CrashServer => Opcode::CrashServer,
+            Response::Leave => Opcode::Leave,
             Response::SuspectServer => Opcode::SuspectServer,
             Response::PingServer { .. } => Opcode::PingServer,
             Response::RenewLease { .. } => Opcode::RenewLease,
@@ -288,6 +291,7 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
             bytes: r.u64()?,
         },
         Opcode::CrashServer => Response::CrashServer,
+        Opcode::Leave => Response::Leave,
         Opcode::SuspectServer => Response::SuspectServer,
         Opcode::PingServer => Response::PingServer {
             answered: r.bool("answered")?,
@@ -441,6 +445,7 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
         Response::PingServer { answered } => put_bool(out, *answered),
         Response::RenewLease { lease_ms } => put_u32(out, *lease_ms),
         Response::CrashServer
+        | Response::Leave
         | Response::SuspectServer
         | Response::DropTable
         | Response::SplitTablet

@@ -36,7 +36,8 @@ pub enum Status {
     TableDoesntExist = 10,
     /// A bug or unexpected failure on the server.
     Internal = 11,
-    /// An increment of a value that is not an 8-byte number.
+    /// An increment of a value that is not a number in decimal text
+    /// ([`crate::counter`]).
     NotNumeric = 12,
     /// An increment overflowed (i64) or produced a non-finite float.
     Overflow = 13,

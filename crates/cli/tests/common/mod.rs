@@ -454,11 +454,11 @@ impl Server {
     /// Waits for a spawned server's ready line.
     fn ready(mut proc: Proc) -> Result<Server, String> {
         let line = proc.wait_for_line(|l| l.starts_with("ramstore server "), READY_TIMEOUT)?;
-        // "ramstore server ID listening on ADDR[,] ..."
+        // "ramstore server ID listening on ADDR[,] ..."; ID is INDEX[.RUN].
         let words: Vec<&str> = line.split_whitespace().collect();
         let id = words
             .get(2)
-            .and_then(|w| w.parse().ok())
+            .and_then(|w| ramstore_wire::server_id::parse(w))
             .unwrap_or_else(|| panic!("server id in {line:?}"));
         assert_eq!(words.get(3..5), Some(&["listening", "on"][..]), "{line:?}");
         let addr = words[5].trim_end_matches(',').to_string();

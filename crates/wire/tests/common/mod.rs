@@ -218,6 +218,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
             },
         ),
         ("renew_lease_request", Request::RenewLease { caller_id: 5 }),
+        ("leave_request", Request::Leave { server_id: 3 }),
     ]
 }
 
@@ -535,6 +536,7 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
             Opcode::RenewLease,
             Response::RenewLease { lease_ms: 500 },
         ),
+        ("leave_response", Opcode::Leave, Response::Leave),
         (
             "server_not_up_response",
             Opcode::Ping,
