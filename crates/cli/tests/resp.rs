@@ -598,48 +598,6 @@ fn acknowledged_writes_survive_master_crash() {
     assert_eq!(values.lines().collect::<Vec<_>>(), expected);
 }
 
-/// The README's `redis-cli -p 6380 …` session, run against `ramstore dev
-/// --resp-port`: each command prints what the README shows.
-#[test]
-fn readme_redis_cli_session_works() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-            .expect("README.md");
-    assert!(
-        readme.contains("dev --resp-port 6380"),
-        "README starts dev with --resp-port"
-    );
-    // In the ```console block: "$ redis-cli -p 6380 ARGS" lines, each followed by
-    // its output lines.
-    let mut session: Vec<(Vec<String>, Vec<String>)> = Vec::new();
-    let mut in_console = false;
-    for line in readme.lines() {
-        if line.starts_with("```console") {
-            in_console = true;
-        } else if line.starts_with("```") {
-            in_console = false;
-        } else if !in_console {
-            continue;
-        } else if let Some(cmd) = line.strip_prefix("$ redis-cli -p 6380 ") {
-            session.push((
-                cmd.split_whitespace().map(str::to_string).collect(),
-                Vec::new(),
-            ));
-        } else if let Some((_, out)) = session.last_mut() {
-            out.push(line.to_string());
-        }
-    }
-    assert!(
-        session.len() >= 4,
-        "README shows a redis-cli session: {session:?}"
-    );
-    let d = RespDev::start(1, &["--replicas", "0"]);
-    for (args, expected) in &session {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        assert_eq!(d.cli(&args), expected.join("\n"), "redis-cli {args:?}");
-    }
-}
-
 /// `ramstore server --resp-listen` on one server of a two-server cluster, with
 /// databases spread over both masters (`--resp-table-span 2`): half the keys are
 /// local, half forwarded, and SCAN/DBSIZE walk both tablets.
