@@ -771,17 +771,19 @@ struct Report {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    // Bad values are usage errors (exit code 2), found before anything starts.
+    let usage = |m: &str| -> Result<()> { Err(crate::reach::Exit::Usage(m.to_string()).into()) };
     if args.clients == 0 {
-        bail!("--clients must be at least 1");
+        return usage("--clients must be at least 1");
     }
     if args.keys == 0 {
-        bail!("--keys must be at least 1");
+        return usage("--keys must be at least 1");
     }
     if !(args.duration > 0.0 && args.duration.is_finite()) {
-        bail!("--duration must be a positive number of seconds");
+        return usage("--duration must be a positive number of seconds");
     }
     if !(args.warmup >= 0.0 && args.warmup.is_finite()) {
-        bail!("--warmup must be zero or a positive number of seconds");
+        return usage("--warmup must be zero or a positive number of seconds");
     }
     let loadavg_start = read_proc("/proc/loadavg");
     let do_load = !args.no_load;

@@ -476,6 +476,20 @@ fn raw_socket_pipelining_and_malformed_input() {
     let text = String::from_utf8_lossy(&got);
     assert!(text.starts_with("-ERR too large"), "{text}");
     assert!(text.ends_with("+PONG\r\n") && !closed, "{text}");
+    // Regression (issue 18): an APPEND past 1 MiB says what is too large, not
+    // "too large: TOO_LARGE:  (…)".
+    let mib = vec![b'v'; 1 << 20];
+    let mut req = format!("*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n${}\r\n", mib.len()).into_bytes();
+    req.extend_from_slice(&mib);
+    req.extend_from_slice(b"\r\n*3\r\n$6\r\nAPPEND\r\n$3\r\nbig\r\n$1\r\nx\r\n");
+    req.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+    let (got, closed) = exchange(port, &req, |g| g.ends_with(b"+PONG\r\n"));
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "+OK\r\n-ERR too large: the key or the value would be over the limit (keys are at \
+         most 64 KiB, values 1 MiB)\r\n+PONG\r\n"
+    );
+    assert!(!closed);
     // The server survived all of it.
     assert_eq!(d.cli(&["GET", "p499"]), "\"value-499\"");
 }
