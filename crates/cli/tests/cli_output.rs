@@ -477,6 +477,7 @@ fn exit_codes_and_unreachable_messages() {
         &["tables", "--output", "yaml"],
         &["server"],
         &["completions", "tcsh"],
+        &["bench", "--clients", "0"],
     ] {
         let out = run(args, None);
         assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
