@@ -131,9 +131,10 @@ pub enum Mode {
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// The coordinator's address.
-    #[arg(long, env = "RAMSTORE_COORDINATOR", default_value = "127.0.0.1:7000")]
-    coordinator: String,
+    /// The coordinator's address [env: RAMSTORE_COORDINATOR; default:
+    /// 127.0.0.1:7000] (`main` fills it in before [`run`]).
+    #[arg(long, value_name = "ADDR")]
+    pub coordinator: Option<String>,
     #[arg(long, value_enum, default_value_t = Workload::Read)]
     workload: Workload,
     /// Bytes per value.
@@ -465,6 +466,13 @@ fn complete<F: std::future::Future>(future: F) -> F::Output {
     }
 }
 
+impl BenchArgs {
+    /// The coordinator's address (`main` resolves the default).
+    fn coordinator(&self) -> &str {
+        self.coordinator.as_deref().unwrap_or("127.0.0.1:7000")
+    }
+}
+
 fn client_options(coordinator: &str) -> ClientOptions {
     ClientOptions {
         operation_deadline: OPERATION_DEADLINE,
@@ -475,7 +483,7 @@ fn client_options(coordinator: &str) -> ClientOptions {
 /// Runs `clients` closed-loop clients as `mode` says and merges what they measured.
 fn run_clients(args: &BenchArgs, shared: Arc<Shared>) -> Result<ClientStats> {
     let n = args.clients;
-    let options = client_options(&args.coordinator);
+    let options = client_options(args.coordinator());
     let mut merged = ClientStats::new();
     match args.mode {
         Mode::Tasks => {
@@ -763,17 +771,19 @@ struct Report {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    // Bad values are usage errors (exit code 2), found before anything starts.
+    let usage = |m: &str| -> Result<()> { Err(crate::reach::Exit::Usage(m.to_string()).into()) };
     if args.clients == 0 {
-        bail!("--clients must be at least 1");
+        return usage("--clients must be at least 1");
     }
     if args.keys == 0 {
-        bail!("--keys must be at least 1");
+        return usage("--keys must be at least 1");
     }
     if !(args.duration > 0.0 && args.duration.is_finite()) {
-        bail!("--duration must be a positive number of seconds");
+        return usage("--duration must be a positive number of seconds");
     }
     if !(args.warmup >= 0.0 && args.warmup.is_finite()) {
-        bail!("--warmup must be zero or a positive number of seconds");
+        return usage("--warmup must be zero or a positive number of seconds");
     }
     let loadavg_start = read_proc("/proc/loadavg");
     let do_load = !args.no_load;
@@ -781,14 +791,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
     // Set up on a runtime of its own, dropped before the clients start.
     let setup = crate::runtime()?;
     let table_id = setup.block_on(async {
-        let client = Client::connect(client_options(&args.coordinator))
+        let client = Client::connect(client_options(args.coordinator()))
             .await
             .map_err(|e| match e {
                 ClientError::CoordinatorUnreachable(_) => anyhow::anyhow!(
                     "cannot reach coordinator at {} (is `ramstore dev` running? set --coordinator or RAMSTORE_COORDINATOR)",
-                    args.coordinator
+                    args.coordinator()
                 ),
-                e => anyhow::anyhow!("cannot connect to coordinator at {}: {e}", args.coordinator),
+                e => anyhow::anyhow!("cannot connect to coordinator at {}: {e}", args.coordinator()),
             })?;
         let table_id = match client.get_table_id(&args.table).await {
             Ok(id) => id,
@@ -912,7 +922,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             mode: args.mode,
             shared_client: args.shared_client,
             table: args.table.clone(),
-            coordinator: args.coordinator.clone(),
+            coordinator: args.coordinator().to_string(),
             per_op,
             machine: Machine {
                 nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),

@@ -1,24 +1,17 @@
 //! Data and admin commands: they talk to a running cluster through the client
-//! library and print one clear line on error.
+//! library, print their result in the chosen `--output` format (see
+//! [`crate::output`]) and fail with one clear line and an exit code
+//! ([`crate::reach`]).
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::{bail, Context, Result};
-use ramstore_client::{server_id, BlockingClient, ClientError, ClientOptions, RejectRules};
+use ramstore_client::{server_id, BlockingClient, ClientError, RejectRules};
+use serde_json::{json, Map, Value};
 
-/// Connects to the coordinator at `addr`.
-pub fn connect(addr: &str) -> Result<BlockingClient> {
-    let mut options = ClientOptions::new(addr.to_string());
-    // Interactive commands should fail fast when a cluster is down.
-    options.operation_deadline = std::time::Duration::from_secs(10);
-    BlockingClient::connect(options).map_err(|e| match e {
-        ClientError::CoordinatorUnreachable(_) => {
-            anyhow::anyhow!("cannot reach coordinator at {addr} (is `ramstore dev` running? set --coordinator or RAMSTORE_COORDINATOR)")
-        }
-        e => anyhow::anyhow!("cannot connect to coordinator at {addr}: {e}"),
-    })
-}
+use crate::output::{escape, json_bytes, print_json, Columns, Format};
+use crate::reach::Exit;
 
 /// The id of table `name`, with a clear error if it does not exist.
 pub fn table_id(client: &BlockingClient, name: &str) -> Result<u64> {
@@ -26,7 +19,7 @@ pub fn table_id(client: &BlockingClient, name: &str) -> Result<u64> {
         ClientError::TableDoesntExist => anyhow::anyhow!(
             "unknown table '{name}' (create it with `ramstore create-table {name}`)"
         ),
-        e => anyhow::anyhow!("looking up table '{name}': {e}"),
+        e => explain(e).context(format!("looking up table '{name}'")),
     })
 }
 
@@ -38,20 +31,41 @@ fn explain(e: ClientError) -> anyhow::Error {
         e @ ClientError::NoSpace { .. } => {
             anyhow::anyhow!("{e}; see `ramstore status` (REFUSING WRITES)")
         }
+        // Exit code 3: the cluster (or the part of it holding the key) did not
+        // answer in time.
+        ClientError::DeadlineExceeded {
+            elapsed,
+            last_attempt,
+        } => Exit::Unreachable(format!(
+            "gave up after {:.1} s (--timeout); last attempt: {last_attempt}",
+            elapsed.as_secs_f64()
+        ))
+        .into(),
+        e @ ClientError::CoordinatorUnreachable(_) => Exit::Unreachable(e.to_string()).into(),
         e => anyhow::anyhow!("{e}"),
     }
 }
 
-pub fn create_table(client: &BlockingClient, name: &str, span: u32) -> Result<()> {
+pub fn create_table(client: &BlockingClient, name: &str, span: u32, format: Format) -> Result<()> {
     let id = client.create_table(name, span).map_err(explain)?;
-    println!("table '{name}' has id {id}");
+    let mut out = std::io::stdout().lock();
+    match format {
+        Format::Table => writeln!(out, "table '{}' has id {id}", escape(name.as_bytes()))?,
+        Format::Json => print_json(&mut out, &json!({"table": name, "id": id}))?,
+        Format::Raw => writeln!(out, "{id}")?,
+    }
     Ok(())
 }
 
-pub fn drop_table(client: &BlockingClient, name: &str) -> Result<()> {
-    table_id(client, name)?;
+pub fn drop_table(client: &BlockingClient, name: &str, format: Format) -> Result<()> {
+    let id = table_id(client, name)?;
     client.drop_table(name).map_err(explain)?;
-    println!("dropped table '{name}'");
+    let mut out = std::io::stdout().lock();
+    match format {
+        Format::Table => writeln!(out, "dropped table '{}'", escape(name.as_bytes()))?,
+        Format::Json => print_json(&mut out, &json!({"table": name, "id": id, "dropped": true}))?,
+        Format::Raw => {}
+    }
     Ok(())
 }
 
@@ -92,15 +106,39 @@ fn table_list(stats: &BTreeMap<String, String>) -> Vec<(u64, String, String)> {
     tables
 }
 
-pub fn tables(client: &BlockingClient, coordinator: &str) -> Result<()> {
+pub fn tables(client: &BlockingClient, coordinator: &str, format: Format) -> Result<()> {
     let stats = coordinator_stats(client, coordinator)?;
     let tables = table_list(&stats);
-    println!("{:<24} {:>8} {:>8}", "TABLE", "ID", "TABLETS");
-    for (id, tablets, name) in &tables {
-        println!("{name:<24} {id:>8} {tablets:>8}");
-    }
-    if tables.is_empty() {
-        println!("(no tables)");
+    let mut out = std::io::stdout().lock();
+    match format {
+        Format::Table => {
+            let mut t = Columns::new(&[("TABLE", false), ("ID", true), ("TABLETS", true)]);
+            for (id, tablets, name) in &tables {
+                t.row(vec![
+                    escape(name.as_bytes()),
+                    id.to_string(),
+                    tablets.clone(),
+                ]);
+            }
+            t.print(&mut out)?;
+            if tables.is_empty() {
+                writeln!(out, "(no tables)")?;
+            }
+        }
+        Format::Json => {
+            let list: Vec<Value> = tables
+                .iter()
+                .map(|(id, tablets, name)| {
+                    json!({"name": name, "id": id, "tablets": tablets.parse::<u64>().ok()})
+                })
+                .collect();
+            print_json(&mut out, &Value::Array(list))?;
+        }
+        Format::Raw => {
+            for (id, tablets, name) in &tables {
+                writeln!(out, "{name}\t{id}\t{tablets}")?;
+            }
+        }
     }
     Ok(())
 }
@@ -114,59 +152,106 @@ pub fn put(
     client: &BlockingClient,
     table: &str,
     key: &str,
-    value: &str,
+    value: &[u8],
     o: PutOptions,
+    format: Format,
 ) -> Result<()> {
     let id = table_id(client, table)?;
     let rules = match (o.if_version, o.create_only) {
+        // The argument parser refuses the combination (a usage error).
         (Some(_), true) => bail!("--if-version and --create-only cannot be combined"),
         (Some(v), false) => RejectRules::version_must_equal(v),
         (None, true) => RejectRules::must_not_exist(),
         (None, false) => RejectRules::default(),
     };
+    let shown = escape(key.as_bytes());
     let version = client
-        .write_with_rules(id, key.as_bytes(), value.as_bytes(), &rules)
+        .write_with_rules(id, key.as_bytes(), value, &rules)
         .map_err(|e| match e {
             ClientError::WrongVersion { current } => {
                 anyhow::anyhow!("not written: the object's version is {current}")
             }
-            ClientError::ObjectExists => anyhow::anyhow!("not written: '{key}' already exists"),
+            ClientError::ObjectExists => anyhow::anyhow!("not written: '{shown}' already exists"),
             ClientError::ObjectDoesntExist => {
-                anyhow::anyhow!("not written: '{key}' does not exist")
+                anyhow::anyhow!("not written: '{shown}' does not exist")
             }
             e => explain(e),
         })?;
-    println!("version {version}");
+    let mut out = std::io::stdout().lock();
+    match format {
+        Format::Table => writeln!(out, "version {version}")?,
+        Format::Json => print_json(&mut out, &json!({"version": version, "bytes": value.len()}))?,
+        Format::Raw => writeln!(out, "{version}")?,
+    }
     Ok(())
 }
 
-pub fn get(client: &BlockingClient, table: &str, key: &str, show_version: bool) -> Result<()> {
+pub fn get(
+    client: &BlockingClient,
+    table: &str,
+    key: &str,
+    show_version: bool,
+    format: Format,
+) -> Result<()> {
     let id = table_id(client, table)?;
     match client.read(id, key.as_bytes()) {
         Ok((value, version)) => {
             let mut out = std::io::stdout().lock();
-            out.write_all(&value)?;
-            out.write_all(b"\n")?;
+            match format {
+                Format::Table => writeln!(out, "{}", escape(&value))?,
+                Format::Json => {
+                    let mut o = Map::new();
+                    json_bytes(&mut o, "key", key.as_bytes());
+                    json_bytes(&mut o, "value", &value);
+                    o.insert("version".into(), version.into());
+                    print_json(&mut out, &Value::Object(o))?;
+                }
+                // Exactly the stored bytes: `get --raw T K > f` gives back the
+                // file of `put T K --value-file f`.
+                Format::Raw => out.write_all(&value)?,
+            }
+            out.flush()?;
             if show_version {
                 eprintln!("version {version}");
             }
             Ok(())
         }
-        Err(ClientError::ObjectDoesntExist) => bail!("'{key}' not found in table '{table}'"),
+        Err(ClientError::ObjectDoesntExist) => bail!(
+            "'{}' not found in table '{}'",
+            escape(key.as_bytes()),
+            escape(table.as_bytes())
+        ),
         Err(e) => Err(explain(e)),
     }
 }
 
-pub fn del(client: &BlockingClient, table: &str, key: &str) -> Result<()> {
+pub fn del(client: &BlockingClient, table: &str, key: &str, format: Format) -> Result<()> {
     let id = table_id(client, table)?;
-    match client.remove(id, key.as_bytes()).map_err(explain)? {
-        Some(version) => println!("deleted '{key}' (it had version {version})"),
-        None => println!("'{key}' did not exist"),
+    let removed = client.remove(id, key.as_bytes()).map_err(explain)?;
+    let shown = escape(key.as_bytes());
+    let mut out = std::io::stdout().lock();
+    match (format, removed) {
+        (Format::Table, Some(version)) => {
+            writeln!(out, "deleted '{shown}' (it had version {version})")?
+        }
+        (Format::Table, None) => writeln!(out, "'{shown}' did not exist")?,
+        (Format::Json, _) => print_json(
+            &mut out,
+            &json!({"deleted": removed.is_some(), "version": removed}),
+        )?,
+        (Format::Raw, Some(version)) => writeln!(out, "{version}")?,
+        (Format::Raw, None) => {}
     }
     Ok(())
 }
 
-pub fn incr(client: &BlockingClient, table: &str, key: &str, delta: i64) -> Result<()> {
+pub fn incr(
+    client: &BlockingClient,
+    table: &str,
+    key: &str,
+    delta: i64,
+    format: Format,
+) -> Result<()> {
     let id = table_id(client, table)?;
     let (value, version) =
         client
@@ -180,30 +265,68 @@ pub fn incr(client: &BlockingClient, table: &str, key: &str, delta: i64) -> Resu
                 ),
                 e => explain(e),
             })?;
-    println!("{value} (version {version})");
+    let mut out = std::io::stdout().lock();
+    match format {
+        Format::Table => writeln!(out, "{value} (version {version})")?,
+        Format::Json => print_json(&mut out, &json!({"value": value, "version": version}))?,
+        Format::Raw => writeln!(out, "{value}")?,
+    }
     Ok(())
 }
 
-pub fn scan(client: &BlockingClient, table: &str, limit: Option<usize>) -> Result<()> {
+/// `scan`: `table` output is aligned, so it is printed when the scan ends; `json`
+/// (an array) and `raw` (`KEY<TAB>VALUE<TAB>VERSION` lines of exact bytes) stream.
+pub fn scan(
+    client: &BlockingClient,
+    table: &str,
+    limit: Option<usize>,
+    format: Format,
+) -> Result<()> {
     let id = table_id(client, table)?;
     let mut out = std::io::stdout().lock();
+    let mut rows = Columns::new(&[("KEY", false), ("VALUE", false), ("VERSION", true)]);
     let mut n = 0;
+    if format == Format::Json {
+        write!(out, "[")?;
+    }
     for item in client.enumerate(id) {
         if limit.is_some_and(|l| n >= l) {
             break;
         }
         let o = item.map_err(explain)?;
-        writeln!(
-            out,
-            "{}\t{}\t{}",
-            String::from_utf8_lossy(&o.key),
-            String::from_utf8_lossy(&o.value),
-            o.version
-        )?;
+        match format {
+            Format::Table => rows.row(vec![
+                escape(&o.key),
+                escape(&o.value),
+                o.version.to_string(),
+            ]),
+            Format::Json => {
+                let mut object = Map::new();
+                json_bytes(&mut object, "key", &o.key);
+                json_bytes(&mut object, "value", &o.value);
+                object.insert("version".into(), o.version.into());
+                write!(out, "{}\n  ", if n == 0 { "" } else { "," })?;
+                serde_json::to_writer(&mut out, &Value::Object(object))?;
+            }
+            Format::Raw => {
+                out.write_all(&o.key)?;
+                out.write_all(b"\t")?;
+                out.write_all(&o.value)?;
+                writeln!(out, "\t{}", o.version)?;
+            }
+        }
         n += 1;
     }
+    match format {
+        Format::Table => rows.print(&mut out)?,
+        Format::Json => writeln!(out, "{}]", if n == 0 { "" } else { "\n" })?,
+        Format::Raw => {}
+    }
+    out.flush()?;
     drop(out);
-    eprintln!("{n} object(s)");
+    if format == Format::Table {
+        eprintln!("{n} object(s)");
+    }
     Ok(())
 }
 
@@ -223,45 +346,34 @@ fn human_bytes(bytes: u64) -> String {
     format!("{value:.1}{}", UNITS[unit])
 }
 
-/// The backup columns of a `status` row (REPLICAS, BUFFERS, BACKUP DISK) from a
+/// The backup cells of a `status` row (REPLICAS, BUFFERS, BACKUP DISK) from a
 /// server's stats: `-` for each when there are no stats (server down or
 /// unreachable), `backup off` for a server without a backup, and `?` for a value
 /// whose line is missing or malformed — the stats come from a peer, possibly of
 /// another version, and one bad line must not hide the rest of the cluster.
-fn backup_columns(server: &BTreeMap<String, String>) -> String {
-    let columns = |replicas: &str, buffers: &str, disk: &str| {
-        format!("{replicas:>8} {buffers:>7} {disk:>18}")
-    };
+fn backup_columns(server: &BTreeMap<String, String>) -> [String; 3] {
     if server.is_empty() {
-        return columns("-", "-", "-");
+        return ["-".into(), "-".into(), "-".into()];
     }
     if server.get("backup").is_some_and(|v| v == "off") {
-        return "backup off".into();
+        return ["backup off".into(), String::new(), String::new()];
     }
     let num = |key: &str| server.get(key).and_then(|v| v.parse::<u64>().ok());
     let text = |n: Option<u64>| n.map_or("?".into(), |n| n.to_string());
-    // Servers always give their backup frames of a whole segment
-    // (`ServerOptions::backup_config`), so capacity is frames × segment bytes.
-    let capacity = num("backup_frames_total")
-        .and_then(|frames| frames.checked_mul(u64::from(ramstore_backup::FRAME_SEGMENT_BYTES)));
     let bytes = |n: Option<u64>| n.map_or("?".into(), human_bytes);
-    columns(
-        &text(num("backup_replicas")),
-        &format!(
+    [
+        text(num("backup_replicas")),
+        format!(
             "{}/{}",
             text(num("backup_open_buffers_used")),
             text(num("backup_open_buffers_max"))
         ),
-        &format!("{}/{}", bytes(num("backup_bytes_on_disk")), bytes(capacity)),
-    )
-}
-
-/// The resident split's columns of `ramstore status` (issue 17): the server
-/// process's resident memory, then its log, hash table and other parts (GetServerStats
-/// `resident_bytes`, `log_resident_bytes`, `hash_table_resident_bytes`,
-/// `other_resident_bytes`), each a single word so the row splits on whitespace.
-fn resident_columns([rss, log, hash, other]: [&str; 4]) -> String {
-    format!("{rss:>9} {log:>9} {hash:>9} {other:>10}")
+        format!(
+            "{}/{}",
+            bytes(num("backup_bytes_on_disk")),
+            bytes(backup_capacity(server))
+        ),
+    ]
 }
 
 /// The servers of the coordinator's stats (`server.<id>=ADDRESS STATE …`), by
@@ -302,34 +414,121 @@ fn listed(id: u64, state: &str, newest: &BTreeMap<u64, u64>, all: bool) -> bool 
     all || (newest.get(&server_id::index(id)) == Some(&id) && state != "removed")
 }
 
-pub fn status(client: &BlockingClient, coordinator: &str, all: bool) -> Result<()> {
+/// A backup's disk capacity in bytes. Servers always give their backup frames of
+/// a whole segment (`ServerOptions::backup_config`), so it is frames × segment
+/// bytes (`None` if the line is missing or the product overflows).
+fn backup_capacity(server: &BTreeMap<String, String>) -> Option<u64> {
+    server
+        .get("backup_frames_total")
+        .and_then(|v| v.parse::<u64>().ok())
+        .and_then(|frames| frames.checked_mul(u64::from(ramstore_backup::FRAME_SEGMENT_BYTES)))
+}
+
+/// The backup of a `status --output json` server: `null` without stats, `"off"`,
+/// or its numbers (`null` where a line is missing or malformed).
+fn backup_json(server: &BTreeMap<String, String>) -> Value {
+    if server.is_empty() {
+        return Value::Null;
+    }
+    if server.get("backup").is_some_and(|v| v == "off") {
+        return "off".into();
+    }
+    let num = |key: &str| server.get(key).and_then(|v| v.parse::<u64>().ok());
+    json!({
+        "replicas": num("backup_replicas"),
+        "open_buffers_used": num("backup_open_buffers_used"),
+        "open_buffers_max": num("backup_open_buffers_max"),
+        "bytes_on_disk": num("backup_bytes_on_disk"),
+        "capacity_bytes": backup_capacity(server),
+    })
+}
+
+/// One server of `ramstore status`.
+struct ServerRow {
+    /// The server id as the coordinator knows it (index and incarnation).
+    id: u64,
+    /// How the row names it: the index, or `INDEX.RUN` for an earlier run.
+    shown: String,
+    address: String,
+    /// `up`, `crashed`, `removed`…, or `unreachable` (up, but its stats did not come).
+    state: String,
+    tablets: usize,
+    /// The server's own GetServerStats (empty unless it is up and answered).
+    stats: BTreeMap<String, String>,
+}
+
+impl ServerRow {
+    fn num(&self, key: &str) -> Option<u64> {
+        self.stats.get(key).and_then(|v| v.parse::<u64>().ok())
+    }
+
+    /// The cells of its table row.
+    fn cells(&self) -> Vec<String> {
+        let mib = |key: &str| {
+            self.num(key)
+                .map_or("-".to_string(), |b| format!("{:.1}", b as f64 / 1048576.0))
+        };
+        let used = match (self.num("live_object_bytes"), self.num("memory_bytes")) {
+            (Some(l), Some(m)) if m > 0 => format!("{:.1}%", 100.0 * l as f64 / m as f64),
+            _ => "-".into(),
+        };
+        let mut cells = vec![
+            self.shown.clone(),
+            self.address.clone(),
+            self.state.clone(),
+            self.tablets.to_string(),
+            self.num("objects").map_or("-".into(), |n| n.to_string()),
+            mib("live_object_bytes"),
+            mib("memory_bytes"),
+            used,
+            self.stats
+                .get("durability")
+                .map_or("-", |s| s.as_str())
+                .to_string(),
+        ];
+        // The resident split (issue 17): the process, then its log, hash table
+        // and other parts.
+        for key in [
+            "resident_bytes",
+            "log_resident_bytes",
+            "hash_table_resident_bytes",
+            "other_resident_bytes",
+        ] {
+            cells.push(mib(key));
+        }
+        cells.extend(backup_columns(&self.stats));
+        cells
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "id": server_id::index(self.id),
+            "incarnation": server_id::incarnation(self.id),
+            "shown_id": self.shown,
+            "address": self.address,
+            "status": self.state,
+            "tablets": self.tablets,
+            "objects": self.num("objects"),
+            "live_object_bytes": self.num("live_object_bytes"),
+            "memory_bytes": self.num("memory_bytes"),
+            "durability": self.stats.get("durability"),
+            "resident_bytes": self.num("resident_bytes"),
+            "resident_peak_bytes": self.num("resident_peak_bytes"),
+            "log_resident_bytes": self.num("log_resident_bytes"),
+            "hash_table_resident_bytes": self.num("hash_table_resident_bytes"),
+            "other_resident_bytes": self.num("other_resident_bytes"),
+            "refusing_writes": self.num("refusing_writes") == Some(1),
+            "backup": backup_json(&self.stats),
+        })
+    }
+}
+
+pub fn status(client: &BlockingClient, coordinator: &str, all: bool, format: Format) -> Result<()> {
     let stats = coordinator_stats(client, coordinator)?;
     let map = client.tablet_map().map_err(explain)?;
-    println!(
-        "coordinator {coordinator}: server list version {}, recoveries completed {}",
-        stats.get("server_list_version").map_or("?", |s| s),
-        stats.get("recoveries_completed").map_or("?", |s| s)
-    );
-    println!(
-        "{:>4} {:<22} {:<8} {:>8} {:>10} {:>12} {:>12} {:>6} {:>11} {} {:>8} {:>7} {:>18}",
-        "ID",
-        "ADDRESS",
-        "STATUS",
-        "TABLETS",
-        "OBJECTS",
-        "LIVE MiB",
-        "MEMORY MiB",
-        "USED",
-        "DURABILITY",
-        resident_columns(["RSS MiB", "LOG MiB", "HASH MiB", "OTHER MiB"]),
-        "REPLICAS",
-        "BUFFERS",
-        "BACKUP DISK"
-    );
     let servers = server_entries(&stats);
     let newest = newest_runs(servers.iter().map(|(id, _)| *id));
-    // Servers refusing writes for lack of memory, told after the table.
-    let mut refusing = Vec::new();
+    let mut rows = Vec::with_capacity(servers.len());
     for (id, v) in servers {
         let mut parts = v.split_whitespace();
         let address = parts.next().unwrap_or("?");
@@ -354,54 +553,97 @@ pub fn status(client: &BlockingClient, coordinator: &str, all: bool) -> Result<(
         } else {
             BTreeMap::new()
         };
-        let num = |key: &str| server.get(key).and_then(|v| v.parse::<u64>().ok());
-        let mib = |key: &str| {
-            num(key).map_or("-".to_string(), |b| format!("{:.1}", b as f64 / 1048576.0))
-        };
-        let used = match (num("live_object_bytes"), num("memory_bytes")) {
-            (Some(l), Some(m)) if m > 0 => format!("{:.1}%", 100.0 * l as f64 / m as f64),
-            _ => "-".into(),
-        };
-        if num("refusing_writes") == Some(1) {
-            refusing.push(refusing_line(id, address, &server));
-        }
         let state = if state == "up" && server.is_empty() {
             "unreachable"
         } else {
             state
         };
-        println!(
-            "{shown:>4} {address:<22} {state:<8} {tablets:>8} {:>10} {:>12} {:>12} {used:>6} {:>11} {} {}",
-            num("objects").map_or("-".into(), |n| n.to_string()),
-            mib("live_object_bytes"),
-            mib("memory_bytes"),
-            server.get("durability").map_or("-", |s| s.as_str()),
-            resident_columns([
-                mib("resident_bytes").as_str(),
-                mib("log_resident_bytes").as_str(),
-                mib("hash_table_resident_bytes").as_str(),
-                mib("other_resident_bytes").as_str(),
-            ]),
-            backup_columns(&server),
-        );
+        rows.push(ServerRow {
+            id,
+            shown,
+            address: address.to_string(),
+            state: state.to_string(),
+            tablets,
+            stats: server,
+        });
     }
-    println!(
-        "{} table(s), {} tablet(s)",
-        table_list(&stats).len(),
-        map.len()
-    );
-    for line in refusing {
-        println!("{line}");
-    }
-    // Recoveries in progress, after the summary (scripts read the rows above).
-    for (key, value) in &stats {
-        if let Some(id) = key.strip_prefix("recovery.") {
-            let id = id
-                .parse()
-                .map_or(id.to_string(), |id| shown_id(id, &newest));
-            println!("recovering server {id}: {}", value.replace('=', " "));
+    let table_count = table_list(&stats).len();
+    // Recoveries in progress: (crashed server id, what the coordinator says).
+    let recoveries: Vec<(&str, &String)> = stats
+        .iter()
+        .filter_map(|(key, value)| Some((key.strip_prefix("recovery.")?, value)))
+        .collect();
+    let recovering_id = |id: &str| {
+        id.parse()
+            .map_or(id.to_string(), |id| shown_id(id, &newest))
+    };
+    let coordinator_num = |key: &str| stats.get(key).and_then(|v| v.parse::<u64>().ok());
+
+    let mut out = std::io::stdout().lock();
+    match format {
+        Format::Table => {
+            writeln!(
+                out,
+                "coordinator {coordinator}: server list version {}, recoveries completed {}",
+                stats.get("server_list_version").map_or("?", |s| s),
+                stats.get("recoveries_completed").map_or("?", |s| s)
+            )?;
+            let mut t = Columns::new(&[
+                ("ID", true),
+                ("ADDRESS", false),
+                ("STATUS", false),
+                ("TABLETS", true),
+                ("OBJECTS", true),
+                ("LIVE MiB", true),
+                ("MEMORY MiB", true),
+                ("USED", true),
+                ("DURABILITY", true),
+                ("RSS MiB", true),
+                ("LOG MiB", true),
+                ("HASH MiB", true),
+                ("OTHER MiB", true),
+                ("REPLICAS", true),
+                ("BUFFERS", true),
+                ("BACKUP DISK", true),
+            ]);
+            for row in &rows {
+                t.row(row.cells());
+            }
+            t.print(&mut out)?;
+            writeln!(out, "{table_count} table(s), {} tablet(s)", map.len())?;
+            // Servers refusing writes for lack of memory, told after the table.
+            for row in rows.iter().filter(|r| r.num("refusing_writes") == Some(1)) {
+                writeln!(out, "{}", refusing_line(row.id, &row.address, &row.stats))?;
+            }
+            // Recoveries in progress, after the summary (scripts read the rows above).
+            for (id, value) in &recoveries {
+                let id = recovering_id(id);
+                writeln!(out, "recovering server {id}: {}", value.replace('=', " "))?;
+            }
+        }
+        Format::Json => {
+            let recoveries: Vec<Value> = recoveries
+                .iter()
+                .map(|(id, value)| json!({"server": id.parse::<u64>().ok(), "progress": value}))
+                .collect();
+            let doc = json!({
+                "coordinator": coordinator,
+                "server_list_version": coordinator_num("server_list_version"),
+                "recoveries_completed": coordinator_num("recoveries_completed"),
+                "servers": rows.iter().map(ServerRow::json).collect::<Vec<_>>(),
+                "tables": table_count,
+                "tablets": map.len(),
+                "recoveries": recoveries,
+            });
+            print_json(&mut out, &doc)?;
+        }
+        Format::Raw => {
+            for row in &rows {
+                writeln!(out, "{}", row.cells().join("\t"))?;
+            }
         }
     }
+    out.flush()?;
     Ok(())
 }
 
@@ -420,14 +662,25 @@ fn refusing_line(id: u64, address: &str, server: &BTreeMap<String, String>) -> S
 
 /// `ramstore crash-server ID`: `ID` as `status` shows it, a server's index,
 /// names its newest run.
-pub fn crash_server(client: &BlockingClient, coordinator: &str, id: u64) -> Result<()> {
+pub fn crash_server(
+    client: &BlockingClient,
+    coordinator: &str,
+    id: u64,
+    format: Format,
+) -> Result<()> {
     let stats = coordinator_stats(client, coordinator)?;
     let newest = newest_runs(server_entries(&stats).into_iter().map(|(id, _)| id));
     let run = newest.get(&server_id::index(id)).copied().unwrap_or(id);
     client.crash_server(run).map_err(explain)?;
-    println!(
-        "server {id} declared crashed; its tablets are being recovered (see `ramstore status`)"
-    );
+    let mut out = std::io::stdout().lock();
+    match format {
+        Format::Table => writeln!(
+            out,
+            "server {id} declared crashed; its tablets are being recovered (see `ramstore status`)"
+        )?,
+        Format::Json => print_json(&mut out, &json!({"server": id, "crashed": true}))?,
+        Format::Raw => {}
+    }
     Ok(())
 }
 
@@ -437,6 +690,7 @@ mod tests {
 
     fn words(server: &BTreeMap<String, String>) -> Vec<String> {
         backup_columns(server)
+            .join(" ")
             .split_whitespace()
             .map(String::from)
             .collect()
@@ -501,7 +755,7 @@ mod tests {
         assert_eq!(words(&on), ["1", "1/8", "3.0MiB/32.0MiB"]);
         assert_eq!(
             backup_columns(&parse_stats("server_id=3\nbackup=off\n")),
-            "backup off"
+            ["backup off", "", ""]
         );
         assert_eq!(words(&BTreeMap::new()), ["-", "-", "-"]);
     }

@@ -4,12 +4,16 @@
 mod allocator;
 mod bench;
 mod cluster;
+mod config;
 mod data;
+mod output;
+mod reach;
 mod size;
+mod value;
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use ramstore_coordinator::failure_detector::MAX_DETECTOR_MS;
 use ramstore_coordinator::partition::PartitionLimits;
 use ramstore_coordinator::{
@@ -29,6 +33,11 @@ use ramstore_server::{
     about = "ramstore: a distributed in-memory key-value store"
 )]
 struct Cli {
+    /// The coordinator's address for the data, admin, server and bench commands, or
+    /// several separated by commas (the active coordinator and its standbys); the
+    /// same flag after the subcommand wins [default: 127.0.0.1:7000].
+    #[arg(long, value_name = "ADDR", env = "RAMSTORE_COORDINATOR")]
+    coordinator: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -136,13 +145,13 @@ enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Storage servers to run.
-        #[arg(long, default_value_t = 2)]
-        servers: usize,
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+        servers: u16,
         /// Log memory per storage server (e.g. 512MiB, 4GiB).
         #[arg(long, default_value = "512MiB", value_parser = size::parse_size)]
         memory: usize,
         /// Coordinator port; servers use the ports after it.
-        #[arg(long, default_value_t = 7000)]
+        #[arg(long, default_value_t = 7000, value_parser = clap::value_parser!(u16).range(1..))]
         port: u16,
         /// Frames in each server's backup file (DIR/server-N/backup/replicas.frames);
         /// each frame holds one 8 MiB segment replica and is allocated on disk up
@@ -184,7 +193,13 @@ enum Command {
     /// Run a coordinator. With an etcd store, coordinators elect one active
     /// coordinator through a lease in etcd; the others stand by and take over when
     /// its lease expires (see docs/operations.md).
+    #[command(args_override_self = true)]
     Coordinator {
+        /// Read settings from this TOML file: the flags below without dashes
+        /// (`listen = "0.0.0.0:7000"`); flags on the command line override it.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The address to serve clients and servers on.
         #[arg(long, default_value = "127.0.0.1:7000")]
         listen: String,
         /// Where state lives: file:DIR (one coordinator), or
@@ -208,11 +223,19 @@ enum Command {
         recovery: RecoveryArgs,
     },
     /// Run a storage server.
+    #[command(args_override_self = true)]
     Server {
+        /// Read settings from this TOML file: the flags below without dashes
+        /// (`memory = "4GiB"`, `backup-dir = "/srv/ramstore"`); flags on the command
+        /// line override it.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         /// The coordinator's address, or several separated by commas (the active
-        /// coordinator and its standbys).
-        #[arg(long, env = "RAMSTORE_COORDINATOR")]
-        coordinator: String,
+        /// coordinator and its standbys) [env: RAMSTORE_COORDINATOR].
+        #[arg(long, value_name = "ADDR")]
+        coordinator: Option<String>,
+        /// The address to serve clients and other servers on (port 0: any free
+        /// port).
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
         /// Address clients should use, if not the listen address.
@@ -326,6 +349,7 @@ enum Command {
     },
     /// Create a table (no-op if it exists).
     CreateTable {
+        /// The table's name.
         name: String,
         /// Masters to spread the table over (one tablet each).
         #[arg(long, default_value_t = 1)]
@@ -335,6 +359,7 @@ enum Command {
     },
     /// Drop a table and its objects.
     DropTable {
+        /// The table's name.
         name: String,
         #[command(flatten)]
         at: At,
@@ -344,13 +369,21 @@ enum Command {
         #[command(flatten)]
         at: At,
     },
-    /// Write an object.
+    /// Write an object: the value is the argument, standard input (`-`) or a file
+    /// (--value-file), at most 1 MiB.
     Put {
+        /// The table's name.
         table: String,
+        /// The object's key.
         key: String,
-        value: String,
+        /// The value; `-` reads it from standard input.
+        #[arg(required_unless_present = "value_file", conflicts_with = "value_file")]
+        value: Option<String>,
+        /// Read the value from this file.
+        #[arg(long, value_name = "PATH")]
+        value_file: Option<PathBuf>,
         /// Only write if the object's current version is exactly this.
-        #[arg(long)]
+        #[arg(long, value_name = "VERSION", conflicts_with = "create_only")]
         if_version: Option<u64>,
         /// Only write if the object does not exist yet.
         #[arg(long)]
@@ -358,9 +391,12 @@ enum Command {
         #[command(flatten)]
         at: At,
     },
-    /// Read an object's value (its version goes to stderr with --version).
+    /// Read an object's value: escaped for the terminal by default, exact bytes with
+    /// --raw (its version goes to stderr with --version).
     Get {
+        /// The table's name.
         table: String,
+        /// The object's key.
         key: String,
         /// Also print the object's version (on stderr).
         #[arg(long)]
@@ -370,7 +406,9 @@ enum Command {
     },
     /// Delete an object.
     Del {
+        /// The table's name.
         table: String,
+        /// The object's key.
         key: String,
         #[command(flatten)]
         at: At,
@@ -378,17 +416,22 @@ enum Command {
     /// Add to a counter: a 64-bit integer stored as decimal text, as Redis's INCR
     /// stores it (created at 0 if missing).
     Incr {
+        /// The table's name.
         table: String,
+        /// The counter's key.
         key: String,
+        /// What to add (negative to subtract).
         #[arg(default_value_t = 1, allow_hyphen_values = true)]
         delta: i64,
         #[command(flatten)]
         at: At,
     },
-    /// Print every object of a table (key, value, version; tab-separated).
+    /// Print every object of a table: key, value (escaped by default) and version.
     Scan {
+        /// The table's name.
         table: String,
-        #[arg(long)]
+        /// Print at most this many objects.
+        #[arg(long, value_name = "N")]
         limit: Option<usize>,
         #[command(flatten)]
         at: At,
@@ -411,6 +454,12 @@ enum Command {
         id: u64,
         #[command(flatten)]
         at: At,
+    },
+    /// Print a shell completion script (e.g. `ramstore completions bash >
+    /// /etc/bash_completion.d/ramstore`).
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
     },
     /// Measure latency and throughput: closed-loop clients running a workload.
     Bench(bench::BenchArgs),
@@ -435,13 +484,48 @@ impl From<BackupSync> for SyncMode {
     }
 }
 
-/// Which cluster a data command talks to.
+/// Which cluster a data or admin command talks to, how long it tries, and how it
+/// prints.
 #[derive(clap::Args)]
 struct At {
     /// The coordinator's address, or several separated by commas (the active
-    /// coordinator and its standbys).
-    #[arg(long, env = "RAMSTORE_COORDINATOR", default_value = "127.0.0.1:7000")]
-    coordinator: String,
+    /// coordinator and its standbys) [env: RAMSTORE_COORDINATOR; default:
+    /// 127.0.0.1:7000].
+    #[arg(long, value_name = "ADDR")]
+    coordinator: Option<String>,
+    /// How long to keep retrying (a coordinator taking over, a master being
+    /// recovered) before giving up with exit code 3, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    timeout: u64,
+    #[command(flatten)]
+    output: output::OutputArgs,
+}
+
+/// The coordinator address when none is given.
+const DEFAULT_COORDINATOR: &str = "127.0.0.1:7000";
+
+impl At {
+    /// The address: this command's `--coordinator`, else the one before the
+    /// subcommand or in RAMSTORE_COORDINATOR, else the default.
+    fn addr(&self, top: Option<&str>) -> String {
+        self.coordinator
+            .as_deref()
+            .or(top)
+            .unwrap_or(DEFAULT_COORDINATOR)
+            .to_string()
+    }
+
+    fn connect(&self, top: Option<&str>) -> anyhow::Result<ramstore_client::BlockingClient> {
+        reach::connect(
+            &self.addr(top),
+            std::time::Duration::from_secs(self.timeout),
+        )
+    }
+
+    fn format(&self) -> output::Format {
+        self.output.format()
+    }
 }
 
 fn parse_store(s: &str) -> Result<StoreSpec, String> {
@@ -479,10 +563,22 @@ fn parse_replica_check_interval(s: &str) -> Result<u64, String> {
 
 fn main() {
     allocator::tune();
-    let cli = Cli::parse();
+    let args = match config::expand::<Cli>(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(reach::EXIT_USAGE);
+        }
+    };
+    let cli = Cli::parse_from(args);
     if let Err(e) = run(cli) {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
+        let code = reach::exit_code(&e);
+        // A closed standard output (`ramstore scan t | head`) ends the command
+        // quietly, as it does coreutils.
+        if code != reach::EXIT_CLOSED_PIPE {
+            eprintln!("error: {e:#}");
+        }
+        std::process::exit(code);
     }
 }
 
@@ -524,6 +620,7 @@ fn multi_thread_runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtim
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    let top = cli.coordinator.as_deref();
     match cli.command {
         Command::Dev {
             dir,
@@ -545,7 +642,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             require_pass: requirepass,
             replicas: replicas.into(),
             dir,
-            servers,
+            servers: servers.into(),
             memory_bytes: memory,
             port,
             backup_frames,
@@ -554,6 +651,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             detector: detector.into(),
         })),
         Command::Coordinator {
+            config: _,
             listen,
             store,
             standby,
@@ -569,6 +667,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             recovery: recovery.into(),
         })),
         Command::Server {
+            config: _,
             coordinator,
             listen,
             advertise,
@@ -604,7 +703,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             replicas: replicas.into(),
             listen,
             advertise,
-            coordinator,
+            coordinator: coordinator.or(cli.coordinator).ok_or_else(|| {
+                reach::Exit::Usage(
+                    "ramstore server needs the coordinator's address: --coordinator ADDR \
+                     (or RAMSTORE_COORDINATOR, or `coordinator` in --config)"
+                        .into(),
+                )
+            })?,
             memory_bytes: memory,
             metrics_listen,
             backup_dir,
@@ -618,53 +723,95 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             prefault_memory,
         })),
         Command::CreateTable { name, span, at } => {
-            data::create_table(&data::connect(&at.coordinator)?, &name, span)
+            data::create_table(&at.connect(top)?, &name, span, at.format())
         }
-        Command::DropTable { name, at } => {
-            data::drop_table(&data::connect(&at.coordinator)?, &name)
-        }
-        Command::Tables { at } => data::tables(&data::connect(&at.coordinator)?, &at.coordinator),
+        Command::DropTable { name, at } => data::drop_table(&at.connect(top)?, &name, at.format()),
+        Command::Tables { at } => data::tables(&at.connect(top)?, &at.addr(top), at.format()),
         Command::Put {
             table,
             key,
             value,
+            value_file,
             if_version,
             create_only,
             at,
-        } => data::put(
-            &data::connect(&at.coordinator)?,
-            &table,
-            &key,
-            &value,
-            data::PutOptions {
-                if_version,
-                create_only,
-            },
-        ),
+        } => {
+            // Read the value first: a bad file or an oversized input fails before
+            // the cluster is contacted.
+            let value = value::read(value.as_deref(), value_file.as_deref())?;
+            data::put(
+                &at.connect(top)?,
+                &table,
+                &key,
+                &value,
+                data::PutOptions {
+                    if_version,
+                    create_only,
+                },
+                at.format(),
+            )
+        }
         Command::Get {
             table,
             key,
             version,
             at,
-        } => data::get(&data::connect(&at.coordinator)?, &table, &key, version),
-        Command::Del { table, key, at } => {
-            data::del(&data::connect(&at.coordinator)?, &table, &key)
-        }
+        } => data::get(&at.connect(top)?, &table, &key, version, at.format()),
+        Command::Del { table, key, at } => data::del(&at.connect(top)?, &table, &key, at.format()),
         Command::Incr {
             table,
             key,
             delta,
             at,
-        } => data::incr(&data::connect(&at.coordinator)?, &table, &key, delta),
+        } => data::incr(&at.connect(top)?, &table, &key, delta, at.format()),
         Command::Scan { table, limit, at } => {
-            data::scan(&data::connect(&at.coordinator)?, &table, limit)
+            data::scan(&at.connect(top)?, &table, limit, at.format())
         }
         Command::Status { all, at } => {
-            data::status(&data::connect(&at.coordinator)?, &at.coordinator, all)
+            data::status(&at.connect(top)?, &at.addr(top), all, at.format())
         }
         Command::CrashServer { id, at } => {
-            data::crash_server(&data::connect(&at.coordinator)?, &at.coordinator, id)
+            data::crash_server(&at.connect(top)?, &at.addr(top), id, at.format())
         }
-        Command::Bench(args) => bench::run(args),
+        Command::Completions { shell } => {
+            // Into memory first: clap_complete panics on a failed write, and a
+            // closed pipe must end the command quietly.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "ramstore", &mut script);
+            let mut out = std::io::stdout().lock();
+            std::io::Write::write_all(&mut out, &script)?;
+            std::io::Write::flush(&mut out)?;
+            Ok(())
+        }
+        Command::Bench(mut args) => {
+            args.coordinator = Some(
+                args.coordinator
+                    .or(cli.coordinator)
+                    .unwrap_or_else(|| DEFAULT_COORDINATOR.to_string()),
+            );
+            bench::run(args)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// clap's own consistency checks (duplicate flags, conflicting names) on the
+    /// whole command line, which otherwise fire only when a command is parsed.
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// `--config` expands for `server` and `coordinator` (which must exist).
+    #[test]
+    fn config_subcommands_exist() {
+        let command = Cli::command();
+        for name in ["server", "coordinator"] {
+            let sub = command.find_subcommand(name).expect(name);
+            assert!(sub.get_arguments().any(|a| a.get_long() == Some("config")));
+        }
     }
 }

@@ -100,13 +100,7 @@ fn version_of(line: &str) -> u64 {
 fn data_commands_print_results_and_exit_zero() {
     let cluster = Cluster::start(2);
     let out = cluster.cli(&["tables"]);
-    assert_eq!(
-        out.ok(),
-        format!(
-            "{:<24} {:>8} {:>8}\n(no tables)\n",
-            "TABLE", "ID", "TABLETS"
-        )
-    );
+    assert_eq!(out.ok(), "TABLE ID TABLETS\n(no tables)\n");
 
     assert_eq!(
         cluster.cli(&["create-table", "users", "--span", "2"]).ok(),
@@ -148,9 +142,14 @@ fn data_commands_print_results_and_exit_zero() {
     );
     let spaced = "a value with spaces, tabs\tand ünïcödé";
     let v4 = version_of(cluster.cli(&["put", "users", "carol", spaced]).ok());
+    // Printed for a terminal, the tab is escaped; --raw prints it as it is.
     assert_eq!(
         cluster.cli(&["get", "users", "carol"]).ok(),
-        format!("{spaced}\n")
+        "a value with spaces, tabs\\tand ünïcödé\n"
+    );
+    assert_eq!(
+        cluster.cli(&["get", "users", "carol", "--raw"]).ok(),
+        spaced
     );
     let big = "x".repeat(100_000);
     cluster.cli(&["put", "logs", "big", &big]).ok();
@@ -159,7 +158,7 @@ fn data_commands_print_results_and_exit_zero() {
         format!("{big}\n")
     );
 
-    let out = cluster.cli(&["scan", "users"]);
+    let out = cluster.cli(&["scan", "users", "--raw"]);
     let mut lines: Vec<&str> = out.ok().lines().collect();
     lines.sort_unstable();
     assert_eq!(
@@ -170,12 +169,18 @@ fn data_commands_print_results_and_exit_zero() {
             format!("carol\t{spaced}\t{v4}"),
         ]
     );
+    assert_eq!(out.stderr, "");
+    let out = cluster.cli(&["scan", "users"]);
+    assert_eq!(out.ok().lines().count(), 4, "a header and 3 rows: {out:?}");
     assert_eq!(out.stderr, "3 object(s)\n");
     let out = cluster.cli(&["scan", "users", "--limit", "2"]);
-    assert_eq!(out.ok().lines().count(), 2);
+    assert_eq!(out.ok().lines().count(), 3, "a header and 2 rows: {out:?}");
     assert_eq!(out.stderr, "2 object(s)\n");
     let out = cluster.cli(&["scan", "users", "--limit", "0"]);
-    assert_eq!((out.ok(), out.stderr.as_str()), ("", "0 object(s)\n"));
+    assert_eq!(
+        (out.ok(), out.stderr.as_str()),
+        ("KEY VALUE VERSION\n", "0 object(s)\n")
+    );
 
     let out = cluster.cli(&["incr", "users", "visits"]);
     assert!(out.ok().starts_with("1 (version "), "{out:?}");
@@ -243,7 +248,10 @@ fn data_commands_print_results_and_exit_zero() {
         "ids are not reused"
     );
     let out = cluster.cli(&["scan", "users"]);
-    assert_eq!((out.ok(), out.stderr.as_str()), ("", "0 object(s)\n"));
+    assert_eq!(
+        (out.ok(), out.stderr.as_str()),
+        ("KEY VALUE VERSION\n", "0 object(s)\n")
+    );
 }
 
 /// Failures print exactly one `error: ...` line on stderr, nothing on stdout, and
@@ -290,10 +298,13 @@ fn errors_are_one_line_with_exit_code_one() {
         out.one_line_error(),
         "error: not written: 'k' already exists"
     );
+    // Conflicting flags are a usage error (exit 2), refused before any request.
     let out = cluster.cli(&["put", "t", "k", "w", "--create-only", "--if-version", "1"]);
-    assert_eq!(
-        out.one_line_error(),
-        "error: --if-version and --create-only cannot be combined"
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("error: the argument '--create-only' cannot be used with '--if-version"),
+        "{out:?}"
     );
     assert_eq!(
         cluster.cli(&["get", "t", "k"]).ok(),
@@ -343,13 +354,13 @@ fn errors_are_one_line_with_exit_code_one() {
 }
 
 /// With no coordinator at the address, every data command fails at once with one
-/// line naming the address and how to set it.
+/// line naming the address, the cause and how to set it, and exit code 3.
 #[test]
 fn unreachable_coordinator_is_one_line_error() {
     let addr = dead_addr();
     let expected = format!(
-        "error: cannot reach coordinator at {addr} (is `ramstore dev` running? set \
-         --coordinator or RAMSTORE_COORDINATOR)"
+        "error: cannot reach coordinator at {addr}: connection refused: nothing listens on \
+         {addr} (is `ramstore dev` running? set --coordinator or RAMSTORE_COORDINATOR)"
     );
     for args in [
         &["create-table", "t"][..],
@@ -366,14 +377,14 @@ fn unreachable_coordinator_is_one_line_error() {
         let mut all = args.to_vec();
         all.extend_from_slice(&["--coordinator", &addr]);
         let out = run_cli(&all, &[]);
-        assert_eq!(out.one_line_error(), expected, "{args:?}");
+        assert_eq!(out.error_line(3), expected, "{args:?}");
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "{args:?} failed fast"
         );
     }
     let out = run_cli(&["tables"], &[("RAMSTORE_COORDINATOR", &addr)]);
-    assert_eq!(out.one_line_error(), expected);
+    assert_eq!(out.error_line(3), expected);
 }
 
 /// `RAMSTORE_COORDINATOR` selects the cluster when `--coordinator` is not given;
@@ -400,12 +411,12 @@ fn coordinator_env_var_is_honoured() {
     );
     assert_eq!(out.ok(), "from env\n");
     let out = run_cli(&["get", "envt", "k", "--coordinator", &dead], &env);
-    assert!(out.one_line_error().contains(&dead));
+    assert!(out.error_line(3).contains(&dead));
 
     // Neither: the default address (checked only if nothing listens there).
     if std::net::TcpListener::bind("127.0.0.1:7000").is_ok() {
         let out = run_cli(&["tables"], &[]);
-        assert!(out.one_line_error().contains("127.0.0.1:7000"), "{out:?}");
+        assert!(out.error_line(3).contains("127.0.0.1:7000"), "{out:?}");
     }
 }
 
@@ -502,18 +513,20 @@ fn process_commands_report_start_failures() {
         "{out:#?}"
     );
 
+    // No servers: a usage error, before anything starts.
     let port = free_port().to_string();
     let dev_dir = dir.path().join("dev").display().to_string();
     let out = run_cli(
         &["dev", "--servers", "0", "--port", &port, "--dir", &dev_dir],
         &[],
     );
-    assert_eq!(out.code, Some(1), "{out:#?}");
-    assert_eq!(
-        out.stderr.lines().last(),
-        Some("error: --servers must be at least 1"),
+    assert_eq!(out.code, Some(2), "{out:#?}");
+    assert!(
+        out.stderr
+            .starts_with("error: invalid value '0' for '--servers <SERVERS>'"),
         "{out:#?}"
     );
+    assert!(!dir.path().join("dev").exists(), "nothing made");
 }
 
 /// `ramstore server --metrics-listen` serves Prometheus text over HTTP that counts
@@ -631,24 +644,37 @@ fn tables_lists_names_with_special_characters() {
             out.one_line_error();
         }
     }
+    // The table shows each name escaped, on one row with its id and tablets.
     let tables = cluster.cli(&["tables"]);
     let text = tables.ok();
     for (name, id) in &created {
-        if name.contains(char::is_control) {
-            // However the name is shown, its id and tablets must be.
-            let end = format!(" {id:>8} {:>8}", 1);
-            assert!(
-                text.lines().any(|l| l.ends_with(&end)),
-                "table {name:?} (id {id}) is listed:\n{text}"
-            );
-        } else {
-            let expected = format!("{name:<24} {id:>8} {:>8}", 1);
-            assert!(
-                text.lines().any(|l| l == expected),
-                "table {name:?} (id {id}) is listed as {expected:?}:\n{text}"
-            );
-        }
+        let escaped = name.replace('\n', "\\n").replace('\t', "\\t");
+        assert!(
+            text.lines().any(|l| l.starts_with(&escaped)
+                && l.split_whitespace()
+                    .rev()
+                    .take(2)
+                    .eq([1.to_string(), id.to_string()])),
+            "table {name:?} (id {id}) is listed as {escaped:?}:\n{text}"
+        );
     }
+    // JSON gives the exact names.
+    let json: serde_json::Value =
+        serde_json::from_str(cluster.cli(&["tables", "--json"]).ok()).expect("tables --json");
+    let listed: Vec<(String, u64)> = json
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["id"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let created_owned: Vec<(String, u64)> =
+        created.iter().map(|(n, id)| (n.to_string(), *id)).collect();
+    assert_eq!(listed, created_owned);
     let status = cluster.cli(&["status"]);
     let summary = status.ok().lines().last().unwrap_or_default().to_string();
     assert_eq!(

@@ -1,32 +1,126 @@
-//! The README's quick start, as a user would follow it: start `ramstore dev`, then
-//! run exactly the commands its banner suggests (which must be the README's), and
-//! stop it with Ctrl-C.
+//! The README's quick start, as a user would follow it: its "Run it" and "Redis
+//! clients" code blocks, top to bottom. `ramstore dev` starts (and prints exactly
+//! the commands the README shows), the commands run in the other terminal, the
+//! first `dev` is stopped with Ctrl-C and started again with a Redis port, and the
+//! `console` session prints what the README shows.
 
 mod common;
 
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{run_cli, Dev, READY_TIMEOUT};
+use common::{free_port, free_port_run, run_cli, Dev, READY_TIMEOUT};
 
-/// The commands of the README's "Run it" section, in order: the `export` line and
-/// each `ramstore ...` command (with the `target/release/` path removed).
-fn readme_commands() -> Vec<String> {
+/// One step of the README's quick start.
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    /// `cargo run --release --bin ramstore -- dev ARGS` or `target/release/ramstore
+    /// dev ARGS`, in the first terminal; `stop_first` when the README's text before
+    /// it says to stop the running one with Ctrl-C.
+    Dev { args: Vec<String>, stop_first: bool },
+    /// `export NAME=VALUE` in the other terminal.
+    Export { name: String, value: String },
+    /// `target/release/ramstore ARGS`, with the output a `console` block shows.
+    Ramstore {
+        args: Vec<String>,
+        expected: Option<Vec<String>>,
+    },
+    /// `$ redis-cli -p PORT ARGS` in a `console` block, and its output.
+    RedisCli {
+        port: u16,
+        args: Vec<String>,
+        expected: Vec<String>,
+    },
+}
+
+/// The steps of the README from "## Run it" up to "## Test".
+fn readme_steps() -> Vec<Step> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
     let readme = std::fs::read_to_string(&path).expect("README.md");
-    readme
-        .lines()
-        .map(str::trim)
-        .filter_map(|l| {
-            if l.starts_with("export RAMSTORE_COORDINATOR=") {
-                Some(l.to_string())
-            } else {
-                l.strip_prefix("target/release/")
-                    .filter(|c| c.starts_with("ramstore "))
-                    .map(str::to_string)
+    let start = readme.find("## Run it").expect("a \"Run it\" section");
+    let end = readme[start..]
+        .find("## Test")
+        .map_or(readme.len(), |e| start + e);
+    let mut steps = Vec::new();
+    // The block being read: None outside code, Some(console?) inside.
+    let mut block: Option<bool> = None;
+    let mut prose = String::new();
+    let words = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_string).collect() };
+    for line in readme[start..end].lines() {
+        let trimmed = line.trim();
+        match block {
+            None if trimmed.starts_with("```") => {
+                block = Some(trimmed == "```console");
             }
-        })
-        .collect()
+            None => prose.push_str(&format!("{trimmed}\n")),
+            Some(_) if trimmed == "```" => {
+                block = None;
+                prose.clear();
+            }
+            Some(false) => {
+                let dev = trimmed
+                    .strip_prefix("cargo run --release --bin ramstore -- dev")
+                    .or_else(|| trimmed.strip_prefix("target/release/ramstore dev"));
+                if let Some(rest) = dev {
+                    steps.push(Step::Dev {
+                        args: words(rest),
+                        stop_first: prose.contains("Ctrl-C"),
+                    });
+                } else if let Some(export) = trimmed.strip_prefix("export ") {
+                    let (name, value) = export.split_once('=').expect("export NAME=VALUE");
+                    steps.push(Step::Export {
+                        name: name.into(),
+                        value: value.into(),
+                    });
+                } else if let Some(rest) = trimmed.strip_prefix("target/release/ramstore ") {
+                    steps.push(Step::Ramstore {
+                        args: words(rest),
+                        expected: None,
+                    });
+                } else {
+                    assert!(
+                        trimmed.is_empty() || trimmed.starts_with('#'),
+                        "the quick start test does not know this README command: {trimmed:?}"
+                    );
+                }
+            }
+            Some(true) => {
+                if let Some(command) = trimmed.strip_prefix("$ ") {
+                    if let Some(rest) = command.strip_prefix("target/release/ramstore ") {
+                        steps.push(Step::Ramstore {
+                            args: words(rest),
+                            expected: Some(Vec::new()),
+                        });
+                    } else if let Some(rest) = command.strip_prefix("redis-cli -p ") {
+                        let mut w = words(rest);
+                        let port = w.remove(0).parse().expect("redis-cli -p PORT");
+                        steps.push(Step::RedisCli {
+                            port,
+                            args: w,
+                            expected: Vec::new(),
+                        });
+                    } else {
+                        panic!(
+                            "the quick start test does not know this README command: {command:?}"
+                        );
+                    }
+                } else {
+                    match steps.last_mut() {
+                        Some(
+                            Step::Ramstore {
+                                expected: Some(out),
+                                ..
+                            }
+                            | Step::RedisCli { expected: out, .. },
+                        ) => out.push(line.to_string()),
+                        other => panic!("output without a command in the README: {other:?}"),
+                    }
+                }
+            }
+        }
+    }
+    steps
 }
 
 /// The commands the banner suggests: the `export` line and each `ramstore ...` line.
@@ -40,22 +134,17 @@ fn banner_commands(banner: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// `ramstore dev` with its defaults (but a free port and a temporary directory)
-/// prints a banner naming the coordinator, two servers with 512 MiB each and the
-/// warning that two servers keep one replica, not three; the commands it suggests are the README's and work as shown
-/// with RAMSTORE_COORDINATOR set as it says (create-table, put, get printing
-/// "world", status listing both servers); Ctrl-C (SIGINT) stops it cleanly.
-#[test]
-fn quickstart_commands_from_the_dev_banner_work() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut dev = Dev::start(dir.path(), 2, &[]);
+/// The first `ramstore dev` of the README with its defaults (but a free port and a
+/// temporary directory) prints a banner naming the coordinator, two servers with
+/// 512 MiB each and the warning that two servers keep one replica, not three.
+fn check_banner(dev: &Dev, dir: &Path) {
     let p = dev.port;
     let banner = dev.banner.join("\n");
     let first = &dev.banner[0];
     assert!(
         first.starts_with(&format!(
             "ramstore dev: coordinator on 127.0.0.1:{p} (state in {}",
-            dir.path().display()
+            dir.display()
         )),
         "{banner}"
     );
@@ -71,92 +160,58 @@ fn quickstart_commands_from_the_dev_banner_work() {
         banner.contains("WARNING: 1 replica(s) per segment (at most servers - 1 = 1)"),
         "{banner}"
     );
-    assert!(dir.path().join("coordinator").is_dir(), "state in --dir");
+    assert!(dir.join("coordinator").is_dir(), "state in --dir");
+}
 
-    let commands = banner_commands(&dev.banner);
-    assert_eq!(
-        commands,
-        [
-            format!("export RAMSTORE_COORDINATOR=127.0.0.1:{p}"),
-            "ramstore create-table demo".to_string(),
-            "ramstore put demo hello world".to_string(),
-            "ramstore get demo hello".to_string(),
-            "ramstore status".to_string(),
-        ],
-        "{banner}"
-    );
-    let mut readme = readme_commands();
-    assert!(
-        !readme.is_empty(),
-        "the README shows the quick start commands"
-    );
-    assert_eq!(
-        readme.remove(0),
-        "export RAMSTORE_COORDINATOR=127.0.0.1:7000",
-        "README exports the default address"
-    );
-    assert_eq!(
-        readme,
-        commands[1..],
-        "the README shows the banner's commands"
-    );
-
-    // Follow the banner exactly.
-    let (name, value) = commands[0]
-        .strip_prefix("export ")
-        .and_then(|e| e.split_once('='))
-        .expect("export NAME=VALUE");
-    let env = [(name, value)];
-    let mut outputs = Vec::new();
-    for command in &commands[1..] {
-        let args: Vec<&str> = command.split_whitespace().skip(1).collect();
-        let out = run_cli(&args, &env);
-        assert_eq!(out.code, Some(0), "`{command}` failed: {out:#?}");
-        outputs.push(out);
+/// What the README's commands without shown output must print: create-table,
+/// put, get printing "world", status listing both servers.
+fn check_output(args: &[String], stdout: &str, p: u16) {
+    match args[0].as_str() {
+        "create-table" => assert_eq!(stdout, "table 'demo' has id 1\n"),
+        "put" => assert!(stdout.starts_with("version "), "{stdout}"),
+        "get" => assert_eq!(stdout, "world\n"),
+        "status" => {
+            let lines: Vec<&str> = stdout.lines().collect();
+            assert!(
+                lines[0].starts_with(&format!("coordinator 127.0.0.1:{p}: ")),
+                "{stdout}"
+            );
+            let mut rows: Vec<Vec<&str>> = lines[2..lines.len() - 1]
+                .iter()
+                .map(|l| l.split_whitespace().collect())
+                .collect();
+            assert_eq!(rows.len(), 2, "{stdout}");
+            // Servers start concurrently (cold start), so ids follow enlistment.
+            rows.sort_by_key(|r| r[1].to_string());
+            for (i, row) in rows.iter().enumerate() {
+                assert_eq!(
+                    row[1],
+                    format!("127.0.0.1:{}", p + 1 + i as u16),
+                    "{stdout}"
+                );
+                assert_eq!(row[2], "up", "{stdout}");
+                assert_eq!(row[6], "512.0", "memory MiB: {stdout}");
+                // Two dev servers: each master's log has one replica, on the other.
+                assert_eq!(row[8], "R=1", "{stdout}");
+                // Each backup holds the other master's open head (one of 8 open
+                // buffers; its bytes so far are in the file): 64 frames × 8 MiB.
+                // (Columns 9-12 are the resident split: RSS, log, hash table, other.)
+                assert_eq!(row[13..15], ["1", "1/8"], "backup: {stdout}");
+                assert!(row[15].ends_with("B/512.0MiB"), "backup disk: {stdout}");
+            }
+            assert_eq!(
+                lines[lines.len() - 1],
+                "1 table(s), 1 tablet(s)",
+                "{stdout}"
+            );
+        }
+        other => panic!("no check for `ramstore {other}`"),
     }
-    assert_eq!(outputs[0].stdout, "table 'demo' has id 1\n");
-    assert!(
-        outputs[1].stdout.starts_with("version "),
-        "{:?}",
-        outputs[1]
-    );
-    assert_eq!(outputs[2].stdout, "world\n");
-    let status = &outputs[3].stdout;
-    let lines: Vec<&str> = status.lines().collect();
-    assert!(
-        lines[0].starts_with(&format!("coordinator 127.0.0.1:{p}: ")),
-        "{status}"
-    );
-    let mut rows: Vec<Vec<&str>> = lines[2..lines.len() - 1]
-        .iter()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(rows.len(), 2, "{status}");
-    // Servers start concurrently (cold start), so ids follow enlistment, not ports.
-    rows.sort_by_key(|r| r[1].to_string());
-    for (i, row) in rows.iter().enumerate() {
-        assert_eq!(
-            row[1],
-            format!("127.0.0.1:{}", p + 1 + i as u16),
-            "{status}"
-        );
-        assert_eq!(row[2], "up", "{status}");
-        assert_eq!(row[6], "512.0", "memory MiB: {status}");
-        // Two dev servers: each master's log has one replica, on the other.
-        assert_eq!(row[8], "R=1", "{status}");
-        // Each backup holds the other master's open head (one of 8 open buffers;
-        // its bytes so far are in the file): 64 frames × 8 MiB.
-        // (Columns 9-12 are the resident split: RSS, log, hash table, other.)
-        assert_eq!(row[13..15], ["1", "1/8"], "backup: {status}");
-        assert!(row[15].ends_with("B/512.0MiB"), "backup disk: {status}");
-    }
-    assert_eq!(
-        lines[lines.len() - 1],
-        "1 table(s), 1 tablet(s)",
-        "{status}"
-    );
+}
 
-    // "Press Ctrl-C to stop."
+/// Stops `dev` as the README says (Ctrl-C, i.e. SIGINT): it prints "stopping" and
+/// exits 0.
+fn ctrl_c(dev: &mut Dev) {
     dev.proc.signal(libc::SIGINT);
     let exit = dev.proc.wait_timeout(READY_TIMEOUT).expect("dev stops");
     assert_eq!(exit.code(), Some(0), "{}", dev.proc.transcript());
@@ -167,8 +222,154 @@ fn quickstart_commands_from_the_dev_banner_work() {
             .any(|l| l == "stopping")
             .then_some(())
     });
+}
+
+/// The README's quick start, top to bottom: every step runs as shown (with the
+/// test's ports and directory for the README's 7000, 6380 and the default
+/// directory) and prints what the README says; the first `dev`'s banner suggests
+/// exactly the README's commands; its data is still there after the Ctrl-C
+/// restart with a Redis port; the last `dev` stops cleanly on Ctrl-C.
+#[test]
+fn readme_quick_start_top_to_bottom() {
+    let steps = readme_steps();
+    let dev_starts = steps
+        .iter()
+        .filter(|s| matches!(s, Step::Dev { .. }))
+        .count();
+    assert_eq!(dev_starts, 2, "dev, then dev with a Redis port: {steps:#?}");
+    assert!(
+        matches!(&steps[0], Step::Dev { args, stop_first: false } if args.is_empty()),
+        "the README starts with `ramstore dev`: {steps:#?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_run(2);
+    let resp_port = free_port();
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut dev: Option<Dev> = None;
+    let mut first_commands = Vec::new();
+    let mut redis_steps = 0;
+    for step in &steps {
+        match step {
+            Step::Dev { args, stop_first } => {
+                if let Some(running) = dev.as_mut() {
+                    assert!(
+                        stop_first,
+                        "the README says to stop the first dev: {step:?}"
+                    );
+                    ctrl_c(running);
+                }
+                drop(dev.take());
+                let args: Vec<String> = args
+                    .iter()
+                    .map(|a| {
+                        if a == "6380" {
+                            resp_port.to_string()
+                        } else {
+                            a.clone()
+                        }
+                    })
+                    .collect();
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let started =
+                    Dev::start_on(port, dir.path(), &args).unwrap_or_else(|e| panic!("{e}"));
+                if first_commands.is_empty() {
+                    check_banner(&started, dir.path());
+                    first_commands = banner_commands(&started.banner);
+                }
+                dev = Some(started);
+            }
+            Step::Export { name, value } => {
+                assert_eq!(
+                    format!("export {name}={value}"),
+                    "export RAMSTORE_COORDINATOR=127.0.0.1:7000"
+                );
+                assert_eq!(
+                    first_commands.first().map(String::as_str),
+                    Some(format!("export RAMSTORE_COORDINATOR=127.0.0.1:{port}").as_str()),
+                    "the banner's export"
+                );
+                env.push((name.clone(), format!("127.0.0.1:{port}")));
+            }
+            Step::Ramstore { args, expected } => {
+                let env: Vec<(&str, &str)> =
+                    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+                let out = run_cli(&argv, &env);
+                assert_eq!(
+                    out.code,
+                    Some(0),
+                    "`ramstore {}` failed: {out:#?}",
+                    args.join(" ")
+                );
+                match expected {
+                    Some(lines) => assert_eq!(out.stdout, format!("{}\n", lines.join("\n"))),
+                    None => check_output(args, &out.stdout, port),
+                }
+            }
+            Step::RedisCli {
+                port: readme_port,
+                args,
+                expected,
+            } => {
+                assert_eq!(*readme_port, 6380, "redis-cli uses the port dev was given");
+                // A terminal shows typed replies ("hello", (integer) 1); so does
+                // --no-raw when the output is a pipe.
+                let out = Command::new("redis-cli")
+                    .args(["-p", &resp_port.to_string(), "--no-raw"])
+                    .args(args)
+                    .stdin(Stdio::null())
+                    .output()
+                    .unwrap_or_else(|e| {
+                        panic!("cannot run redis-cli (scripts/install-test-deps): {e}")
+                    });
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                assert_eq!(
+                    stdout.trim_end(),
+                    expected.join("\n"),
+                    "redis-cli {args:?}: {out:?}"
+                );
+                redis_steps += 1;
+            }
+        }
+    }
+    assert!(
+        redis_steps >= 4,
+        "README shows a redis-cli session: {steps:#?}"
+    );
+
+    // The README's "Run it" commands are the first dev's banner's.
+    let readme_commands: Vec<String> = steps
+        .iter()
+        .take_while(|s| {
+            !matches!(
+                s,
+                Step::Dev {
+                    stop_first: true,
+                    ..
+                }
+            )
+        })
+        .filter_map(|s| match s {
+            Step::Ramstore {
+                args,
+                expected: None,
+            } => Some(format!("ramstore {}", args.join(" "))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        readme_commands,
+        first_commands[1..],
+        "the README shows the banner's commands"
+    );
+
+    // "Press Ctrl-C to stop."
+    let mut dev = dev.expect("dev running");
+    ctrl_c(&mut dev);
+    let env = [("RAMSTORE_COORDINATOR", dev.addr.as_str())];
     let out = run_cli(&["get", "demo", "hello"], &env);
-    assert!(out.one_line_error().contains("cannot reach coordinator"));
+    assert!(out.error_line(3).contains("cannot reach coordinator"));
 }
 
 /// `ramstore dev` restarted on the same port and directory after a SIGKILL keeps its

@@ -476,6 +476,20 @@ fn raw_socket_pipelining_and_malformed_input() {
     let text = String::from_utf8_lossy(&got);
     assert!(text.starts_with("-ERR too large"), "{text}");
     assert!(text.ends_with("+PONG\r\n") && !closed, "{text}");
+    // Regression (issue 18): an APPEND past 1 MiB says what is too large, not
+    // "too large: TOO_LARGE:  (…)".
+    let mib = vec![b'v'; 1 << 20];
+    let mut req = format!("*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n${}\r\n", mib.len()).into_bytes();
+    req.extend_from_slice(&mib);
+    req.extend_from_slice(b"\r\n*3\r\n$6\r\nAPPEND\r\n$3\r\nbig\r\n$1\r\nx\r\n");
+    req.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+    let (got, closed) = exchange(port, &req, |g| g.ends_with(b"+PONG\r\n"));
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "+OK\r\n-ERR too large: the key or the value would be over the limit (keys are at \
+         most 64 KiB, values 1 MiB)\r\n+PONG\r\n"
+    );
+    assert!(!closed);
     // The server survived all of it.
     assert_eq!(d.cli(&["GET", "p499"]), "\"value-499\"");
 }
@@ -660,48 +674,6 @@ fn native_incr_and_redis_incr_share_counters() {
         "(error) ERR increment or decrement would overflow"
     );
     assert_eq!(d.cli(&["get", "max"]), format!("\"{}\"", i64::MAX));
-}
-
-/// The README's `redis-cli -p 6380 …` session, run against `ramstore dev
-/// --resp-port`: each command prints what the README shows.
-#[test]
-fn readme_redis_cli_session_works() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-            .expect("README.md");
-    assert!(
-        readme.contains("dev --resp-port 6380"),
-        "README starts dev with --resp-port"
-    );
-    // In the ```console block: "$ redis-cli -p 6380 ARGS" lines, each followed by
-    // its output lines.
-    let mut session: Vec<(Vec<String>, Vec<String>)> = Vec::new();
-    let mut in_console = false;
-    for line in readme.lines() {
-        if line.starts_with("```console") {
-            in_console = true;
-        } else if line.starts_with("```") {
-            in_console = false;
-        } else if !in_console {
-            continue;
-        } else if let Some(cmd) = line.strip_prefix("$ redis-cli -p 6380 ") {
-            session.push((
-                cmd.split_whitespace().map(str::to_string).collect(),
-                Vec::new(),
-            ));
-        } else if let Some((_, out)) = session.last_mut() {
-            out.push(line.to_string());
-        }
-    }
-    assert!(
-        session.len() >= 4,
-        "README shows a redis-cli session: {session:?}"
-    );
-    let d = RespDev::start(1, &["--replicas", "0"]);
-    for (args, expected) in &session {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        assert_eq!(d.cli(&args), expected.join("\n"), "redis-cli {args:?}");
-    }
 }
 
 /// `ramstore server --resp-listen` on one server of a two-server cluster, with

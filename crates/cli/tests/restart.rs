@@ -179,7 +179,7 @@ fn coordinator_restart_keeps_tables_and_servers_keep_serving() {
     }
     load.wait_for_progress(20);
     let out = cluster.cli(&["tables"]);
-    assert!(out.one_line_error().contains("cannot reach coordinator"));
+    assert!(out.error_line(3).contains("cannot reach coordinator"));
 
     cluster.restart_coordinator();
     load.wait_for_progress(20);

@@ -456,6 +456,11 @@ impl Backend {
 fn final_result<T>(d: Direct<T>) -> Result<T, StoreError> {
     match d {
         Direct::Done(v) => Ok(v),
+        // The local store says only TOO_LARGE: name what is limited (an APPEND
+        // past 1 MiB lands here), not the bare status.
+        Direct::Failed(Status::TooLarge) => Err(StoreError::Client(ClientError::TooLarge(
+            "the key or the value would be over the limit".into(),
+        ))),
         Direct::Failed(status) => Err(client_error(status, format!("{status}: "))),
         Direct::Elsewhere(status, why) => Err(StoreError::NotDurable(format!("{status}: {why}"))),
     }

@@ -273,7 +273,17 @@ impl CliOutput {
     /// nothing on stdout and exit code 1; returns that line.
     #[track_caller]
     pub fn one_line_error(&self) -> &str {
-        assert_eq!(self.code, Some(1), "expected exit code 1: {self:#?}");
+        self.error_line(1)
+    }
+
+    /// Like [`CliOutput::one_line_error`] with exit code `code` (3: unreachable).
+    #[track_caller]
+    pub fn error_line(&self, code: i32) -> &str {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "expected exit code {code}: {self:#?}"
+        );
         assert!(self.stdout.is_empty(), "no stdout on error: {self:#?}");
         let line = self
             .stderr
