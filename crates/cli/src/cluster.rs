@@ -398,15 +398,21 @@ pub struct CoordinatorArgs {
 pub async fn coordinator(a: CoordinatorArgs) -> Result<()> {
     init_logging();
     let is_etcd = matches!(a.store, StoreSpec::Etcd(_));
-    anyhow::ensure!(
-        is_etcd || !a.standby,
-        "--standby needs an etcd store (--store etcd://HOST:PORT): standbys find the \
-         active coordinator's lease there"
-    );
-    anyhow::ensure!(
-        is_etcd || a.lease_ttl_ms.is_none(),
-        "--lease-ttl-ms only applies to an etcd store (--store etcd://HOST:PORT)"
-    );
+    // Flags that do not fit the store are usage errors (exit 2), before anything starts.
+    if !is_etcd && a.standby {
+        return Err(crate::reach::Exit::Usage(
+            "--standby needs an etcd store (--store etcd://HOST:PORT): standbys find the \
+             active coordinator's lease there"
+                .into(),
+        )
+        .into());
+    }
+    if !is_etcd && a.lease_ttl_ms.is_some() {
+        return Err(crate::reach::Exit::Usage(
+            "--lease-ttl-ms only applies to an etcd store (--store etcd://HOST:PORT)".into(),
+        )
+        .into());
+    }
     let shutdown = Shutdown::install()?;
     let mut stop = std::pin::pin!(shutdown.wait());
     let announce = {

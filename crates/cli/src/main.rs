@@ -576,7 +576,7 @@ fn main() {
         // A closed standard output (`ramstore scan t | head`) ends the command
         // quietly, as it does coreutils.
         if code != reach::EXIT_CLOSED_PIPE {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", output::error_message(&e));
         }
         std::process::exit(code);
     }

@@ -169,9 +169,62 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// The message for a failed command: each cause of `e` after its context, joined
+/// by ": " (as anyhow's `{:#}`), leaving out a cause whose text the message already
+/// ends with. Library errors often name their source in their own text too ("cannot
+/// listen on ADDR: Address already in use"), which `{:#}` would print twice.
+pub fn error_message(e: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if message.is_empty() {
+            message = text;
+        } else if !message.ends_with(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+    }
+    message
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (issue 18): "cannot listen on 127.0.0.1:7300: Address already
+    /// in use (os error 98): Address already in use (os error 98)".
+    #[test]
+    fn error_message_names_a_repeated_cause_once() {
+        // As the coordinator's and server's listen errors: the source in the text.
+        #[derive(Debug)]
+        struct Listen {
+            addr: &'static str,
+            source: io::Error,
+        }
+        impl std::fmt::Display for Listen {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "cannot listen on {}: {}", self.addr, self.source)
+            }
+        }
+        impl std::error::Error for Listen {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.source)
+            }
+        }
+        let e = anyhow::Error::new(Listen {
+            addr: "127.0.0.1:7300",
+            source: io::Error::from(io::ErrorKind::AddrInUse),
+        })
+        .context("starting the coordinator on 127.0.0.1:7300");
+        assert_eq!(
+            error_message(&e),
+            "starting the coordinator on 127.0.0.1:7300: cannot listen on 127.0.0.1:7300: \
+             address in use"
+        );
+        // A cause not already in the message is still named.
+        let e = anyhow::Error::new(io::Error::from(io::ErrorKind::NotFound)).context("opening x");
+        assert_eq!(error_message(&e), "opening x: entity not found");
+    }
 
     #[test]
     fn escape_keeps_printable_text() {

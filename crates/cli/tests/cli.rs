@@ -498,6 +498,12 @@ fn process_commands_report_start_failures() {
         last.starts_with("error: starting the coordinator on ") && last.contains("cannot listen"),
         "{out:#?}"
     );
+    // The cause once, not once per error that wraps it (issue 18).
+    assert_eq!(
+        last.matches("Address already in use").count(),
+        1,
+        "{out:#?}"
+    );
 
     // State directory locked by the running coordinator.
     let listen = format!("127.0.0.1:{}", free_port());

@@ -237,9 +237,9 @@ fn coordinator_standby_and_lease_flags_need_an_etcd_store() {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = format!("file:{}", dir.path().display());
     let out = run_cli(&["coordinator", "--store", &store, "--standby"], &[]);
+    // A usage error (issue 18: exit code 2, as clap's own).
     assert!(
-        out.one_line_error()
-            .contains("--standby needs an etcd store"),
+        out.error_line(2).contains("--standby needs an etcd store"),
         "{out:?}"
     );
     let out = run_cli(
@@ -247,8 +247,7 @@ fn coordinator_standby_and_lease_flags_need_an_etcd_store() {
         &[],
     );
     assert!(
-        out.one_line_error()
-            .contains("only applies to an etcd store"),
+        out.error_line(2).contains("only applies to an etcd store"),
         "{out:?}"
     );
     // clap reports bad values itself (exit code 2).

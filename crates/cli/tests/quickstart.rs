@@ -6,6 +6,12 @@
 
 mod common;
 
+/// The README's Rust example (`cargo run -p ramstore-client --example quickstart`),
+/// compiled into this test so it runs against the same `dev`.
+#[path = "../../client/examples/quickstart.rs"]
+#[allow(dead_code)] // its `main` is for `cargo run`; the test calls `run`
+mod rust_example;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -364,12 +370,55 @@ fn readme_quick_start_top_to_bottom() {
         "the README shows the banner's commands"
     );
 
+    // "From Rust, see crates/client/examples/quickstart.rs (… against ramstore dev)".
+    let dev_addr = dev.as_ref().expect("dev running").addr.clone();
+    check_rust_example(&dev_addr);
+
     // "Press Ctrl-C to stop."
     let mut dev = dev.expect("dev running");
     ctrl_c(&mut dev);
     let env = [("RAMSTORE_COORDINATOR", dev.addr.as_str())];
     let out = run_cli(&["get", "demo", "hello"], &env);
     assert!(out.error_line(3).contains("cannot reach coordinator"));
+}
+
+/// The README's Rust example against `dev` at `addr`: every step does what the
+/// example says.
+fn check_rust_example(addr: &str) {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .expect("README.md");
+    assert!(
+        readme.contains("cargo run -p ramstore-client --example quickstart"),
+        "the README names the example"
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let found = runtime
+        .block_on(rust_example::run(addr.to_string()))
+        .unwrap_or_else(|e| panic!("the Rust example failed: {e}"));
+    assert_eq!(found.len(), 6, "{found:#?}");
+    assert!(
+        found[0].starts_with("greeting = hello (version "),
+        "{found:#?}"
+    );
+    assert!(
+        found[1].starts_with("stale update refused (version is "),
+        "{found:#?}"
+    );
+    assert_eq!(
+        found[2..],
+        [
+            "visits = 1",
+            "batch wrote 10 objects",
+            // greeting, visits and the ten users.
+            "the table holds 12 objects",
+            "greeting deleted",
+        ],
+        "{found:#?}"
+    );
 }
 
 /// `ramstore dev` restarted on the same port and directory after a SIGKILL keeps its
