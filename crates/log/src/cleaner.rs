@@ -568,6 +568,9 @@ impl Log {
                         },
                     );
                     copied += len as u64;
+                    self.counters
+                        .tombstones_moved
+                        .fetch_add(1, Ordering::Relaxed);
                 }
             }
         }

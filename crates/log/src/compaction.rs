@@ -377,6 +377,9 @@ impl Log {
                                         bytes: e.len as u64,
                                     },
                                 );
+                                self.counters
+                                    .tombstones_moved
+                                    .fetch_add(1, Ordering::Relaxed);
                             }
                         }
                         // Its target left the log, and its bytes left this segment's
