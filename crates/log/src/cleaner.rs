@@ -165,9 +165,9 @@ const _: () = assert!(MAX_SEGMENTS_PER_COMBINED_PASS <= u16::MAX as usize);
 /// enough for about a segment of 100-byte objects per 128 MiB of memory (1/32
 /// before: the list was the largest transient outside the log, ≈ 4 MiB of a
 /// 160 MiB server's peak in L Table 1's W1, docs/benchmarks.md issue 17). The list
-/// holds whole victims only and passes the bound only with its first victim (a
-/// victim that would take it past is given back), so it holds at most
-/// max(bound, one segment's entries).
+/// holds whole victims only and never passes the bound: a victim that would take it
+/// past is given back, and a first victim that would is cleaned alone without a
+/// list (`combined_incremental`).
 pub const COMBINED_WORK_LIST_SHARE: usize = 128;
 
 /// Entries a combined pass's work list takes before it stops taking victims: see
