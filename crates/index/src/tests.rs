@@ -329,7 +329,10 @@ fn overflow_chunk_is_resident_only_where_buckets_were_handed_out() {
     // The main array's one touched page (or huge page), plus at most one page and
     // one free-list entry of overflow: not the chunk's 512 KiB.
     assert!(main <= (2 << 20) + 4096 + 8, "{measured}");
-    assert!(measured <= table.resident_bound_bytes() + 4096, "{measured}");
+    assert!(
+        measured <= table.resident_bound_bytes() + 4096,
+        "{measured}"
+    );
 }
 
 #[test]

@@ -438,7 +438,7 @@ fn combined_passes_moving_many_tombstones_keep_the_accounting() {
     // the tombstone segments hold tombstones that die with the first victims and
     // tombstones that stay live, which later passes must move.
     let first = n / 4;
-    let deleted = |i: u64| i < first || i % 2 == 0;
+    let deleted = |i: u64| i < first || i.is_multiple_of(2);
     for i in (0..n).filter(|&i| deleted(i)) {
         s.remove(TABLE, &key(i), &rules).expect("delete");
     }
