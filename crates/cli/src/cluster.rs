@@ -96,6 +96,12 @@ pub struct DevOptions {
     /// How long a write refused for lack of memory is retried, in ms
     /// (`ServerOptions::no_space_wait_ms`).
     pub no_space_wait_ms: u64,
+    /// How long a request may take to arrive once begun, on every server's native
+    /// port and the Redis port (`ServerOptions::request_timeout_ms`; 0: never).
+    pub request_timeout_ms: u64,
+    /// How long a client connection may sit idle, on the same ports
+    /// (`ServerOptions::idle_timeout_ms`; 0: never).
+    pub idle_timeout_ms: u64,
 }
 
 /// The exit code of a `ramstore server` that learned it was declared crashed
@@ -225,6 +231,8 @@ async fn dev_in(o: DevOptions, dir: &std::path::Path) -> Result<()> {
             replicas,
             monitor: o.monitor,
             no_space_wait_ms: o.no_space_wait_ms,
+            request_timeout_ms: o.request_timeout_ms,
+            idle_timeout_ms: o.idle_timeout_ms,
             ..ServerOptions::new(coordinator_addr.clone())
         };
         starting.push((i, listen, tokio::spawn(ramstore_server::start(options))));
@@ -277,6 +285,7 @@ async fn dev_in(o: DevOptions, dir: &std::path::Path) -> Result<()> {
                 port,
                 o.require_pass,
                 o.resp_poll_us,
+                (o.request_timeout_ms, o.idle_timeout_ms),
             )
             .await?,
         ),
@@ -324,6 +333,7 @@ async fn start_dev_resp(
     port: u16,
     require_pass: Option<String>,
     poll_before_sleep_us: u64,
+    (request_timeout_ms, idle_timeout_ms): (u64, u64),
 ) -> Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
     // Every dev server has the same patience (`--no-space-wait-ms`).
     let no_space_wait = servers.first().map_or(
@@ -364,7 +374,8 @@ async fn start_dev_resp(
         // backups' work on one thread (`ramstore_resp::start`).
         threads: 0,
         poll_before_sleep_us,
-        ..ramstore_resp::RespConfig::default()
+        request_timeout_ms,
+        idle_timeout_ms,
     };
     let listen = format!("127.0.0.1:{port}");
     let (addr, task) = ramstore_resp::start(&listen, backend, config)

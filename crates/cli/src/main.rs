@@ -126,6 +126,26 @@ struct MonitorArgs {
     ping_timeout_ms: u64,
 }
 
+/// A storage server's time limits per connection, shared by `ramstore server` and
+/// `ramstore dev` so both have the same flags, defaults and help (issue 17:
+/// partial frames and idle connections time out).
+#[derive(clap::Args, Clone, Copy)]
+struct TimeoutArgs {
+    /// Milliseconds a request (native frame or Redis command) may take to
+    /// arrive once its first byte has, and a reply write may stall, before the
+    /// connection is closed: a client sending a byte a second is dropped
+    /// (0: never).
+    #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_REQUEST_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(0..=ramstore_server::MAX_CONNECTION_TIMEOUT_MS))]
+    request_timeout_ms: u64,
+    /// Milliseconds a client connection may sit idle before it is closed, on
+    /// the native and Redis ports (0: never; at --max-connections the oldest
+    /// idle connection is evicted instead).
+    #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_IDLE_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(0..=ramstore_server::MAX_CONNECTION_TIMEOUT_MS))]
+    idle_timeout_ms: u64,
+}
+
 impl From<MonitorArgs> for MonitorConfig {
     fn from(a: MonitorArgs) -> Self {
         MonitorConfig {
@@ -189,6 +209,8 @@ enum Command {
         #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_NO_SPACE_WAIT_MS,
               value_parser = clap::value_parser!(u64).range(0..=ramstore_server::MAX_NO_SPACE_WAIT_MS))]
         no_space_wait_ms: u64,
+        #[command(flatten)]
+        timeouts: TimeoutArgs,
     },
     /// Run a coordinator. With an etcd store, coordinators elect one active
     /// coordinator through a lease in etcd; the others stand by and take over when
@@ -333,19 +355,8 @@ enum Command {
               default_value_t = ramstore_server::replica_manager::DEFAULT_REPLICA_CHECK_INTERVAL_MS,
               value_parser = parse_replica_check_interval)]
         replica_check_interval_ms: u64,
-        /// Milliseconds a request (native frame or Redis command) may take to
-        /// arrive once its first byte has, and a reply write may stall, before the
-        /// connection is closed: a client sending a byte a second is dropped
-        /// (0: never).
-        #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_REQUEST_TIMEOUT_MS,
-              value_parser = clap::value_parser!(u64).range(0..=ramstore_server::MAX_CONNECTION_TIMEOUT_MS))]
-        request_timeout_ms: u64,
-        /// Milliseconds a client connection may sit idle before it is closed, on
-        /// the native and Redis ports (0: never; at --max-connections the oldest
-        /// idle connection is evicted instead).
-        #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_IDLE_TIMEOUT_MS,
-              value_parser = clap::value_parser!(u64).range(0..=ramstore_server::MAX_CONNECTION_TIMEOUT_MS))]
-        idle_timeout_ms: u64,
+        #[command(flatten)]
+        timeouts: TimeoutArgs,
     },
     /// Create a table (no-op if it exists).
     CreateTable {
@@ -635,9 +646,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             requirepass,
             resp_poll_us,
             no_space_wait_ms,
+            timeouts,
         } => dev_runtime()?.block_on(cluster::dev(cluster::DevOptions {
             resp_poll_us,
             no_space_wait_ms,
+            request_timeout_ms: timeouts.request_timeout_ms,
+            idle_timeout_ms: timeouts.idle_timeout_ms,
             resp_port,
             require_pass: requirepass,
             replicas: replicas.into(),
@@ -688,15 +702,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_connections,
             no_space_wait_ms,
             replica_check_interval_ms,
-            request_timeout_ms,
-            idle_timeout_ms,
+            timeouts,
         } => runtime()?.block_on(cluster::server(ServerOptions {
             replica_check_interval_ms,
             resp_poll_us,
             no_space_wait_ms,
             max_connections: max_connections as usize,
-            request_timeout_ms,
-            idle_timeout_ms,
+            request_timeout_ms: timeouts.request_timeout_ms,
+            idle_timeout_ms: timeouts.idle_timeout_ms,
             resp_listen,
             resp_require_pass: requirepass,
             resp_table_span,
@@ -813,5 +826,57 @@ mod tests {
             let sub = command.find_subcommand(name).expect(name);
             assert!(sub.get_arguments().any(|a| a.get_long() == Some("config")));
         }
+    }
+
+    /// `ramstore dev` takes the connection timeouts `ramstore server` takes, with
+    /// the same defaults and help, and passes what it is given through.
+    #[test]
+    fn dev_timeouts_match_server() {
+        let command = Cli::command();
+        let arg = |sub: &str, long: &str| {
+            let sub = command.find_subcommand(sub).expect(sub);
+            let arg = sub
+                .get_arguments()
+                .find(|a| a.get_long() == Some(long))
+                .unwrap_or_else(|| panic!("{long} missing"));
+            let defaults: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            (defaults, arg.get_help().map(|h| h.to_string()))
+        };
+        for long in ["request-timeout-ms", "idle-timeout-ms"] {
+            let server = arg("server", long);
+            assert!(server.1.is_some(), "{long} has help");
+            assert_eq!(arg("dev", long), server, "{long}");
+        }
+        let parsed = Cli::try_parse_from([
+            "ramstore",
+            "dev",
+            "--request-timeout-ms",
+            "1500",
+            "--idle-timeout-ms",
+            "9000",
+        ])
+        .expect("dev accepts the timeouts");
+        let Command::Dev { timeouts, .. } = parsed.command else {
+            panic!("parsed as another command");
+        };
+        assert_eq!(
+            (timeouts.request_timeout_ms, timeouts.idle_timeout_ms),
+            (1500, 9000)
+        );
+        let defaults = Cli::try_parse_from(["ramstore", "dev"]).expect("defaults parse");
+        let Command::Dev { timeouts, .. } = defaults.command else {
+            panic!("parsed as another command");
+        };
+        assert_eq!(
+            (timeouts.request_timeout_ms, timeouts.idle_timeout_ms),
+            (
+                ramstore_server::DEFAULT_REQUEST_TIMEOUT_MS,
+                ramstore_server::DEFAULT_IDLE_TIMEOUT_MS
+            )
+        );
     }
 }

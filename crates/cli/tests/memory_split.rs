@@ -38,15 +38,14 @@ fn other_bound(memory: u64, resp: u64, native: u64) -> u64 {
     // Binary and libraries, thread stacks, the runtime and the allocator's small
     // blocks, with the default threads.
     const ALLOWANCE: u64 = 16 * MIB;
-    const SEGMENT: u64 = 8 * MIB;
     // The log's own bookkeeping: at most 320 bytes per 64 KiB seglet.
     let log_metadata = memory / 200;
     // One combined pass: a 32-byte work-list entry per live entry of its victims,
     // whole victims within `combined_work_list_entries` (memory / 4096, at least
-    // 64 Ki) or one victim alone (a 10-byte entry at the least), and 40 bytes more
-    // for each that is a tombstone moved to a survivor.
-    let work_list = (memory / 4096).max(64 * KIB).max(SEGMENT / 10);
-    let cleaner = work_list * (32 + 40);
+    // 64 Ki; a larger first victim is cleaned without a list), and the tombstone
+    // moves it has not yet told the lists, 1,024 of 40 bytes at most.
+    let work_list = (memory / 4096).max(64 * KIB);
+    let cleaner = work_list * 32 + 1024 * 40;
     // A Redis connection running small commands (replies ≤ 1 MiB): a 128 KiB read
     // buffer, replies written out at 1 MiB (≤ 1 MiB + one reply), a kept 64 KiB
     // value buffer; a native one between requests: 64 KiB to read and a kept reply
@@ -154,7 +153,7 @@ impl Split {
             rss: get("used_memory_rss"),
             peak: get("ramstore_resident_peak_bytes"),
             log: get("ramstore_log_resident_bytes"),
-            hash: get("ramstore_hashtable_resident_bytes"),
+            hash: get("ramstore_hash_table_resident_bytes"),
             other: get("ramstore_other_resident_bytes"),
             live: get("ramstore_live_object_bytes"),
         }

@@ -171,58 +171,11 @@ impl BucketArray {
 
     /// Bytes of the mapping the kernel holds in memory right now: pages are zeroed
     /// on first touch, so an array few keys have reached is mostly not resident.
-    /// `None` where the kernel cannot be asked (see [`resident_bytes_of`]).
+    /// `None` where the kernel cannot be asked (see [`ramstore_mmap::resident_bytes`]).
     pub(crate) fn resident_bytes(&self) -> Option<usize> {
         // SAFETY: the mapping made in `new` is `mapped_bytes` long, page-aligned,
         // and lives as long as `self`.
-        unsafe { resident_bytes_of(self.ptr.as_ptr().cast(), self.mapped_bytes) }
-    }
-}
-
-/// Bytes of the `len`-byte mapping at `base` the kernel holds in memory right now
-/// (`mincore`, one call per 16 MiB with 4 KiB pages, no allocation). `None` where
-/// the kernel cannot be asked (`mincore` is used on Linux only).
-///
-/// # Safety
-/// `[base, base + len)` is one live mapping and `base` is page-aligned.
-pub(crate) unsafe fn resident_bytes_of(base: *const u8, len: usize) -> Option<usize> {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-            .ok()
-            .filter(|&p| p > 0)?;
-        // One status byte per page, a chunk of pages at a time.
-        let mut status = [0u8; 4096];
-        let mut resident_pages = 0usize;
-        let mut offset = 0;
-        while offset < len {
-            let chunk = (len - offset).min(status.len() * page);
-            // SAFETY: [offset, offset + chunk) lies inside the mapping (the
-            // caller's promise), `offset` is a multiple of the page size, and
-            // `status` has a byte for each of the ⌈chunk / page⌉ pages.
-            let rc = unsafe {
-                libc::mincore(
-                    base.add(offset).cast_mut().cast(),
-                    chunk,
-                    status.as_mut_ptr(),
-                )
-            };
-            if rc != 0 {
-                return None;
-            }
-            resident_pages += status[..chunk.div_ceil(page)]
-                .iter()
-                .filter(|&&s| s & 1 != 0)
-                .count();
-            offset += chunk;
-        }
-        Some((resident_pages * page).min(len))
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = (base, len);
-        None
+        unsafe { ramstore_mmap::resident_bytes(self.ptr.as_ptr().cast(), self.mapped_bytes) }
     }
 }
 

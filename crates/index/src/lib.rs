@@ -35,9 +35,9 @@
 //! buckets, they are unlinked and go back to the arena's free list, which
 //! later extensions of any chain take from first: the arena's resident size
 //! is bounded by the most overflow buckets ever in use at once
-//! ([`HashTable::overflow_buckets_high_water`], [`HashTable::resident_bytes`]),
+//! ([`HashTable::overflow_buckets_high_water`], [`HashTable::resident_bound_bytes`]),
 //! not by how many chains ever overflowed under churn (issue 17);
-//! [`HashTable::measured_resident_bytes`] asks the kernel what is resident now. A chain has
+//! [`HashTable::resident_bytes`] asks the kernel what is resident now. A chain has
 //! at most [`MAX_CHAIN_BUCKETS`] buckets.
 //!
 //! A hash's main bucket is `⌊hash · buckets / 2⁶⁴⌋` (any bucket count, so the

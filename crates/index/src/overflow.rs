@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::bucket::{is_link, resident_bytes_of, Bucket, BucketArray, EMPTY, LAST, REF_MASK};
+use crate::bucket::{is_link, Bucket, BucketArray, EMPTY, LAST, REF_MASK};
 use crate::IndexFull;
 
 /// The most chunks an arena can have.
@@ -224,7 +224,7 @@ impl OverflowArena {
     }
 
     /// Bytes of the allocated chunks the kernel holds in memory (see
-    /// `bucket::resident_bytes_of`): the pages of buckets ever handed out, up to the
+    /// `ramstore_mmap::resident_bytes`): the pages of buckets ever handed out, up to the
     /// high-water mark. `None` where the kernel cannot be asked.
     pub(crate) fn resident_bytes(&self) -> Option<usize> {
         let mut total = 0;
@@ -235,7 +235,7 @@ impl OverflowArena {
                 // SAFETY: a non-null chunk pointer is the start of a live,
                 // page-aligned mapping of `chunk_len(k)` buckets (`alloc`), unmapped
                 // only in `Drop`, which `&self` rules out.
-                total += unsafe { resident_bytes_of(raw.cast(), bytes) }?;
+                total += unsafe { ramstore_mmap::resident_bytes(raw.cast(), bytes) }?;
             }
         }
         Some(total)

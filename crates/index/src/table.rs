@@ -101,7 +101,7 @@ impl HashTable {
     /// Bytes allocated (mapped) for the main buckets, their locks, the overflow
     /// chunks and the overflow free list. Overflow chunks double in size and are
     /// zeroed lazily by the kernel, so most of a large chunk may never be resident:
-    /// see [`Self::resident_bytes`] for what the table can actually occupy.
+    /// see [`Self::resident_bound_bytes`] for what the table can actually occupy.
     pub fn memory_bytes(&self) -> usize {
         self.main_bytes() + self.overflow.memory_bytes() + self.overflow.free_list_bytes()
     }
@@ -111,7 +111,7 @@ impl HashTable {
     /// overflow bucket up to the arena's high-water mark — the only overflow memory
     /// ever touched. This grows with the most overflow buckets ever in use at once,
     /// not with the number of operations (emptied tails are reused).
-    pub fn resident_bytes(&self) -> usize {
+    pub fn resident_bound_bytes(&self) -> usize {
         let per_overflow_bucket = std::mem::size_of::<Bucket>() + std::mem::size_of::<u64>();
         self.main_bytes() + self.overflow_buckets_high_water() * per_overflow_bucket
     }
@@ -120,11 +120,11 @@ impl HashTable {
     /// page (`mincore`): the main buckets' pages faulted in so far (the array is
     /// zeroed on first touch, so a new table's are not), their locks, the overflow
     /// chunks' touched pages, and the free list's entries up to the high-water mark.
-    /// At most [`Self::resident_bytes`] but for page rounding (with huge pages the
+    /// At most [`Self::resident_bound_bytes`] but for page rounding (with huge pages the
     /// main array faults in 2 MiB at a time). About one system call per 16 MiB, no
     /// lock but the arena's (cold), no allocation. `None` where the kernel cannot be
     /// asked.
-    pub fn measured_resident_bytes(&self) -> Option<usize> {
+    pub fn resident_bytes(&self) -> Option<usize> {
         let free_list = self
             .overflow
             .free_list_bytes()
@@ -156,7 +156,7 @@ impl HashTable {
 
     /// The most overflow buckets ever in use at once: in use plus free, since a
     /// never-used bucket is taken only when the free list is empty. Their memory
-    /// is all the arena has touched (see [`Self::resident_bytes`]).
+    /// is all the arena has touched (see [`Self::resident_bound_bytes`]).
     pub fn overflow_buckets_high_water(&self) -> usize {
         self.overflow.high_water()
     }

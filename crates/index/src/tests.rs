@@ -274,11 +274,11 @@ fn insert_returns_index_full_when_arena_exhausted() {
 /// The resident split (issue 17): main-array pages count once a key reaches them,
 /// the locks always, an overflow chunk page by page as its buckets are handed out.
 #[test]
-fn measured_resident_bytes_counts_touched_main_and_overflow_pages_and_locks() {
+fn resident_bytes_counts_touched_main_and_overflow_pages_and_locks() {
     // 64 Ki buckets: a 4 MiB main array, overflow chunk 0 of 8 Ki buckets (512 KiB).
     let table = HashTable::new(1 << 16);
     let locks = (1 << 16) * std::mem::size_of::<parking_lot::RawMutex>();
-    let empty = table.measured_resident_bytes();
+    let empty = table.resident_bytes();
     if !cfg!(target_os = "linux") {
         assert_eq!(empty, None, "unknown where mincore cannot be asked");
         return;
@@ -290,7 +290,7 @@ fn measured_resident_bytes_counts_touched_main_and_overflow_pages_and_locks() {
     );
 
     put(&table, 0, 1);
-    let one = table.measured_resident_bytes().expect("asked once already");
+    let one = table.resident_bytes().expect("asked once already");
     assert!(
         (empty + 4096..=empty + (2 << 20)).contains(&one),
         "one insert faults in one page (4 KiB, or 2 MiB with huge pages): {one}"
@@ -301,7 +301,7 @@ fn measured_resident_bytes_counts_touched_main_and_overflow_pages_and_locks() {
         put(&table, 0, r);
     }
     assert_eq!(table.overflow_buckets_high_water(), 1);
-    let chained = table.measured_resident_bytes().expect("asked once already");
+    let chained = table.resident_bytes().expect("asked once already");
     // One page of chunk 0 and one free-list entry, unless khugepaged merged the
     // main array's touched page into a huge page meanwhile.
     let overflow = 4096 + 8;
@@ -309,7 +309,7 @@ fn measured_resident_bytes_counts_touched_main_and_overflow_pages_and_locks() {
         (one + overflow..=one + overflow + (2 << 20)).contains(&chained),
         "{one} then {chained}"
     );
-    assert!(chained <= table.resident_bytes() + 4096);
+    assert!(chained <= table.resident_bound_bytes() + 4096);
 }
 
 /// Regression (issue 17): overflow chunks came from the global allocator, which
@@ -322,14 +322,17 @@ fn overflow_chunk_is_resident_only_where_buckets_were_handed_out() {
     for r in 1..=9 {
         put(&table, 0, r);
     }
-    let Some(measured) = table.measured_resident_bytes() else {
+    let Some(measured) = table.resident_bytes() else {
         return; // Not Linux: nothing to measure (the test above checks `None`).
     };
     let main = measured - (1 << 16) * std::mem::size_of::<parking_lot::RawMutex>();
     // The main array's one touched page (or huge page), plus at most one page and
     // one free-list entry of overflow: not the chunk's 512 KiB.
     assert!(main <= (2 << 20) + 4096 + 8, "{measured}");
-    assert!(measured <= table.resident_bytes() + 4096, "{measured}");
+    assert!(
+        measured <= table.resident_bound_bytes() + 4096,
+        "{measured}"
+    );
 }
 
 #[test]
@@ -443,7 +446,7 @@ fn bucket_of_spreads_hashes_evenly_over_any_bucket_count() {
 fn memory_bytes_counts_buckets_locks_and_overflow_chunks() {
     let table = HashTable::new(1024);
     assert_eq!(table.memory_bytes(), 1024 * 64 + 1024);
-    assert_eq!(table.resident_bytes(), 1024 * 64 + 1024);
+    assert_eq!(table.resident_bound_bytes(), 1024 * 64 + 1024);
     // Chain one bucket past 8 entries: chunk 0 of max(64, 1024 / 8) = 128 buckets
     // appears, with a free list with room for all 128.
     for r in 1..=9 {
@@ -451,7 +454,7 @@ fn memory_bytes_counts_buckets_locks_and_overflow_chunks() {
     }
     assert_eq!(table.memory_bytes(), 1024 * 64 + 1024 + 128 * 64 + 128 * 8);
     // Only the one overflow bucket handed out counts as resident.
-    assert_eq!(table.resident_bytes(), 1024 * 64 + 1024 + 64 + 8);
+    assert_eq!(table.resident_bound_bytes(), 1024 * 64 + 1024 + 64 + 8);
 }
 
 #[test]

@@ -19,6 +19,7 @@ use crate::log::{Log, ObjectView, SegmentMeta, SegmentState, SegmentTable};
 use crate::pool::{AllocClass, SegletPool};
 use crate::replica::SegmentRole;
 use crate::segment::SegmentWriter;
+use crate::tombstones::{Move, PendingMoves};
 use crate::{LogRef, SEGLET_BYTES};
 
 /// The owner of the hash table, as the cleaner sees it.
@@ -164,9 +165,9 @@ const _: () = assert!(MAX_SEGMENTS_PER_COMBINED_PASS <= u16::MAX as usize);
 /// enough for about a segment of 100-byte objects per 128 MiB of memory (1/32
 /// before: the list was the largest transient outside the log, ≈ 4 MiB of a
 /// 160 MiB server's peak in L Table 1's W1, docs/benchmarks.md issue 17). The list
-/// holds whole victims only and passes the bound only with its first victim (a
-/// victim that would take it past is given back), so it holds at most
-/// max(bound, one segment's entries).
+/// holds whole victims only and never passes the bound: a victim that would take it
+/// past is given back, and a first victim that would is cleaned alone without a
+/// list (`combined_incremental`).
 pub const COMBINED_WORK_LIST_SHARE: usize = 128;
 
 /// Entries a combined pass's work list takes before it stops taking victims: see
@@ -408,20 +409,22 @@ impl Log {
             }
         };
         let mut scanned = 0;
+        let mut first_too_large = false;
         'victims: for (index, m) in victims.iter().enumerate() {
             // The list holds only whole victims: a victim whose entries would take
-            // it past the bound is given back unscanned-for (its entries dropped),
-            // unless it is the first, without which the pass could not progress.
-            // So the list never holds more than max(bound, one segment's entries).
+            // it past the bound is given back unscanned-for (its entries dropped).
+            // If that is the first, the pass cleans it alone without a list (below),
+            // so the list never holds more than the bound.
             check_batch(&mut batch, &mut found);
             let (found_before, dropped_before) = (found.len(), tombstones_dropped);
             // At most MAX_SEGMENTS_PER_COMBINED_PASS (32) victims.
             let victim = index as u16;
             for e in self.entries(m) {
-                if index > 0 && found.len() + batch.len() >= max_entries {
+                if found.len() + batch.len() >= max_entries {
                     batch.clear();
                     found.truncate(found_before);
                     tombstones_dropped = dropped_before;
+                    first_too_large = index == 0;
                     break 'victims;
                 }
                 match (e.kind, e.layout) {
@@ -447,6 +450,19 @@ impl Log {
             scanned = index + 1;
         }
         check_batch(&mut batch, &mut found);
+        debug_assert!(found.len() <= max_entries, "the work list passed its bound");
+        if first_too_large {
+            // A victim with more live entries than the list holds (in L Table 1's
+            // W6, a segment of 131,000 live tombstones: 9.4 MiB of list and moves
+            // where the bound is 2 MiB) is cleaned alone, the way the bounded
+            // one-segment pass cleans (L§7, `combined_incremental`): no list, its
+            // own seglets reused as it goes. The stash goes back first; that pass
+            // needs only what the cleaner's reserve holds.
+            self.pool.release(&stash);
+            let first = victims.swap_remove(0);
+            self.release_victims(&victims);
+            return self.clean_one_combined_locked(first, relocator);
+        }
         if scanned < victims.len() {
             let rest = victims.split_off(scanned);
             self.release_victims(&rest);
@@ -498,7 +514,8 @@ impl Log {
 
         let mut survivors: Vec<SegmentWriter> = Vec::new();
         let mut copied = 0u64;
-        let mut moved_tombstones: Vec<(u64, u64, u64, u32, u64)> = Vec::new();
+        // Told to the lists a batch at a time: bounded whatever the victims hold.
+        let mut moved_tombstones = PendingMoves::new();
         for (i, c) in found.iter().enumerate() {
             // Survivors are written in age order, so consecutive objects hit random
             // buckets: start loading a later one's bucket now.
@@ -540,22 +557,24 @@ impl Log {
                 _ => {
                     self.copy_entry(c.at, len, w);
                     self.survivor_bytes_added(w.slot, len, true);
-                    let victim = victims[c.victim as usize].id;
-                    moved_tombstones.push((c.hash_or_target, victim, w.id, w.slot, len as u64));
+                    moved_tombstones.push(
+                        &self.tombstone_targets,
+                        Move {
+                            target: c.hash_or_target,
+                            from: victims[c.victim as usize].id,
+                            to: w.id,
+                            to_slot: w.slot,
+                            bytes: len as u64,
+                        },
+                    );
                     copied += len as u64;
+                    self.counters
+                        .tombstones_moved
+                        .fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
-        {
-            let mut targets = self.tombstone_targets.lock();
-            for (target, from, to, to_slot, bytes) in moved_tombstones {
-                let listed = targets.moved(target, from, to, to_slot, bytes);
-                debug_assert!(
-                    listed,
-                    "tombstone for {target} in {from} was not counted live"
-                );
-            }
-        }
+        moved_tombstones.flush(&self.tombstone_targets);
         for w in &mut survivors {
             stash.extend(w.trim_unused());
         }

@@ -54,6 +54,23 @@ impl Log {
         let _one_pass = self.combined_pass.try_lock()?;
         let _cpu = CpuCharge::start(&self.counters.cpu_ns);
         let victim = self.pick_one_for_combined(forced)?;
+        self.clean_one_combined_locked(victim, relocator)
+    }
+
+    /// The body of a one-segment combined pass over `victim`, a closed segment
+    /// taken out of the cleaners' reach (`Cleaning` or `Compacting`; it is marked
+    /// `Compacting` here: its chain is rewritten seglet by seglet). The caller holds
+    /// `combined_pass` and charges the CPU time. A batch pass hands over a victim
+    /// too large for its work list this way (`clean_combined_locked`). `None` if
+    /// the pool cannot give the up-front seglets (the victim is given back).
+    pub(crate) fn clean_one_combined_locked(
+        &self,
+        victim: SegmentMeta,
+        relocator: &dyn Relocator,
+    ) -> Option<PassOutcome> {
+        if let Some(m) = self.segments.lock().by_id.get_mut(&victim.id) {
+            m.state = SegmentState::Compacting;
+        }
         let largest_entry = match victim.max_entry_bytes {
             0 => largest_possible_entry(self.config.segment_bytes),
             n => n,
@@ -90,7 +107,7 @@ impl Log {
             retired_upto: 0,
             seglets_retired: 0,
             copied: 0,
-            survivor: Some(SurvivorCopy::default()),
+            survivor: Some(SurvivorCopy::new()),
         };
         self.compact_entries(&mut pass, relocator);
         let Pass {
@@ -102,18 +119,8 @@ impl Log {
             ..
         } = pass;
         // `survivor` was set above and `compact_entries` never clears it.
-        let copy = survivor.unwrap_or_default();
-        {
-            let mut targets = self.tombstone_targets.lock();
-            for &(target, bytes) in &copy.moved_tombstones {
-                let listed = targets.moved(target, victim.id, w.id, w.slot, bytes);
-                debug_assert!(
-                    listed,
-                    "tombstone for {target} in {} was not counted live",
-                    victim.id
-                );
-            }
-        }
+        let mut copy = survivor.unwrap_or_else(SurvivorCopy::new);
+        copy.moved_tombstones.flush(&self.tombstone_targets);
         let spare = w.trim_unused();
         if !spare.is_empty() {
             self.pool.release(&spare);

@@ -41,6 +41,7 @@ use crate::entry::{EntryType, ScannedLayout};
 use crate::log::{Log, ObjectView, SegmentMeta, SegmentState};
 use crate::pool::AllocClass;
 use crate::segment::SegmentWriter;
+use crate::tombstones::{Move, PendingMoves};
 use crate::{MAX_KEY_BYTES, MAX_VALUE_BYTES, SEGLET_BYTES};
 
 /// A batch of objects waiting for their buckets is relocated once it spans this
@@ -128,13 +129,22 @@ pub(crate) struct Pass<'a> {
 /// stays behind (the survivor has its own), tombstones naming the source die with
 /// it, and what is copied is counted in the survivor's counters, as in combined
 /// cleaning (`cleaner`).
-#[derive(Default)]
 pub(crate) struct SurvivorCopy {
-    /// (target segment, bytes) of every tombstone copied, to move in the lists.
-    pub(crate) moved_tombstones: Vec<(u64, u64)>,
+    /// The tombstones copied, moved in the lists a batch at a time (bounded: a
+    /// victim may hold hundreds of thousands).
+    pub(crate) moved_tombstones: PendingMoves,
     /// Tombstones left behind because their target is not in the log (or is the
     /// source itself).
     pub(crate) tombstones_dropped: u64,
+}
+
+impl SurvivorCopy {
+    pub(crate) fn new() -> Self {
+        Self {
+            moved_tombstones: PendingMoves::new(),
+            tombstones_dropped: 0,
+        }
+    }
 }
 
 impl Pass<'_> {
@@ -357,7 +367,19 @@ impl Log {
                             pass.copied += e.len as u64;
                             if let Some(s) = &mut pass.survivor {
                                 self.survivor_bytes_added(pass.w.slot, e.len, true);
-                                s.moved_tombstones.push((t.segment_id, e.len as u64));
+                                s.moved_tombstones.push(
+                                    &self.tombstone_targets,
+                                    Move {
+                                        target: t.segment_id,
+                                        from: pass.source.id,
+                                        to: pass.w.id,
+                                        to_slot: pass.w.slot,
+                                        bytes: e.len as u64,
+                                    },
+                                );
+                                self.counters
+                                    .tombstones_moved
+                                    .fetch_add(1, Ordering::Relaxed);
                             }
                         }
                         // Its target left the log, and its bytes left this segment's

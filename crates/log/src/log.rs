@@ -262,6 +262,7 @@ pub(crate) struct CleanerCounters {
     pub passes_without_memory: AtomicU64,
     pub combined_passes_refused: AtomicU64,
     pub incremental_combined_passes: AtomicU64,
+    pub tombstones_moved: AtomicU64,
 }
 
 /// A snapshot of the log's statistics.
@@ -299,6 +300,9 @@ pub struct LogStats {
     /// Combined passes that cleaned one segment in bounded memory because no other
     /// pass could make progress (`combined_incremental`; also in `combined_passes`).
     pub incremental_combined_passes: u64,
+    /// Live tombstones combined cleaning copied into survivors (their targets were
+    /// still in the log).
+    pub tombstones_moved: u64,
 }
 
 /// The log of one master. Thread-safe (see the crate doc).
@@ -1144,6 +1148,7 @@ impl Log {
             passes_without_memory: get(&c.passes_without_memory),
             combined_passes_refused: get(&c.combined_passes_refused),
             incremental_combined_passes: get(&c.incremental_combined_passes),
+            tombstones_moved: get(&c.tombstones_moved),
             cleaner_cpu_ns: get(&c.cpu_ns),
             emergency_heads: get(&c.emergency_heads),
         }

@@ -224,44 +224,9 @@ impl SegletPool {
     /// resident. Costs one system call per 16 MiB of pool (with 4 KiB pages) and
     /// no allocation. `None` where the kernel cannot be asked (not Linux).
     pub fn resident_bytes(&self) -> Option<usize> {
-        #[cfg(target_os = "linux")]
-        {
-            // SAFETY: sysconf has no preconditions.
-            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-                .ok()
-                .filter(|&p| p > 0)?;
-            // One status byte per page, a chunk of pages at a time.
-            let mut status = [0u8; 4096];
-            let mut resident_pages = 0usize;
-            let mut offset = 0;
-            while offset < self.bytes {
-                let len = (self.bytes - offset).min(status.len() * page);
-                // SAFETY: [offset, offset + len) lies inside this pool's mapping
-                // (page-aligned, alive as long as `self`), `offset` is a multiple of
-                // the page size, and `status` has a byte for each of the
-                // ⌈len / page⌉ pages.
-                let rc = unsafe {
-                    libc::mincore(
-                        self.base.as_ptr().add(offset).cast(),
-                        len,
-                        status.as_mut_ptr(),
-                    )
-                };
-                if rc != 0 {
-                    return None;
-                }
-                resident_pages += status[..len.div_ceil(page)]
-                    .iter()
-                    .filter(|&&s| s & 1 != 0)
-                    .count();
-                offset += len;
-            }
-            Some((resident_pages * page).min(self.bytes))
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            None
-        }
+        // SAFETY: the pool's mapping is `self.bytes` long, page-aligned, and lives
+        // as long as `self`.
+        unsafe { ramstore_mmap::resident_bytes(self.base.as_ptr(), self.bytes) }
     }
 
     /// Takes `n` seglets at once, or none if `class` may not take that many.

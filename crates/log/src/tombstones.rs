@@ -20,10 +20,16 @@
 //!   drops the rest, whose targets have left (and whose entries left with them).
 //!
 //! Thread-safety: one mutex, a leaf in the log's lock order. Writers add to it under the
-//! head lock; combined cleaning (one pass at a time) moves and expires entries.
+//! head lock; combined cleaning (one pass at a time) moves and expires entries. A pass
+//! tells the lists about the tombstones it copies in batches of at most
+//! [`PENDING_MOVES`] ([`PendingMoves`]) while it copies, so its survivors are listed
+//! as holders a little before they join the log; nothing reads the lists by holder in
+//! between (expiry is the next combined pass's, and passes run one at a time).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+
+use parking_lot::Mutex;
 
 /// Hashes segment ids (small, dense integers) with one multiplication: this map is
 /// touched on every overwrite and delete, and SipHash's DoS resistance buys nothing
@@ -160,6 +166,72 @@ impl TombstoneTargets {
     }
 }
 
+/// Tombstone moves a cleaning pass holds before it tells the lists (one lock each
+/// time): 40 KiB, whatever the number of tombstones the pass copies. Before, a pass
+/// kept every move until it was done — 40 bytes per tombstone, 5.2 MiB for one
+/// victim of 131,000 tombstones in L Table 1's W6 (issue 17, docs/benchmarks.md
+/// session 27).
+pub(crate) const PENDING_MOVES: usize = 1024;
+
+/// One copied tombstone's move: `bytes` for `target`, from holder `from` to the
+/// survivor `to` in slot `to_slot`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Move {
+    pub target: u64,
+    pub from: u64,
+    pub to: u64,
+    pub to_slot: u32,
+    pub bytes: u64,
+}
+
+/// A pass's tombstone moves not yet applied to the lists, at most
+/// [`PENDING_MOVES`]. Moves add up (`moved` of a and then b equals `moved` of
+/// a + b) and the listed bytes of a victim only fall while its pass runs, so
+/// applying them in batches as the pass copies ends where applying them all at
+/// the end did.
+pub(crate) struct PendingMoves {
+    moves: Vec<Move>,
+}
+
+impl PendingMoves {
+    /// An empty buffer with room for [`PENDING_MOVES`] moves (allocated once).
+    pub fn new() -> Self {
+        Self {
+            moves: Vec::with_capacity(PENDING_MOVES),
+        }
+    }
+
+    /// Records a move, applying the buffered ones first when it is full.
+    pub fn push(&mut self, targets: &Mutex<TombstoneTargets>, m: Move) {
+        if self.moves.len() == PENDING_MOVES {
+            self.flush(targets);
+        }
+        self.moves.push(m);
+    }
+
+    /// Applies every buffered move to the lists, under one lock.
+    pub fn flush(&mut self, targets: &Mutex<TombstoneTargets>) {
+        if self.moves.is_empty() {
+            return;
+        }
+        let mut targets = targets.lock();
+        for m in self.moves.drain(..) {
+            let listed = targets.moved(m.target, m.from, m.to, m.to_slot, m.bytes);
+            debug_assert!(
+                listed,
+                "tombstone for {} in {} was not counted live",
+                m.target, m.from
+            );
+        }
+    }
+
+    /// Moves buffered now (for tests).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.moves.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +263,38 @@ mod tests {
         assert!(t.moved(1, 10, 20, 5, 15));
         assert_eq!(t.bytes_held_by(10), 0);
         assert_eq!(t.bytes_held_by(20), 40);
+    }
+
+    /// The buffer never holds more than `PENDING_MOVES`, and the lists end where
+    /// applying every move at once would leave them.
+    #[test]
+    fn pending_moves_apply_in_batches_of_a_fixed_size() {
+        let n = 3 * PENDING_MOVES as u64 + 7;
+        let targets = Mutex::new(TombstoneTargets::default());
+        for target in 0..4 {
+            targets.lock().add(target, 10, 0, n * 3);
+        }
+        let mut pending = PendingMoves::new();
+        for i in 0..n {
+            pending.push(
+                &targets,
+                Move {
+                    target: i % 4,
+                    from: 10,
+                    to: 20,
+                    to_slot: 1,
+                    bytes: 3,
+                },
+            );
+            assert!(pending.len() <= PENDING_MOVES);
+            assert!(pending.moves.capacity() <= PENDING_MOVES, "it never grows");
+        }
+        assert!(pending.len() > 0, "the last moves wait for the flush");
+        pending.flush(&targets);
+        assert_eq!(pending.len(), 0);
+        let t = targets.lock();
+        assert_eq!(t.bytes_held_by(20), n * 3);
+        assert_eq!(t.bytes_held_by(10), 4 * n * 3 - n * 3);
     }
 
     #[test]

@@ -105,10 +105,12 @@ pub struct StoreStats {
     pub objects: usize,
     /// Bytes of hash table allocated (buckets, locks, overflow chunks, free list).
     pub hash_table_bytes: usize,
-    /// Bytes of hash table that can be resident: buckets and locks, plus 72 B per
-    /// overflow bucket up to the overflow arena's high-water mark (emptied overflow
-    /// buckets are reused, so this follows the peak of chains, not of churn).
-    pub hash_table_resident_bytes: usize,
+    /// The most bytes of hash table that can be resident (`HashTable::
+    /// resident_bound_bytes`): buckets and locks, plus 72 B per overflow bucket up
+    /// to the overflow arena's high-water mark (emptied overflow buckets are reused,
+    /// so this follows the peak of chains, not of churn). What is resident now is
+    /// measured, in [`StoreResident::hash_table`].
+    pub hash_table_resident_bound_bytes: usize,
     /// Overflow buckets linked into chains now.
     pub hash_table_overflow_buckets_in_use: usize,
     /// The most overflow buckets ever in use at once.
@@ -125,7 +127,7 @@ pub struct StoreStats {
 pub struct StoreResident {
     /// Bytes of the seglet pool in memory (`SegletPool::resident_bytes`).
     pub log: Option<usize>,
-    /// Bytes of the hash table in memory (`HashTable::measured_resident_bytes`).
+    /// Bytes of the hash table in memory (`HashTable::resident_bytes`).
     pub hash_table: Option<usize>,
 }
 
@@ -972,7 +974,7 @@ impl ObjectStore {
             log: self.inner.log.stats(),
             objects: self.inner.index.len(),
             hash_table_bytes: self.inner.index.memory_bytes(),
-            hash_table_resident_bytes: self.inner.index.resident_bytes(),
+            hash_table_resident_bound_bytes: self.inner.index.resident_bound_bytes(),
             hash_table_overflow_buckets_in_use: self.inner.index.overflow_buckets_in_use(),
             hash_table_overflow_buckets_high_water: self.inner.index.overflow_buckets_high_water(),
             hash_table_overflow_buckets_released: self
@@ -989,7 +991,7 @@ impl ObjectStore {
     pub fn resident(&self) -> StoreResident {
         StoreResident {
             log: self.inner.log.pool().resident_bytes(),
-            hash_table: self.inner.index.measured_resident_bytes(),
+            hash_table: self.inner.index.resident_bytes(),
         }
     }
 }

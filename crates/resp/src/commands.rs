@@ -1023,7 +1023,7 @@ impl Connection {
                 ("ramstore_resident_peak_bytes", "resident_peak_bytes"),
                 ("ramstore_log_resident_bytes", "log_resident_bytes"),
                 (
-                    "ramstore_hashtable_resident_bytes",
+                    "ramstore_hash_table_resident_bytes",
                     "hash_table_resident_bytes",
                 ),
                 ("ramstore_other_resident_bytes", "other_resident_bytes"),

@@ -223,9 +223,9 @@ pub fn render_store(stats: &ramstore_master::StoreStats, out: &mut String) {
             stats.hash_table_bytes as f64,
         ),
         (
-            "ramstore_hash_table_resident_bytes",
-            "Bytes of hash table that can be resident: buckets and locks, plus overflow buckets up to their high-water mark.",
-            stats.hash_table_resident_bytes as f64,
+            "ramstore_hash_table_resident_bound_bytes",
+            "The most bytes of hash table that can be resident: buckets and locks, plus overflow buckets up to their high-water mark (what is resident now: ramstore_resident_bytes{part=\"hash_table\"}).",
+            stats.hash_table_resident_bound_bytes as f64,
         ),
         (
             "ramstore_hash_table_overflow_buckets",
