@@ -1,4 +1,4 @@
-//! ramstore's client library (DESIGN §2, R Fig. 2): tables, single-object reads,
+//! ramstore's client library (docs/design.md §2, R Fig. 2): tables, single-object reads,
 //! writes, removes and increments, conditional operations, multi-operations and
 //! enumeration, over an async [`Client`] and a blocking facade
 //! ([`BlockingClient`]).
@@ -73,7 +73,7 @@
 //!
 //! A retried request may have been executed by the server already (its response
 //! was lost, or it timed out just after taking effect). Until exactly-once RPCs land
-//! (DESIGN §9: RIFL-style completion records), retried writes, removes and
+//! (docs/design.md §9: RIFL-style completion records), retried writes, removes and
 //! increments are **at-least-once**: an increment may be applied twice, a
 //! conditional write may fail with [`ClientError::WrongVersion`] because its own
 //! first attempt succeeded, and a retried remove may report `None`.

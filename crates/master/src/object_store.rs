@@ -25,7 +25,7 @@ use crate::reject::RejectRules;
 use crate::tablets::{Tablet, TabletMap};
 use crate::ConfigError;
 
-/// The 64-bit hash of a key that places it in a tablet and a hash bucket (DESIGN §4).
+/// The 64-bit hash of a key that places it in a tablet and a hash bucket (docs/design.md §4).
 pub fn key_hash(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
 }

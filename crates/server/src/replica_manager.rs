@@ -7,7 +7,7 @@
 //! round takes one segment's new bytes, copied once from the log, to each of its R
 //! backups in concurrent BackupWrite RPCs. A segment has at most one round in
 //! flight; bytes appended meanwhile wait for the next round and go together — that
-//! is group commit (DESIGN §5 "Write"). Writers wait on a *sync point*, the end of
+//! is group commit (docs/design.md §5 "Write"). Writers wait on a *sync point*, the end of
 //! the newest head when their operation finished; the manager wakes them when it is
 //! durable.
 //!

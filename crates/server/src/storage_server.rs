@@ -1,5 +1,5 @@
 //! Running a storage server: open its backup store, bind, serve, enlist with the
-//! coordinator, export metrics, stop on request (DESIGN §2).
+//! coordinator, export metrics, stop on request (docs/design.md §2).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

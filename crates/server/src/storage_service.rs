@@ -542,7 +542,7 @@ impl StorageService {
 
     /// Marks the request as needing the replication wait if `view` lies in a
     /// segment not yet durable: a read never returns an object beyond the durable
-    /// point (DESIGN §1).
+    /// point (docs/design.md §1).
     fn note_read_durability(&self, view: &ramstore_log::ObjectView<'_>) {
         let log = self.store.log();
         if self.replicas.is_some() && !log.is_read_durable(view.location()) {
@@ -556,7 +556,7 @@ impl StorageService {
     /// log's newest point: the object may be absent because of a delete whose
     /// tombstone is not durable yet, and a master that crashes (or a zombie cut off
     /// from its backups) loses that delete, so answering "doesn't exist" at once
-    /// would show a state that never became durable (DESIGN §1). The hash table
+    /// would show a state that never became durable (docs/design.md §1). The hash table
     /// keeps no trace of a deleted key, so the wait is for the whole log, not the
     /// tombstone's own place. Regression: the partition test's zombie probe saw a
     /// key read as absent from a cut-off master, then with its old value after
@@ -800,7 +800,7 @@ fn is_read(op: Opcode) -> bool {
 impl StorageService {
     /// Answers at once, or defers the response appended at `out[mark..]` until
     /// the log is durable up to the current sync point for an update, or up to the
-    /// end of the furthest object read for a read (DESIGN §5 "Write" and "Read"). A wait that times out answers RETRY: the write is in the log and
+    /// end of the furthest object read for a read (docs/design.md §5 "Write" and "Read"). A wait that times out answers RETRY: the write is in the log and
     /// may become durable later; the client's retry writes it again.
     fn after_replication(&self, id: u64, op: Opcode, mark: usize, out: &mut Vec<u8>) -> Handled {
         let Some((manager, point)) = self.durability_wait(op) else {

@@ -1,5 +1,5 @@
 //! A read that finds no object must not reveal a delete that is not durable yet
-//! (DESIGN §1: a read never returns what is not durable). Regression: a master cut
+//! (docs/design.md §1: a read never returns what is not durable). Regression: a master cut
 //! off from its backups answered "doesn't exist" for a key whose delete it could not
 //! replicate; after recovery the key was back with its old value (found by the
 //! partition test's zombie probe, `crates/cli/tests/partition.rs`).

@@ -1,6 +1,6 @@
 //! The server's fast path does not allocate: a read request decoded, served from
 //! the log and encoded into a reused output buffer performs zero heap allocations
-//! (R§11.3, DESIGN §8). Measured with a counting global allocator.
+//! (R§11.3, docs/design.md §8). Measured with a counting global allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

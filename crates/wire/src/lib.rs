@@ -1,4 +1,4 @@
-//! ramstore's RPC wire format (DESIGN §6): frames, opcodes, status codes, and the
+//! ramstore's RPC wire format (docs/design.md §6): frames, opcodes, status codes, and the
 //! encoding of every request and response body. This crate does no I/O; transports
 //! cut frames out of a byte stream with [`frame_len`] and hand them here.
 //!
