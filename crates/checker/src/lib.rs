@@ -40,7 +40,7 @@ pub mod model;
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub use history::{Call, History, Op, Outcome, Refusal, Rules};
+pub use history::{Call, History, Op, Outcome, Refusal, RejectRules};
 use linearizability::{check_key, SearchOp, Verdict};
 
 /// States the search may explore per object before it gives up (inconclusive).

@@ -100,7 +100,6 @@ mod join;
 mod multi;
 mod options;
 mod retry;
-mod rules;
 mod tablet_map;
 
 pub use backup::{
@@ -108,7 +107,7 @@ pub use backup::{
 };
 #[cfg(not(madsim))]
 pub use blocking::{BlockingClient, BlockingEnumeration, BLOCKING_RUNTIME_THREADS};
-pub use client::{key_hash, Client, PingReply};
+pub use client::{Client, PingReply};
 pub use enumerate::{EnumeratedObject, Enumeration, ENUMERATE_BATCH_BYTES};
 pub use error::ClientError;
 pub use multi::{MultiRemoveOp, MultiWriteOp};
@@ -123,6 +122,8 @@ pub use ramstore_wire::counter;
 /// [`TabletInfo::server_id`] as `ramstore status` does: `server_id::Show(id)`.
 pub use ramstore_wire::server_id;
 pub use ramstore_wire::BackupWriteFlags;
+/// Reject rules (conditional operations, R§3 Fig. 2) and the key hash that places a
+/// key in a tablet: defined once in `ramstore-wire`, shared with the masters.
+pub use ramstore_wire::{key_hash, RejectRules};
 pub use retry::{BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, RETRY_DELAY_MAX_MS};
-pub use rules::RejectRules;
 pub use tablet_map::TabletInfo;

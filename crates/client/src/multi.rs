@@ -10,15 +10,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ramstore_wire::{
-    decode_response, MultiReadRequestEncoder, MultiRemoveRequestEncoder, MultiWriteRequestEncoder,
-    Opcode, Response, Status, WireError, WireRejectRules,
+    decode_response, key_hash, MultiReadRequestEncoder, MultiRemoveRequestEncoder,
+    MultiWriteRequestEncoder, Opcode, RejectRules, Response, Status, WireError,
 };
 
-use crate::client::{key_hash, Client, Inner};
+use crate::client::{Client, Inner};
 use crate::error::{describe_body, encode_error, ClientError, Outcome};
 use crate::join::join_all;
 use crate::retry::Retrier;
-use crate::rules::RejectRules;
 
 /// One object of a [`Client::multi_write`]: write `value` under `key` in
 /// `table_id`, unless `rules` reject it.
@@ -243,12 +242,7 @@ impl MultiSpec for WriteSpec<'_, '_> {
             failed,
             |enc, i| {
                 let op = &self.0[i];
-                enc.push(
-                    op.table_id,
-                    WireRejectRules::from(op.rules),
-                    op.key,
-                    op.value,
-                )
+                enc.push(op.table_id, op.rules, op.key, op.value)
             }
         );
     }
@@ -292,7 +286,7 @@ impl MultiSpec for RemoveSpec<'_, '_> {
             failed,
             |enc, i| {
                 let op = &self.0[i];
-                enc.push(op.table_id, WireRejectRules::from(op.rules), op.key)
+                enc.push(op.table_id, op.rules, op.key)
             }
         );
     }

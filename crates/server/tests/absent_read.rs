@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use ramstore_client::BackupClient;
-use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
+use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_rpc::{Handled, LocalTransport, Service};
 use ramstore_server::{ReplicaManager, StorageService};
 use ramstore_wire::{
-    decode_response, encode_request, ErrorBody, MultiReadRequestEncoder, Request, Response, Status,
-    WireRejectRules,
+    decode_response, encode_request, ErrorBody, MultiReadRequestEncoder, RejectRules, Request,
+    Response, Status,
 };
 
 const TABLE: u64 = 7;
@@ -38,7 +38,7 @@ fn read(key: &[u8]) -> Vec<u8> {
     let mut frame = Vec::new();
     let req = Request::Read {
         table_id: TABLE,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key,
     };
     encode_request(1, &req, &mut frame).expect("encodes");

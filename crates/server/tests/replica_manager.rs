@@ -10,14 +10,14 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
 use ramstore_client::BackupClient;
-use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
+use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_rpc::{LocalTransport, Service};
 use ramstore_server::backup_service::{BackupService, ServerState};
 use ramstore_server::cold_start::{digest_of, LogReplay};
 use ramstore_server::replica_manager::{BackupInfo, ReplicationError};
 use ramstore_server::{ReplicaManager, StorageService};
 use ramstore_wire::{
-    decode_response, encode_request, ErrorBody, Request, Response, Status, WireRejectRules,
+    decode_response, encode_request, ErrorBody, RejectRules, Request, Response, Status,
 };
 
 /// Small segments, so a few hundred writes roll many heads.
@@ -296,7 +296,7 @@ async fn wait_durable_reports_fenced_once_a_backup_fences_the_master() {
     // From then on the master serves no object operation, not even a read.
     let read = encode(&Request::Read {
         table_id: TABLE,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key: b"a",
     });
     let mut out = Vec::new();
