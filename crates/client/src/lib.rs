@@ -96,7 +96,6 @@ mod blocking;
 mod client;
 mod enumerate;
 mod error;
-mod join;
 mod multi;
 mod options;
 mod retry;

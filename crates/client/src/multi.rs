@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures_util::future::join_all;
 use ramstore_wire::{
     decode_response, key_hash, MultiReadRequestEncoder, MultiRemoveRequestEncoder,
     MultiWriteRequestEncoder, Opcode, RejectRules, Response, Status, WireError,
@@ -16,7 +17,6 @@ use ramstore_wire::{
 
 use crate::client::{Client, Inner};
 use crate::error::{describe_body, encode_error, ClientError, Outcome};
-use crate::join::join_all;
 use crate::retry::Retrier;
 
 /// One object of a [`Client::multi_write`]: write `value` under `key` in
@@ -417,8 +417,9 @@ impl Inner {
             let calls = chunks
                 .iter()
                 .zip(frames)
-                .map(|(c, frame)| self.transport.call(&c.addr, frame, deadline))
-                .collect();
+                .map(|(c, frame)| self.transport.call(&c.addr, frame, deadline));
+            // Polled together in this task rather than spawned, so the calls may
+            // borrow the caller's data; one future per server, so polling all is cheap.
             let answers = join_all(calls).await;
 
             let mut next = NextRound::default();
