@@ -78,11 +78,8 @@
 //! conditional write may fail with [`ClientError::WrongVersion`] because its own
 //! first attempt succeeded, and a retried remove may report `None`.
 //!
-//! # Backups
-//!
-//! [`BackupClient`] is the other caller in this crate: the typed calls masters,
-//! recovery and cold start make to backups (BackupWrite, BackupFree,
-//! BackupGetReplicas, BackupReadReplica), one RPC per call, no retries inside.
+//! Server-to-server calls are not here: the typed calls to backups
+//! (`BackupClient`) live in `ramstore-backup`, beside the store they reach.
 //!
 //! # Threads
 //!
@@ -90,7 +87,6 @@
 //! [`BlockingClient`] owns a small runtime and must not be used from inside an
 //! async runtime.
 
-mod backup;
 #[cfg(not(madsim))]
 mod blocking;
 mod client;
@@ -101,9 +97,6 @@ mod options;
 mod retry;
 mod tablet_map;
 
-pub use backup::{
-    BackupClient, BackupClientError, BackupReplica, ReplicaBytes, DEFAULT_BACKUP_RPC_DEADLINE_MS,
-};
 #[cfg(not(madsim))]
 pub use blocking::{BlockingClient, BlockingEnumeration, BLOCKING_RUNTIME_THREADS};
 pub use client::{Client, PingReply};
@@ -120,7 +113,6 @@ pub use ramstore_wire::counter;
 /// Server ids (a stable index and an incarnation in one `u64`), e.g. to show a
 /// [`TabletInfo::server_id`] as `ramstore status` does: `server_id::Show(id)`.
 pub use ramstore_wire::server_id;
-pub use ramstore_wire::BackupWriteFlags;
 /// Reject rules (conditional operations, R§3 Fig. 2) and the key hash that places a
 /// key in a tablet: defined once in `ramstore-wire`, shared with the masters.
 pub use ramstore_wire::{key_hash, RejectRules};

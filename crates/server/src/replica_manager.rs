@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use parking_lot::{Condvar, Mutex};
-use ramstore_client::{BackupClient, BackupClientError};
+use ramstore_backup::{BackupClient, BackupClientError};
 use ramstore_log::{ReplicaSink, SegmentRole, SEGMENT_BYTES};
 use ramstore_master::LogHandle;
 use ramstore_wire::BackupWriteFlags;

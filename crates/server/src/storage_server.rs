@@ -23,7 +23,7 @@ use crate::metrics::{render_backup, render_full_log, render_store};
 use crate::replica_manager::{ReplicaManager, MAX_REPLICAS};
 use crate::resident::ResidentSplit;
 use crate::storage_service::StorageService;
-use ramstore_client::BackupClient;
+use ramstore_backup::BackupClient;
 
 /// Frames in a backup's frames file by default: 64 × 8 MiB = 512 MiB of replicas
 /// (plus 4 KiB of metadata per frame), room for the replicas of a few masters'

@@ -31,7 +31,7 @@ use crate::backup_service::{BackupService, ServerState};
 use crate::metrics::{Metrics, Op};
 use crate::recovery_master::{self, PartitionJob};
 use crate::replica_manager::{BackupInfo, ReplicaManager, ReplicationError};
-use ramstore_client::BackupClient;
+use ramstore_backup::BackupClient;
 
 /// The Redis front end's direct path onto this master (no native wire format).
 mod direct;

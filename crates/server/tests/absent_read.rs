@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use ramstore_client::BackupClient;
+use ramstore_backup::BackupClient;
 use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_rpc::{Handled, LocalTransport, Service};
 use ramstore_server::{ReplicaManager, StorageService};

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ramstore_client::BackupClient;
+use ramstore_backup::BackupClient;
 use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_resp::backend::{Direct, DirectAnswer, WriteResult};
 use ramstore_rpc::{Handled, LocalTransport, Service};

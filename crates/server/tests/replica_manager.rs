@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use ramstore_backup::BackupClient;
 use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
-use ramstore_client::BackupClient;
 use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_rpc::{LocalTransport, Service};
 use ramstore_server::backup_service::{BackupService, ServerState};
@@ -145,7 +145,7 @@ impl Cluster {
                 // freed) may be gone by now; the others must still be there.
                 let bytes = match client.read_replica(addr, MASTER_ID, id).await {
                     Ok(r) => r.bytes,
-                    Err(ramstore_client::BackupClientError::UnknownReplica { .. }) => continue,
+                    Err(ramstore_backup::BackupClientError::UnknownReplica { .. }) => continue,
                     Err(e) => panic!("reading segment {id} from {addr}: {e}"),
                 };
                 if shortest.as_ref().is_none_or(|s| bytes.len() < s.len()) {
