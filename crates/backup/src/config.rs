@@ -3,7 +3,7 @@
 
 use crate::metadata::METADATA_SLOTS_BYTES;
 
-/// Segment area of a frame by default and at most: one full log segment (DESIGN §4,
+/// Segment area of a frame by default and at most: one full log segment (docs/design.md §4,
 /// R§4.1 "8MB segments"). It must equal the master's segment size; tests configure
 /// much smaller frames.
 pub const FRAME_SEGMENT_BYTES: u32 = 8 * 1024 * 1024;

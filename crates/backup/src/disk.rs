@@ -1,4 +1,4 @@
-//! The `Disk` seam (DESIGN §7): positional I/O on the one file that holds a store's
+//! The `Disk` seam (docs/design.md §7): positional I/O on the one file that holds a store's
 //! frames, with a real-file implementation and an in-memory one for tests.
 
 use std::fs::{File, OpenOptions};

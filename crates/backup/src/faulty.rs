@@ -1,4 +1,4 @@
-//! A fault-injecting [`Disk`] wrapper (DESIGN §7): fails the N-th write or the N-th
+//! A fault-injecting [`Disk`] wrapper (docs/design.md §7): fails the N-th write or the N-th
 //! sync, runs out of space after a byte budget, and can make syncs slow. It also
 //! counts writes and syncs, which is how tests see group commit at work.
 

@@ -1,6 +1,10 @@
 //! Replica storage for one ramstore backup: where the segment replicas of other
 //! masters are kept on disk, how they are written, and what survives a restart
-//! (R§4.2, R§7.4, R§8). No networking: the RPC layer calls [`BackupStore`].
+//! (R§4.2, R§7.4, R§8). The store does no networking: the RPC layer calls
+//! [`BackupStore`]. Beside it, [`BackupClient`] is the other end of that RPC layer:
+//! the typed calls masters, recovery and cold start make to a backup over the
+//! `Transport` seam (one RPC per call, no retries inside; `Send + Sync`, cheap to
+//! clone).
 //!
 //! A backup keeps one preallocated file of fixed-size *frames*; each frame holds one
 //! replica of a master's log segment. A replica is *opened* by its master, receives
@@ -133,6 +137,7 @@
 //! or gone) is not decided here: the caller lists them and frees what it does not
 //! need.
 
+mod client;
 mod config;
 mod disk;
 mod error;
@@ -142,6 +147,9 @@ pub mod metadata;
 mod scan;
 mod store;
 
+pub use client::{
+    BackupClient, BackupClientError, BackupReplica, ReplicaBytes, DEFAULT_BACKUP_RPC_DEADLINE_MS,
+};
 pub use config::{
     BackupConfig, ConfigError, SyncMode, DEFAULT_OPEN_BUFFERS, FRAME_ALIGN_BYTES,
     FRAME_SEGMENT_BYTES, MAX_FRAME_COUNT, MAX_OPEN_BUFFERS, METADATA_AREA_BYTES,
@@ -149,5 +157,7 @@ pub use config::{
 pub use disk::{Disk, FileDisk, MemDisk, MEM_DISK_MAX_BYTES};
 pub use error::BackupError;
 pub use faulty::{FaultPlan, FaultyDisk};
+/// The open/close/atomic flags of a backup write, as [`BackupClient::write`] takes them.
+pub use ramstore_wire::BackupWriteFlags;
 pub use scan::{CorruptFrame, FrameProblem, RestartSummary};
 pub use store::{BackupStats, BackupStore, ReplicaInfo};

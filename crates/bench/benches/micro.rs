@@ -17,7 +17,7 @@ use divan::counter::BytesCount;
 use divan::Bencher;
 use ramstore_index::HashTable;
 use ramstore_log::CleanKind;
-use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig, WriteError};
+use ramstore_master::{key_hash, CleanerMode, ObjectStore, RejectRules, StoreConfig, WriteError};
 
 const TABLE: u64 = 1;
 const OBJECTS: u64 = 1_000_000;
@@ -97,9 +97,7 @@ fn write_100b(bencher: Bencher) {
 /// A hash table of 1M entries (reference = index + 1) and the hashes to look up.
 static TABLE_1M: LazyLock<(HashTable, Vec<u64>)> = LazyLock::new(|| {
     let table = HashTable::with_capacity(OBJECTS as usize);
-    let hashes: Vec<u64> = (0..OBJECTS)
-        .map(|i| xxhash_rust::xxh3::xxh3_64(&key(i)))
-        .collect();
+    let hashes: Vec<u64> = (0..OBJECTS).map(|i| key_hash(&key(i))).collect();
     for (i, &h) in hashes.iter().enumerate() {
         // with_capacity leaves buckets half full: the overflow arena is never exhausted.
         table.lock(h).insert(i as u64 + 1).expect("insert");

@@ -1,5 +1,5 @@
 //! Named checks that explain the usual ways a store goes wrong, in the words of the
-//! guarantees (DESIGN §1), before the linearizability search gives its verdict. Each
+//! guarantees (docs/design.md §1), before the linearizability search gives its verdict. Each
 //! compares pairs of operations ordered in real time (one returned before the other
 //! was invoked), so each is implied by linearizability; they exist to say *what*
 //! went wrong in terms an operator recognises.

@@ -14,67 +14,10 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Reject rules, mirroring `ramstore_client::RejectRules` field for field (the checker
-/// has no dependency on the product, so it can check any history file).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Rules {
-    /// The version the version rules compare against.
-    pub given_version: u64,
-    /// Reject if the object does not exist.
-    pub doesnt_exist: bool,
-    /// Reject if the object exists.
-    pub exists: bool,
-    /// Reject if the object's version ≤ `given_version`.
-    pub version_le_given: bool,
-    /// Reject if the object's version ≠ `given_version`.
-    pub version_ne_given: bool,
-    /// Reject if the object's version > `given_version`.
-    pub version_gt_given: bool,
-}
-
-/// Why a reject rule refused an operation (the server's answer, not the client's
-/// guess).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Refusal {
-    /// The object does not exist and a rule required it.
-    DoesntExist,
-    /// The object exists and a rule required it not to.
-    Exists,
-    /// A version rule refused; the object's version at that moment.
-    WrongVersion { current: u64 },
-}
-
-impl Rules {
-    /// The server's decision for an object with version `current` (`None`: absent).
-    /// Same order of tests as `ramstore_master::RejectRules::check`; version rules
-    /// apply only to an object that exists, as in RAMCloud.
-    pub fn check(&self, current: Option<u64>) -> Result<(), Refusal> {
-        match current {
-            None if self.doesnt_exist => Err(Refusal::DoesntExist),
-            None => Ok(()),
-            Some(_) if self.exists => Err(Refusal::Exists),
-            Some(v) if self.version_le_given && v <= self.given_version => {
-                Err(Refusal::WrongVersion { current: v })
-            }
-            Some(v) if self.version_ne_given && v != self.given_version => {
-                Err(Refusal::WrongVersion { current: v })
-            }
-            Some(v) if self.version_gt_given && v > self.given_version => {
-                Err(Refusal::WrongVersion { current: v })
-            }
-            Some(_) => Ok(()),
-        }
-    }
-
-    /// Whether any rule can refuse.
-    pub fn is_unconditional(&self) -> bool {
-        !(self.doesnt_exist
-            || self.exists
-            || self.version_le_given
-            || self.version_ne_given
-            || self.version_gt_given)
-    }
-}
+/// Reject rules and why they refused: the product's own definition, with the same
+/// decision ([`RejectRules::check`]) the master applies, recorded in JSON through
+/// `ramstore-wire`'s `serde` feature.
+pub use ramstore_wire::{Refusal, RejectRules};
 
 /// What a client asked for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,9 +25,9 @@ pub enum Call {
     /// Read the object.
     Read,
     /// Write `value` (a conditional write when `rules` can refuse).
-    Write { value: Vec<u8>, rules: Rules },
+    Write { value: Vec<u8>, rules: RejectRules },
     /// Delete the object (conditional when `rules` can refuse).
-    Remove { rules: Rules },
+    Remove { rules: RejectRules },
     /// Add `delta` to an 8-byte little-endian i64 value (absent counts as 0).
     Increment { delta: i64 },
 }

@@ -1,5 +1,5 @@
 //! Checks a recorded client history of a ramstore cluster against the store's
-//! guarantees (DESIGN §1): (a) every acknowledged write is readable with its value or
+//! guarantees (docs/design.md §1): (a) every acknowledged write is readable with its value or
 //! a later one, (b) no deleted object comes back, (c) versions per key only grow,
 //! (d) per-key linearizability of reads, writes, deletes, conditional writes and
 //! increments.
@@ -16,7 +16,7 @@
 //! - An operation whose outcome is unknown (timeout, lost connection) may have taken
 //!   effect at any time after its invocation, or never; a failed read is ignored.
 //! - Until ramstore has RIFL-style completion records, a retried call may take
-//!   effect more than once (at-least-once, DESIGN §1). With
+//!   effect more than once (at-least-once, docs/design.md §1). With
 //!   [`CheckOptions::at_least_once`] every mutating call slow enough to have been
 //!   retried may also have taken effect more times, unseen, between its invocation
 //!   and its return (duplicates from retries: one, plus one per
@@ -40,7 +40,7 @@ pub mod model;
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub use history::{Call, History, Op, Outcome, Refusal, Rules};
+pub use history::{Call, History, Op, Outcome, Refusal, RejectRules};
 use linearizability::{check_key, SearchOp, Verdict};
 
 /// States the search may explore per object before it gives up (inconclusive).

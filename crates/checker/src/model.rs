@@ -97,7 +97,7 @@ fn pin(state: &State, v: u64) -> Option<State> {
 /// Whether `rules` let the operation through, and the state refined by what that
 /// implies: `Some(state)` if it may pass (for an unknown version, the version the
 /// rules require when they pin one down).
-fn passes(state: &State, rules: &crate::history::Rules) -> Option<State> {
+fn passes(state: &State, rules: &crate::history::RejectRules) -> Option<State> {
     match current(state) {
         Current::Absent => rules.check(None).ok().map(|()| *state),
         Current::Known(v) => rules.check(Some(v)).ok().map(|()| *state),
@@ -124,7 +124,7 @@ fn passes(state: &State, rules: &crate::history::Rules) -> Option<State> {
 }
 
 /// Whether `rules` refuse with `refusal`, and the refined state if they can.
-fn refuses(state: &State, rules: &crate::history::Rules, refusal: Refusal) -> Option<State> {
+fn refuses(state: &State, rules: &crate::history::RejectRules, refusal: Refusal) -> Option<State> {
     match (current(state), refusal) {
         (Current::Absent, r) => (rules.check(None) == Err(r)).then_some(*state),
         (Current::Known(v), r) => (rules.check(Some(v)) == Err(r)).then_some(*state),
@@ -258,12 +258,12 @@ pub fn step(state: &State, call: &Call, outcome: &Outcome, values: &mut Values) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::Rules;
+    use crate::history::RejectRules;
 
     fn write(v: &[u8]) -> Call {
         Call::Write {
             value: v.to_vec(),
-            rules: Rules::default(),
+            rules: RejectRules::default(),
         }
     }
 
@@ -305,7 +305,7 @@ mod tests {
         let mut values = Values::default();
         let s = step(&State::EMPTY, &write(b"a"), &written_v(5), &mut values).expect("write");
         let remove = Call::Remove {
-            rules: Rules::default(),
+            rules: RejectRules::default(),
         };
         let s = step(
             &s,
@@ -345,11 +345,11 @@ mod tests {
         let s = step(&State::EMPTY, &write(b"a"), &written_v(5), &mut values).expect("write");
         let cas = |g| Call::Write {
             value: b"c".to_vec(),
-            rules: Rules {
+            rules: RejectRules {
                 given_version: g,
                 doesnt_exist: true,
                 version_ne_given: true,
-                ..Rules::default()
+                ..RejectRules::default()
             },
         };
         assert!(step(&s, &cas(5), &written_v(6), &mut values).is_some());

@@ -2,7 +2,7 @@
 //! linearizable, including random ones generated from a sequential execution.
 
 use ramstore_checker::{
-    check, Call, CheckOptions, History, Op, Outcome, Refusal, Report, Rules, ViolationKind,
+    check, Call, CheckOptions, History, Op, Outcome, Refusal, RejectRules, Report, ViolationKind,
 };
 
 const TABLE: u64 = 1;
@@ -52,13 +52,13 @@ fn check_with(h: &H, at_least_once: bool) -> Report {
 fn write(value: &str) -> Call {
     Call::Write {
         value: value.as_bytes().to_vec(),
-        rules: Rules::default(),
+        rules: RejectRules::default(),
     }
 }
 
 fn remove() -> Call {
     Call::Remove {
-        rules: Rules::default(),
+        rules: RejectRules::default(),
     }
 }
 
@@ -176,9 +176,9 @@ fn check_retried_conditional_remove_refused_after_it_removed_is_clean_at_least_o
     // applied, retried after recovery and refused as "doesn't exist"; the object is
     // gone although the only remove reports a refusal.
     let must_exist = Call::Remove {
-        rules: Rules {
+        rules: RejectRules {
             doesnt_exist: true,
-            ..Rules::default()
+            ..RejectRules::default()
         },
     };
     let mut h = H::default();
@@ -250,11 +250,11 @@ fn check_lost_update_of_increments_is_caught() {
 fn check_two_successful_compare_and_swaps_on_one_version_are_caught() {
     let cas = |value: &str| Call::Write {
         value: value.as_bytes().to_vec(),
-        rules: Rules {
+        rules: RejectRules {
             given_version: 1,
             doesnt_exist: true,
             version_ne_given: true,
-            ..Rules::default()
+            ..RejectRules::default()
         },
     };
     let mut h = H::default();

@@ -187,15 +187,6 @@ fn remove_created(created: &[PathBuf]) {
     }
 }
 
-/// `b` bytes for a person: `512.0 MiB`, `1.0 GiB`.
-fn human_size(b: u64) -> String {
-    if b >= 1 << 30 {
-        format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30))
-    } else {
-        format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20))
-    }
-}
-
 /// The body of [`dev`] in `dir`: `Ok` once it has run and been stopped; every
 /// error is a failed start (nothing after the start can fail).
 async fn dev_in(o: DevOptions, dir: &std::path::Path) -> Result<()> {
@@ -263,7 +254,7 @@ async fn dev_in(o: DevOptions, dir: &std::path::Path) -> Result<()> {
         "Backups: server N keeps replicas in {} ({} frames of 8 MiB each): {} of disk allocated up front ({} frames x 8 MiB x {} servers; --backup-frames sets it).",
         dir.join("server-N").join("backup").display(),
         o.backup_frames,
-        human_size(backup_disk),
+        crate::size::spaced(backup_disk),
         o.backup_frames,
         servers.len(),
     );

@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value};
 
 use crate::output::{escape, json_bytes, print_json, Columns, Format};
 use crate::reach::Exit;
+use crate::size;
 
 /// The id of table `name`, with a clear error if it does not exist.
 pub fn table_id(client: &BlockingClient, name: &str) -> Result<u64> {
@@ -330,22 +331,6 @@ pub fn scan(
     Ok(())
 }
 
-/// `bytes` for a person, in one word (so `status` rows split on whitespace):
-/// `977B`, `1.5KiB`, `32.0MiB`, `2.0GiB`.
-fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes}B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1}{}", UNITS[unit])
-}
-
 /// The backup cells of a `status` row (REPLICAS, BUFFERS, BACKUP DISK) from a
 /// server's stats: `-` for each when there are no stats (server down or
 /// unreachable), `backup off` for a server without a backup, and `?` for a value
@@ -360,7 +345,7 @@ fn backup_columns(server: &BTreeMap<String, String>) -> [String; 3] {
     }
     let num = |key: &str| server.get(key).and_then(|v| v.parse::<u64>().ok());
     let text = |n: Option<u64>| n.map_or("?".into(), |n| n.to_string());
-    let bytes = |n: Option<u64>| n.map_or("?".into(), human_bytes);
+    let bytes = |n: Option<u64>| n.map_or("?".into(), size::one_word);
     [
         text(num("backup_replicas")),
         format!(
@@ -464,10 +449,7 @@ impl ServerRow {
 
     /// The cells of its table row.
     fn cells(&self) -> Vec<String> {
-        let mib = |key: &str| {
-            self.num(key)
-                .map_or("-".to_string(), |b| format!("{:.1}", b as f64 / 1048576.0))
-        };
+        let mib = |key: &str| self.num(key).map_or("-".to_string(), size::mib);
         let used = match (self.num("live_object_bytes"), self.num("memory_bytes")) {
             (Some(l), Some(m)) if m > 0 => format!("{:.1}%", 100.0 * l as f64 / m as f64),
             _ => "-".into(),
@@ -732,17 +714,6 @@ mod tests {
         assert!(!listed(run(3, 0), "removed", &newest, false));
         assert!(listed(run(1, 1), "removed", &newest, true));
         assert!(listed(run(3, 0), "removed", &newest, true));
-    }
-
-    #[test]
-    fn human_bytes_units() {
-        assert_eq!(human_bytes(0), "0B");
-        assert_eq!(human_bytes(1023), "1023B");
-        assert_eq!(human_bytes(1536), "1.5KiB");
-        assert_eq!(human_bytes(32 << 20), "32.0MiB");
-        assert_eq!(human_bytes(512 << 30), "512.0GiB");
-        assert_eq!(human_bytes(3 << 40), "3.0TiB");
-        assert_eq!(human_bytes(u64::MAX), "16777216.0TiB");
     }
 
     #[test]

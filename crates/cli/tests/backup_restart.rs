@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{runtime, Coordinator, Server};
-use ramstore_client::{BackupClient, BackupReplica, BackupWriteFlags};
+use ramstore_backup::{BackupClient, BackupReplica, BackupWriteFlags};
 use ramstore_rpc::TcpTransport;
 
 const MASTER: u64 = 42;

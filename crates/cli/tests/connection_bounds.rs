@@ -18,7 +18,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::{free_port, Cluster};
-use ramstore_wire::{encode_request, Request, WireRejectRules, MAX_FRAME_BYTES};
+use ramstore_wire::{encode_request, RejectRules, Request, MAX_FRAME_BYTES};
 
 const MIB: u64 = 1 << 20;
 /// Generous bound on a wait for something that should take well under a second.
@@ -201,7 +201,7 @@ fn pipelined_reads_of_a_large_value_never_read_stay_bounded() {
     let (cluster, table_id) = cluster_with_large_values(1);
     let read = Request::Read {
         table_id,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key: b"key0",
     };
     // About 40 KB of requests for 1 GB of answers.

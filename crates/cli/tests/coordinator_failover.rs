@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{free_port, run_cli, runtime, Proc, Server, READY_TIMEOUT};
 use ramstore_client::{Client, ClientOptions};
-use ramstore_coordinator::test_etcd::TestEtcd;
+use ramstore_harness::etcd::TestEtcd;
 
 /// The lease TTL the coordinators run with (the default, given explicitly).
 const LEASE_TTL_MS: u64 = 2_000;

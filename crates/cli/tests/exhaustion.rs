@@ -1,7 +1,7 @@
 //! Resource exhaustion through real processes (issue 6): a full master log, full
 //! backups, oversize requests and a backup disk too small for its frames file are
 //! each answered with a clear status (or a clear start-up error), the processes
-//! stay up, and every acknowledged write stays readable (DESIGN §1: "a full log
+//! stay up, and every acknowledged write stays readable (docs/design.md §1: "a full log
 //! answers retry later, never an out-of-memory abort").
 
 mod common;

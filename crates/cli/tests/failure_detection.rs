@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{runtime, wait_until, Cluster};
 use ramstore_client::BlockingClient;
 use ramstore_rpc::{TcpTransport, Transport};
-use ramstore_wire::{decode_response, encode_request, Request, Response, Status, WireRejectRules};
+use ramstore_wire::{decode_response, encode_request, RejectRules, Request, Response, Status};
 
 /// Generous bound on detecting a SIGKILLed server (the goal is ≤ 500 ms, measured
 /// by `scripts/bench-detection`; test machines are noisy).
@@ -72,7 +72,7 @@ fn raw_read(addr: &str, table_id: u64, key: &[u8]) -> Result<Vec<u8>, String> {
     let mut frame = Vec::new();
     let read = Request::Read {
         table_id,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key,
     };
     encode_request(0, &read, &mut frame).expect("encodes");

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::Cluster;
 use ramstore_client::BlockingClient;
-use ramstore_wire::{encode_request, Request, WireRejectRules};
+use ramstore_wire::{encode_request, RejectRules, Request};
 
 const PING: u16 = 1;
 const READ: u16 = 5;
@@ -297,7 +297,7 @@ fn malformed_bodies_are_invalid_request() {
         0,
         &Request::Write {
             table_id: 1,
-            rules: WireRejectRules::default(),
+            rules: RejectRules::default(),
             key: b"key",
             value: b"value",
         },
@@ -485,13 +485,13 @@ fn misbehaving_connections_do_not_disturb_a_good_client() {
                 let requests = [
                     Request::Write {
                         table_id: 1_000_000,
-                        rules: WireRejectRules::default(),
+                        rules: RejectRules::default(),
                         key: b"key",
                         value: &value,
                     },
                     Request::Read {
                         table_id: 1_000_000,
-                        rules: WireRejectRules::default(),
+                        rules: RejectRules::default(),
                         key: b"some key",
                     },
                     Request::Enumerate {
@@ -540,7 +540,7 @@ fn misbehaving_connections_do_not_disturb_a_good_client() {
                     5,
                     &Request::Write {
                         table_id: 1_000_000,
-                        rules: WireRejectRules::default(),
+                        rules: RejectRules::default(),
                         key: b"k",
                         value: &[1u8; 5000],
                     },

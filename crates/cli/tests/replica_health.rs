@@ -17,7 +17,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{run_cli, runtime, wait_until, Cluster};
-use ramstore_client::{BackupClient, BackupReplica, BlockingClient, ClientOptions};
+use ramstore_backup::{BackupClient, BackupReplica};
+use ramstore_client::{BlockingClient, ClientOptions};
 use ramstore_rpc::TcpTransport;
 
 /// How long a condition that needs the cluster to react may take on a slow

@@ -16,7 +16,8 @@ use std::thread;
 use std::time::Duration;
 
 use common::{runtime, wait_until, Cluster, Server};
-use ramstore_client::{BackupClient, BackupReplica, BackupWriteFlags, BlockingClient};
+use ramstore_backup::{BackupClient, BackupReplica, BackupWriteFlags};
+use ramstore_client::BlockingClient;
 use ramstore_rpc::TcpTransport;
 
 /// Bytes of a log segment (and of a backup frame's data area).

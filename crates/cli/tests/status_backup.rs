@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Cluster;
-use ramstore_client::{BackupClient, BackupWriteFlags};
+use ramstore_backup::{BackupClient, BackupWriteFlags};
 use ramstore_rpc::TcpTransport;
 
 const MASTER: u64 = 7;

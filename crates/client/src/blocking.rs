@@ -14,8 +14,8 @@ use crate::enumerate::{EnumeratedObject, Enumeration};
 use crate::error::ClientError;
 use crate::multi::{MultiRemoveOp, MultiWriteOp};
 use crate::options::ClientOptions;
-use crate::rules::RejectRules;
 use crate::tablet_map::TabletInfo;
+use ramstore_wire::RejectRules;
 
 /// Threads of the runtime a [`BlockingClient`] owns: they keep connections read
 /// while the caller is not inside a call.

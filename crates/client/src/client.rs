@@ -10,25 +10,19 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use ramstore_rpc::{RpcError, TcpTransport, Transport};
 use ramstore_wire::{
-    decode_response, encode_request, NumberKind, Opcode, Request, Response, WireError,
-    WireRejectRules,
+    decode_response, encode_request, key_hash, NumberKind, Opcode, RejectRules, Request, Response,
+    WireError,
 };
 use tokio::time::Instant;
 
 use crate::error::{describe_body, encode_error, ClientError, Outcome};
 use crate::options::ClientOptions;
 use crate::retry::Retrier;
-use crate::rules::RejectRules;
 use crate::tablet_map::{TabletInfo, TabletMap};
 
 /// Bytes of a request frame besides its key and value (prefix, header, fixed
 /// fields), used to size encode buffers in one allocation.
 const REQUEST_OVERHEAD_BYTES: usize = 64;
-
-/// The hash that places `key` in a tablet: the same 64-bit xxh3 the masters use.
-pub fn key_hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
 
 /// A handle on a ramstore cluster. Cheap to clone (an `Arc` inside); clones share
 /// the tablet map cache and the connections. See the crate documentation for an
@@ -704,7 +698,7 @@ impl Client {
     ) -> Result<(Vec<u8>, u64), ClientError> {
         let req = Request::Read {
             table_id,
-            rules: rules.into(),
+            rules: *rules,
             key,
         };
         self.inner
@@ -764,7 +758,7 @@ impl Client {
     ) -> Result<u64, ClientError> {
         let req = Request::Write {
             table_id,
-            rules: rules.into(),
+            rules: *rules,
             key,
             value,
         };
@@ -817,7 +811,7 @@ impl Client {
     ) -> Result<Option<u64>, ClientError> {
         let req = Request::Remove {
             table_id,
-            rules: rules.into(),
+            rules: *rules,
             key,
         };
         self.inner
@@ -892,7 +886,7 @@ impl Client {
     ) -> Result<([u8; 8], u64), ClientError> {
         let req = Request::Increment {
             table_id,
-            rules: WireRejectRules::default(),
+            rules: RejectRules::default(),
             kind,
             delta,
             key,

@@ -1,4 +1,4 @@
-//! ramstore's client library (DESIGN §2, R Fig. 2): tables, single-object reads,
+//! ramstore's client library (docs/design.md §2, R Fig. 2): tables, single-object reads,
 //! writes, removes and increments, conditional operations, multi-operations and
 //! enumeration, over an async [`Client`] and a blocking facade
 //! ([`BlockingClient`]).
@@ -73,16 +73,13 @@
 //!
 //! A retried request may have been executed by the server already (its response
 //! was lost, or it timed out just after taking effect). Until exactly-once RPCs land
-//! (DESIGN §9: RIFL-style completion records), retried writes, removes and
+//! (docs/design.md §9: RIFL-style completion records), retried writes, removes and
 //! increments are **at-least-once**: an increment may be applied twice, a
 //! conditional write may fail with [`ClientError::WrongVersion`] because its own
 //! first attempt succeeded, and a retried remove may report `None`.
 //!
-//! # Backups
-//!
-//! [`BackupClient`] is the other caller in this crate: the typed calls masters,
-//! recovery and cold start make to backups (BackupWrite, BackupFree,
-//! BackupGetReplicas, BackupReadReplica), one RPC per call, no retries inside.
+//! Server-to-server calls are not here: the typed calls to backups
+//! (`BackupClient`) live in `ramstore-backup`, beside the store they reach.
 //!
 //! # Threads
 //!
@@ -90,25 +87,19 @@
 //! [`BlockingClient`] owns a small runtime and must not be used from inside an
 //! async runtime.
 
-mod backup;
 #[cfg(not(madsim))]
 mod blocking;
 mod client;
 mod enumerate;
 mod error;
-mod join;
 mod multi;
 mod options;
 mod retry;
-mod rules;
 mod tablet_map;
 
-pub use backup::{
-    BackupClient, BackupClientError, BackupReplica, ReplicaBytes, DEFAULT_BACKUP_RPC_DEADLINE_MS,
-};
 #[cfg(not(madsim))]
 pub use blocking::{BlockingClient, BlockingEnumeration, BLOCKING_RUNTIME_THREADS};
-pub use client::{key_hash, Client, PingReply};
+pub use client::{Client, PingReply};
 pub use enumerate::{EnumeratedObject, Enumeration, ENUMERATE_BATCH_BYTES};
 pub use error::ClientError;
 pub use multi::{MultiRemoveOp, MultiWriteOp};
@@ -122,7 +113,8 @@ pub use ramstore_wire::counter;
 /// Server ids (a stable index and an incarnation in one `u64`), e.g. to show a
 /// [`TabletInfo::server_id`] as `ramstore status` does: `server_id::Show(id)`.
 pub use ramstore_wire::server_id;
-pub use ramstore_wire::BackupWriteFlags;
+/// Reject rules (conditional operations, R§3 Fig. 2) and the key hash that places a
+/// key in a tablet: defined once in `ramstore-wire`, shared with the masters.
+pub use ramstore_wire::{key_hash, RejectRules};
 pub use retry::{BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, RETRY_DELAY_MAX_MS};
-pub use rules::RejectRules;
 pub use tablet_map::TabletInfo;

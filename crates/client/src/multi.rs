@@ -9,16 +9,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures_util::future::join_all;
 use ramstore_wire::{
-    decode_response, MultiReadRequestEncoder, MultiRemoveRequestEncoder, MultiWriteRequestEncoder,
-    Opcode, Response, Status, WireError, WireRejectRules,
+    decode_response, key_hash, MultiReadRequestEncoder, MultiRemoveRequestEncoder,
+    MultiWriteRequestEncoder, Opcode, RejectRules, Response, Status, WireError,
 };
 
-use crate::client::{key_hash, Client, Inner};
+use crate::client::{Client, Inner};
 use crate::error::{describe_body, encode_error, ClientError, Outcome};
-use crate::join::join_all;
 use crate::retry::Retrier;
-use crate::rules::RejectRules;
 
 /// One object of a [`Client::multi_write`]: write `value` under `key` in
 /// `table_id`, unless `rules` reject it.
@@ -243,12 +242,7 @@ impl MultiSpec for WriteSpec<'_, '_> {
             failed,
             |enc, i| {
                 let op = &self.0[i];
-                enc.push(
-                    op.table_id,
-                    WireRejectRules::from(op.rules),
-                    op.key,
-                    op.value,
-                )
+                enc.push(op.table_id, op.rules, op.key, op.value)
             }
         );
     }
@@ -292,7 +286,7 @@ impl MultiSpec for RemoveSpec<'_, '_> {
             failed,
             |enc, i| {
                 let op = &self.0[i];
-                enc.push(op.table_id, WireRejectRules::from(op.rules), op.key)
+                enc.push(op.table_id, op.rules, op.key)
             }
         );
     }
@@ -423,8 +417,9 @@ impl Inner {
             let calls = chunks
                 .iter()
                 .zip(frames)
-                .map(|(c, frame)| self.transport.call(&c.addr, frame, deadline))
-                .collect();
+                .map(|(c, frame)| self.transport.call(&c.addr, frame, deadline));
+            // Polled together in this task rather than spawned, so the calls may
+            // borrow the caller's data; one future per server, so polling all is cheap.
             let answers = join_all(calls).await;
 
             let mut next = NextRound::default();

@@ -64,7 +64,6 @@ pub mod state;
 pub mod storage;
 pub mod suspicion;
 pub mod tables;
-pub mod test_etcd;
 
 pub use coordinator::{Action, CoordinatorCore};
 pub use election::{

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use ramstore_client::BackupClient;
+use ramstore_backup::BackupClient;
 use ramstore_log::entry::{parse_entry, Entry};
 use ramstore_wire::{
     decode_response, PartitionTablet, RecoverPartitionEncoder, RecoveryItem, Response, Status,
@@ -501,7 +501,7 @@ async fn find_log(
     let mut offered: HashMap<u64, Vec<OfferedReplica>> = HashMap::new();
     let mut lengths: HashMap<u64, u64> = HashMap::new();
     let mut open: std::collections::HashSet<u64> = std::collections::HashSet::new();
-    let mut asks: JoinSet<(String, Result<Vec<ramstore_client::BackupReplica>, String>)> =
+    let mut asks: JoinSet<(String, Result<Vec<ramstore_backup::BackupReplica>, String>)> =
         JoinSet::new();
     for address in backups {
         let client = client.clone();

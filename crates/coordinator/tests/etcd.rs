@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ramstore_coordinator::election::campaign;
-use ramstore_coordinator::test_etcd::TestEtcd;
 use ramstore_coordinator::{
     start_with_options, CoordinatorCore, CoordinatorOptions, EtcdSpec, EtcdStorage,
     ExternalStorage, LostCallback, StorageError, StoreSpec, SERVICE_MASTER, STATE_KEY,
 };
+use ramstore_harness::etcd::TestEtcd;
 
 /// The reason the lost callback was called with, waiting a little for it: the
 /// lost signal fires (serving stops) just before the callback runs.

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
+use crate::etcd::TestEtcd;
 use ramstore_client::{BlockingClient, ClientOptions};
-use ramstore_coordinator::test_etcd::TestEtcd;
 
 use crate::disk::DiskMount;
 use crate::netns::Netns;

@@ -51,5 +51,5 @@ fn clean_up(dir: &std::path::Path) {
         .status();
     crate::netns::remove_stale_for_pid(pid);
     crate::disk::unmount_under(dir);
-    ramstore_coordinator::test_etcd::remove_dirs_of_process(pid);
+    crate::etcd::remove_dirs_of_process(pid);
 }

@@ -5,6 +5,7 @@
 //! per-key linearizability.
 //!
 //! Parts: [`process`] (one child process, logs to a file, waits for ready lines),
+//! [`etcd`] (a throwaway etcd, also the fixture of the coordinator's etcd tests),
 //! [`cluster`] (coordinator(s), optional etcd, servers with fixed addresses and
 //! disks; kill/stop/continue/restart/partition/delay), [`netns`] (network
 //! namespaces and nftables rules, root only), [`proxy`] (a delaying TCP proxy in
@@ -12,6 +13,11 @@
 //! injector), and [`run`] tying them together for the chaos and partition tests
 //! (`crates/cli/tests/chaos.rs`, `partition.rs`) and `scripts/soak` (the
 //! `ramstore-harness` binary). See docs/reliability.md.
+//!
+//! This is the workspace's test-support crate: fixtures that start real processes
+//! (etcd, clusters) live here rather than in a product library, and only tests,
+//! `scripts/soak` and other test-support code depend on it, so the `ramstore`
+//! binary never links it.
 //!
 //! Invariants: every process the harness starts is killed when its owner is
 //! dropped or its spawning thread ends; the injector waits for the cluster to be
@@ -24,6 +30,7 @@
 
 pub mod cluster;
 pub mod disk;
+pub mod etcd;
 pub mod faults;
 pub mod interrupt;
 pub mod netns;

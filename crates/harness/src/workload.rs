@@ -12,8 +12,8 @@ use std::sync::{mpsc, Arc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use ramstore_checker::{Call, History, Op, Outcome, Refusal, Rules};
-use ramstore_client::{BlockingClient, ClientError, ClientOptions, RejectRules};
+use ramstore_checker::{Call, History, Op, Outcome, Refusal, RejectRules};
+use ramstore_client::{BlockingClient, ClientError, ClientOptions};
 
 use crate::HarnessError;
 
@@ -113,31 +113,22 @@ pub fn outcome_of_error(call: &Call, e: &ClientError) -> Outcome {
     }
 }
 
-fn client_rules(r: &Rules) -> RejectRules {
-    RejectRules {
-        given_version: r.given_version,
-        doesnt_exist: r.doesnt_exist,
-        exists: r.exists,
-        version_le_given: r.version_le_given,
-        version_ne_given: r.version_ne_given,
-        version_gt_given: r.version_gt_given,
-    }
-}
-
 /// Runs `call` on `key` and returns its outcome.
 pub fn execute(client: &BlockingClient, table: u64, key: &[u8], call: &Call) -> Outcome {
     let result = match call {
         Call::Read => client
             .read(table, key)
             .map(|(value, version)| Outcome::Value { value, version }),
-        Call::Write { value, rules } => client
-            .write_with_rules(table, key, value, &client_rules(rules))
-            .map(|version| Outcome::Written {
-                version,
-                number: None,
-            }),
+        Call::Write { value, rules } => {
+            client
+                .write_with_rules(table, key, value, rules)
+                .map(|version| Outcome::Written {
+                    version,
+                    number: None,
+                })
+        }
         Call::Remove { rules } => client
-            .remove_with_rules(table, key, &client_rules(rules))
+            .remove_with_rules(table, key, rules)
             .map(|version| Outcome::Removed { version }),
         Call::Increment { delta } => {
             client
@@ -192,7 +183,7 @@ fn choose(
             },
             6..=8 => Call::Read,
             _ => Call::Remove {
-                rules: Rules::default(),
+                rules: RejectRules::default(),
             },
         };
         return (key, call, None);
@@ -205,32 +196,32 @@ fn choose(
         0..=7 => Call::Read,
         8..=12 => Call::Write {
             value,
-            rules: Rules::default(),
+            rules: RejectRules::default(),
         },
         13..=15 => {
             // Compare-and-swap on the version this worker saw last, or create.
             let rules = match last_version[k] {
-                Some(v) => Rules {
+                Some(v) => RejectRules {
                     given_version: v,
                     doesnt_exist: true,
                     version_ne_given: true,
-                    ..Rules::default()
+                    ..RejectRules::default()
                 },
-                None => Rules {
+                None => RejectRules {
                     exists: true,
-                    ..Rules::default()
+                    ..RejectRules::default()
                 },
             };
             Call::Write { value, rules }
         }
         16..=18 => Call::Remove {
-            rules: Rules::default(),
+            rules: RejectRules::default(),
         },
         _ => Call::Remove {
             // Delete only an object that exists (a conditional delete).
-            rules: Rules {
+            rules: RejectRules {
                 doesnt_exist: true,
-                ..Rules::default()
+                ..RejectRules::default()
             },
         },
     };

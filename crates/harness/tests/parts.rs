@@ -6,7 +6,7 @@ use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ramstore_checker::{Call, Outcome, Refusal, Rules};
+use ramstore_checker::{Call, Outcome, Refusal, RejectRules};
 use ramstore_client::ClientError;
 use ramstore_harness::netns::{self, Netns};
 use ramstore_harness::proxy::DelayProxy;
@@ -16,7 +16,7 @@ use ramstore_harness::workload::outcome_of_error;
 fn outcome_of_error_sorts_refusals_as_definite_and_failures_as_unknown() {
     let write = Call::Write {
         value: b"v".to_vec(),
-        rules: Rules::default(),
+        rules: RejectRules::default(),
     };
     assert_eq!(
         outcome_of_error(&Call::Read, &ClientError::ObjectDoesntExist),

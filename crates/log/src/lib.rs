@@ -51,11 +51,11 @@ pub const SEGLET_BYTES: usize = 64 * 1024;
 pub const SEGMENT_BYTES: usize = 8 * 1024 * 1024;
 /// Seglets in a full segment.
 pub const SEGLETS_PER_SEGMENT: usize = SEGMENT_BYTES / SEGLET_BYTES;
-/// Longest key accepted, in bytes (DESIGN §4).
+/// Longest key accepted, in bytes (docs/design.md §4).
 pub const MAX_KEY_BYTES: usize = 64 * 1024 - 1;
-/// Longest value accepted, in bytes (DESIGN §4).
+/// Longest value accepted, in bytes (docs/design.md §4).
 pub const MAX_VALUE_BYTES: usize = 1024 * 1024;
-/// Largest pool offset a [`LogRef`] can name (48 bits, DESIGN §4).
+/// Largest pool offset a [`LogRef`] can name (48 bits, docs/design.md §4).
 pub const MAX_LOG_REF: u64 = (1 << 48) - 1;
 
 const _: () = assert!(SEGMENT_BYTES.is_multiple_of(SEGLET_BYTES));

@@ -231,7 +231,7 @@ pub(crate) struct SlotCounters {
     pub live_bytes: AtomicU64,
     pub tombstone_bytes: AtomicU64,
     /// Every entry of the segment is durable on backups (or was when it was
-    /// copied here), so a read may return it without waiting (DESIGN §5 "Read").
+    /// copied here), so a read may return it without waiting (docs/design.md §5 "Read").
     pub read_durable: AtomicBool,
 }
 

@@ -1,6 +1,6 @@
 //! `Log::position_of`: an entry's segment and offset, as its replicas see them, for
 //! entries in segments that are not yet durable (the read path waits for exactly
-//! that much of the segment to be durable, DESIGN §5 "Read").
+//! that much of the segment to be durable, docs/design.md §5 "Read").
 
 use ramstore_log::entry::{parse_entry, Entry};
 use ramstore_log::{DeadObject, Log, LogConfig, NewObject};

@@ -54,6 +54,19 @@ impl WriteError {
     }
 }
 
+/// A refusal by reject rules is answered as the matching error (R§3, Fig. 2).
+impl From<ramstore_wire::Refusal> for WriteError {
+    fn from(r: ramstore_wire::Refusal) -> Self {
+        match r {
+            ramstore_wire::Refusal::DoesntExist => WriteError::ObjectDoesntExist,
+            ramstore_wire::Refusal::Exists => WriteError::ObjectExists,
+            ramstore_wire::Refusal::WrongVersion { current } => {
+                WriteError::WrongVersion { current }
+            }
+        }
+    }
+}
+
 impl From<ramstore_log::AppendError> for WriteError {
     fn from(e: ramstore_log::AppendError) -> Self {
         match e {

@@ -22,13 +22,14 @@ mod cleaner_thread;
 pub mod config;
 pub mod error;
 pub mod object_store;
-pub mod reject;
 pub mod tablets;
 
 pub use config::{CleanerMode, ConfigError, StoreConfig};
 pub use error::{ReadError, WriteError};
 pub use object_store::{
-    key_hash, EnumeratedObject, LogHandle, MultiWrite, ObjectStore, StoreResident, StoreStats,
+    EnumeratedObject, LogHandle, MultiWrite, ObjectStore, StoreResident, StoreStats,
 };
-pub use reject::RejectRules;
+/// Reject rules and the key hash are defined once in `ramstore-wire`, the crate the
+/// client, the master and the checker all share.
+pub use ramstore_wire::{key_hash, Refusal, RejectRules};
 pub use tablets::{Tablet, TabletMap};

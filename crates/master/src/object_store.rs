@@ -21,14 +21,12 @@ use ramstore_wire::counter::{self, CounterText};
 use crate::cleaner_thread::CleanerThread;
 use crate::config::{CleanerMode, StoreConfig};
 use crate::error::{ReadError, WriteError};
-use crate::reject::RejectRules;
 use crate::tablets::{Tablet, TabletMap};
 use crate::ConfigError;
+use ramstore_wire::RejectRules;
 
-/// The 64-bit hash of a key that places it in a tablet and a hash bucket (DESIGN §4).
-pub fn key_hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
+/// The key hash, defined once in `ramstore-wire` (docs/design.md §4).
+pub use ramstore_wire::key_hash;
 
 /// State the log reads when it opens a head segment.
 #[derive(Debug)]

@@ -31,9 +31,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use ramstore_client::{Client, ClientError, EnumeratedObject, RejectRules};
+use ramstore_client::{Client, ClientError, EnumeratedObject};
 use ramstore_rpc::{Handled, Service};
-use ramstore_wire::{decode_response, encode_request, Request, Response, Status, WireRejectRules};
+use ramstore_wire::{decode_response, encode_request, RejectRules, Request, Response, Status};
 
 /// Why a store operation failed (beyond the outcomes commands handle themselves).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -177,7 +177,7 @@ pub trait LocalObjects: Send + Sync {
         table_id: u64,
         key: &[u8],
         value: &[u8],
-        rules: &WireRejectRules,
+        rules: &RejectRules,
     ) -> DirectAnswer<WriteResult>;
 
     /// Removes `key` of `table_id`: the version removed, or `None` if there was none.
@@ -378,9 +378,8 @@ impl Backend {
         value: &[u8],
         rules: RejectRules,
     ) -> Outcome<WriteResult> {
-        let wire: WireRejectRules = rules.into();
         self.run(
-            |local| local.write_local(table_id, key, value, &wire),
+            |local| local.write_local(table_id, key, value, &rules),
             || async {
                 let r = self
                     .client

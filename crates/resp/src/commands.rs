@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use futures_util::future::join_all;
 use ramstore_client::RejectRules;
 use ramstore_wire::counter::{parse_f64 as parse_float, CounterText};
 
@@ -1120,22 +1121,12 @@ fn join<T: Send + 'static>(outcomes: Vec<Outcome<T>>) -> Outcome<Vec<T>> {
         );
     }
     Outcome::Pending(Box::pin(async move {
-        let mut values = Vec::with_capacity(outcomes.len());
-        let mut first_error = None;
         // Every outcome is awaited, so each write's durability is known before
-        // the reply, even after an error.
-        for o in outcomes {
-            match o.resolve().await {
-                Ok(v) => values.push(v),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(values),
-        }
+        // the reply, even after an error; the first error in command order wins.
+        join_all(outcomes.into_iter().map(Outcome::resolve))
+            .await
+            .into_iter()
+            .collect()
     }))
 }
 

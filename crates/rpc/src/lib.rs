@@ -1,4 +1,4 @@
-//! ramstore's RPC transport (DESIGN §6, R§5.2, R§11.4).
+//! ramstore's RPC transport (docs/design.md §6, R§5.2, R§11.4).
 //!
 //! Frames are length-prefixed (`u32` LE length of the rest) and carry a 16-byte header
 //! whose bytes 8..16 (after the prefix) are the request id; everything else about

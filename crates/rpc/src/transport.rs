@@ -1,4 +1,4 @@
-//! The client-side transport seam (DESIGN §7).
+//! The client-side transport seam (docs/design.md §7).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,4 +1,4 @@
-//! The backup half of a storage server (R§2, DESIGN §2): the four backup opcodes
+//! The backup half of a storage server (R§2, docs/design.md §2): the four backup opcodes
 //! served from a [`BackupStore`] over one frames file (R§4.2, R§7.4, R§8).
 //!
 //! # Files
@@ -12,7 +12,7 @@
 //!
 //! # Fast and slow path
 //!
-//! Pings must stay fast while backups write (DESIGN §6). So a request that may
+//! Pings must stay fast while backups write (docs/design.md §6). So a request that may
 //! block on the disk — a close (writes up to a whole segment, then syncs), any write
 //! in [`SyncMode::Fsync`], a write larger than [`MAX_FAST_BACKUP_WRITE_BYTES`], a
 //! free, a replica list or a replica read — runs on the blocking pool (the storage

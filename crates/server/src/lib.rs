@@ -1,5 +1,5 @@
 //! The ramstore storage server: one master's object store and, with a backup
-//! directory, a backup's replica store, behind the RPC transport (R§3–5, DESIGN §2).
+//! directory, a backup's replica store, behind the RPC transport (R§3–5, docs/design.md §2).
 //!
 //! A server binds its listener first, then enlists with the coordinator, then owns
 //! whatever tablets the coordinator hands it (TakeTabletOwnership is idempotent) and

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ramstore_client::{BackupClient, BackupClientError};
+use ramstore_backup::{BackupClient, BackupClientError};
 use ramstore_log::entry::{parse_entry, Entry};
 use ramstore_master::{ObjectStore, WriteError};
 use ramstore_wire::{RecoveryItem, Request};

@@ -7,7 +7,7 @@
 //! round takes one segment's new bytes, copied once from the log, to each of its R
 //! backups in concurrent BackupWrite RPCs. A segment has at most one round in
 //! flight; bytes appended meanwhile wait for the next round and go together — that
-//! is group commit (DESIGN §5 "Write"). Writers wait on a *sync point*, the end of
+//! is group commit (docs/design.md §5 "Write"). Writers wait on a *sync point*, the end of
 //! the newest head when their operation finished; the manager wakes them when it is
 //! durable.
 //!
@@ -49,8 +49,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use parking_lot::{Condvar, Mutex};
-use ramstore_client::{BackupClient, BackupClientError};
+use ramstore_backup::{BackupClient, BackupClientError};
 use ramstore_log::{ReplicaSink, SegmentRole, SEGMENT_BYTES};
 use ramstore_master::LogHandle;
 use ramstore_wire::BackupWriteFlags;
@@ -885,7 +886,7 @@ impl ReplicaManager {
             return;
         };
         let master_id = round.master_id;
-        let replies = futures_join(round.sends.iter().map(|s| {
+        let replies = join_all(round.sends.iter().map(|s| {
             let slice = &bytes[s.from - round.from..];
             async move {
                 if s.clear_first {
@@ -1090,37 +1091,6 @@ enum Planned {
     Round(Round),
     Nothing,
     Retry,
-}
-
-/// Runs the futures concurrently and returns their outputs in order.
-async fn futures_join<F, T>(futures: impl Iterator<Item = F>) -> Vec<T>
-where
-    F: std::future::Future<Output = T>,
-{
-    let futures: Vec<_> = futures.map(Box::pin).collect();
-    let mut outputs: Vec<Option<T>> = futures.iter().map(|_| None).collect();
-    let mut futures: Vec<Option<_>> = futures.into_iter().map(Some).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (slot, out) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if let Some(f) = slot {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => {
-                        *out = Some(v);
-                        *slot = None;
-                    }
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
 }
 
 /// The acknowledgement rule: `point`'s head holds its bytes on all R replicas and

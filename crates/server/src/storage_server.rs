@@ -1,5 +1,5 @@
 //! Running a storage server: open its backup store, bind, serve, enlist with the
-//! coordinator, export metrics, stop on request (DESIGN §2).
+//! coordinator, export metrics, stop on request (docs/design.md §2).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,7 +23,7 @@ use crate::metrics::{render_backup, render_full_log, render_store};
 use crate::replica_manager::{ReplicaManager, MAX_REPLICAS};
 use crate::resident::ResidentSplit;
 use crate::storage_service::StorageService;
-use ramstore_client::BackupClient;
+use ramstore_backup::BackupClient;
 
 /// Frames in a backup's frames file by default: 64 × 8 MiB = 512 MiB of replicas
 /// (plus 4 KiB of metadata per frame), room for the replicas of a few masters'

@@ -17,21 +17,21 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use ramstore_master::{ObjectStore, ReadError, RejectRules, WriteError};
+use ramstore_master::{ObjectStore, ReadError, WriteError};
 use ramstore_rpc::server::SlowFuture;
 use ramstore_rpc::{Handled, Service};
 use ramstore_wire::{
     decode_raw_header, decode_request, encode_error_response, encode_read_response_header,
     encode_response, EnumerateResponseEncoder, ErrorBody, MultiReadResponseEncoder,
-    MultiRemoveResponseEncoder, MultiWriteResponseEncoder, NumberKind, Opcode, Request, Response,
-    Status, WireError, WireRejectRules,
+    MultiRemoveResponseEncoder, MultiWriteResponseEncoder, NumberKind, Opcode, RejectRules,
+    Request, Response, Status, WireError,
 };
 
 use crate::backup_service::{BackupService, ServerState};
 use crate::metrics::{Metrics, Op};
 use crate::recovery_master::{self, PartitionJob};
 use crate::replica_manager::{BackupInfo, ReplicaManager, ReplicationError};
-use ramstore_client::BackupClient;
+use ramstore_backup::BackupClient;
 
 /// The Redis front end's direct path onto this master (no native wire format).
 mod direct;
@@ -104,17 +104,6 @@ pub struct StorageService {
     /// Fetches crashed masters' entries from backups when this master recovers a
     /// partition (R§7.6).
     recovery_client: BackupClient,
-}
-
-fn rules(w: &WireRejectRules) -> RejectRules {
-    RejectRules {
-        given_version: w.given_version,
-        doesnt_exist: w.doesnt_exist,
-        exists: w.exists,
-        version_le_given: w.version_le_given,
-        version_ne_given: w.version_ne_given,
-        version_gt_given: w.version_gt_given,
-    }
 }
 
 fn read_status(e: ReadError) -> Status {
@@ -258,7 +247,7 @@ impl StorageService {
                 rules: r,
                 key,
                 value,
-            } => match self.store.write(table_id, key, value, &rules(&r)) {
+            } => match self.store.write(table_id, key, value, &r) {
                 Ok(version) => {
                     self.full_log.accepted();
                     encode_response(id, op, &Response::Write { version }, out)?
@@ -269,7 +258,7 @@ impl StorageService {
                 table_id,
                 rules: r,
                 key,
-            } => match self.store.remove(table_id, key, &rules(&r)) {
+            } => match self.store.remove(table_id, key, &r) {
                 Ok(removed) => encode_response(
                     id,
                     op,
@@ -291,11 +280,11 @@ impl StorageService {
                 let result = match kind {
                     NumberKind::I64 => self
                         .store
-                        .increment_i64(table_id, key, i64::from_le_bytes(delta), &rules(&r))
+                        .increment_i64(table_id, key, i64::from_le_bytes(delta), &r)
                         .map(|(v, version)| (version, v.to_le_bytes())),
                     NumberKind::F64 => self
                         .store
-                        .increment_f64(table_id, key, f64::from_le_bytes(delta), &rules(&r))
+                        .increment_f64(table_id, key, f64::from_le_bytes(delta), &r)
                         .map(|(v, version)| (version, v.to_le_bytes())),
                 };
                 match result {
@@ -334,7 +323,7 @@ impl StorageService {
                 for item in items.iter() {
                     match self
                         .store
-                        .write(item.table_id, item.key, item.value, &rules(&item.rules))
+                        .write(item.table_id, item.key, item.value, &item.rules)
                     {
                         Ok(version) => {
                             self.full_log.accepted();
@@ -353,7 +342,7 @@ impl StorageService {
                 for item in items.iter() {
                     match self
                         .store
-                        .remove(item.table_id, item.key, &rules(&item.rules))
+                        .remove(item.table_id, item.key, &item.rules)
                     {
                         Ok(Some(v)) => enc.push(Status::Ok, true, v)?,
                         Ok(None) => enc.push(Status::Ok, false, 0)?,
@@ -465,11 +454,10 @@ impl StorageService {
         &self,
         id: u64,
         table_id: u64,
-        rules_w: &WireRejectRules,
+        rules: &RejectRules,
         key: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
-        let rules = rules(rules_w);
         let result = self.store.read_with(table_id, key, |view| {
             self.note_read_durability(view);
             rules.check(Some(view.version()))?;
@@ -542,7 +530,7 @@ impl StorageService {
 
     /// Marks the request as needing the replication wait if `view` lies in a
     /// segment not yet durable: a read never returns an object beyond the durable
-    /// point (DESIGN §1).
+    /// point (docs/design.md §1).
     fn note_read_durability(&self, view: &ramstore_log::ObjectView<'_>) {
         let log = self.store.log();
         if self.replicas.is_some() && !log.is_read_durable(view.location()) {
@@ -556,7 +544,7 @@ impl StorageService {
     /// log's newest point: the object may be absent because of a delete whose
     /// tombstone is not durable yet, and a master that crashes (or a zombie cut off
     /// from its backups) loses that delete, so answering "doesn't exist" at once
-    /// would show a state that never became durable (DESIGN §1). The hash table
+    /// would show a state that never became durable (docs/design.md §1). The hash table
     /// keeps no trace of a deleted key, so the wait is for the whole log, not the
     /// tombstone's own place. Regression: the partition test's zombie probe saw a
     /// key read as absent from a cut-off master, then with its old value after
@@ -800,7 +788,7 @@ fn is_read(op: Opcode) -> bool {
 impl StorageService {
     /// Answers at once, or defers the response appended at `out[mark..]` until
     /// the log is durable up to the current sync point for an update, or up to the
-    /// end of the furthest object read for a read (DESIGN §5 "Write" and "Read"). A wait that times out answers RETRY: the write is in the log and
+    /// end of the furthest object read for a read (docs/design.md §5 "Write" and "Read"). A wait that times out answers RETRY: the write is in the log and
     /// may become durable later; the client's retry writes it again.
     fn after_replication(&self, id: u64, op: Opcode, mark: usize, out: &mut Vec<u8>) -> Handled {
         let Some((manager, point)) = self.durability_wait(op) else {

@@ -1,18 +1,18 @@
 //! A read that finds no object must not reveal a delete that is not durable yet
-//! (DESIGN §1: a read never returns what is not durable). Regression: a master cut
+//! (docs/design.md §1: a read never returns what is not durable). Regression: a master cut
 //! off from its backups answered "doesn't exist" for a key whose delete it could not
 //! replicate; after recovery the key was back with its old value (found by the
 //! partition test's zombie probe, `crates/cli/tests/partition.rs`).
 
 use std::sync::Arc;
 
-use ramstore_client::BackupClient;
-use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
+use ramstore_backup::BackupClient;
+use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_rpc::{Handled, LocalTransport, Service};
 use ramstore_server::{ReplicaManager, StorageService};
 use ramstore_wire::{
-    decode_response, encode_request, ErrorBody, MultiReadRequestEncoder, Request, Response, Status,
-    WireRejectRules,
+    decode_response, encode_request, ErrorBody, MultiReadRequestEncoder, RejectRules, Request,
+    Response, Status,
 };
 
 const TABLE: u64 = 7;
@@ -38,7 +38,7 @@ fn read(key: &[u8]) -> Vec<u8> {
     let mut frame = Vec::new();
     let req = Request::Read {
         table_id: TABLE,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key,
     };
     encode_request(1, &req, &mut frame).expect("encodes");

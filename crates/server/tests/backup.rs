@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ramstore_backup::{BackupClient, BackupClientError, BackupReplica, BackupWriteFlags};
 use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
-use ramstore_client::{BackupClient, BackupClientError, BackupReplica, BackupWriteFlags};
 use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_rpc::{Handled, LocalTransport, Service};
 use ramstore_server::{BackupService, StorageService, FRAMES_FILE, MAX_FAST_BACKUP_WRITE_BYTES};

@@ -7,15 +7,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ramstore_client::BackupClient;
-use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
+use ramstore_backup::BackupClient;
+use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_resp::backend::{Direct, DirectAnswer, WriteResult};
 use ramstore_rpc::{Handled, LocalTransport, Service};
 use ramstore_server::failure_monitor::{self, MonitorConfig};
 use ramstore_server::{ReplicaManager, StorageService};
 use ramstore_wire::{
-    decode_response, encode_request, Request, ServerListEntry, ServerListUpdateEncoder,
-    ServerStatus, Services, Status, WireRejectRules,
+    decode_response, encode_request, RejectRules, Request, ServerListEntry,
+    ServerListUpdateEncoder, ServerStatus, Services, Status,
 };
 
 const TABLE: u64 = 7;
@@ -64,7 +64,7 @@ async fn native_status(service: &StorageService, req: &Request<'_>) -> Status {
 fn read_req(key: &[u8]) -> Request<'_> {
     Request::Read {
         table_id: TABLE,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key,
     }
 }
@@ -72,7 +72,7 @@ fn read_req(key: &[u8]) -> Request<'_> {
 fn write_req<'a>(key: &'a [u8], value: &'a [u8]) -> Request<'a> {
     Request::Write {
         table_id: TABLE,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key,
         value,
     }
@@ -95,8 +95,8 @@ async fn later<T: std::fmt::Debug>(a: DirectAnswer<T>) -> Direct<T> {
 }
 
 /// Create-only: refused if the object exists.
-fn create_only() -> WireRejectRules {
-    WireRejectRules {
+fn create_only() -> RejectRules {
+    RejectRules {
         exists: true,
         ..Default::default()
     }
@@ -112,7 +112,7 @@ fn status_of<T>(d: &Direct<T>) -> Option<Status> {
 #[tokio::test]
 async fn read_local_reads_into_the_buffer_and_misses_like_native() {
     let m = master();
-    let w = now(m.write_local(TABLE, b"k", b"value", &WireRejectRules::default()));
+    let w = now(m.write_local(TABLE, b"k", b"value", &RejectRules::default()));
     let Direct::Done(WriteResult::Written(version)) = w else {
         panic!("{w:?}");
     };
@@ -152,7 +152,7 @@ async fn read_local_of_another_masters_key_is_left_to_the_client_at_once() {
     let mut value = Vec::new();
     let read = now(m.read_local(other, b"k", &mut value));
     assert_eq!(status_of(&read), Some(Status::UnknownTablet));
-    let write = now(m.write_local(other, b"k", b"v", &WireRejectRules::default()));
+    let write = now(m.write_local(other, b"k", b"v", &RejectRules::default()));
     assert_eq!(status_of(&write), Some(Status::UnknownTablet));
     assert_eq!(
         status_of(&now(m.remove_local(other, b"k"))),
@@ -199,7 +199,7 @@ async fn read_local_zombie_refuses_like_native() {
     let mut value = Vec::new();
     let read = now(m.read_local(TABLE, b"k", &mut value));
     assert!(value.is_empty(), "no value of a zombie's: {value:?}");
-    let write = now(m.write_local(TABLE, b"k", b"w", &WireRejectRules::default()));
+    let write = now(m.write_local(TABLE, b"k", b"w", &RejectRules::default()));
     let remove = now(m.remove_local(TABLE, b"k"));
     let native_read = native_status(&m, &read_req(b"k")).await;
     let native_write = native_status(&m, &write_req(b"k", b"w")).await;
@@ -234,7 +234,7 @@ async fn read_local_without_membership_lease_refuses_like_native() {
     let mut value = Vec::new();
     let read = now(m.read_local(TABLE, b"k", &mut value));
     assert!(value.is_empty(), "no value without a lease: {value:?}");
-    let write = now(m.write_local(TABLE, b"k", b"w", &WireRejectRules::default()));
+    let write = now(m.write_local(TABLE, b"k", b"w", &RejectRules::default()));
     assert_eq!(status_of(&read), Some(Status::Retry));
     assert_eq!(status_of(&write), Some(Status::Retry));
     assert_eq!(native_status(&m, &read_req(b"k")).await, Status::Retry);
@@ -246,7 +246,7 @@ async fn write_local_never_acknowledged_while_backups_do_not_hold_it() {
     let m = stalled_master();
     // Applied in memory at once (later commands see it), answered only once
     // durable — which never happens here: the answer is RETRY, not OK.
-    let write = m.write_local(TABLE, b"k", b"v", &WireRejectRules::default());
+    let write = m.write_local(TABLE, b"k", b"v", &RejectRules::default());
     let mut value = Vec::new();
     let read = m.read_local(TABLE, b"k", &mut value);
     assert_eq!(value, b"v", "the value is read at once");
@@ -280,7 +280,7 @@ async fn write_local_acknowledged_once_on_the_backup() {
     let m = StorageService::new(store).with_replicas(manager.clone());
     let task = manager.start(log, 1, "");
 
-    let write = m.write_local(TABLE, b"k", b"v", &WireRejectRules::default());
+    let write = m.write_local(TABLE, b"k", b"v", &RejectRules::default());
     let point = manager.sync_point();
     // Usually answered later, once the backup has it; but the replicator may have
     // sent the new head's first round, with this write in it, before `write_local`
@@ -329,7 +329,7 @@ async fn write_local_full_log_is_retried_then_out_of_memory_and_removes_still_wo
     let mut written = Vec::new();
     let first_refusal = loop {
         let key = format!("k{}", written.len()).into_bytes();
-        match now(m.write_local(TABLE, &key, &value, &WireRejectRules::default())) {
+        match now(m.write_local(TABLE, &key, &value, &RejectRules::default())) {
             Direct::Done(WriteResult::Written(_)) => written.push(key),
             other => break other,
         }
@@ -343,7 +343,7 @@ async fn write_local_full_log_is_retried_then_out_of_memory_and_removes_still_wo
     assert!(m.stats_text().contains("refusing_writes=1\n"));
 
     tokio::time::sleep(patience + Duration::from_millis(50)).await;
-    let late = now(m.write_local(TABLE, b"late", &value, &WireRejectRules::default()));
+    let late = now(m.write_local(TABLE, b"late", &value, &RejectRules::default()));
     assert_eq!(late, Direct::Failed(Status::NoSpace), "out of memory now");
     // The native path still answers NO_SPACE (its client has its own patience).
     assert_eq!(

@@ -12,8 +12,8 @@ use ramstore_rpc::{Handled, LocalTransport, Service};
 use ramstore_server::failure_monitor::{self, MonitorConfig, NOT_UP_MESSAGE};
 use ramstore_server::{StorageService, ZombieHook};
 use ramstore_wire::{
-    decode_response, encode_request, ErrorBody, Request, Response, ServerListEntry,
-    ServerListUpdateEncoder, ServerStatus, Services, Status, WireRejectRules,
+    decode_response, encode_request, ErrorBody, RejectRules, Request, Response, ServerListEntry,
+    ServerListUpdateEncoder, ServerStatus, Services, Status,
 };
 
 fn service(id: u64) -> Arc<StorageService> {
@@ -141,7 +141,7 @@ async fn server_list_naming_itself_crashed_makes_a_zombie_that_refuses_reads() {
         .expect("write");
     let read = Request::Read {
         table_id: 1,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key: b"k",
     };
     assert_eq!(answer(&call(&s, &read).await).0, Status::Ok);
@@ -168,7 +168,7 @@ async fn server_list_naming_itself_crashed_makes_a_zombie_that_refuses_reads() {
     assert_eq!(answer(&call(&s, &read).await).0, Status::ServerNotUp);
     let write = Request::Write {
         table_id: 1,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key: b"k",
         value: b"w",
     };
@@ -294,7 +294,7 @@ async fn lease_gates_object_operations_until_granted_and_after_it_runs_out() {
     let server = service(5);
     let read = Request::Read {
         table_id: 1,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key: b"k",
     };
     let status = |s: Arc<StorageService>| async move { answer(&call(&s, &read).await).0 };

@@ -1,6 +1,6 @@
 //! The server's fast path does not allocate: a read request decoded, served from
 //! the log and encoded into a reused output buffer performs zero heap allocations
-//! (R§11.3, DESIGN §8). Measured with a counting global allocator.
+//! (R§11.3, docs/design.md §8). Measured with a counting global allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -8,7 +8,7 @@ use std::cell::Cell;
 use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_rpc::{Handled, Service};
 use ramstore_server::StorageService;
-use ramstore_wire::{decode_response, encode_request, Request, Response, WireRejectRules};
+use ramstore_wire::{decode_response, encode_request, RejectRules, Request, Response};
 
 struct Counting;
 
@@ -78,7 +78,7 @@ fn read_fast_path_makes_no_heap_allocation() {
     let store = ObjectStore::new(config).unwrap();
     store.add_tablet(1, 0, u64::MAX).unwrap();
     let service = StorageService::new(store);
-    let rules = WireRejectRules::default();
+    let rules = RejectRules::default();
     let value = vec![42u8; 100];
     let write = request(&Request::Write {
         table_id: 1,
@@ -143,7 +143,7 @@ fn write_steady_state_makes_no_heap_allocation() {
     let store = ObjectStore::new(config).unwrap();
     store.add_tablet(1, 0, u64::MAX).unwrap();
     let service = StorageService::new(store);
-    let rules = WireRejectRules::default();
+    let rules = RejectRules::default();
     let value = vec![1u8; 100];
     let write = request(&Request::Write {
         table_id: 1,

@@ -5,7 +5,7 @@ use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_rpc::{Handled, Service};
 use ramstore_server::StorageService;
 use ramstore_wire::{
-    decode_response, encode_request, ErrorBody, Request, Response, Status, WireRejectRules,
+    decode_response, encode_request, ErrorBody, RejectRules, Request, Response, Status,
 };
 
 fn no_space_answers(service: &StorageService) -> u64 {
@@ -35,7 +35,7 @@ fn writes_to_a_full_log_answer_no_space_and_are_counted() {
         let mut frame = Vec::new();
         let req = Request::Write {
             table_id: 1,
-            rules: WireRejectRules::default(),
+            rules: RejectRules::default(),
             key: &key,
             value: &value,
         };

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ramstore_backup::{BackupClient, BackupReplica};
 use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
-use ramstore_client::{BackupClient, BackupReplica};
 use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
 use ramstore_rpc::LocalTransport;
 use ramstore_server::backup_service::BackupService;

@@ -8,16 +8,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use ramstore_backup::BackupClient;
 use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
-use ramstore_client::BackupClient;
-use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
+use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_rpc::{LocalTransport, Service};
 use ramstore_server::backup_service::{BackupService, ServerState};
 use ramstore_server::cold_start::{digest_of, LogReplay};
 use ramstore_server::replica_manager::{BackupInfo, ReplicationError};
 use ramstore_server::{ReplicaManager, StorageService};
 use ramstore_wire::{
-    decode_response, encode_request, ErrorBody, Request, Response, Status, WireRejectRules,
+    decode_response, encode_request, ErrorBody, RejectRules, Request, Response, Status,
 };
 
 /// Small segments, so a few hundred writes roll many heads.
@@ -145,7 +145,7 @@ impl Cluster {
                 // freed) may be gone by now; the others must still be there.
                 let bytes = match client.read_replica(addr, MASTER_ID, id).await {
                     Ok(r) => r.bytes,
-                    Err(ramstore_client::BackupClientError::UnknownReplica { .. }) => continue,
+                    Err(ramstore_backup::BackupClientError::UnknownReplica { .. }) => continue,
                     Err(e) => panic!("reading segment {id} from {addr}: {e}"),
                 };
                 if shortest.as_ref().is_none_or(|s| bytes.len() < s.len()) {
@@ -296,7 +296,7 @@ async fn wait_durable_reports_fenced_once_a_backup_fences_the_master() {
     // From then on the master serves no object operation, not even a read.
     let read = encode(&Request::Read {
         table_id: TABLE,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key: b"a",
     });
     let mut out = Vec::new();

@@ -6,7 +6,7 @@
 //! rejected field leaves nothing behind.
 
 use crate::error::WireError;
-use crate::rules::WireRejectRules;
+use crate::rules::RejectRules;
 use crate::status::Status;
 use crate::{
     MAX_FAILURE_DOMAIN_BYTES, MAX_FRAME_BYTES, MAX_KEY_BYTES, MAX_REPLICA_BYTES, MAX_STRING_BYTES,
@@ -133,10 +133,10 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(bytes).map_err(|_| WireError::BadUtf8)
     }
 
-    pub(crate) fn rules(&mut self) -> Result<WireRejectRules, WireError> {
+    pub(crate) fn rules(&mut self) -> Result<RejectRules, WireError> {
         let given_version = self.u64()?;
         let bits = self.u8()?;
-        WireRejectRules::from_parts(given_version, bits)
+        RejectRules::from_parts(given_version, bits)
     }
 
     pub(crate) fn status(&mut self) -> Result<Status, WireError> {
@@ -178,7 +178,7 @@ pub(crate) fn put_bool(out: &mut Vec<u8>, v: bool) {
     out.push(u8::from(v));
 }
 
-pub(crate) fn put_rules(out: &mut Vec<u8>, rules: &WireRejectRules) {
+pub(crate) fn put_rules(out: &mut Vec<u8>, rules: &RejectRules) {
     put_u64(out, rules.given_version);
     put_u8(out, rules.bits());
 }

@@ -17,7 +17,7 @@ use crate::list::{
     TabletMapEntry,
 };
 use crate::opcode::Opcode;
-use crate::rules::WireRejectRules;
+use crate::rules::RejectRules;
 use crate::status::Status;
 use crate::{FLAG_RESPONSE, HEADER_BYTES, LEN_PREFIX_BYTES, MAX_FRAME_BYTES, MAX_MULTI_OPS};
 
@@ -175,7 +175,7 @@ impl<'o> MultiWriteRequestEncoder<'o> {
     pub fn push(
         &mut self,
         table_id: u64,
-        rules: WireRejectRules,
+        rules: RejectRules,
         key: &[u8],
         value: &[u8],
     ) -> Result<(), WireError> {
@@ -209,12 +209,7 @@ impl<'o> MultiRemoveRequestEncoder<'o> {
         ))
     }
 
-    pub fn push(
-        &mut self,
-        table_id: u64,
-        rules: WireRejectRules,
-        key: &[u8],
-    ) -> Result<(), WireError> {
+    pub fn push(&mut self, table_id: u64, rules: RejectRules, key: &[u8]) -> Result<(), WireError> {
         self.0.push(|out| {
             MultiRemoveItem {
                 table_id,

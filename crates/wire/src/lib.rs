@@ -1,4 +1,4 @@
-//! ramstore's RPC wire format (DESIGN §6): frames, opcodes, status codes, and the
+//! ramstore's RPC wire format (docs/design.md §6): frames, opcodes, status codes, and the
 //! encoding of every request and response body. This crate does no I/O; transports
 //! cut frames out of a byte stream with [`frame_len`] and hand them here.
 //!
@@ -30,9 +30,17 @@
 //! `u32 len + bytes`, at most [`MAX_VALUE_BYTES`]; replica bytes (backup messages)
 //! are `u32 len + bytes`, at most [`MAX_REPLICA_BYTES`]; names, addresses and
 //! messages are `u16 len + UTF-8`; reject rules are `u64 given_version + u8 bits`
-//! ([`WireRejectRules`]); lists are `u32 count + items` ([`List`]), multi-operations
+//! ([`RejectRules`]); lists are `u32 count + items` ([`List`]), multi-operations
 //! at most [`MAX_MULTI_OPS`] items. OK bodies depend on the opcode ([`Request`],
 //! [`Response`]); error bodies depend on the status only ([`ErrorBody`]).
+//!
+//! # Shared vocabulary
+//!
+//! What both ends of an RPC must agree on is defined here once and re-exported by
+//! the crates above: [`RejectRules`] with its decision [`RejectRules::check`] (the
+//! client sends it, the master applies it, the history checker models it; the
+//! `serde` feature lets the checker record it), and [`key_hash`], which places a key
+//! in a tablet (the client routes by it, the master checks ownership by it).
 //!
 //! # Backup messages (R§4.2, R§7.4, R§8)
 //!
@@ -152,10 +160,19 @@ pub use response::{
     ErrorBody, Response,
 };
 pub use rules::{
-    WireRejectRules, RULES_BYTES, RULE_DOESNT_EXIST, RULE_EXISTS, RULE_VERSION_GT_GIVEN,
+    Refusal, RejectRules, RULES_BYTES, RULE_DOESNT_EXIST, RULE_EXISTS, RULE_VERSION_GT_GIVEN,
     RULE_VERSION_LE_GIVEN, RULE_VERSION_NE_GIVEN,
 };
 pub use status::Status;
+
+/// The 64-bit hash of a key: it places the key in a tablet (a range of key hashes,
+/// docs/design.md §4) and, on its master, in a hash-table bucket. xxh3-64. Clients
+/// route by it and masters check ownership by it, so both must use this one
+/// definition.
+#[inline]
+pub fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
 
 /// Bytes of the length prefix that starts every frame.
 pub const LEN_PREFIX_BYTES: usize = 4;

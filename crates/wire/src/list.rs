@@ -15,7 +15,7 @@ use crate::codec::{
 };
 use crate::error::WireError;
 use crate::fields::{ServerStatus, Services};
-use crate::rules::{WireRejectRules, RULES_BYTES};
+use crate::rules::{RejectRules, RULES_BYTES};
 use crate::status::Status;
 use crate::MAX_MULTI_OPS;
 
@@ -216,7 +216,7 @@ list_item!(MultiReadItem<'a>, min = 8 + 2, max = MAX_MULTI_OPS,
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MultiWriteItem<'a> {
     pub table_id: u64,
-    pub rules: WireRejectRules,
+    pub rules: RejectRules,
     pub key: &'a [u8],
     pub value: &'a [u8],
 }
@@ -242,7 +242,7 @@ list_item!(MultiWriteItem<'a>, min = 8 + RULES_BYTES + 2 + 4, max = MAX_MULTI_OP
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MultiRemoveItem<'a> {
     pub table_id: u64,
-    pub rules: WireRejectRules,
+    pub rules: RejectRules,
     pub key: &'a [u8],
 }
 

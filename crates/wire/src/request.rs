@@ -13,7 +13,7 @@ use crate::list::{
     ServerListEntries,
 };
 use crate::opcode::Opcode;
-use crate::rules::WireRejectRules;
+use crate::rules::RejectRules;
 use crate::status::Status;
 
 /// A request, borrowed from the frame it was decoded from (or from the caller's data
@@ -42,25 +42,25 @@ pub enum Request<'a> {
     },
     Read {
         table_id: u64,
-        rules: WireRejectRules,
+        rules: RejectRules,
         key: &'a [u8],
     },
     Write {
         table_id: u64,
-        rules: WireRejectRules,
+        rules: RejectRules,
         key: &'a [u8],
         value: &'a [u8],
     },
     Remove {
         table_id: u64,
-        rules: WireRejectRules,
+        rules: RejectRules,
         key: &'a [u8],
     },
     /// Add `delta` (8 little-endian bytes of `kind`) to the object's number; bytes
     /// rather than `i64`/`f64` so every bit pattern (NaNs included) round-trips.
     Increment {
         table_id: u64,
-        rules: WireRejectRules,
+        rules: RejectRules,
         kind: NumberKind,
         delta: [u8; 8],
         key: &'a [u8],

@@ -1,4 +1,4 @@
-//! Status codes: the outcome a response reports in its header (DESIGN §6). They are
+//! Status codes: the outcome a response reports in its header (docs/design.md §6). They are
 //! few and reused across opcodes, so a client's retry logic needs only one table.
 
 use crate::error::WireError;

@@ -14,9 +14,9 @@ fn text() -> impl Strategy<Value = String> {
     "\\PC{0,24}"
 }
 
-fn rules() -> impl Strategy<Value = WireRejectRules> {
+fn rules() -> impl Strategy<Value = RejectRules> {
     (any::<u64>(), 0u8..32)
-        .prop_map(|(v, bits)| WireRejectRules::from_parts(v, bits).expect("known bits"))
+        .prop_map(|(v, bits)| RejectRules::from_parts(v, bits).expect("known bits"))
 }
 
 fn status() -> impl Strategy<Value = Status> {
@@ -259,7 +259,7 @@ fn replicas_frame(id: u64, replicas: &ReplicasOwned) -> Vec<u8> {
     out
 }
 
-type MultiWriteOwned = Vec<(u64, WireRejectRules, Vec<u8>, Vec<u8>)>;
+type MultiWriteOwned = Vec<(u64, RejectRules, Vec<u8>, Vec<u8>)>;
 
 fn multi_write_items() -> impl Strategy<Value = MultiWriteOwned> {
     vec((any::<u64>(), rules(), bytes(), bytes()), 0..20)

@@ -370,7 +370,7 @@ fn oversize_keys_fail_to_encode_and_the_largest_key_round_trips() {
         ID,
         &Request::Read {
             table_id: 1,
-            rules: WireRejectRules::default(),
+            rules: RejectRules::default(),
             key: &key,
         },
         &mut out,
@@ -393,7 +393,7 @@ fn oversize_keys_fail_to_encode_and_the_largest_key_round_trips() {
     // A 16-bit length cannot describe a longer key, so the largest key decodes.
     let req = Request::Write {
         table_id: 1,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key: &key[..MAX_KEY_BYTES],
         value: &[1; MAX_VALUE_BYTES],
     };
@@ -406,7 +406,7 @@ fn oversize_values_fail_to_encode_and_to_decode() {
     let value = vec![1u8; MAX_VALUE_BYTES + 1];
     let req = Request::Write {
         table_id: 1,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key: b"k",
         value: &value,
     };
@@ -426,7 +426,7 @@ fn oversize_values_fail_to_encode_and_to_decode() {
     // value length exceeds the limit (and whose bytes are all present).
     let ok = request_frame(&Request::Write {
         table_id: 1,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         key: b"k",
         value: &value[..MAX_VALUE_BYTES],
     });
@@ -455,7 +455,7 @@ fn frame_limits_are_enforced_when_encoding() {
     let mut e = MultiWriteRequestEncoder::new(ID, &mut out);
     let mut pushed = 0;
     let err = loop {
-        match e.push(1, WireRejectRules::default(), b"k", &value) {
+        match e.push(1, RejectRules::default(), b"k", &value) {
             Ok(()) => pushed += 1,
             Err(err) => break err,
         }
@@ -497,7 +497,7 @@ fn frame_limits_are_enforced_when_encoding() {
 fn malformed_fields_are_rejected() {
     let base = request_frame(&Request::Increment {
         table_id: 1,
-        rules: WireRejectRules::default(),
+        rules: RejectRules::default(),
         kind: NumberKind::I64,
         delta: [0; 8],
         key: b"k",

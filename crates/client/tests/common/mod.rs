@@ -17,7 +17,7 @@ use ramstore_rpc::{Handled, LocalTransport, Service};
 use ramstore_wire::{
     decode_request, encode_error_response, encode_response, EnumerateResponseEncoder, ErrorBody,
     MultiReadResponseEncoder, MultiRemoveResponseEncoder, MultiWriteResponseEncoder, NumberKind,
-    Opcode, Request, Response, Status, TabletMapEncoder, WireRejectRules,
+    Opcode, Refusal, RejectRules, Request, Response, Status, TabletMapEncoder,
 };
 
 pub const COORDINATOR: &str = "coordinator";
@@ -46,23 +46,13 @@ fn ok(id: u64, op: Opcode, resp: Response<'_>, out: &mut Vec<u8>) {
     encode_response(id, op, &resp, out).expect("response encodes");
 }
 
-/// The reject rules check of the real master (`ramstore_master::RejectRules`).
-fn check(rules: &WireRejectRules, current: Option<u64>) -> Result<(), (Status, u64)> {
-    match current {
-        None if rules.doesnt_exist => Err((Status::ObjectDoesntExist, 0)),
-        None => Ok(()),
-        Some(v) if rules.exists => Err((Status::ObjectExists, v)),
-        Some(v) if rules.version_le_given && v <= rules.given_version => {
-            Err((Status::WrongVersion, v))
-        }
-        Some(v) if rules.version_ne_given && v != rules.given_version => {
-            Err((Status::WrongVersion, v))
-        }
-        Some(v) if rules.version_gt_given && v > rules.given_version => {
-            Err((Status::WrongVersion, v))
-        }
-        Some(_) => Ok(()),
-    }
+/// The real master's decision ([`RejectRules::check`]) as the status it answers.
+fn check(rules: &RejectRules, current: Option<u64>) -> Result<(), (Status, u64)> {
+    rules.check(current).map_err(|refusal| match refusal {
+        Refusal::DoesntExist => (Status::ObjectDoesntExist, 0),
+        Refusal::Exists => (Status::ObjectExists, current.unwrap_or(0)),
+        Refusal::WrongVersion { current } => (Status::WrongVersion, current),
+    })
 }
 
 fn fail(id: u64, op: Opcode, (s, version): (Status, u64), out: &mut Vec<u8>) {
@@ -343,7 +333,7 @@ impl FakeMaster {
     fn write(
         &self,
         table_id: u64,
-        rules: &WireRejectRules,
+        rules: &RejectRules,
         key: &[u8],
         value: &[u8],
     ) -> Result<u64, (Status, u64)> {
@@ -361,7 +351,7 @@ impl FakeMaster {
     fn remove(
         &self,
         table_id: u64,
-        rules: &WireRejectRules,
+        rules: &RejectRules,
         key: &[u8],
     ) -> Result<Option<u64>, (Status, u64)> {
         if !self.owns(table_id, key) {

@@ -28,9 +28,9 @@ use std::time::Instant;
 
 use ramstore_master::{ReadError, WriteError};
 use ramstore_resp::backend::{Direct, DirectAnswer, LocalObjects, WriteResult};
-use ramstore_wire::{ErrorBody, Opcode, Status, WireRejectRules};
+use ramstore_wire::{ErrorBody, Opcode, RejectRules, Status};
 
-use super::{read_status, rules, write_status, StorageService, LOG_FULL_MESSAGE, READ_SYNC_POINT};
+use super::{read_status, write_status, StorageService, LOG_FULL_MESSAGE, READ_SYNC_POINT};
 use crate::metrics::Op;
 use crate::replica_manager::ReplicationError;
 
@@ -116,20 +116,18 @@ impl StorageService {
         table_id: u64,
         key: &[u8],
         value: &[u8],
-        rules_w: &WireRejectRules,
+        rules: &RejectRules,
     ) -> DirectAnswer<WriteResult> {
         let op = Opcode::Write;
-        self.update_local(op, || {
-            match self.store.write(table_id, key, value, &rules(rules_w)) {
-                Ok(version) => {
-                    self.full_log.accepted();
-                    Ok(WriteResult::Written(version))
-                }
-                Err(WriteError::ObjectExists) => Ok(WriteResult::Exists),
-                Err(WriteError::ObjectDoesntExist) => Ok(WriteResult::Missing),
-                Err(WriteError::WrongVersion { current }) => Ok(WriteResult::WrongVersion(current)),
-                Err(e) => Err(e),
+        self.update_local(op, || match self.store.write(table_id, key, value, rules) {
+            Ok(version) => {
+                self.full_log.accepted();
+                Ok(WriteResult::Written(version))
             }
+            Err(WriteError::ObjectExists) => Ok(WriteResult::Exists),
+            Err(WriteError::ObjectDoesntExist) => Ok(WriteResult::Missing),
+            Err(WriteError::WrongVersion { current }) => Ok(WriteResult::WrongVersion(current)),
+            Err(e) => Err(e),
         })
     }
 
@@ -215,7 +213,7 @@ impl LocalObjects for StorageService {
         table_id: u64,
         key: &[u8],
         value: &[u8],
-        rules: &WireRejectRules,
+        rules: &RejectRules,
     ) -> DirectAnswer<WriteResult> {
         StorageService::write_local(self, table_id, key, value, rules)
     }

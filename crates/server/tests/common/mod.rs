@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use ramstore_backup::BackupClient;
 use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
-use ramstore_client::BackupClient;
 use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_rpc::LocalTransport;
 use ramstore_server::backup_service::BackupService;

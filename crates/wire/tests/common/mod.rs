@@ -11,8 +11,8 @@ pub const ID: u64 = 0x0807_0605_0403_0201;
 
 pub const TABLE: u64 = 42;
 
-pub fn rules_cas(version: u64) -> WireRejectRules {
-    WireRejectRules {
+pub fn rules_cas(version: u64) -> RejectRules {
+    RejectRules {
         given_version: version,
         doesnt_exist: true,
         version_ne_given: true,
@@ -58,7 +58,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
             "read_request",
             Request::Read {
                 table_id: TABLE,
-                rules: WireRejectRules::default(),
+                rules: RejectRules::default(),
                 key: b"k1",
             },
         ),
@@ -75,7 +75,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
             "remove_request",
             Request::Remove {
                 table_id: TABLE,
-                rules: WireRejectRules {
+                rules: RejectRules {
                     doesnt_exist: true,
                     ..Default::default()
                 },
@@ -86,7 +86,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
             "increment_request",
             Request::Increment {
                 table_id: TABLE,
-                rules: WireRejectRules::default(),
+                rules: RejectRules::default(),
                 kind: NumberKind::I64,
                 delta: 5i64.to_le_bytes(),
                 key: b"ctr",
@@ -96,7 +96,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
             "increment_f64_request",
             Request::Increment {
                 table_id: TABLE,
-                rules: WireRejectRules::default(),
+                rules: RejectRules::default(),
                 kind: NumberKind::F64,
                 delta: 1.5f64.to_le_bytes(),
                 key: b"ctr",
@@ -276,12 +276,12 @@ pub fn replicas() -> Vec<(u64, u32, bool)> {
 /// The items of the multi-op and list samples, as owned data to compare against.
 pub const MULTI_READ: [(u64, &[u8]); 2] = [(TABLE, b"a"), (TABLE + 1, b"bc")];
 
-pub fn multi_write() -> Vec<(u64, WireRejectRules, &'static [u8], &'static [u8])> {
+pub fn multi_write() -> Vec<(u64, RejectRules, &'static [u8], &'static [u8])> {
     vec![
-        (TABLE, WireRejectRules::default(), b"a", b"x"),
+        (TABLE, RejectRules::default(), b"a", b"x"),
         (
             TABLE + 1,
-            WireRejectRules {
+            RejectRules {
                 exists: true,
                 ..Default::default()
             },
@@ -291,12 +291,12 @@ pub fn multi_write() -> Vec<(u64, WireRejectRules, &'static [u8], &'static [u8])
     ]
 }
 
-pub fn multi_remove() -> Vec<(u64, WireRejectRules, &'static [u8])> {
+pub fn multi_remove() -> Vec<(u64, RejectRules, &'static [u8])> {
     vec![
-        (TABLE, WireRejectRules::default(), b"a"),
+        (TABLE, RejectRules::default(), b"a"),
         (
             TABLE + 1,
-            WireRejectRules {
+            RejectRules {
                 given_version: 7,
                 version_le_given: true,
                 ..Default::default()

@@ -2,12 +2,13 @@
 //! code and cold start make to backups (R§4.2, R§7.4, R§8), over the
 //! [`Transport`] seam.
 //!
-//! It lives here, beside [`crate::Client`], because this crate is the one that
-//! turns wire messages into typed async calls over a [`Transport`], and it depends
-//! only on `ramstore-wire` and `ramstore-rpc`: the server (which will host the
-//! replica manager), the master and the coordinator (recovery) can all use it
-//! without a dependency cycle. `ramstore-rpc` knows frames, not messages, and
-//! `ramstore-backup` is storage without networking.
+//! It lives here, beside the replica store it reaches, because it is internal
+//! server-to-server traffic, not part of the public client library: its callers
+//! are the storage server (replica manager, recovery master, cold start) and the
+//! coordinator (recovery), which both depend on this crate and neither on the
+//! other. It needs only `ramstore-wire` and `ramstore-rpc`, which depend on
+//! nothing of ours, so there is no cycle. `ramstore-rpc` knows frames, not
+//! messages; the store itself ([`crate::BackupStore`]) does no networking.
 //!
 //! # Semantics
 //!
