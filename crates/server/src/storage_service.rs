@@ -4,7 +4,7 @@
 //! Where each part lives (the parent module holds only the state and its
 //! accessors; the children depend on it, never the other way round):
 //!
-//! * [`request_path`]: the one path every request takes, for both front ends —
+//! * `request_path`: the one path every request takes, for both front ends —
 //!   guards, the store call and the durability point it returns, the lease again
 //!   for reads, metrics, the replication wait.
 //! * `object_ops`: the object-store calls both front ends make, each returning

@@ -258,6 +258,128 @@ impl StorageService {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ramstore_client::BackupClient;
+    use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
+    use ramstore_rpc::LocalTransport;
+
+    const TABLE: u64 = 7;
+
+    /// A master owning all of `TABLE`; with `stalled_replicas`, it replicates with
+    /// R = 1 through a manager never started, so nothing becomes durable.
+    fn master(stalled_replicas: bool) -> StorageService {
+        let mut config = StoreConfig::new(16 << 20);
+        config.segment_bytes = 128 * 1024;
+        config.cleaner = CleanerMode::Manual;
+        let manager = stalled_replicas.then(|| {
+            let client = BackupClient::new(Arc::new(LocalTransport::new()));
+            ReplicaManager::new(1, client, 1)
+        });
+        if let Some(m) = &manager {
+            config.replicas = m.clone();
+        }
+        let store = ObjectStore::new(config).expect("store");
+        store.add_tablet(TABLE, 0, u64::MAX).expect("tablet");
+        let service = StorageService::new(store);
+        match manager {
+            Some(m) => service.with_replicas(m),
+            None => service,
+        }
+    }
+
+    /// A front end that reports what the path did with its answer.
+    struct Probe;
+
+    impl FrontEnd for Probe {
+        type Body = Result<&'static str, Status>;
+        type Answer = (&'static str, Result<&'static str, Status>);
+        fn refuse(&mut self, refusal: ErrorBody<'static>) -> Self::Body {
+            Err(refusal.status())
+        }
+        fn waits(&self, _: &Self::Body) -> bool {
+            true
+        }
+        fn now(self, body: Self::Body) -> Self::Answer {
+            ("now", body)
+        }
+        fn later(self, body: Self::Body, _: DurabilityWait) -> Self::Answer {
+            ("later", body)
+        }
+        fn hand_off(self) -> Self::Answer {
+            ("handed off", Ok(""))
+        }
+    }
+
+    #[test]
+    fn serve_refused_by_a_guard_never_runs_the_store_call() {
+        let m = master(false);
+        m.declare_zombie("test");
+        let mut ran = false;
+        let answer = m.serve(Opcode::Write, Probe, |_| {
+            ran = true;
+            Step::Answered(Ok("written"), Durability::LogEnd)
+        });
+        assert_eq!(answer, ("now", Err(Status::ServerNotUp)));
+        assert!(!ran, "a zombie carried a write out");
+        assert_eq!(m.metrics.count(Op::Write), 1, "a refusal is still measured");
+    }
+
+    #[test]
+    fn serve_lets_a_zombie_answer_what_is_not_an_object_operation() {
+        let m = master(false);
+        m.declare_zombie("test");
+        let answer = m.serve(Opcode::Ping, Probe, |_| {
+            Step::Answered(Ok("pong"), Durability::Now)
+        });
+        assert_eq!(answer, ("now", Ok("pong")));
+    }
+
+    #[test]
+    fn serve_hand_off_leaves_the_metrics_to_the_path_that_takes_it() {
+        let m = master(false);
+        let answer = m.serve(Opcode::Enumerate, Probe, |_| Step::HandOff);
+        assert_eq!(answer.0, "handed off");
+        assert_eq!(m.metrics.count(Op::Enumerate), 0);
+    }
+
+    #[test]
+    fn serve_update_answer_waits_only_when_the_master_replicates() {
+        for (stalled, expected) in [(false, "now"), (true, "later")] {
+            let m = master(stalled);
+            let answer = m.serve(Opcode::Write, Probe, |_| {
+                m.store
+                    .write(TABLE, b"k", b"v", &RejectRules::default())
+                    .expect("written");
+                Step::Answered(Ok("written"), Durability::LogEnd)
+            });
+            assert_eq!(answer, (expected, Ok("written")), "replicating: {stalled}");
+            assert_eq!(m.metrics.count(Op::Write), 1);
+        }
+    }
+
+    #[test]
+    fn read_object_returns_the_durability_its_answer_needs() {
+        let plain = master(false);
+        plain
+            .store
+            .write(TABLE, b"k", b"v", &RejectRules::default())
+            .expect("written");
+        assert_eq!(plain.read_object(TABLE, b"k", |_| ()).1, Durability::Now);
+        assert_eq!(plain.read_object(TABLE, b"gone", |_| ()).1, Durability::Now);
+
+        let stalled = master(true);
+        stalled
+            .store
+            .write(TABLE, b"k", b"v", &RejectRules::default())
+            .expect("written");
+        let (found, needs) = stalled.read_object(TABLE, b"k", |view| view.version());
+        assert!(found.is_ok());
+        assert!(matches!(needs, Durability::UpTo(_)), "{needs:?}");
+        // A miss waits for the log's newest point, which is at least the object's.
+        let (missed, miss_needs) = stalled.read_object(TABLE, b"gone", |_| ());
+        assert_eq!(missed, Err(ReadError::ObjectDoesntExist));
+        assert_eq!(miss_needs.max(needs), miss_needs);
+        assert!(matches!(miss_needs, Durability::UpTo(_)), "{miss_needs:?}");
+    }
 
     #[test]
     fn durability_max_takes_the_further_need() {
