@@ -32,8 +32,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ramstore_client::{Client, ClientError, EnumeratedObject};
-use ramstore_rpc::{Handled, Service};
-use ramstore_wire::{decode_response, encode_request, RejectRules, Request, Response, Status};
+use ramstore_wire::{RejectRules, Status};
 
 /// Why a store operation failed (beyond the outcomes commands handle themselves).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -125,14 +124,6 @@ pub enum WriteResult {
     WrongVersion(u64),
 }
 
-/// The answer to a native request handed to the local service.
-enum Local {
-    /// The response frame.
-    Now(Vec<u8>),
-    /// The response frame, once the write is durable.
-    Later(Pin<Box<dyn Future<Output = Vec<u8>> + Send>>),
-}
-
 /// What the local master did with a direct operation ([`LocalObjects`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direct<T> {
@@ -186,13 +177,15 @@ pub trait LocalObjects: Send + Sync {
     /// A hint that `key` will be read or written soon (a later command of the same
     /// pipeline): the master may start loading what that takes into the cache.
     fn prefetch(&self, _key: &[u8]) {}
+
+    /// The server's statistics as `key=value` lines (what a native GetServerStats
+    /// answers), for `INFO`.
+    fn stats_text(&self) -> String;
 }
 
 /// The master in this process.
 pub struct LocalMaster {
-    /// The storage server's own service, called in-process (server statistics).
-    pub service: Arc<dyn Service>,
-    /// The same master's object operations (reads, writes, removes).
+    /// The master's object operations (reads, writes, removes) and statistics.
     pub objects: Arc<dyn LocalObjects>,
 }
 
@@ -219,7 +212,7 @@ pub struct Backend {
 
 impl Backend {
     /// A backend serving local keys through `local` (the storage server's own
-    /// service; `None`: forward everything) and the rest through `client`.
+    /// master; `None`: forward everything) and the rest through `client`.
     pub fn new(local: Option<LocalMaster>, client: Client, table_span: u32) -> Self {
         Self {
             local,
@@ -266,21 +259,6 @@ impl Backend {
         let mut dbs: Vec<(u32, u64)> = self.tables.lock().iter().map(|(&d, &t)| (d, t)).collect();
         dbs.sort_unstable();
         dbs
-    }
-
-    /// Hands one native request to the local service; `None` without one.
-    fn local(&self, req: &Request<'_>) -> Option<Local> {
-        let service = &self.local.as_ref()?.service;
-        let mut frame = Vec::with_capacity(64);
-        // A request built from checked arguments always encodes; if it somehow
-        // does not, there is simply no local answer.
-        encode_request(1, req, &mut frame).ok()?;
-        let mut out = Vec::with_capacity(128);
-        Some(match service.handle(&frame, &mut out) {
-            Handled::Done => Local::Now(out),
-            Handled::Deferred(f) => Local::Later(f),
-            Handled::Slow => Local::Later(service.clone().handle_slow(frame)),
-        })
     }
 
     /// Runs an operation on the local master (`direct`) if there is one and it
@@ -432,19 +410,11 @@ impl Backend {
     }
 
     /// The local server's statistics as `key=value` lines (empty without a local
-    /// service).
+    /// master), called directly: no native request in between.
     pub async fn local_stats(&self) -> String {
-        let Some(local) = self.local(&Request::GetServerStats) else {
-            return String::new();
-        };
-        let frame = match local {
-            Local::Now(f) => f,
-            Local::Later(f) => f.await,
-        };
-        match decode_response(&frame) {
-            Ok((_, Response::GetServerStats { text })) => text.to_string(),
-            _ => String::new(),
-        }
+        self.local
+            .as_ref()
+            .map_or_else(String::new, |local| local.objects.stats_text())
     }
 }
 

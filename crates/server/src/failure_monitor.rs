@@ -43,8 +43,8 @@ use std::time::{Duration, Instant};
 use ramstore_rpc::server::SlowFuture;
 use ramstore_rpc::Transport;
 use ramstore_wire::{
-    decode_request, decode_response, encode_request, encode_response, ErrorBody, Opcode, Request,
-    Response, ServerListEntries, ServerStatus, Status, WireError,
+    decode_response, encode_request, encode_response, ErrorBody, Opcode, Request, Response,
+    ServerListEntries, ServerStatus, Status, WireError,
 };
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -296,13 +296,11 @@ impl StorageService {
     }
 
     /// The RETRY body for an object operation while this server holds no
-    /// membership lease (see the module doc), else `None`.
-    pub(crate) fn unconfirmed_refusal(
-        &self,
-        op: Opcode,
-        now: Instant,
-    ) -> Option<ErrorBody<'static>> {
-        if !crate::storage_service::is_object_op(op) || !self.failure.unconfirmed(now) {
+    /// membership lease at `now` (see the module doc), else `None`. The request
+    /// path ([`crate::storage_service::request_path`]) asks before an object
+    /// operation runs, and again after a read.
+    pub(crate) fn unconfirmed_refusal(&self, now: Instant) -> Option<ErrorBody<'static>> {
+        if !self.failure.unconfirmed(now) {
             return None;
         }
         let delay_ms = self
@@ -315,37 +313,17 @@ impl StorageService {
         })
     }
 
-    /// Replaces the answer to a read-only object operation in `out[mark..]` with
-    /// RETRY if the membership lease ended while it read: the lease must hold when
-    /// the value was read, not only when the request arrived (a freeze between the
-    /// two could outlast it). Writes need no second check: a zombie's replication
-    /// is fenced by its backups (R§7.11).
-    pub(crate) fn recheck_lease_after_read(
-        &self,
+    /// The answer to `PingServer` request `id` (the coordinator asks this server to
+    /// ping `server_id` at `address`, a suspect, C§4.1).
+    pub(crate) fn ping_server_answer(
+        self: &Arc<Self>,
         id: u64,
-        op: Opcode,
-        mark: usize,
-        out: &mut Vec<u8>,
-    ) {
-        if !matches!(op, Opcode::Read | Opcode::MultiRead | Opcode::Enumerate) {
-            return;
-        }
-        if let Some(body) = self.unconfirmed_refusal(op, Instant::now()) {
-            out.truncate(mark);
-            let _ = encode_response(id, op, &Response::Error(body), out);
-        }
-    }
-
-    /// The answer to a `PingServer` request in `frame` (the coordinator asks this
-    /// server to ping a suspect, C§4.1), or `None` for any other request.
-    pub(crate) fn ping_server_answer(self: &Arc<Self>, frame: &[u8]) -> Option<SlowFuture> {
-        let Ok((header, Request::PingServer { server_id, address })) = decode_request(frame) else {
-            return None;
-        };
-        let id = header.request_id;
+        server_id: u64,
+        address: &str,
+    ) -> SlowFuture {
         let address = address.to_owned();
         let this = self.clone();
-        Some(Box::pin(async move {
+        Box::pin(async move {
             let answered = match this.failure.monitor.get() {
                 Some(m) => {
                     let nonce = rand::random();
@@ -368,7 +346,7 @@ impl StorageService {
                 &mut out,
             );
             out
-        }))
+        })
     }
 }
 

@@ -6,6 +6,20 @@
 //! answers UNKNOWN_TABLET for every other key. Requests are served on the task that
 //! read them; enumeration and tablet drops run off the fast path.
 //!
+//! The request path (`storage_service/request_path.rs`): every request, whether it
+//! came as a native frame or from the Redis front end's direct path, goes through
+//! one function, `StorageService::serve`: guards (fenced off, zombie, membership
+//! lease) → the object-store call, which returns the durability point its answer
+//! needs as a value → the lease again for reads → metrics → the replication wait.
+//! Invariants: no object operation runs on a fenced-off, zombie or unleased
+//! master; no answer shows a state not yet on all R backups (R§4.2); the read path
+//! neither allocates nor locks while what it read is durable; each frame is decoded
+//! once per side of the `Service` trait.
+//!
+//! Thread-safety: [`StorageService`] is `Send + Sync`, shared by every connection
+//! of both front ends; its background parts (failure monitor, replica manager,
+//! backup) run on their own tasks and threads.
+//!
 //! The failure monitor ([`failure_monitor`]) pings a random other server every
 //! 100 ms, reports failed pings to the coordinator, and makes a server that learns it
 //! was declared crashed (a zombie, R§7.11) refuse object operations and call its

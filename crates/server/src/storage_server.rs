@@ -493,10 +493,7 @@ async fn start_resp(
 /// This server's master as the Redis front end's local fast path (its direct
 /// object operations: `StorageService::read_local` and friends).
 pub fn local_master(service: Arc<StorageService>) -> ramstore_resp::LocalMaster {
-    ramstore_resp::LocalMaster {
-        service: service.clone(),
-        objects: service,
-    }
+    ramstore_resp::LocalMaster { objects: service }
 }
 
 /// Opens (or creates) the backup store off the async threads: the format and the

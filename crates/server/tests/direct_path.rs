@@ -361,3 +361,32 @@ async fn write_local_full_log_is_retried_then_out_of_memory_and_removes_still_wo
         .refusing_for(std::time::Instant::now())
         .is_some());
 }
+
+#[tokio::test]
+async fn stats_text_through_local_objects_is_what_get_server_stats_answers() {
+    use ramstore_resp::backend::LocalObjects;
+    use ramstore_wire::Response;
+    let m = master();
+    assert!(matches!(
+        now(m.write_local(TABLE, b"k", b"v", &RejectRules::default())),
+        Direct::Done(WriteResult::Written(_))
+    ));
+    let direct = LocalObjects::stats_text(&*m);
+    let mut frame = Vec::new();
+    encode_request(1, &Request::GetServerStats, &mut frame).expect("encodes");
+    let mut out = Vec::new();
+    assert_eq!(m.handle(&frame, &mut out), Handled::Done);
+    let native = match decode_response(&out).expect("decodes").1 {
+        Response::GetServerStats { text } => text.to_string(),
+        other => panic!("not statistics: {other:?}"),
+    };
+    // The same lines in the same order; values that move on their own (resident
+    // memory) may differ between the two calls.
+    let keys = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|l| l.split('=').next().unwrap_or("").to_string())
+            .collect()
+    };
+    assert_eq!(keys(&direct), keys(&native));
+    assert!(direct.contains("\nobjects=1\n"), "{direct}");
+}

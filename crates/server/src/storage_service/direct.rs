@@ -3,16 +3,16 @@
 //! front end and decoded here, and a native response encoded here and decoded
 //! there — on small machines those cost more per command than the RESP parsing.
 //!
-//! Everything else is the native path's: the same guards before the operation
-//! ([`StorageService::refusal`]: fenced off, zombie, not confirmed alive), the same
-//! object store calls (tablet ownership and recovering tablets included), the same
-//! durability bookkeeping of reads (`note_read_durability`, `note_miss_durability`)
-//! and the same replication wait ([`StorageService::durability_wait`]): a write is
+//! Everything else is the native path's, because both take the one request path
+//! ([`StorageService::serve`], `super::request_path`): the same guards before the
+//! operation (fenced off, zombie, not confirmed alive), the same object store calls
+//! (`super::object_ops`; tablet ownership and recovering tablets included) with
+//! the durability point each returns, the same replication wait (a write is
 //! answered only once it is on all R backups, a read of an object that is not
-//! durable yet (or a miss while a delete may not be) waits until it is. The same
-//! metrics are recorded. A read also checks the membership guard again after
-//! reading, so a freeze between the first check and the read cannot let a stale
-//! value out.
+//! durable yet, or a miss while a delete may not be, waits until it is), the same
+//! metrics, and the same second membership check after a read, so a freeze
+//! between the first check and the read cannot let a stale value out. Only the
+//! shape of the answer is this file's ([`Local`]).
 //!
 //! What the master does not carry out itself is answered [`Direct::Elsewhere`] at
 //! once, before any wait, and the front end forwards it as a native request
@@ -24,18 +24,23 @@
 //! than its own patience ([`super::FullLog`]) a refused write is answered
 //! [`Direct::Failed`] with NO_SPACE at once, which the front end answers `-OOM`.
 
+use std::marker::PhantomData;
 use std::time::Instant;
 
 use ramstore_master::{ReadError, WriteError};
 use ramstore_resp::backend::{Direct, DirectAnswer, LocalObjects, WriteResult};
 use ramstore_wire::{ErrorBody, Opcode, RejectRules, Status};
 
-use super::{read_status, write_status, StorageService, LOG_FULL_MESSAGE, READ_SYNC_POINT};
-use crate::metrics::Op;
+use super::object_ops::{read_status, write_status, LOG_FULL_MESSAGE};
+use super::request_path::{Durability, DurabilityWait, FrontEnd, Step, FENCED_MESSAGE};
+use super::StorageService;
 use crate::replica_manager::ReplicationError;
 
 /// The message of a RETRY answered after a replication wait timed out.
 const NOT_DURABLE_IN_TIME: &str = "the log did not become durable in time";
+
+/// The message of a request the direct path leaves to the native path.
+const NOT_DIRECT: &str = "not carried out on the direct path";
 
 /// A refusal body as a direct answer.
 fn elsewhere<T>(body: ErrorBody<'static>) -> Direct<T> {
@@ -54,6 +59,53 @@ fn is_elsewhere(status: Status) -> bool {
     )
 }
 
+/// The direct path's answers ([`FrontEnd`]): typed, for the Redis front end.
+struct Local<T>(PhantomData<fn() -> T>);
+
+impl<T: Send + 'static> FrontEnd for Local<T> {
+    type Body = Direct<T>;
+    type Answer = DirectAnswer<T>;
+
+    fn refuse(&mut self, refusal: ErrorBody<'static>) -> Direct<T> {
+        elsewhere(refusal)
+    }
+
+    /// What this master did not carry out is forwarded at once, before any wait,
+    /// so the command keeps its place in the pipeline.
+    fn waits(&self, body: &Direct<T>) -> bool {
+        !matches!(body, Direct::Elsewhere(..))
+    }
+
+    fn now(self, body: Direct<T>) -> DirectAnswer<T> {
+        DirectAnswer::Now(body)
+    }
+
+    /// A failed wait is answered as the native path answers it: SERVER_NOT_UP when
+    /// fenced off, RETRY on a timeout.
+    fn later(self, body: Direct<T>, wait: DurabilityWait) -> DirectAnswer<T> {
+        DirectAnswer::Later(Box::pin(async move {
+            match wait.done().await {
+                Ok(()) => body,
+                Err(ReplicationError::Fenced) => {
+                    Direct::Elsewhere(Status::ServerNotUp, FENCED_MESSAGE)
+                }
+                Err(_) => Direct::Elsewhere(Status::Retry, NOT_DURABLE_IN_TIME),
+            }
+        }))
+    }
+
+    /// The front end forwards it as a native request.
+    fn hand_off(self) -> DirectAnswer<T> {
+        DirectAnswer::Now(Direct::Elsewhere(Status::Retry, NOT_DIRECT))
+    }
+}
+
+impl<T> Local<T> {
+    fn new() -> Self {
+        Local(PhantomData)
+    }
+}
+
 impl StorageService {
     /// Reads `key` of `table_id` for the Redis front end: its version, with the
     /// value appended to `value`, or `None` if there is no such object. See the
@@ -64,48 +116,20 @@ impl StorageService {
         key: &[u8],
         value: &mut Vec<u8>,
     ) -> DirectAnswer<Option<u64>> {
-        let op = Opcode::Read;
-        let started = Instant::now();
-        READ_SYNC_POINT.set(None);
-        if let Some(body) = self.refusal(op, started) {
-            self.metrics.record(Op::from(op), started.elapsed());
-            return DirectAnswer::Now(elsewhere(body));
-        }
         let mark = value.len();
-        let result = self.store.read_with(table_id, key, |view| {
-            self.note_read_durability(view);
-            // The value goes from the log straight into the caller's buffer.
-            view.value_pieces(|piece| value.extend_from_slice(piece));
-            view.version()
+        let answer = self.serve(Opcode::Read, Local::new(), |_| {
+            let (result, durability) = self.read_object(table_id, key, |view| {
+                // The value goes from the log straight into the caller's buffer.
+                view.value_pieces(|piece| value.extend_from_slice(piece));
+                view.version()
+            });
+            Step::Answered(read_answer(result), durability)
         });
-        let answer = match result {
-            Ok(version) => Direct::Done(Some(version)),
-            Err(e) => {
-                self.note_miss_durability(e);
-                match e {
-                    ReadError::ObjectDoesntExist => Direct::Done(None),
-                    e => match read_status(e) {
-                        s if is_elsewhere(s) => Direct::Elsewhere(s, ""),
-                        s => Direct::Failed(s),
-                    },
-                }
-            }
-        };
-        let finished = Instant::now();
-        // The membership guard again, now that the value was read (see module doc).
-        let answer = match self.unconfirmed_refusal(op, finished) {
-            Some(body) => {
-                value.truncate(mark);
-                elsewhere(body)
-            }
-            None => answer,
-        };
-        self.metrics
-            .record(Op::from(op), finished.saturating_duration_since(started));
-        if matches!(answer, Direct::Elsewhere(..)) {
-            return DirectAnswer::Now(answer);
+        if let DirectAnswer::Now(Direct::Elsewhere(..)) = answer {
+            // Refused after reading (the lease ended meanwhile): no value leaves.
+            value.truncate(mark);
         }
-        self.after_durable(op, answer)
+        answer
     }
 
     /// Writes `key` of `table_id` for the Redis front end unless `rules` refuse it
@@ -116,18 +140,20 @@ impl StorageService {
         table_id: u64,
         key: &[u8],
         value: &[u8],
-        rules: &RejectRules,
+        rules_w: &RejectRules,
     ) -> DirectAnswer<WriteResult> {
         let op = Opcode::Write;
-        self.update_local(op, || match self.store.write(table_id, key, value, rules) {
-            Ok(version) => {
-                self.full_log.accepted();
-                Ok(WriteResult::Written(version))
-            }
-            Err(WriteError::ObjectExists) => Ok(WriteResult::Exists),
-            Err(WriteError::ObjectDoesntExist) => Ok(WriteResult::Missing),
-            Err(WriteError::WrongVersion { current }) => Ok(WriteResult::WrongVersion(current)),
-            Err(e) => Err(e),
+        self.serve(op, Local::new(), |_| {
+            let answer = match self.write_object(table_id, key, value, rules_w) {
+                Ok(version) => Direct::Done(WriteResult::Written(version)),
+                Err(WriteError::ObjectExists) => Direct::Done(WriteResult::Exists),
+                Err(WriteError::ObjectDoesntExist) => Direct::Done(WriteResult::Missing),
+                Err(WriteError::WrongVersion { current }) => {
+                    Direct::Done(WriteResult::WrongVersion(current))
+                }
+                Err(e) => self.update_refused(op, e),
+            };
+            Step::Answered(answer, Durability::LogEnd)
         })
     }
 
@@ -135,66 +161,50 @@ impl StorageService {
     /// `None` if there was none. See the module doc for what it shares with a
     /// native Remove.
     pub fn remove_local(&self, table_id: u64, key: &[u8]) -> DirectAnswer<Option<u64>> {
-        self.update_local(Opcode::Remove, || {
-            self.store.remove(table_id, key, &Default::default())
+        let op = Opcode::Remove;
+        self.serve(op, Local::new(), |_| {
+            let answer = match self.store.remove(table_id, key, &Default::default()) {
+                Ok(removed) => Direct::Done(removed),
+                Err(e) => self.update_refused(op, e),
+            };
+            Step::Answered(answer, Durability::LogEnd)
         })
     }
 
-    /// Runs one update behind the guards, then answers once it is durable.
-    fn update_local<T: Send + 'static>(
-        &self,
-        op: Opcode,
-        update: impl FnOnce() -> Result<T, WriteError>,
-    ) -> DirectAnswer<T> {
-        let started = Instant::now();
-        if let Some(body) = self.refusal(op, started) {
-            self.metrics.record(Op::from(op), started.elapsed());
-            return DirectAnswer::Now(elsewhere(body));
-        }
-        let answer = match update() {
-            Ok(v) => Direct::Done(v),
-            Err(WriteError::NoSpace) => {
-                let now = Instant::now();
-                let refusing_for = self.full_log.refused(now);
-                // Removes are not cut short: they are what makes room, and the
-                // cleaner reclaims what they free (L§7), so each one keeps its
-                // own bounded wait in the front end.
-                if op != Opcode::Remove && refusing_for >= self.full_log.patience() {
-                    // Out of memory, not waiting for the cleaner: answer now, so
-                    // a pipeline does not wait the patience once per write.
-                    Direct::Failed(Status::NoSpace)
-                } else {
-                    Direct::Elsewhere(Status::NoSpace, LOG_FULL_MESSAGE)
-                }
-            }
-            Err(e) => match write_status(self.count_refusal(e)) {
+    /// The direct answer to update `op` refused with `e`. A full log is answered
+    /// final once the master has refused writes for longer than its patience (see
+    /// the module doc).
+    fn update_refused<T>(&self, op: Opcode, e: WriteError) -> Direct<T> {
+        let WriteError::NoSpace = e else {
+            return match write_status(self.count_refusal(e)) {
                 s if is_elsewhere(s) => Direct::Elsewhere(s, ""),
                 s => Direct::Failed(s),
-            },
+            };
         };
-        self.metrics.record(Op::from(op), started.elapsed());
-        if matches!(answer, Direct::Elsewhere(..)) {
-            return DirectAnswer::Now(answer);
+        let now = Instant::now();
+        let refusing_for = self.full_log.refused(now);
+        // Removes are not cut short: they are what makes room, and the cleaner
+        // reclaims what they free (L§7), so each one keeps its own bounded wait
+        // in the front end.
+        if op != Opcode::Remove && refusing_for >= self.full_log.patience() {
+            // Out of memory, not waiting for the cleaner: answer now, so a
+            // pipeline does not wait the patience once per write.
+            Direct::Failed(Status::NoSpace)
+        } else {
+            Direct::Elsewhere(Status::NoSpace, LOG_FULL_MESSAGE)
         }
-        self.after_durable(op, answer)
     }
+}
 
-    /// `answer` now, or once the log is durable as far as the native path's answer
-    /// to `op` would wait (`after_replication`); a wait that fails is answered as
-    /// the native path answers it (SERVER_NOT_UP when fenced, RETRY on a timeout).
-    fn after_durable<T: Send + 'static>(&self, op: Opcode, answer: Direct<T>) -> DirectAnswer<T> {
-        let Some((manager, point)) = self.durability_wait(op) else {
-            return DirectAnswer::Now(answer);
-        };
-        DirectAnswer::Later(Box::pin(async move {
-            match manager.wait_durable(point).await {
-                Ok(()) => answer,
-                Err(ReplicationError::Fenced) => {
-                    Direct::Elsewhere(Status::ServerNotUp, super::FENCED_MESSAGE)
-                }
-                Err(_) => Direct::Elsewhere(Status::Retry, NOT_DURABLE_IN_TIME),
-            }
-        }))
+/// The direct answer to a read that returned `result`.
+fn read_answer(result: Result<u64, ReadError>) -> Direct<Option<u64>> {
+    match result {
+        Ok(version) => Direct::Done(Some(version)),
+        Err(ReadError::ObjectDoesntExist) => Direct::Done(None),
+        Err(e) => match read_status(e) {
+            s if is_elsewhere(s) => Direct::Elsewhere(s, ""),
+            s => Direct::Failed(s),
+        },
     }
 }
 
@@ -224,5 +234,9 @@ impl LocalObjects for StorageService {
 
     fn prefetch(&self, key: &[u8]) {
         self.store.prefetch(key);
+    }
+
+    fn stats_text(&self) -> String {
+        StorageService::stats_text(self)
     }
 }

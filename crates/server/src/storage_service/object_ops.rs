@@ -1,0 +1,150 @@
+//! The object-store calls both front ends make (step 2 of
+//! [`super::request_path`]), and how the store's errors map to wire statuses.
+//!
+//! A read returns the [`Durability`] of what it read as a value, next to what the
+//! caller's closure made of the object; an update's answer always waits for the
+//! log's end ([`Durability::LogEnd`]). Accepted writes and NO_SPACE refusals are
+//! noted in [`super::FullLog`] here, so both front ends count them alike.
+
+use std::time::Instant;
+
+use ramstore_log::ObjectView;
+use ramstore_master::{ReadError, RejectRules, WriteError};
+use ramstore_wire::{ErrorBody, Status};
+
+use super::request_path::Durability;
+use super::StorageService;
+
+/// The message of a NO_SPACE answer (L§7: the log is full until its cleaner frees
+/// space, or for good if the live data leaves no room).
+pub(crate) const LOG_FULL_MESSAGE: &str =
+    "the log is full (refusing writes until the cleaner frees space)";
+
+pub(crate) fn read_status(e: ReadError) -> Status {
+    match e {
+        ReadError::UnknownTablet => Status::UnknownTablet,
+        ReadError::ObjectDoesntExist => Status::ObjectDoesntExist,
+        ReadError::KeyTooLarge(_) => Status::TooLarge,
+        _ => Status::Internal,
+    }
+}
+
+pub(crate) fn write_status(e: WriteError) -> Status {
+    match e {
+        WriteError::UnknownTablet => Status::UnknownTablet,
+        WriteError::ObjectDoesntExist => Status::ObjectDoesntExist,
+        WriteError::ObjectExists => Status::ObjectExists,
+        WriteError::WrongVersion { .. } => Status::WrongVersion,
+        WriteError::KeyTooLarge(_) | WriteError::ValueTooLarge(_) => Status::TooLarge,
+        WriteError::NotNumeric(_) => Status::NotNumeric,
+        WriteError::Overflow => Status::Overflow,
+        WriteError::NoSpace => Status::NoSpace,
+        _ => Status::Internal,
+    }
+}
+
+pub(crate) fn error_body(e: WriteError) -> ErrorBody<'static> {
+    match e {
+        WriteError::WrongVersion { current } => ErrorBody::WrongVersion {
+            current_version: current,
+        },
+        other => ErrorBody::Message {
+            status: write_status(other),
+            message: "",
+        },
+    }
+}
+
+pub(crate) fn status_body(status: Status) -> ErrorBody<'static> {
+    ErrorBody::Message {
+        status,
+        message: "",
+    }
+}
+
+impl StorageService {
+    /// Reads `key` of `table_id`, handing the object to `f` inside the store: what
+    /// `f` made of it (or why there is none), and what the answer must wait for.
+    pub(crate) fn read_object<T>(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        f: impl FnOnce(&ObjectView<'_>) -> T,
+    ) -> (Result<T, ReadError>, Durability) {
+        let mut durability = Durability::Now;
+        let result = self.store.read_with(table_id, key, |view| {
+            durability = self.read_durability(view);
+            f(view)
+        });
+        if let Err(e) = result {
+            durability = self.miss_durability(e);
+        }
+        (result, durability)
+    }
+
+    /// Writes `key` of `table_id` unless `rules` refuse it: the new version.
+    pub(crate) fn write_object(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        rules: &RejectRules,
+    ) -> Result<u64, WriteError> {
+        self.accepted(self.store.write(table_id, key, value, rules))
+    }
+
+    /// Adds `delta` to the little-endian i64 `key` of `table_id`: the new value's
+    /// bytes and version.
+    pub(crate) fn increment_i64(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        delta: i64,
+        rules: &RejectRules,
+    ) -> Result<([u8; 8], u64), WriteError> {
+        let result = self.store.increment_i64(table_id, key, delta, rules);
+        self.accepted(result.map(|(v, version)| (v.to_le_bytes(), version)))
+    }
+
+    /// Adds `delta` to the little-endian f64 `key` of `table_id`: the new value's
+    /// bytes and version.
+    pub(crate) fn increment_f64(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        delta: f64,
+        rules: &RejectRules,
+    ) -> Result<([u8; 8], u64), WriteError> {
+        let result = self.store.increment_f64(table_id, key, delta, rules);
+        self.accepted(result.map(|(v, version)| (v.to_le_bytes(), version)))
+    }
+
+    /// Notes an accepted write: the log is not refusing writes any more (L§7).
+    fn accepted<T>(&self, result: Result<T, WriteError>) -> Result<T, WriteError> {
+        if result.is_ok() {
+            self.full_log.accepted();
+        }
+        result
+    }
+
+    /// The error body of a refused update, counted when it is NO_SPACE.
+    pub(crate) fn refused(&self, e: WriteError) -> ErrorBody<'static> {
+        match self.count_refusal(e) {
+            WriteError::NoSpace => ErrorBody::Message {
+                status: Status::NoSpace,
+                message: LOG_FULL_MESSAGE,
+            },
+            e => error_body(e),
+        }
+    }
+
+    /// Counts NO_SPACE answers (the log is full until the cleaner frees space;
+    /// clients retry them, so only this counter and the refusing-writes state show
+    /// them to an operator) and notes them in [`super::FullLog`].
+    pub(crate) fn count_refusal(&self, e: WriteError) -> WriteError {
+        if matches!(e, WriteError::NoSpace) {
+            self.full_log.refused(Instant::now());
+        }
+        e
+    }
+}

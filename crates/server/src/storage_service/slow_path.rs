@@ -1,0 +1,166 @@
+//! The native front end's slow path: requests `dispatch` handed off
+//! ([`super::request_path::Step::HandOff`]) after they passed the guards. Pinging a
+//! suspect and recovering a partition are async; enumeration, dropping a tablet and
+//! backup requests that may wait for the disk run on the blocking pool. Each frame
+//! is decoded once here: its opcode (from the raw header) says where it runs, and
+//! it is decoded there.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ramstore_rpc::server::SlowFuture;
+use ramstore_wire::{
+    decode_raw_header, decode_request, encode_response, EnumerateResponseEncoder, Opcode, Request,
+    Response, Status, WireError,
+};
+
+use super::object_ops::{read_status, status_body};
+use super::wire_reply::{answer_message, no_backup};
+use super::{StorageService, MAX_ENUMERATE_BATCH_BYTES};
+use crate::metrics::Op;
+use crate::recovery_master::{self, PartitionJob};
+
+impl StorageService {
+    /// The answer to a handed-off request `frame`, once its work is done.
+    pub(crate) fn slow_path(self: Arc<Self>, frame: Vec<u8>) -> SlowFuture {
+        let op = decode_raw_header(&frame)
+            .ok()
+            .and_then(|h| Opcode::try_from(h.opcode).ok());
+        if matches!(op, Some(Opcode::PingServer | Opcode::RecoverPartition)) {
+            if let Some(answer) = self.slow_async(&frame) {
+                return answer;
+            }
+        }
+        Box::pin(async move {
+            let started = Instant::now();
+            let service = self.clone();
+            let response = tokio::task::spawn_blocking(move || service.slow_blocking(&frame))
+                .await
+                .unwrap_or_default();
+            self.metrics
+                .record(op.map_or(Op::Invalid, Op::from), started.elapsed());
+            response
+        })
+    }
+
+    /// The async work: pinging a suspect for the coordinator, recovering a
+    /// partition (R§7.6). `None` if `frame` is neither.
+    fn slow_async(self: &Arc<Self>, frame: &[u8]) -> Option<SlowFuture> {
+        let (header, req) = decode_request(frame).ok()?;
+        let id = header.request_id;
+        if let Request::PingServer { server_id, address } = req {
+            return Some(self.ping_server_answer(id, server_id, address));
+        }
+        let job = PartitionJob::from_request(&req)?;
+        Some(Box::pin(self.clone().recover_partition(id, job)))
+    }
+
+    /// The blocking work, on the blocking pool: its response frame (empty if the
+    /// frame does not decode: `handle` answered those already).
+    fn slow_blocking(&self, frame: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let Ok((header, req)) = decode_request(frame) else {
+            return out;
+        };
+        let id = header.request_id;
+        let op = req.opcode();
+        let result = match req {
+            Request::Enumerate {
+                table_id,
+                cursor,
+                max_bytes,
+            } => self.enumerate(id, table_id, cursor, max_bytes as usize, &mut out),
+            Request::DropTabletOwnership {
+                table_id,
+                start_hash,
+                end_hash,
+                ..
+            } => {
+                self.store.drop_tablet(table_id, start_hash, end_hash);
+                tracing::info!(table_id, start_hash, end_hash, "dropped tablet");
+                encode_response(id, op, &Response::DropTabletOwnership, &mut out)
+            }
+            Request::BackupWrite { .. }
+            | Request::BackupFree { .. }
+            | Request::BackupGetReplicas { .. }
+            | Request::BackupReadReplica { .. }
+            | Request::BackupStartPartitioning { .. }
+            | Request::BackupGetRecoveryData { .. } => match &self.backup {
+                Some(backup) => backup.answer(id, &req, &mut out),
+                // `dispatch` answers these itself when there is no backup.
+                None => no_backup(id, op, &mut out),
+            },
+            _ => encode_response(
+                id,
+                op,
+                &Response::Error(status_body(Status::Internal)),
+                &mut out,
+            ),
+        };
+        if result.is_err() {
+            out.clear();
+            let _ = encode_response(
+                id,
+                op,
+                &Response::Error(status_body(Status::Internal)),
+                &mut out,
+            );
+        }
+        out
+    }
+
+    /// One batch of `table_id`'s objects from `cursor` on. Checks the membership
+    /// lease again after reading, as the request path does for every read.
+    fn enumerate(
+        &self,
+        id: u64,
+        table_id: u64,
+        cursor: u64,
+        max_bytes: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let mut objects = Vec::new();
+        let max = max_bytes.clamp(1, MAX_ENUMERATE_BATCH_BYTES);
+        let op = Opcode::Enumerate;
+        let result = match self.store.enumerate(table_id, cursor, max, &mut objects) {
+            Ok(next) => {
+                let mut enc = EnumerateResponseEncoder::new(id, out);
+                for o in &objects {
+                    enc.push(o.version, &o.key, &o.value)?;
+                }
+                enc.finish(next.is_some(), next.unwrap_or(0))
+            }
+            Err(e) => encode_response(id, op, &Response::Error(status_body(read_status(e))), out),
+        };
+        if let Some(refusal) = self.lease_lost_while_reading(op, Instant::now()) {
+            out.clear();
+            let _ = encode_response(id, op, &Response::Error(refusal), out);
+        }
+        result
+    }
+
+    /// Recovers one partition of a crashed master (R§7.6) and answers what it
+    /// replayed, or INTERNAL with the reason (the coordinator retries elsewhere).
+    async fn recover_partition(self: Arc<Self>, id: u64, job: PartitionJob) -> Vec<u8> {
+        let started = Instant::now();
+        let backups = self.recovery_client.clone();
+        let replicas = self.replicas.clone();
+        let result = recovery_master::recover(self.clone(), replicas, backups, job).await;
+        let mut out = Vec::new();
+        let op = Opcode::RecoverPartition;
+        let _ = match result {
+            Ok(counts) => encode_response(
+                id,
+                op,
+                &Response::RecoverPartition {
+                    entries: counts.entries,
+                    bytes: counts.bytes,
+                },
+                &mut out,
+            ),
+            Err(e) => answer_message(id, op, Status::Internal, &e.to_string(), &mut out),
+        };
+        self.metrics.record(Op::from(op), started.elapsed());
+        out
+    }
+}
