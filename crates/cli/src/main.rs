@@ -177,13 +177,16 @@ enum Command {
         /// The password Redis clients must give with AUTH (default: none).
         #[arg(long, value_name = "PASSWORD")]
         requirepass: Option<String>,
-        /// How long the Redis front end keeps polling its sockets after the last
-        /// request before it sleeps, in µs: saves a wake-up per round of requests
-        /// under load, costs up to this much CPU per request when idle-ish
-        /// (0: sleep at once).
-        #[arg(long, value_name = "US", default_value_t = ramstore_resp::DEFAULT_POLL_BEFORE_SLEEP_US,
+        /// How long the event loop keeps polling its sockets after the last
+        /// request (native or Redis, a replication RPC between the servers
+        /// included) before it sleeps, in µs: saves a wake-up per step of a
+        /// durable write and per round of requests, costs up to this much CPU
+        /// per request when requests are sparse, nothing when idle (0: sleep at
+        /// once). `--resp-poll-us` is an older name.
+        #[arg(long, value_name = "US", alias = "resp-poll-us",
+              default_value_t = ramstore_resp::DEFAULT_POLL_BEFORE_SLEEP_US,
               value_parser = clap::value_parser!(u64).range(0..=ramstore_resp::MAX_POLL_BEFORE_SLEEP_US))]
-        resp_poll_us: u64,
+        poll_us: u64,
         /// How long a write refused because the log is full is retried before
         /// Redis clients get -OOM, in ms (see `ramstore server --help`).
         #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_NO_SPACE_WAIT_MS,
@@ -633,10 +636,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             detector,
             resp_port,
             requirepass,
-            resp_poll_us,
+            poll_us,
             no_space_wait_ms,
         } => dev_runtime()?.block_on(cluster::dev(cluster::DevOptions {
-            resp_poll_us,
+            poll_us,
             no_space_wait_ms,
             resp_port,
             require_pass: requirepass,
@@ -720,6 +723,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             monitor: monitor.into(),
             // R§7.11: a server declared crashed exits.
             on_zombie: Some(cluster::exit_as_zombie()),
+            // Its own multi-thread runtime: the native port does not poll (the
+            // Redis port's dedicated loop does, `--resp-poll-us`).
+            loop_poller: None,
             prefault_memory,
         })),
         Command::CreateTable { name, span, at } => {

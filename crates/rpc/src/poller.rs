@@ -1,18 +1,19 @@
-//! Poll before sleeping: after a connection of an event loop has read commands,
+//! Poll before sleeping: after a connection of an event loop has read requests,
 //! the loop keeps polling its sockets for a short window instead of going to
 //! sleep in `epoll_wait` as soon as it runs out of work.
 //!
 //! Why: on a small machine the client and the server share the cores, and a
-//! loop that sleeps between every round of commands pays a wake-up (a context
-//! switch, and the kernel's work to put the thread back on a core) per round.
-//! Under 50 connections ramstore's loop slept about four times as often as
-//! Redis's for the same requests (docs/benchmarks.md, issue 7, "Experiment
-//! (14:45)"). RAMCloud's servers poll rather than sleep (R§5.1), and its idle
-//! workers poll for 10 ms before they block (R§5.3); this is the same idea with
-//! a shorter bound, so an idle server costs nothing.
+//! loop that sleeps between every round of requests pays a wake-up (a context
+//! switch, and the kernel's work to put the thread back on a core; on this VM an
+//! idle vCPU is halted and takes tens of µs to wake) per round. Under 50
+//! connections ramstore's Redis loop slept about four times as often as Redis's
+//! for the same requests (docs/benchmarks.md, issue 7, "Experiment (14:45)").
+//! RAMCloud's servers poll rather than sleep (R§5.1), and its idle workers poll
+//! for 10 ms before they block (R§5.3); this is the same idea with a shorter
+//! bound, so an idle server costs nothing.
 //!
 //! How: a task on the loop's runtime ([`Poller::run`]) yields over and over while
-//! commands keep arriving. A yielding task makes tokio's single-threaded
+//! requests keep arriving. A yielding task makes tokio's single-threaded
 //! scheduler poll its I/O driver with a zero timeout before running the task
 //! again, so a request that arrives meanwhile is read at once — unlike a spin in
 //! a park hook, which would leave it waiting until the spin ends (that variant
@@ -20,27 +21,46 @@
 //! read anything for the window, the task waits for the next activity and the
 //! loop sleeps in `epoll_wait` as before.
 //!
+//! Who reports: the Redis front end's connections (`ramstore_resp`) and, when
+//! served with [`crate::serve_with_poller`], the native RPC server's connections
+//! call [`Poller::activity`] after every read; a reply that waits for
+//! replication (a RESP reply queued behind a write, a native
+//! [`crate::Handled::Deferred`] answer) is a *durability wait* from
+//! [`Poller::durability_wait_started`] until its answer is known.
+//!
 //! A loop of its own does not poll while any of its replies waits for
 //! replication: the reply is then woken by another thread, not by a socket, and
 //! a polling loop would take the core the replication path (and, in `ramstore
 //! dev`, the backups) needs — measured: R=2 SET at `-c 50` lost about 15% with
 //! polling. The end of the last wait counts as activity: its reply goes out at
-//! once and the client's next command follows within a round trip. A loop that
-//! *shares* the server's runtime ([`Poller::sharing_runtime`],
-//! `ramstore dev`'s one event loop) keeps polling through those waits: there the
-//! replication path runs on the same thread, and polling is what reads the
-//! backups' acknowledgements (and, in `dev`, the backups' requests) at once.
+//! once and the client's next request follows within a round trip. A loop that
+//! *shares* its runtime with the servers it replicates to
+//! ([`Poller::sharing_runtime`]: `ramstore dev`'s one event loop, one poller for
+//! every server's native port and the Redis port) keeps polling through those
+//! waits: there the replication path runs on the same thread, and polling is
+//! what reads the backups' requests and acknowledgements at once. Every
+//! connection on that loop — clients', and the servers' BackupWrites to each
+//! other — reports to the one poller, so replication traffic keeps it polling
+//! too (docs/design-notes.md, "Polling before sleeping").
 //!
 //! Thread-safety: one [`Poller`] belongs to one event loop; its connections (on
-//! the same thread) call [`Poller::activity`]. The atomics only make it `Sync`
-//! so it can be shared through an `Arc` by tasks; no other thread touches it.
+//! the same thread) call [`Poller::activity`]. The read counter is updated with a
+//! plain load and store for that reason (a lost update from a misuse across
+//! threads only shifts the window); the durability-wait counter uses atomic
+//! read-modify-writes, so it stays exact even then (a lost decrement would stop
+//! a loop of its own from ever polling again). A disabled poller (window 0)
+//! touches no shared state at all, so one may be shared by any number of
+//! threads.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 
-/// The default polling window (`--resp-poll-us`): longer than a client on the
+/// The default polling window (`--resp-poll-us`, `ramstore dev --poll-us`):
+/// longer than a client on the
 /// same machine takes to answer a reply with its next request (tens of µs on
 /// loopback), short enough that a server with a request every few milliseconds
 /// polls for a few percent of a core.
@@ -83,7 +103,8 @@ impl Poller {
     /// A poller for a loop that shares the runtime its replication runs on
     /// (one thread serves clients, the master's replication and, in `ramstore
     /// dev`, the backups): it keeps polling while replies wait for replication,
-    /// since their acknowledgements arrive on this very loop.
+    /// since their acknowledgements arrive on this very loop. `ramstore dev`
+    /// gives one to every server's native port and to the Redis port.
     pub fn sharing_runtime(window_us: u64) -> Self {
         Self {
             poll_during_waits: true,
@@ -96,7 +117,7 @@ impl Poller {
         !self.window.is_zero()
     }
 
-    /// Called by a connection each time it read commands from its socket.
+    /// Called by a connection each time it read requests from its socket.
     #[inline]
     pub fn activity(&self) {
         if !self.enabled() {
@@ -117,19 +138,28 @@ impl Poller {
 
     /// A connection queued a reply that waits for replication; it calls
     /// [`Poller::durability_wait_done`] once the reply is known (or dropped).
+    /// A disabled poller counts nothing (see the module doc, thread-safety).
     #[inline]
     pub fn durability_wait_started(&self) {
-        let n = self.durability_waits.load(Ordering::Relaxed);
-        self.durability_waits.store(n + 1, Ordering::Relaxed);
+        if !self.enabled() {
+            return;
+        }
+        self.durability_waits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The end of one [`Poller::durability_wait_started`].
     #[inline]
     pub fn durability_wait_done(&self) {
-        let n = self.durability_waits.load(Ordering::Relaxed);
+        if !self.enabled() {
+            return;
+        }
+        // Never below zero: an unmatched end is a bug, not a reason to wrap to
+        // "waiting forever".
+        let n = self
+            .durability_waits
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .unwrap_or(0);
         debug_assert!(n > 0, "more durability waits ended than started");
-        self.durability_waits
-            .store(n.saturating_sub(1), Ordering::Relaxed);
         if n == 1 {
             // The reply just became known and is written now; the client's next
             // command follows within a round trip: poll for it rather than sleep
@@ -142,6 +172,14 @@ impl Poller {
     /// by another thread.
     fn waiting_for_durability(&self) -> bool {
         !self.poll_during_waits && self.durability_waits.load(Ordering::Relaxed) > 0
+    }
+
+    /// A durability wait that ends when the returned guard is dropped — when
+    /// its answer is known, or when the task awaiting it is dropped (a closed
+    /// connection), so no wait is ever left counted.
+    pub fn durability_wait(self: &Arc<Self>) -> DurabilityWait {
+        self.durability_wait_started();
+        DurabilityWait(self.clone())
     }
 
     /// Polls after each burst of activity until none came for the window; runs
@@ -178,9 +216,39 @@ impl Poller {
         }
     }
 
+    /// Spawns [`Poller::run`] on the current runtime (which must be the loop
+    /// whose connections report to this poller). Exactly one such task per
+    /// poller: its owner spawns it and aborts it when the loop stops.
+    pub fn spawn(self: &Arc<Self>) -> JoinHandle<()> {
+        let poller = self.clone();
+        tokio::spawn(async move { poller.run().await })
+    }
+
     /// Whether [`Poller::run`] is polling now (tests).
     pub fn is_polling(&self) -> bool {
         self.polling.load(Ordering::Relaxed)
+    }
+
+    /// Rounds of reads reported so far by [`Poller::activity`] (tests; always 0
+    /// when disabled).
+    pub fn activity_rounds(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    /// Replies waiting for replication now (tests; always 0 when disabled).
+    pub fn durability_waits(&self) -> u64 {
+        self.durability_waits.load(Ordering::Relaxed)
+    }
+}
+
+/// One durability wait of a [`Poller`], ended when dropped
+/// ([`Poller::durability_wait`]).
+#[derive(Debug)]
+pub struct DurabilityWait(Arc<Poller>);
+
+impl Drop for DurabilityWait {
+    fn drop(&mut self) {
+        self.0.durability_wait_done();
     }
 }
 
