@@ -60,14 +60,23 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 /// The default polling window (`--resp-poll-us`, `ramstore dev --poll-us`):
-/// longer than a client on the
-/// same machine takes to answer a reply with its next request (tens of µs on
-/// loopback), short enough that a server with a request every few milliseconds
-/// polls for a few percent of a core.
+/// longer than a client on the same machine takes to answer a reply with its
+/// next request (tens of µs on loopback), short enough that a server with a
+/// request every few milliseconds polls for a few percent of a core.
 pub const DEFAULT_POLL_BEFORE_SLEEP_US: u64 = 50;
 
 /// Longest polling window accepted: beyond this the loop is simply busy.
 pub const MAX_POLL_BEFORE_SLEEP_US: u64 = 10_000;
+
+/// A gap this long between two rounds of polling (the loop ran other tasks, or
+/// the thread was off its core) makes the poller ask the kernel whether the
+/// thread was preempted: one `getrusage` only after such gaps, none per round.
+const PREEMPTION_CHECK_GAP: Duration = Duration::from_micros(50);
+
+/// How long a poller whose thread was preempted while polling leaves off
+/// polling: the core is wanted by other threads, so polling would only hold it
+/// and leave requests waiting for the scheduler (see the module documentation).
+pub const PREEMPTED_BACKOFF: Duration = Duration::from_millis(10);
 
 /// Keeps one event loop polling while its connections are active; see the
 /// module documentation.
@@ -84,6 +93,11 @@ pub struct Poller {
     /// shares the runtime that drives replication; see the module doc).
     poll_during_waits: bool,
     wake: Notify,
+    /// The calling thread's involuntary context switches so far (`None` where
+    /// the kernel does not say); a field so that tests can stand in for it.
+    preemptions: fn() -> Option<u64>,
+    /// Times polling was cut short because the thread was preempted.
+    backoffs: AtomicU64,
 }
 
 impl Poller {
@@ -97,6 +111,8 @@ impl Poller {
             durability_waits: AtomicU64::new(0),
             poll_during_waits: false,
             wake: Notify::new(),
+            preemptions: thread_preemptions,
+            backoffs: AtomicU64::new(0),
         }
     }
 
@@ -190,28 +206,50 @@ impl Poller {
         }
         loop {
             self.wake.notified().await;
-            self.poll_until_idle().await;
+            let preempted = self.poll_until_idle().await;
             self.polling.store(false, Ordering::Relaxed);
+            if preempted {
+                self.backoffs.fetch_add(1, Ordering::Relaxed);
+                // Activity meanwhile stores a permit: polling resumes after the
+                // back-off if requests kept coming.
+                tokio::time::sleep(PREEMPTED_BACKOFF).await;
+            }
         }
     }
 
-    async fn poll_until_idle(&self) {
+    /// Polls until no activity came for the window (false), or until the
+    /// thread was preempted while polling (true).
+    async fn poll_until_idle(&self) -> bool {
         let mut seen = self.reads.load(Ordering::Relaxed);
         let mut idle_since = Instant::now();
+        let mut last_round = idle_since;
+        let switches_before = (self.preemptions)();
         loop {
             // Tokio polls the I/O driver without blocking before running a task
             // that yielded again: this is where arriving requests are picked up.
             tokio::task::yield_now().await;
             if self.waiting_for_durability() {
-                return;
+                return false;
             }
             let reads = self.reads.load(Ordering::Relaxed);
             let now = Instant::now();
+            // A polling thread that the kernel preempts waits for its next time
+            // slice with a request possibly in its socket — far longer than the
+            // wake-up polling saves, since a sleeping thread is woken ahead of
+            // the busy ones. So on a loaded machine stop polling (RAMCloud polls
+            // on cores of its own, R§5.1; here the cores are shared).
+            if now.duration_since(last_round) >= PREEMPTION_CHECK_GAP
+                && switches_before.is_some()
+                && (self.preemptions)() != switches_before
+            {
+                return true;
+            }
+            last_round = now;
             if reads != seen {
                 seen = reads;
                 idle_since = now;
             } else if now.duration_since(idle_since) >= self.window {
-                return;
+                return false;
             }
         }
     }
@@ -239,6 +277,29 @@ impl Poller {
     pub fn durability_waits(&self) -> u64 {
         self.durability_waits.load(Ordering::Relaxed)
     }
+
+    /// Times polling stopped early because the loop's thread was preempted
+    /// (each followed by [`PREEMPTED_BACKOFF`] without polling).
+    pub fn preempted_backoffs(&self) -> u64 {
+        self.backoffs.load(Ordering::Relaxed)
+    }
+}
+
+/// The calling thread's involuntary context switches (`getrusage(RUSAGE_THREAD)`).
+#[cfg(target_os = "linux")]
+fn thread_preemptions() -> Option<u64> {
+    // SAFETY: `getrusage` only writes the struct it is given, which is valid
+    // for writes and zero-initialised (all-zero is a valid `rusage`).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_THREAD names the calling thread.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    (rc == 0).then_some(usage.ru_nivcsw as u64)
+}
+
+/// Elsewhere the kernel does not say: the poller never backs off.
+#[cfg(not(target_os = "linux"))]
+fn thread_preemptions() -> Option<u64> {
+    None
 }
 
 /// One durability wait of a [`Poller`], ended when dropped
@@ -255,7 +316,9 @@ impl Drop for DurabilityWait {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
+    use std::cell::Cell;
+
+    use proptest::prelude::*;
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
@@ -411,5 +474,209 @@ mod tests {
             }
             server.await.unwrap();
         });
+    }
+
+    thread_local! {
+        /// What [`fake_preemptions`] reports: each test runs on its own thread,
+        /// and its current-thread runtime (the poller included) on that thread.
+        static FAKE_SWITCHES: Cell<u64> = const { Cell::new(0) };
+    }
+
+    fn fake_preemptions() -> Option<u64> {
+        Some(FAKE_SWITCHES.with(Cell::get))
+    }
+
+    /// A poller whose window never runs out in a test and whose view of the
+    /// thread's preemptions is [`FAKE_SWITCHES`].
+    fn test_poller(sharing: bool) -> Arc<Poller> {
+        let base = if sharing {
+            Poller::sharing_runtime(1)
+        } else {
+            Poller::new(1)
+        };
+        Arc::new(Poller {
+            window: Duration::from_secs(3600),
+            preemptions: fake_preemptions,
+            ..base
+        })
+    }
+
+    /// Keeps the loop's thread busy (off the poller) for `d`: a gap between two
+    /// polling rounds, as a preemption or a long request leaves.
+    fn hold_the_thread(d: Duration) {
+        let started = Instant::now();
+        while started.elapsed() < d {
+            std::hint::spin_loop();
+        }
+    }
+
+    #[test]
+    fn run_backs_off_when_the_thread_was_preempted() {
+        let rt = runtime();
+        rt.block_on(async {
+            let poller = test_poller(true);
+            let task = poller.spawn();
+            poller.activity();
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            assert!(poller.is_polling());
+            // The kernel took the core away meanwhile: the poller leaves off.
+            FAKE_SWITCHES.with(|c| c.set(c.get() + 1));
+            hold_the_thread(PREEMPTION_CHECK_GAP * 2);
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(poller.preempted_backoffs(), 1);
+            assert!(!poller.is_polling(), "kept polling on a contended core");
+            task.abort();
+        });
+    }
+
+    #[test]
+    fn run_keeps_polling_through_a_gap_without_preemption() {
+        let rt = runtime();
+        rt.block_on(async {
+            let poller = test_poller(true);
+            let task = poller.spawn();
+            poller.activity();
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            // A long request on the loop is no reason to stop.
+            hold_the_thread(PREEMPTION_CHECK_GAP * 2);
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(poller.preempted_backoffs(), 0);
+            assert!(poller.is_polling());
+            task.abort();
+        });
+    }
+
+    #[test]
+    fn run_polls_again_after_the_backoff_if_requests_kept_coming() {
+        let rt = runtime();
+        rt.block_on(async {
+            let poller = test_poller(true);
+            let task = poller.spawn();
+            poller.activity();
+            tokio::task::yield_now().await;
+            FAKE_SWITCHES.with(|c| c.set(c.get() + 1));
+            hold_the_thread(PREEMPTION_CHECK_GAP * 2);
+            while poller.preempted_backoffs() == 0 {
+                tokio::task::yield_now().await;
+            }
+            // Activity during the back-off: polling resumes once it is over.
+            poller.activity();
+            tokio::time::sleep(PREEMPTED_BACKOFF * 2).await;
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            assert!(poller.is_polling());
+            let rounds = poller.activity_rounds();
+            poller.activity();
+            assert_eq!(poller.activity_rounds(), rounds + 1);
+            task.abort();
+        });
+    }
+
+    #[test]
+    fn durability_wait_ends_when_the_guard_drops() {
+        let poller = Arc::new(Poller::sharing_runtime(MAX_POLL_BEFORE_SLEEP_US));
+        let wait = poller.durability_wait();
+        assert_eq!(poller.durability_waits(), 1);
+        let rounds = poller.activity_rounds();
+        drop(wait);
+        assert_eq!(poller.durability_waits(), 0);
+        assert_eq!(
+            poller.activity_rounds(),
+            rounds + 1,
+            "the end of the last wait is activity"
+        );
+    }
+
+    #[test]
+    fn disabled_poller_counts_nothing() {
+        let poller = Arc::new(Poller::new(0));
+        let wait = poller.durability_wait();
+        poller.activity();
+        assert_eq!(poller.durability_waits(), 0);
+        assert_eq!(poller.activity_rounds(), 0);
+        drop(wait);
+        assert_eq!(poller.durability_waits(), 0);
+    }
+
+    /// One step of the model test.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A connection read requests.
+        Activity,
+        /// A reply started waiting for replication.
+        WaitStarted,
+        /// The oldest outstanding wait ended (ignored when none is).
+        WaitDone,
+        /// The loop ran: the poller task got a few turns.
+        Turns,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            Just(Step::Activity),
+            Just(Step::WaitStarted),
+            Just(Step::WaitDone),
+            Just(Step::Turns),
+        ]
+    }
+
+    proptest! {
+        /// The poller against a model of its rules (window never running out,
+        /// no preemption): activity starts polling unless a loop of its own has
+        /// replies waiting for replication; such a wait stops polling at the
+        /// poller's next turn; the end of the last wait is activity; a sharing
+        /// loop ignores waits; the counters match the model's exactly.
+        #[test]
+        fn poller_follows_the_model(sharing in any::<bool>(), steps in proptest::collection::vec(step(), 1..60)) {
+            let rt = runtime();
+            rt.block_on(async {
+                let poller = test_poller(sharing);
+                let task = poller.spawn();
+                let mut waits = Vec::new();
+                let (mut polling, mut rounds) = (false, 0u64);
+                let paused = |waits: &Vec<DurabilityWait>| !sharing && !waits.is_empty();
+                for step in steps {
+                    match step {
+                        Step::Activity => {
+                            poller.activity();
+                            rounds += 1;
+                            polling |= !paused(&waits);
+                        }
+                        Step::WaitStarted => waits.push(poller.durability_wait()),
+                        Step::WaitDone => {
+                            if !waits.is_empty() {
+                                drop(waits.remove(0));
+                                if waits.is_empty() {
+                                    rounds += 1;
+                                    polling = true;
+                                }
+                            }
+                        }
+                        Step::Turns => {
+                            for _ in 0..4 {
+                                tokio::task::yield_now().await;
+                            }
+                            if paused(&waits) {
+                                polling = false;
+                            }
+                        }
+                    }
+                    prop_assert_eq!(poller.durability_waits(), waits.len() as u64);
+                    prop_assert_eq!(poller.activity_rounds(), rounds);
+                    prop_assert_eq!(poller.is_polling(), polling, "after {:?}", step);
+                }
+                task.abort();
+                Ok(())
+            })?;
+        }
     }
 }
