@@ -48,7 +48,11 @@ async fn dev_servers_report_every_step_of_a_durable_write_to_the_loop_poller() {
             loop_poller: Some(poller.clone()),
             ..ServerOptions::new(coordinator_addr.clone())
         };
-        servers.push(ramstore_server::start(options).await.expect("a server starts"));
+        servers.push(
+            ramstore_server::start(options)
+                .await
+                .expect("a server starts"),
+        );
     }
     let client = Client::connect(ClientOptions::new(coordinator_addr.clone()))
         .await
@@ -72,7 +76,11 @@ async fn dev_servers_report_every_step_of_a_durable_write_to_the_loop_poller() {
         rounds >= 3 * WRITES,
         "{rounds} rounds of activity for {WRITES} replicated writes"
     );
-    assert_eq!(poller.durability_waits(), 0, "a finished write is still counted");
+    assert_eq!(
+        poller.durability_waits(),
+        0,
+        "a finished write is still counted"
+    );
 
     polling.abort();
     for mut s in servers {

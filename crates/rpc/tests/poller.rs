@@ -123,7 +123,10 @@ async fn serve_with_poller_counts_a_deferred_answer_as_a_durability_wait() {
     let (addr, replicated) = start(Some(poller.clone())).await;
     let mut client = TcpStream::connect(&addr).await.unwrap();
     client.write_all(&frame(b"durable")).await.unwrap();
-    until("the wait for replication", || poller.durability_waits() == 1).await;
+    until("the wait for replication", || {
+        poller.durability_waits() == 1
+    })
+    .await;
     // Requests behind it are answered meanwhile; the wait stays counted.
     client.write_all(&frame(b"read")).await.unwrap();
     assert_eq!(read_frame(&mut client).await, frame(b"read"));
@@ -131,7 +134,11 @@ async fn serve_with_poller_counts_a_deferred_answer_as_a_durability_wait() {
     let rounds = poller.activity_rounds();
     replicated.add_permits(1);
     assert_eq!(read_frame(&mut client).await, frame(b"durable"));
-    assert_eq!(poller.durability_waits(), 0, "the answer went out, the wait stayed");
+    assert_eq!(
+        poller.durability_waits(),
+        0,
+        "the answer went out, the wait stayed"
+    );
     assert!(
         poller.activity_rounds() > rounds,
         "the end of the last wait is activity: the client's next request follows"
@@ -147,11 +154,17 @@ async fn serve_with_poller_of_its_own_loop_pauses_polling_while_an_answer_waits(
     let (addr, replicated) = start(Some(poller.clone())).await;
     let mut client = TcpStream::connect(&addr).await.unwrap();
     client.write_all(&frame(b"durable")).await.unwrap();
-    until("the wait for replication", || poller.durability_waits() == 1).await;
+    until("the wait for replication", || {
+        poller.durability_waits() == 1
+    })
+    .await;
     until("polling to pause", || !poller.is_polling()).await;
     client.write_all(&frame(b"read")).await.unwrap();
     assert_eq!(read_frame(&mut client).await, frame(b"read"));
-    assert!(!poller.is_polling(), "a read restarted polling during the wait");
+    assert!(
+        !poller.is_polling(),
+        "a read restarted polling during the wait"
+    );
     let rounds = poller.activity_rounds();
     replicated.add_permits(1);
     assert_eq!(read_frame(&mut client).await, frame(b"durable"));
