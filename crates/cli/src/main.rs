@@ -597,8 +597,10 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// command, replication to the in-process backups and reply on one thread that
 /// polls between its steps instead of handing off between threads, each hand-off
 /// costing an idle CPU's wake-up on small machines (docs/benchmarks.md, issue 17,
-/// durable-write latency). Heavy work (recovery replay, backup I/O) runs on the
-/// blocking pool as everywhere. RAMSTORE_WORKER_THREADS=N gives N workers instead.
+/// durable-write latency). One poller keeps that loop polling while any of its
+/// ports is busy (`cluster::dev`, `--poll-us`). Heavy work (recovery replay,
+/// backup I/O) runs on the blocking pool as everywhere. RAMSTORE_WORKER_THREADS=N
+/// gives N workers instead.
 fn dev_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     match worker_threads_override() {
         Some(workers) => multi_thread_runtime(workers),
