@@ -1,12 +1,14 @@
 //! `ramstore dev`, `ramstore coordinator` and `ramstore server`: the processes.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use ramstore_coordinator::{
     exit_on_lost_leadership, CoordinatorOptions, FailureDetectorConfig, StoreSpec,
     DEFAULT_LEASE_TTL_MS,
 };
+use ramstore_resp::Poller;
 use ramstore_server::{MonitorConfig, ServerOptions, StartedServer, SyncMode, ZombieHook};
 
 /// Structured logs to stderr, filtered by `RUST_LOG` (default: info), in colour
@@ -70,6 +72,15 @@ impl Shutdown {
     }
 }
 
+/// Aborts a task when dropped (dev's poller stops with `dev`).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Options of `ramstore dev`.
 pub struct DevOptions {
     pub dir: Option<PathBuf>,
@@ -90,9 +101,10 @@ pub struct DevOptions {
     pub resp_port: Option<u16>,
     /// The password Redis clients must give with AUTH.
     pub require_pass: Option<String>,
-    /// How long the Redis front end's event loop polls before sleeping, in µs
-    /// (see `ramstore_resp::poller`).
-    pub resp_poll_us: u64,
+    /// How long dev's event loop polls after the last read (native or Redis)
+    /// before sleeping, in µs (`--poll-us`; 0: sleep at once; see
+    /// `ramstore_rpc::poller`).
+    pub poll_us: u64,
     /// How long a write refused for lack of memory is retried, in ms
     /// (`ServerOptions::no_space_wait_ms`).
     pub no_space_wait_ms: u64,
@@ -201,6 +213,17 @@ async fn dev_in(o: DevOptions, dir: &std::path::Path) -> Result<()> {
     .await
     .with_context(|| format!("starting the coordinator on {coordinator_addr}"))?;
     let replicas = o.replicas.min(o.servers - 1);
+    // One poller for the one event loop (`dev_runtime`): every server's native
+    // port and the Redis port report to it, so a durable write — the client's
+    // request, the BackupWrites between the in-process servers, their
+    // acknowledgements — keeps the loop polling instead of sleeping between its
+    // steps (R§5.1). On a multi-thread runtime (RAMSTORE_WORKER_THREADS) a
+    // poller would spin a worker the others need: none there.
+    let loop_poller = (tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::CurrentThread)
+        .then(|| Arc::new(Poller::sharing_runtime(o.poll_us)));
+    // Stops polling when dev returns (a failed start included).
+    let _polling = loop_poller.as_ref().map(|p| AbortOnDrop(p.spawn()));
     // Servers start concurrently: after a restart each reloads its log from the
     // others' backups before it enlists (cold start), so none may wait for another
     // to finish starting.
@@ -224,6 +247,7 @@ async fn dev_in(o: DevOptions, dir: &std::path::Path) -> Result<()> {
             no_space_wait_ms: o.no_space_wait_ms,
             request_timeout_ms: o.request_timeout_ms,
             idle_timeout_ms: o.idle_timeout_ms,
+            loop_poller: loop_poller.clone(),
             ..ServerOptions::new(coordinator_addr.clone())
         };
         starting.push((i, listen, tokio::spawn(ramstore_server::start(options))));
@@ -275,8 +299,9 @@ async fn dev_in(o: DevOptions, dir: &std::path::Path) -> Result<()> {
                 &servers,
                 port,
                 o.require_pass,
-                o.resp_poll_us,
+                o.poll_us,
                 (o.request_timeout_ms, o.idle_timeout_ms),
+                loop_poller.clone(),
             )
             .await?,
         ),
@@ -325,6 +350,7 @@ async fn start_dev_resp(
     require_pass: Option<String>,
     poll_before_sleep_us: u64,
     (request_timeout_ms, idle_timeout_ms): (u64, u64),
+    loop_poller: Option<Arc<Poller>>,
 ) -> Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
     // Every dev server has the same patience (`--no-space-wait-ms`).
     let no_space_wait = servers.first().map_or(
@@ -362,11 +388,14 @@ async fn start_dev_resp(
         port,
         memory_bytes: server.service.store().stats().log.memory_bytes as u64,
         // On dev's one event loop (`dev_runtime`): command, replication and the
-        // backups' work on one thread (`ramstore_resp::start`).
+        // backups' work on one thread (`ramstore_resp::start`), polling with the
+        // loop's poller.
         threads: 0,
         poll_before_sleep_us,
         request_timeout_ms,
         idle_timeout_ms,
+        loop_poller,
+        ..ramstore_resp::RespConfig::default()
     };
     let listen = format!("127.0.0.1:{port}");
     let (addr, task) = ramstore_resp::start(&listen, backend, config)

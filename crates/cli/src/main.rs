@@ -197,13 +197,16 @@ enum Command {
         /// The password Redis clients must give with AUTH (default: none).
         #[arg(long, value_name = "PASSWORD")]
         requirepass: Option<String>,
-        /// How long the Redis front end keeps polling its sockets after the last
-        /// request before it sleeps, in µs: saves a wake-up per round of requests
-        /// under load, costs up to this much CPU per request when idle-ish
-        /// (0: sleep at once).
-        #[arg(long, value_name = "US", default_value_t = ramstore_resp::DEFAULT_POLL_BEFORE_SLEEP_US,
+        /// How long the event loop keeps polling its sockets after the last
+        /// request (native or Redis, a replication RPC between the servers
+        /// included) before it sleeps, in µs: saves a wake-up per step of a
+        /// durable write and per round of requests, costs up to this much CPU
+        /// per request when requests are sparse, nothing when idle (0: sleep at
+        /// once). `--resp-poll-us` is an older name.
+        #[arg(long, value_name = "US", alias = "resp-poll-us",
+              default_value_t = ramstore_resp::DEFAULT_POLL_BEFORE_SLEEP_US,
               value_parser = clap::value_parser!(u64).range(0..=ramstore_resp::MAX_POLL_BEFORE_SLEEP_US))]
-        resp_poll_us: u64,
+        poll_us: u64,
         /// How long a write refused because the log is full is retried before
         /// Redis clients get -OOM, in ms (see `ramstore server --help`).
         #[arg(long, value_name = "MS", default_value_t = ramstore_server::DEFAULT_NO_SPACE_WAIT_MS,
@@ -605,8 +608,10 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// command, replication to the in-process backups and reply on one thread that
 /// polls between its steps instead of handing off between threads, each hand-off
 /// costing an idle CPU's wake-up on small machines (docs/benchmarks.md, issue 17,
-/// durable-write latency). Heavy work (recovery replay, backup I/O) runs on the
-/// blocking pool as everywhere. RAMSTORE_WORKER_THREADS=N gives N workers instead.
+/// durable-write latency). One poller keeps that loop polling while any of its
+/// ports is busy (`cluster::dev`, `--poll-us`). Heavy work (recovery replay,
+/// backup I/O) runs on the blocking pool as everywhere. RAMSTORE_WORKER_THREADS=N
+/// gives N workers instead.
 fn dev_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     match worker_threads_override() {
         Some(workers) => multi_thread_runtime(workers),
@@ -644,11 +649,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             detector,
             resp_port,
             requirepass,
-            resp_poll_us,
+            poll_us,
             no_space_wait_ms,
             timeouts,
         } => dev_runtime()?.block_on(cluster::dev(cluster::DevOptions {
-            resp_poll_us,
+            poll_us,
             no_space_wait_ms,
             request_timeout_ms: timeouts.request_timeout_ms,
             idle_timeout_ms: timeouts.idle_timeout_ms,
@@ -733,6 +738,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             monitor: monitor.into(),
             // R§7.11: a server declared crashed exits.
             on_zombie: Some(cluster::exit_as_zombie()),
+            // Its own multi-thread runtime: the native port does not poll (the
+            // Redis port's dedicated loop does, `--resp-poll-us`).
+            loop_poller: None,
             prefault_memory,
         })),
         Command::CreateTable { name, span, at } => {

@@ -12,7 +12,8 @@
 //!   through the client library (one extra hop).
 //! * [`server`]: the listener and the per-connection loop.
 //! * [`poller`]: keeps an event loop polling its sockets for a moment after the
-//!   last read instead of sleeping at once.
+//!   last read instead of sleeping at once (`ramstore_rpc::poller`, re-exported:
+//!   the native RPC server reports to the same kind of poller).
 //!
 //! Invariants:
 //! * A write is acknowledged exactly when a native write would be: local writes go
@@ -36,8 +37,8 @@
 pub mod backend;
 pub mod commands;
 pub mod glob;
-pub mod poller;
 pub mod protocol;
+pub use ramstore_rpc::poller;
 pub mod server;
 
 use std::net::SocketAddr;
@@ -59,8 +60,9 @@ pub use server::{serve, RespConfig, Shared};
 /// the caller's runtime instead, by tasks of its one thread (`ramstore dev`):
 /// then the whole durable write — command, log append, replication RPCs, the
 /// backups' work when they live in the same process, acknowledgements, reply —
-/// runs on one thread that polls rather than sleeps between its steps. (On a
-/// multi-threaded caller, 0 counts as 1.)
+/// runs on one thread that polls rather than sleeps between its steps, with
+/// [`RespConfig::loop_poller`] if the loop has one. (On a multi-threaded caller,
+/// 0 counts as 1.)
 ///
 /// Returns the bound address and a task on the caller's runtime standing for the
 /// listener: aborting (or dropping) it stops the event loops.
@@ -82,18 +84,25 @@ pub async fn start(
         // One event loop for everything (`ramstore dev`): the client's command,
         // the master's replication and the backups' answers run on one thread
         // with no hand-off, and the poller keeps it polling through the wait.
+        // The loop's own poller if it has one (its owner runs it; the native
+        // ports report to it too), else one of our own.
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        let poller = Arc::new(Poller::sharing_runtime(shared.config.poll_before_sleep_us));
-        let polling = tokio::spawn({
-            let poller = poller.clone();
-            async move { poller.run().await }
-        });
+        let (poller, polling) = match shared.config.loop_poller.clone() {
+            Some(poller) => (poller, None),
+            None => {
+                let poller = Arc::new(Poller::sharing_runtime(shared.config.poll_before_sleep_us));
+                let polling = poller.spawn();
+                (poller, Some(polling))
+            }
+        };
         let task = tokio::spawn(async move {
-            // The poller stops with the listener's task.
-            struct AbortOnDrop(tokio::task::JoinHandle<()>);
+            // Our own poller stops with the listener's task.
+            struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
             impl Drop for AbortOnDrop {
                 fn drop(&mut self) {
-                    self.0.abort();
+                    if let Some(task) = &self.0 {
+                        task.abort();
+                    }
                 }
             }
             let _polling = AbortOnDrop(polling);

@@ -73,6 +73,13 @@ pub struct RespConfig {
     /// before it sleeps, in µs (`--resp-poll-us`; 0: sleep at once). See
     /// [`crate::poller`].
     pub poll_before_sleep_us: u64,
+    /// The poller of the caller's event loop, for a front end served on it
+    /// (`threads` 0 on a current-thread runtime, [`crate::start`]): `ramstore dev`
+    /// shares one between its servers' native ports and the Redis port, so
+    /// activity on any of them keeps the one loop polling; its owner runs it.
+    /// `None`: the front end makes its own, with `poll_before_sleep_us`. Not
+    /// used by dedicated event-loop threads (each has its own).
+    pub loop_poller: Option<Arc<Poller>>,
     /// How long a command may take to arrive once begun, and a reply write may
     /// stall, before the connection is closed (`--request-timeout-ms`; 0: never).
     /// Redis has no such limit; a partial command must not hold memory forever.
@@ -90,6 +97,7 @@ impl Default for RespConfig {
             memory_bytes: 0,
             threads: 1,
             poll_before_sleep_us: crate::poller::DEFAULT_POLL_BEFORE_SLEEP_US,
+            loop_poller: None,
             request_timeout_ms: ramstore_rpc::conns::DEFAULT_REQUEST_TIMEOUT_MS,
             idle_timeout_ms: ramstore_rpc::conns::DEFAULT_IDLE_TIMEOUT_MS,
         }

@@ -12,6 +12,9 @@
 //!   flight; frames over 64 KiB share a per-port budget) and its time limited.
 //! - [`conns`]: the table of a port's connections: request and idle timeouts, and
 //!   eviction of the oldest idle connection at the connection limit.
+//! - [`poller`]: keeps an event loop polling its sockets for a moment after the
+//!   last read instead of sleeping at once (R§5.1, R§5.3); the native server
+//!   reports to one with [`serve_with_poller`], the Redis front end always does.
 //! - [`Transport`]: the client-side seam. [`TcpTransport`] keeps one connection per
 //!   server with many requests in flight, answered out of order and matched by
 //!   request id, each with its own deadline. [`LocalTransport`] calls services in
@@ -24,14 +27,17 @@
 
 pub mod conns;
 pub mod local;
+pub mod poller;
 pub mod server;
 pub mod tcp;
 pub mod transport;
 
 pub use conns::{ConnLimits, ConnTable};
 pub use local::LocalTransport;
+pub use poller::{Poller, DEFAULT_POLL_BEFORE_SLEEP_US, MAX_POLL_BEFORE_SLEEP_US};
 pub use server::{
-    serve, serve_with_limit, serve_with_table, Handled, Service, DEFAULT_MAX_CONNECTIONS,
+    serve, serve_with_limit, serve_with_poller, serve_with_table, Handled, Service,
+    DEFAULT_MAX_CONNECTIONS,
 };
 pub use tcp::TcpTransport;
 pub use transport::{RpcError, Transport};

@@ -1,6 +1,8 @@
 //! The server side: accept connections and serve request frames (R§5, R§11.3),
 //! with every connection's memory bounded (read buffer, unsent replies, requests in
-//! flight) and its time limited (see [`crate::conns`]).
+//! flight) and its time limited (see [`crate::conns`]). Served with
+//! [`serve_with_poller`], every connection reports its reads and its deferred
+//! answers to the event loop's [`Poller`] (see [`crate::poller`]).
 
 use std::future::Future;
 use std::os::fd::AsRawFd;
@@ -15,6 +17,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
 use crate::conns::{ConnHandle, ConnLimits, ConnTable};
 use crate::frame_len;
+use crate::poller::Poller;
 
 /// What [`Service::handle`] did with a request.
 pub enum Handled {
@@ -139,6 +142,25 @@ pub async fn serve_with_table<S: Service>(
     service: Arc<S>,
     table: Arc<ConnTable>,
 ) {
+    // A disabled poller costs one branch per read and per deferred answer.
+    serve_with_poller(listener, service, table, Arc::new(Poller::new(0))).await
+}
+
+/// [`serve_with_table`] on an event loop that polls before it sleeps: every
+/// connection calls [`Poller::activity`] after each read, and each
+/// [`Handled::Deferred`] answer is one durability wait of `poller` until it is
+/// known (or its connection closes). `ramstore dev` gives every server's port and
+/// its Redis port one [`Poller::sharing_runtime`] on its one event loop, so a
+/// native durable write — the client's request, the BackupWrites to the other
+/// in-process servers, their acknowledgements — runs without the loop sleeping
+/// (R§5.1; docs/design-notes.md, "Polling before sleeping"). The caller runs the
+/// poller ([`Poller::spawn`]) on the same loop.
+pub async fn serve_with_poller<S: Service>(
+    listener: TcpListener,
+    service: Arc<S>,
+    table: Arc<ConnTable>,
+    poller: Arc<Poller>,
+) {
     let refusing = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let large_frames = Arc::new(Semaphore::new(LARGE_FRAME_BUDGET_BYTES / 1024));
     let sweeper = table.clone().run_sweeper();
@@ -153,7 +175,14 @@ pub async fn serve_with_table<S: Service>(
                 let service = service.clone();
                 if let Some(conn) = table.admit(stream.as_raw_fd()) {
                     let large_frames = large_frames.clone();
-                    tokio::spawn(serve_connection(stream, service, large_frames, conn));
+                    let poller = poller.clone();
+                    tokio::spawn(serve_connection(
+                        stream,
+                        service,
+                        large_frames,
+                        conn,
+                        poller,
+                    ));
                 } else if let Ok(permit) = refusing.clone().try_acquire_owned() {
                     tokio::spawn(async move {
                         refuse_connection(stream, service).await;
@@ -225,6 +254,7 @@ async fn serve_connection<S: Service>(
     service: Arc<S>,
     large_frames: Arc<Semaphore>,
     conn: ConnHandle,
+    poller: Arc<Poller>,
 ) {
     // Small frames must not wait for Nagle's algorithm (R§5: latency first).
     let _ = stream.set_nodelay(true);
@@ -273,8 +303,17 @@ async fn serve_connection<S: Service>(
                     let permit = in_flight_permit(&deferred, &conn).await;
                     let task = conn.task_started();
                     let writer = writer.clone();
+                    // Counted until the answer is known: a loop of its own stops
+                    // polling meanwhile, a sharing one keeps reading the
+                    // acknowledgements (`crate::poller`). Dropped with the task
+                    // if the connection goes first.
+                    let wait = poller.durability_wait();
                     tokio::spawn(async move {
                         let response = answer.await;
+                        // The answer is known: the end of the last wait is
+                        // activity, so the loop polls for the client's next
+                        // request instead of sleeping.
+                        drop(wait);
                         let _ = write_all(&writer, &response).await;
                         drop((permit, task));
                     });
@@ -366,7 +405,10 @@ async fn serve_connection<S: Service>(
         }
         match reader.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(_) => conn.received(),
+            Ok(_) => {
+                conn.received();
+                poller.activity();
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ramstore_backup::{BackupConfig, BackupError, SyncMode, FRAME_SEGMENT_BYTES};
 use ramstore_master::{ObjectStore, StoreConfig};
-use ramstore_rpc::{serve_with_table, ConnLimits, ConnTable, TcpTransport, Transport};
+use ramstore_rpc::{serve_with_poller, ConnLimits, ConnTable, Poller, TcpTransport, Transport};
 use ramstore_wire::{
     decode_response, encode_request, ErrorBody, Request, Response, Services, Status,
 };
@@ -86,8 +86,17 @@ pub struct ServerOptions {
     pub resp_table_span: u32,
     /// How long the Redis front end's event loop keeps polling its sockets after
     /// the last read before it sleeps, in µs (`--resp-poll-us`; 0: sleep at once;
-    /// see `ramstore_resp::poller`).
+    /// see `ramstore_rpc::poller`). Unused with [`ServerOptions::loop_poller`].
     pub resp_poll_us: u64,
+    /// The poller of the event loop this server shares with others (`ramstore
+    /// dev`: the coordinator, every server and the Redis port on one
+    /// current-thread runtime): the native port and the Redis port report their
+    /// reads and replication waits to it, so the loop polls rather than sleeps
+    /// while any of them is busy — a native durable write's BackupWrites and
+    /// acknowledgements included (R§5.1; `ramstore_rpc::poller`). The caller
+    /// runs it. `None` (`ramstore server`, its own multi-thread runtime): the
+    /// native port does not poll.
+    pub loop_poller: Option<Arc<Poller>>,
     /// Client and peer connections served at once; a connection beyond this has
     /// its first request answered RETRY and is closed (`--max-connections`).
     pub max_connections: usize,
@@ -134,6 +143,7 @@ impl ServerOptions {
             resp_require_pass: None,
             resp_table_span: 1,
             resp_poll_us: ramstore_resp::DEFAULT_POLL_BEFORE_SLEEP_US,
+            loop_poller: None,
             max_connections: ramstore_rpc::DEFAULT_MAX_CONNECTIONS,
             no_space_wait_ms: crate::DEFAULT_NO_SPACE_WAIT_MS,
             replica_check_interval_ms: crate::replica_manager::DEFAULT_REPLICA_CHECK_INTERVAL_MS,
@@ -348,10 +358,16 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
             addr: options.listen.clone(),
             source,
         })?;
-    let mut tasks = vec![tokio::spawn(serve_with_table(
+    // Without a loop poller, a disabled one: the native port does not poll.
+    let poller = options
+        .loop_poller
+        .clone()
+        .unwrap_or_else(|| Arc::new(Poller::new(0)));
+    let mut tasks = vec![tokio::spawn(serve_with_poller(
         listener,
         service.clone(),
         conns,
+        poller,
     ))];
     let mut metrics_addr = None;
     if let Some(m) = &options.metrics_listen {
@@ -479,6 +495,7 @@ async fn start_resp(
         // (`ramstore dev`) serves Redis on that very loop (0; `ramstore_resp::start`).
         threads: 0,
         poll_before_sleep_us: options.resp_poll_us,
+        loop_poller: options.loop_poller.clone(),
         request_timeout_ms: options.request_timeout_ms,
         idle_timeout_ms: options.idle_timeout_ms,
     };
