@@ -26,7 +26,10 @@
 //!
 //! It runs only when no other pass could make progress (`Log::clean`): it cleans one
 //! segment where a batch pass cleans up to 32 sorted by age, and it writes a whole
-//! segment to backups where a compaction writes nothing.
+//! segment to backups where a compaction writes nothing. A batch pass also hands it
+//! a first victim with more live entries than the batch's work list may hold
+//! (`cleaner::combined_work_list_entries`), so that list stays within its bound
+//! (docs/design-notes.md "Memory outside the log").
 
 use std::sync::atomic::Ordering;
 
