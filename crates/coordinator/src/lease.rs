@@ -21,8 +21,11 @@
 //! Thread-safety: [`Liveness`] is shared between the RPC handlers (grants) and the
 //! failure detector loop (pings), behind one short lock.
 
+use std::sync::Arc;
+use std::time::Instant;
+
 use parking_lot::Mutex;
-use tokio::time::Instant;
+use ramstore_clock::Clock;
 
 use crate::failure_detector::{FailureDetector, FailureDetectorConfig};
 use crate::server_list::{ServerId, ServerStatus};
@@ -67,23 +70,24 @@ pub fn grant(
 
 /// The failure detector's bookkeeping, shared with the lease grants.
 pub struct Liveness {
+    clock: Arc<dyn Clock>,
     origin: Instant,
     detector: Mutex<Option<FailureDetector>>,
 }
 
-impl Default for Liveness {
-    fn default() -> Self {
+impl Liveness {
+    /// Bookkeeping whose milliseconds count on `clock` from now.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
-            origin: Instant::now(),
+            origin: clock.now(),
+            clock,
             detector: Mutex::new(None),
         }
     }
-}
 
-impl Liveness {
     /// Milliseconds since this coordinator started (the detector's clock).
     pub fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+        u64::try_from(self.clock.elapsed(self.origin).as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Installs the detector (once, when failure detection starts); false if one
