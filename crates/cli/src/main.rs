@@ -721,6 +721,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // R§7.11: a server declared crashed exits.
             on_zombie: Some(cluster::exit_as_zombie()),
             prefault_memory,
+            // The process is where real time and randomness enter.
+            clock: ramstore_clock::system_clock(),
+            rng: ramstore_clock::system_rng(),
         })),
         Command::CreateTable { name, span, at } => {
             data::create_table(&at.connect(top)?, &name, span, at.format())

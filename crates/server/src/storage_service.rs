@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
+use ramstore_clock::{Clock, Rng};
 use ramstore_master::{ObjectStore, ReadError, RejectRules, WriteError};
 use ramstore_rpc::server::SlowFuture;
 use ramstore_rpc::{Handled, Service};
@@ -104,6 +105,11 @@ pub struct StorageService {
     /// Fetches crashed masters' entries from backups when this master recovers a
     /// partition (R§7.6).
     recovery_client: BackupClient,
+    /// The store's clock: request timing, leases, the full-log record and every
+    /// wait of this server (read once per request: one dynamic call, no lock).
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Where this server's random choices (ping peers, nonces) come from.
+    pub(crate) rng: Arc<dyn Rng>,
 }
 
 fn rules(w: &WireRejectRules) -> RejectRules {
@@ -165,22 +171,42 @@ impl StorageService {
         Self::with_backup(store, None)
     }
 
-    /// A master, and a backup if `backup` is given.
+    /// A master, and a backup if `backup` is given. It runs on its store's clock
+    /// (`StoreConfig::clock`) and draws on the system's random source until
+    /// [`StorageService::with_rng`].
     pub fn with_backup(store: ObjectStore, backup: Option<BackupService>) -> Self {
+        let clock = store.clock().clone();
+        let transport = ramstore_rpc::TcpTransport::with_clock(clock.clone());
         Self {
             store,
             replicas: None,
             backup,
             server_id: AtomicU64::new(0),
             server_list: Mutex::new((0, Vec::new())),
-            failure: Default::default(),
+            failure: crate::failure_monitor::FailureState::new(clock.now()),
             metrics: Metrics::default(),
-            full_log: FullLog::new(std::time::Duration::from_millis(DEFAULT_NO_SPACE_WAIT_MS)),
+            full_log: FullLog::new(
+                std::time::Duration::from_millis(DEFAULT_NO_SPACE_WAIT_MS),
+                clock.now(),
+            ),
             connections_refused: AtomicU64::new(0),
             conns: None,
-            recovery_client: BackupClient::new(Arc::new(ramstore_rpc::TcpTransport::new()))
+            recovery_client: BackupClient::new(Arc::new(transport))
                 .with_rpc_deadline(std::time::Duration::from_millis(RECOVERY_FETCH_DEADLINE_MS)),
+            clock,
+            rng: ramstore_clock::system_rng(),
         }
+    }
+
+    /// The same service drawing its random choices from `rng`.
+    pub fn with_rng(mut self, rng: Arc<dyn Rng>) -> Self {
+        self.rng = rng;
+        self
+    }
+
+    /// The clock this server runs on (its store's).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// The same service with `replicas` replicating its store's log (the store
@@ -194,7 +220,7 @@ impl StorageService {
     /// NO_SPACE answers may last before the Redis front end answers refused writes
     /// `-OOM` at once ([`FullLog`], `ramstore server --no-space-wait-ms`).
     pub fn with_no_space_wait(mut self, patience: std::time::Duration) -> Self {
-        self.full_log = FullLog::new(patience);
+        self.full_log = FullLog::new(patience, self.clock.now());
         self
     }
 
@@ -511,7 +537,7 @@ impl StorageService {
     /// them to an operator) and notes them in [`FullLog`].
     fn count_refusal(&self, e: WriteError) -> WriteError {
         if matches!(e, WriteError::NoSpace) {
-            self.full_log.refused(Instant::now());
+            self.full_log.refused(self.clock.now());
         }
         e
     }
@@ -613,7 +639,7 @@ impl StorageService {
         line("no_space_answers", self.full_log.answers().to_string());
         // Refusing writes for lack of memory: 1 while the writes since the last
         // accepted one were all answered NO_SPACE (L§7); for how long, in ms.
-        let refusing = self.full_log.refusing_for(Instant::now());
+        let refusing = self.full_log.refusing_for(self.clock.now());
         line("refusing_writes", u8::from(refusing.is_some()).to_string());
         line(
             "refusing_writes_ms",
@@ -860,7 +886,7 @@ impl StorageService {
     /// Recovers one partition of a crashed master (R§7.6) and answers what it
     /// replayed, or INTERNAL with the reason (the coordinator retries elsewhere).
     async fn recover_partition(self: Arc<Self>, id: u64, job: PartitionJob) -> Vec<u8> {
-        let started = Instant::now();
+        let started = self.clock.now();
         let backups = self.recovery_client.clone();
         let replicas = self.replicas.clone();
         let result = recovery_master::recover(self.clone(), replicas, backups, job).await;
@@ -878,7 +904,8 @@ impl StorageService {
             ),
             Err(e) => answer_message(id, op, Status::Internal, &e.to_string(), &mut out),
         };
-        self.metrics.record(Op::from(op), started.elapsed());
+        self.metrics
+            .record(Op::from(op), self.clock.elapsed(started));
         out
     }
 }
@@ -891,7 +918,9 @@ const RETRY_AFTER_REPLICATION_TIMEOUT_MS: u32 = 50;
 
 impl Service for StorageService {
     fn handle(&self, frame: &[u8], out: &mut Vec<u8>) -> Handled {
-        let started = Instant::now();
+        // The request path reads the clock here and once at the end: a dynamic
+        // call each, no lock, no allocation.
+        let started = self.clock.now();
         let mark = out.len();
         let (op, outcome) = match decode_request(frame) {
             Ok((header, req)) => {
@@ -899,7 +928,8 @@ impl Service for StorageService {
                 READ_SYNC_POINT.set(None);
                 if let Some(body) = self.refusal(op, started) {
                     let _ = encode_response(header.request_id, op, &Response::Error(body), out);
-                    self.metrics.record(Op::from(op), started.elapsed());
+                    self.metrics
+                        .record(Op::from(op), self.clock.elapsed(started));
                     return Handled::Done;
                 }
                 match self.dispatch(header.request_id, &req, out) {
@@ -923,8 +953,10 @@ impl Service for StorageService {
                 (None, Handled::Done)
             }
         };
-        self.metrics
-            .record(op.map_or(Op::Invalid, Op::from), started.elapsed());
+        self.metrics.record(
+            op.map_or(Op::Invalid, Op::from),
+            self.clock.elapsed(started),
+        );
         outcome
     }
 
@@ -960,7 +992,7 @@ impl Service for StorageService {
             }
         }
         Box::pin(async move {
-            let started = Instant::now();
+            let started = self.clock.now();
             // `handle` decoded this frame before calling it slow.
             let op = decode_raw_header(&frame)
                 .ok()
@@ -970,7 +1002,7 @@ impl Service for StorageService {
             let response = tokio::task::spawn_blocking(move || service.slow(&frame))
                 .await
                 .unwrap_or_default();
-            self.metrics.record(op, started.elapsed());
+            self.metrics.record(op, self.clock.elapsed(started));
             response
         })
     }

@@ -24,8 +24,6 @@
 //! than its own patience ([`super::FullLog`]) a refused write is answered
 //! [`Direct::Failed`] with NO_SPACE at once, which the front end answers `-OOM`.
 
-use std::time::Instant;
-
 use ramstore_master::{ReadError, WriteError};
 use ramstore_resp::backend::{Direct, DirectAnswer, LocalObjects, WriteResult};
 use ramstore_wire::{ErrorBody, Opcode, Status, WireRejectRules};
@@ -65,10 +63,11 @@ impl StorageService {
         value: &mut Vec<u8>,
     ) -> DirectAnswer<Option<u64>> {
         let op = Opcode::Read;
-        let started = Instant::now();
+        let started = self.clock.now();
         READ_SYNC_POINT.set(None);
         if let Some(body) = self.refusal(op, started) {
-            self.metrics.record(Op::from(op), started.elapsed());
+            self.metrics
+                .record(Op::from(op), self.clock.elapsed(started));
             return DirectAnswer::Now(elsewhere(body));
         }
         let mark = value.len();
@@ -91,7 +90,7 @@ impl StorageService {
                 }
             }
         };
-        let finished = Instant::now();
+        let finished = self.clock.now();
         // The membership guard again, now that the value was read (see module doc).
         let answer = match self.unconfirmed_refusal(op, finished) {
             Some(body) => {
@@ -148,15 +147,16 @@ impl StorageService {
         op: Opcode,
         update: impl FnOnce() -> Result<T, WriteError>,
     ) -> DirectAnswer<T> {
-        let started = Instant::now();
+        let started = self.clock.now();
         if let Some(body) = self.refusal(op, started) {
-            self.metrics.record(Op::from(op), started.elapsed());
+            self.metrics
+                .record(Op::from(op), self.clock.elapsed(started));
             return DirectAnswer::Now(elsewhere(body));
         }
         let answer = match update() {
             Ok(v) => Direct::Done(v),
             Err(WriteError::NoSpace) => {
-                let now = Instant::now();
+                let now = self.clock.now();
                 let refusing_for = self.full_log.refused(now);
                 // Removes are not cut short: they are what makes room, and the
                 // cleaner reclaims what they free (L§7), so each one keeps its
@@ -174,7 +174,8 @@ impl StorageService {
                 s => Direct::Failed(s),
             },
         };
-        self.metrics.record(Op::from(op), started.elapsed());
+        self.metrics
+            .record(Op::from(op), self.clock.elapsed(started));
         if matches!(answer, Direct::Elsewhere(..)) {
             return DirectAnswer::Now(answer);
         }
