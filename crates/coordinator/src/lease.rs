@@ -122,6 +122,8 @@ impl Liveness {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn config(failure_timeout_ms: u64, unresponsive_timeout_ms: u64) -> FailureDetectorConfig {
@@ -170,5 +172,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn liveness_grant_stops_at_exactly_the_silence_its_clock_measures() {
+        let clock = ramstore_clock::ManualClock::new();
+        let liveness = Liveness::new(clock.handle());
+        let id = ServerId(1);
+        let up = Some(ServerStatus::Up);
+        let lease = Grant::Lease { lease_ms: 500 };
+        assert_eq!(
+            liveness.grant(id, up),
+            Grant::Lease { lease_ms: 1_000 },
+            "no detector: the default configuration"
+        );
+        assert!(liveness.install(FailureDetector::new(config(250, 1_000))));
+        liveness.with(|d| d.set_up_servers([(id, "s1:1".to_string())], liveness.now_ms()));
+        clock.advance(Duration::from_millis(300));
+        assert_eq!(liveness.now_ms(), 300);
+        liveness.with(|d| d.ping_succeeded(id, liveness.now_ms()));
+        clock.advance(Duration::from_millis(499));
+        assert_eq!(liveness.grant(id, up), lease, "silent 499 ms");
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(liveness.grant(id, up), Grant::NotNow, "silent 500 ms");
     }
 }

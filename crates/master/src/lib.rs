@@ -25,6 +25,7 @@ pub mod object_store;
 pub mod reject;
 pub mod tablets;
 
+pub use cleaner_thread::{CLEANER_IDLE_INTERVAL_MS, CLEANER_POLL_INTERVAL_MS};
 pub use config::{CleanerMode, ConfigError, StoreConfig};
 pub use error::{ReadError, WriteError};
 pub use object_store::{
