@@ -112,7 +112,7 @@ pub(crate) fn later(at: Instant, d: Duration) -> Instant {
         .unwrap_or(at)
 }
 
-/// The OS clock, with tokio's timers for sleeps (madsim's under `--cfg madsim`).
+/// The OS clock, with tokio's timers for sleeps.
 /// Sleeps need a tokio runtime with time enabled, as `tokio::time::sleep` does.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
