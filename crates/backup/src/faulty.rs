@@ -4,9 +4,11 @@
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use ramstore_clock::{system_clock, Clock};
 
 use crate::disk::Disk;
 
@@ -25,7 +27,7 @@ pub struct FaultPlan {
     /// plan was installed above this budget (a thin-provisioned or shared device
     /// filling up).
     pub space_bytes: Option<u64>,
-    /// Every sync sleeps this long first (a busy disk).
+    /// Every sync sleeps this long first (a busy disk), on the disk's clock.
     pub sync_delay: Duration,
 }
 
@@ -37,6 +39,8 @@ pub struct FaultyDisk<D> {
     writes: AtomicU64,
     syncs: AtomicU64,
     failures: AtomicU64,
+    /// The clock slow syncs sleep on.
+    clock: Arc<dyn Clock>,
 }
 
 #[derive(Debug, Default)]
@@ -48,14 +52,21 @@ struct PlanState {
 }
 
 impl<D: Disk> FaultyDisk<D> {
-    /// A wrapper that does nothing wrong until [`FaultyDisk::set_plan`].
+    /// A wrapper that does nothing wrong until [`FaultyDisk::set_plan`]; slow
+    /// syncs sleep on the system clock.
     pub fn new(inner: D) -> Self {
+        Self::with_clock(inner, system_clock())
+    }
+
+    /// [`FaultyDisk::new`] whose slow syncs sleep on `clock` (a simulated disk).
+    pub fn with_clock(inner: D, clock: Arc<dyn Clock>) -> Self {
         Self {
             inner,
             plan: Mutex::new(PlanState::default()),
             writes: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            clock,
         }
     }
 
@@ -136,7 +147,7 @@ impl<D: Disk> Disk for FaultyDisk<D> {
             (p.plan.fail_sync == Some(p.syncs), p.plan.sync_delay)
         };
         if !delay.is_zero() {
-            std::thread::sleep(delay);
+            self.clock.sleep_blocking(delay);
         }
         if fail {
             return Err(self.injected(io::Error::other("injected sync failure")));
@@ -220,5 +231,35 @@ mod tests {
         assert!(d.write_at(5, b"f").is_err());
         d.heal();
         d.write_at(5, b"f").unwrap();
+    }
+
+    #[test]
+    fn sync_data_with_a_delay_returns_only_when_its_clock_has_passed_it() {
+        let clock = ramstore_clock::ManualClock::new();
+        let d = Arc::new(FaultyDisk::with_clock(MemDisk::new(), clock.handle()));
+        d.set_len(64).unwrap();
+        d.set_plan(FaultPlan {
+            sync_delay: Duration::from_millis(5),
+            ..FaultPlan::default()
+        });
+        let syncing = std::thread::spawn({
+            let d = d.clone();
+            move || d.sync_data().is_ok()
+        });
+        assert!(clock.wait_for_sleepers(1, Duration::from_secs(10)));
+        assert_eq!(
+            clock.sleepers(),
+            vec![clock.origin() + Duration::from_millis(5)]
+        );
+        clock.advance(Duration::from_millis(4));
+        // 4 ms in: still waiting (a thread that returned would have left the list).
+        assert_eq!(
+            clock.sleepers(),
+            vec![clock.origin() + Duration::from_millis(5)]
+        );
+        assert!(!syncing.is_finished());
+        clock.advance(Duration::from_millis(1));
+        assert!(syncing.join().unwrap_or(false));
+        assert!(clock.sleepers().is_empty());
     }
 }

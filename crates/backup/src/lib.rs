@@ -85,6 +85,10 @@
 //! their syncs are shared (group commit). [`Disk`] implementations must accept
 //! concurrent calls.
 //!
+//! Time: the store reads no clock and never sleeps; the only wait is a
+//! [`FaultyDisk`]'s slow sync, on the `ramstore_clock::Clock` it was given
+//! ([`FaultyDisk::with_clock`]), so a simulated disk is slow in simulated time.
+//!
 //! # Durability contract
 //!
 //! What each operation has put where when it returns `Ok`. *Written* means handed to

@@ -331,7 +331,12 @@ async fn dev_in(o: DevOptions, dir: &std::path::Path) -> Result<()> {
         s.stop_serving();
     }
     for s in &servers {
-        ramstore_server::cold_start::leave(&coordinator_addr, s.service.server_id()).await;
+        ramstore_server::cold_start::leave(
+            &coordinator_addr,
+            s.service.server_id(),
+            s.service.clock(),
+        )
+        .await;
     }
     for s in servers {
         s.stop();
@@ -461,6 +466,9 @@ pub async fn coordinator(a: CoordinatorArgs) -> Result<()> {
         // Lost leadership ends the process (R§9: only the leader may act).
         on_leadership_lost: std::sync::Arc::new(exit_on_lost_leadership),
         on_campaign: Some(std::sync::Arc::new(announce)),
+        // The process is where real time and randomness enter.
+        clock: ramstore_clock::system_clock(),
+        rng: ramstore_clock::system_rng(),
     };
     let started = tokio::select! {
         started = ramstore_coordinator::start_with_options(&a.listen, &a.store, options) => started,

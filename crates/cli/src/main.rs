@@ -742,6 +742,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // Redis port's dedicated loop does, `--resp-poll-us`).
             loop_poller: None,
             prefault_memory,
+            // The process is where real time and randomness enter.
+            clock: ramstore_clock::system_clock(),
+            rng: ramstore_clock::system_rng(),
         })),
         Command::CreateTable { name, span, at } => {
             data::create_table(&at.connect(top)?, &name, span, at.format())

@@ -13,7 +13,6 @@ use ramstore_wire::{
     decode_response, encode_request, key_hash, NumberKind, Opcode, RejectRules, Request, Response,
     WireError,
 };
-use tokio::time::Instant;
 
 use crate::error::{describe_body, encode_error, ClientError, Outcome};
 use crate::options::ClientOptions;
@@ -212,7 +211,7 @@ impl Inner {
     /// are noted in `retry` (the caller backs off anyway).
     pub(crate) async fn refresh_noting(
         &self,
-        retry: &mut Retrier,
+        retry: &mut Retrier<'_>,
         seen_refreshes: u64,
     ) -> Option<u64> {
         let deadline = retry.attempt_deadline(self.options.rpc_deadline)?;
@@ -240,7 +239,7 @@ impl Inner {
         encode: impl Fn(&mut Vec<u8>) -> Result<(), WireError>,
         parse: impl FnOnce(Response<'_>) -> Option<T>,
     ) -> Result<T, ClientError> {
-        let mut retry = Retrier::new(self.options.operation_deadline)
+        let mut retry = Retrier::new(&self.options, self.options.operation_deadline)
             .with_no_space_patience(self.options.no_space_patience);
         loop {
             let Some(deadline) = retry.attempt_deadline(self.options.rpc_deadline) else {
@@ -311,7 +310,7 @@ impl Inner {
     /// TABLE_DOESNT_EXIST when a fresh map has no tablet of the table.
     pub(crate) async fn find_route(
         &self,
-        retry: &mut Retrier,
+        retry: &mut Retrier<'_>,
         table_id: u64,
         hash: u64,
         seen_refreshes: u64,
@@ -351,7 +350,7 @@ impl Inner {
         encode: impl Fn(&mut Vec<u8>) -> Result<(), WireError>,
         parse: impl FnOnce(Response<'_>) -> Option<T>,
     ) -> Result<T, ClientError> {
-        let mut retry = Retrier::new(total);
+        let mut retry = Retrier::new(&self.options, total);
         let mut unreachable = false;
         let coordinator = match target {
             Target::Coordinator => true,
@@ -495,7 +494,8 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn connect(options: ClientOptions) -> Result<Client, ClientError> {
-        Self::with_transport(options, Arc::new(TcpTransport::new())).await
+        let transport = TcpTransport::with_clock(options.clock.clone());
+        Self::with_transport(options, Arc::new(transport)).await
     }
 
     /// Like [`Client::connect`], over any [`Transport`] (e.g. a
@@ -529,7 +529,7 @@ impl Client {
                 last: Ok(()),
             }),
         });
-        let mut retry = Retrier::new(inner.options.operation_deadline);
+        let mut retry = Retrier::new(&inner.options, inner.options.operation_deadline);
         // Coordinators that refused in a row: each is tried once before giving up.
         let mut unreachable = 0;
         loop {
@@ -948,7 +948,7 @@ impl Client {
     /// Refreshes the cached map, retrying until the operation deadline.
     async fn refresh_now(&self) -> Result<(), ClientError> {
         let inner = &*self.inner;
-        let mut retry = Retrier::new(inner.options.operation_deadline);
+        let mut retry = Retrier::new(&inner.options, inner.options.operation_deadline);
         let mut unreachable = None;
         loop {
             let Some(deadline) = retry.attempt_deadline(inner.options.rpc_deadline) else {
@@ -1008,8 +1008,8 @@ impl Client {
     /// ```
     pub async fn ping(&self, addr: &str) -> Result<PingReply, ClientError> {
         let inner = &*self.inner;
-        let nonce: u64 = rand::random();
-        let start = Instant::now();
+        let nonce: u64 = inner.options.rng.next_u64();
+        let start = inner.options.clock.now();
         let server_id = inner
             .direct(
                 inner.target(addr),
@@ -1034,7 +1034,7 @@ impl Client {
             .await?;
         Ok(PingReply {
             server_id,
-            round_trip: start.elapsed(),
+            round_trip: inner.options.clock.elapsed(start),
         })
     }
 }

@@ -62,6 +62,14 @@
 //! result is [`ClientError::DeadlineExceeded`], whose message says what was tried
 //! last and why it failed.
 //!
+//! # Time and randomness
+//!
+//! Every deadline, backoff sleep and round-trip time is measured on
+//! [`ClientOptions::clock`], and backoff jitter and ping nonces are drawn from
+//! [`ClientOptions::rng`] (`ramstore_clock`; the system's by default), so a client
+//! runs unchanged on a simulated clock. An operation borrows both (no reference
+//! count per operation); [`Client::connect`] gives its transport the same clock.
+//!
 //! # Counters
 //!
 //! [`Client::increment_i64`] and [`Client::increment_f64`] store decimal text, the

@@ -337,7 +337,7 @@ impl Inner {
             (0..n).map(|_| None).collect();
         let hashes: Vec<u64> = (0..n).map(|i| key_hash(spec.target(i).1)).collect();
         let mut pending: Vec<usize> = (0..n).collect();
-        let mut retry = Retrier::new(self.options.operation_deadline)
+        let mut retry = Retrier::new(&self.options, self.options.operation_deadline)
             .with_no_space_patience(self.options.no_space_patience);
         let op = S::OPCODE;
         while !pending.is_empty() {

@@ -1,6 +1,9 @@
 //! How a client finds the cluster and how long it keeps trying.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use ramstore_clock::{system_clock, system_rng, Clock, Rng};
 
 /// Default per-attempt deadline ([`ClientOptions::rpc_deadline`]).
 pub const DEFAULT_RPC_DEADLINE_MS: u64 = 2_000;
@@ -25,7 +28,7 @@ const _: () = assert!(DEFAULT_NO_SPACE_PATIENCE_MS <= DEFAULT_OPERATION_DEADLINE
 /// };
 /// assert_eq!(options.rpc_deadline, Duration::from_secs(2));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ClientOptions {
     /// The coordinator's address (`host:port`), or several separated by commas
     /// (`host:port,host:port`): the active coordinator and its standbys (R§9). On a
@@ -44,6 +47,11 @@ pub struct ClientOptions {
     /// caller should hear so rather than wait out the whole operation deadline.
     /// Values above [`Self::operation_deadline`] act as the operation deadline.
     pub no_space_patience: Duration,
+    /// The clock every deadline, backoff and round-trip time is measured on
+    /// (default: the system clock; a simulation gives its own).
+    pub clock: Arc<dyn Clock>,
+    /// Where backoff jitter and ping nonces come from (default: the system's).
+    pub rng: Arc<dyn Rng>,
 }
 
 impl ClientOptions {
@@ -69,6 +77,8 @@ impl ClientOptions {
             rpc_deadline: Duration::from_millis(DEFAULT_RPC_DEADLINE_MS),
             operation_deadline: Duration::from_millis(DEFAULT_OPERATION_DEADLINE_MS),
             no_space_patience: Duration::from_millis(DEFAULT_NO_SPACE_PATIENCE_MS),
+            clock: system_clock(),
+            rng: system_rng(),
         }
     }
 

@@ -28,6 +28,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ramstore_clock::Clock;
+
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use parking_lot::Mutex;
 
@@ -251,8 +253,18 @@ pub async fn campaign(
                 storage.set_leader(state.clone());
                 let keeper = state.clone();
                 let interval = Duration::from_millis(lease_ttl_ms / KEEPALIVES_PER_TTL);
+                let clock = thread.clock.clone();
                 let submitted = thread.submit(Box::new(move |client| {
-                    Box::pin(keep_alive(client, keeper, granted_ttl, interval, sent))
+                    Box::pin(keep_alive(
+                        client,
+                        keeper,
+                        Lease {
+                            ttl: granted_ttl,
+                            interval,
+                            granted_at: sent,
+                        },
+                        clock,
+                    ))
                 }));
                 if !submitted {
                     state.lose("the etcd client thread has stopped");
@@ -288,8 +300,17 @@ pub async fn campaign(
                 }
             }
         }
-        tokio::time::sleep(poll).await;
+        thread.clock.sleep(poll).await;
     }
+}
+
+/// A won leader lease, as the keepalive loop keeps it.
+struct Lease {
+    ttl: Duration,
+    /// Between keepalives.
+    interval: Duration,
+    /// When the grant was sent (the lease runs from there).
+    granted_at: Instant,
 }
 
 enum Attempt {
@@ -330,9 +351,10 @@ async fn try_once(
     let key = leader_key.to_owned();
     let value = value.to_owned();
     let ttl_s = i64::try_from(lease_ttl_ms / LEASE_TTL_UNIT_MS).unwrap_or(i64::MAX);
+    let clock = thread.clock.clone();
     thread
         .call("campaign", move |mut client: Client| async move {
-            let sent = Instant::now();
+            let sent = clock.now();
             let lease = client
                 .lease_grant(ttl_s, None)
                 .await
@@ -393,10 +415,14 @@ async fn try_once(
 async fn keep_alive(
     mut client: Client,
     state: Arc<LeaderState>,
-    ttl: Duration,
-    interval: Duration,
-    granted_at: Instant,
+    lease: Lease,
+    clock: Arc<dyn Clock>,
 ) {
+    let Lease {
+        ttl,
+        interval,
+        granted_at,
+    } = lease;
     let mut last_ok_sent = granted_at;
     let mut stream = None;
     // Failed keepalives in a row: only the first of a run is logged as a warning.
@@ -405,7 +431,7 @@ async fn keep_alive(
         if !state.is_held() {
             return;
         }
-        let now = Instant::now();
+        let now = clock.now();
         let valid_until = last_ok_sent + ttl;
         let Some(left) = valid_until
             .checked_duration_since(now)
@@ -417,30 +443,31 @@ async fn keep_alive(
             ));
             return;
         };
-        let sent = Instant::now();
-        let attempt = tokio::time::timeout(left.min(interval), async {
-            if stream.is_none() {
-                stream = Some(client.lease_keep_alive(state.lease_id).await?);
-            }
-            // Cannot fail: set just above.
-            let Some((keeper, responses)) = stream.as_mut() else {
-                return Ok(None);
-            };
-            keeper.keep_alive().await?;
-            responses.message().await
-        })
-        .await;
+        let sent = clock.now();
+        let attempt = clock
+            .timeout(left.min(interval), async {
+                if stream.is_none() {
+                    stream = Some(client.lease_keep_alive(state.lease_id).await?);
+                }
+                // Cannot fail: set just above.
+                let Some((keeper, responses)) = stream.as_mut() else {
+                    return Ok(None);
+                };
+                keeper.keep_alive().await?;
+                responses.message().await
+            })
+            .await;
         match attempt {
             Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
                 last_ok_sent = sent;
                 failures = 0;
-                let checked = tokio::time::timeout(interval, check_leader_key(&mut client, &state));
+                let checked = clock.timeout(interval, check_leader_key(&mut client, &state));
                 if let Ok(Some(reason)) = checked.await {
                     state.lose(&reason);
                     return;
                 }
                 let next = sent + interval;
-                tokio::time::sleep(next.saturating_duration_since(Instant::now())).await;
+                clock.sleep_until(next).await;
             }
             Ok(Ok(Some(_))) => {
                 state.lose("etcd says the leader lease has expired");
@@ -459,7 +486,7 @@ async fn keep_alive(
                     tracing::debug!(reason = %why, failures, "lease keepalive failed again");
                 }
                 stream = None;
-                tokio::time::sleep(Duration::from_millis(KEEPALIVE_RETRY_MS)).await;
+                clock.sleep(Duration::from_millis(KEEPALIVE_RETRY_MS)).await;
             }
         }
     }

@@ -35,6 +35,7 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Txn, TxnOp,
 };
 use parking_lot::Mutex;
+use ramstore_clock::{system_clock, Clock};
 
 use crate::election::LeaderState;
 use crate::storage::{validate_key, ExternalStorage, StorageError};
@@ -151,12 +152,36 @@ pub(crate) type Job = Box<dyn FnOnce(Client) -> JobFuture + Send>;
 pub(crate) struct EtcdThread {
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     pub(crate) op_timeout: Duration,
+    /// The time operation timeouts and the leader lease (`crate::election`) run on.
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+/// Waits for `rx`'s answer for at most `timeout` of `clock`; `None` if none came
+/// (or the sender is gone).
+fn recv_within<T>(
+    clock: &Arc<dyn Clock>,
+    rx: &std::sync::mpsc::Receiver<T>,
+    timeout: Duration,
+) -> Option<T> {
+    let mut answer = None;
+    clock.block_until(
+        clock.deadline_after(timeout),
+        &mut |slice| match rx.recv_timeout(slice) {
+            Ok(value) => {
+                answer = Some(value);
+                true
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => false,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => true,
+        },
+    );
+    answer
 }
 
 impl EtcdThread {
     /// Starts the thread and connects; fails if the runtime cannot be built or the
     /// endpoints are malformed (etcd itself is contacted lazily).
-    fn start(spec: &EtcdSpec) -> Result<Self, StorageError> {
+    fn start(spec: &EtcdSpec, clock: Arc<dyn Clock>) -> Result<Self, StorageError> {
         let op_timeout = Duration::from_millis(spec.op_timeout_ms);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -193,12 +218,15 @@ impl EtcdThread {
                 })
             })
             .map_err(|e| backend("start", "", format!("cannot start the etcd thread: {e}")))?;
-        match ready_rx.recv_timeout(Duration::from_millis(
-            ETCD_CONNECT_TIMEOUT_MS + REPLY_SLACK_MS,
-        )) {
-            Ok(Ok(())) => Ok(Self { jobs, op_timeout }),
-            Ok(Err(e)) => Err(backend("connect", "", e)),
-            Err(_) => Err(backend(
+        let ready = Duration::from_millis(ETCD_CONNECT_TIMEOUT_MS + REPLY_SLACK_MS);
+        match recv_within(&clock, &ready_rx, ready) {
+            Some(Ok(())) => Ok(Self {
+                jobs,
+                op_timeout,
+                clock,
+            }),
+            Some(Err(e)) => Err(backend("connect", "", e)),
+            None => Err(backend(
                 "connect",
                 "",
                 "the etcd client did not start".into(),
@@ -222,9 +250,10 @@ impl EtcdThread {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let timeout = self.op_timeout;
         let key_owned = key.to_owned();
+        let clock = self.clock.clone();
         let sent = self.submit(Box::new(move |client| {
             Box::pin(async move {
-                let result = match tokio::time::timeout(timeout, f(client)).await {
+                let result = match clock.timeout(timeout, f(client)).await {
                     Ok(r) => r,
                     Err(_) => Err(backend(
                         op,
@@ -242,9 +271,13 @@ impl EtcdThread {
                 "the etcd client thread has stopped".into(),
             ));
         }
-        match rx.recv_timeout(timeout + Duration::from_millis(REPLY_SLACK_MS)) {
-            Ok(r) => r,
-            Err(_) => Err(backend(
+        match recv_within(
+            &self.clock,
+            &rx,
+            timeout + Duration::from_millis(REPLY_SLACK_MS),
+        ) {
+            Some(r) => r,
+            None => Err(backend(
                 op,
                 key,
                 format!("no answer from etcd within {} ms", timeout.as_millis()),
@@ -261,9 +294,10 @@ impl EtcdThread {
     {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let timeout = self.op_timeout;
+        let clock = self.clock.clone();
         let sent = self.submit(Box::new(move |client| {
             Box::pin(async move {
-                let result = match tokio::time::timeout(timeout, f(client)).await {
+                let result = match clock.timeout(timeout, f(client)).await {
                     Ok(r) => r,
                     Err(_) => Err(backend(
                         op,
@@ -312,7 +346,16 @@ impl EtcdStorage {
     /// Connects to the etcd cluster of `spec` and checks that it answers (one read),
     /// so a wrong address fails at start-up with a clear error.
     pub fn connect(spec: &EtcdSpec) -> Result<Self, StorageError> {
-        let thread = EtcdThread::start(spec)?;
+        Self::connect_with_clock(spec, system_clock())
+    }
+
+    /// [`EtcdStorage::connect`] with operation timeouts and the leader lease on
+    /// `clock`.
+    pub fn connect_with_clock(
+        spec: &EtcdSpec,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StorageError> {
+        let thread = EtcdThread::start(spec, clock)?;
         let storage = Self {
             spec: spec.clone(),
             prefix: spec.data_prefix(),

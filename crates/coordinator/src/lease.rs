@@ -21,8 +21,11 @@
 //! Thread-safety: [`Liveness`] is shared between the RPC handlers (grants) and the
 //! failure detector loop (pings), behind one short lock.
 
+use std::sync::Arc;
+use std::time::Instant;
+
 use parking_lot::Mutex;
-use tokio::time::Instant;
+use ramstore_clock::Clock;
 
 use crate::failure_detector::{FailureDetector, FailureDetectorConfig};
 use crate::server_list::{ServerId, ServerStatus};
@@ -67,23 +70,24 @@ pub fn grant(
 
 /// The failure detector's bookkeeping, shared with the lease grants.
 pub struct Liveness {
+    clock: Arc<dyn Clock>,
     origin: Instant,
     detector: Mutex<Option<FailureDetector>>,
 }
 
-impl Default for Liveness {
-    fn default() -> Self {
+impl Liveness {
+    /// Bookkeeping whose milliseconds count on `clock` from now.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
-            origin: Instant::now(),
+            origin: clock.now(),
+            clock,
             detector: Mutex::new(None),
         }
     }
-}
 
-impl Liveness {
     /// Milliseconds since this coordinator started (the detector's clock).
     pub fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+        u64::try_from(self.clock.elapsed(self.origin).as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Installs the detector (once, when failure detection starts); false if one
@@ -118,6 +122,8 @@ impl Liveness {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn config(failure_timeout_ms: u64, unresponsive_timeout_ms: u64) -> FailureDetectorConfig {
@@ -166,5 +172,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn liveness_grant_stops_at_exactly_the_silence_its_clock_measures() {
+        let clock = ramstore_clock::ManualClock::new();
+        let liveness = Liveness::new(clock.handle());
+        let id = ServerId(1);
+        let up = Some(ServerStatus::Up);
+        let lease = Grant::Lease { lease_ms: 500 };
+        assert_eq!(
+            liveness.grant(id, up),
+            Grant::Lease { lease_ms: 1_000 },
+            "no detector: the default configuration"
+        );
+        assert!(liveness.install(FailureDetector::new(config(250, 1_000))));
+        liveness.with(|d| d.set_up_servers([(id, "s1:1".to_string())], liveness.now_ms()));
+        clock.advance(Duration::from_millis(300));
+        assert_eq!(liveness.now_ms(), 300);
+        liveness.with(|d| d.ping_succeeded(id, liveness.now_ms()));
+        clock.advance(Duration::from_millis(499));
+        assert_eq!(liveness.grant(id, up), lease, "silent 499 ms");
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(liveness.grant(id, up), Grant::NotNow, "silent 500 ms");
     }
 }

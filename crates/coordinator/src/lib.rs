@@ -38,6 +38,14 @@
 //! removed or replaced server starts empty on its new owner, because its objects were
 //! only in the old process's DRAM.
 //!
+//! Time and randomness: every timer, deadline, lease and ping interval runs on
+//! [`CoordinatorOptions::clock`] and every random choice (confirmation helpers,
+//! nonces, recovery ids and partitions, fetch order) draws on
+//! [`CoordinatorOptions::rng`] (`ramstore_clock`; the system's in the binary),
+//! handed to [`CoordinatorService::new`] and [`EtcdStorage::connect_with_clock`].
+//! Nothing here reads real time or a global generator, so the failure detector runs
+//! unchanged on a manual clock (`tests/manual_clock.rs`).
+//!
 //! Thread-safety: [`CoordinatorCore`] is `Send + Sync` but not internally
 //! synchronised; callers keep it behind one `Mutex` and hold it across each operation,
 //! so storage writes happen in the order changes are applied. Storage implementations

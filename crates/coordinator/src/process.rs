@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use ramstore_rpc::{serve, TcpTransport};
+use ramstore_clock::{system_clock, system_rng, Clock, Rng};
+use ramstore_rpc::{serve_with_table, ConnLimits, ConnTable, TcpTransport};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -76,6 +77,11 @@ pub struct CoordinatorOptions {
     /// Runs once an etcd store has answered, just before campaigning (and perhaps
     /// standing by for a long time) begins.
     pub on_campaign: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// The time every timer, deadline and lease of the coordinator runs on
+    /// (default: the system clock).
+    pub clock: Arc<dyn Clock>,
+    /// Where the coordinator's random choices come from (default: the system's).
+    pub rng: Arc<dyn Rng>,
 }
 
 impl Default for CoordinatorOptions {
@@ -85,6 +91,8 @@ impl Default for CoordinatorOptions {
             lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
             on_leadership_lost: Arc::new(exit_on_lost_leadership),
             on_campaign: None,
+            clock: system_clock(),
+            rng: system_rng(),
         }
     }
 }
@@ -215,10 +223,12 @@ pub async fn start_with_options(
             let spec = spec.clone();
             // Connecting waits (bounded) for etcd's first answer: off the async
             // threads.
-            let etcd = tokio::task::spawn_blocking(move || EtcdStorage::connect(&spec))
-                .await
-                .map_err(|e| StartError::BadConfig(format!("etcd connect task failed: {e}")))?
-                .map_err(CoordinatorError::from)?;
+            let clock = options.clock.clone();
+            let etcd =
+                tokio::task::spawn_blocking(move || EtcdStorage::connect_with_clock(&spec, clock))
+                    .await
+                    .map_err(|e| StartError::BadConfig(format!("etcd connect task failed: {e}")))?
+                    .map_err(CoordinatorError::from)?;
             if let Some(f) = &options.on_campaign {
                 f();
             }
@@ -234,7 +244,7 @@ pub async fn start_with_options(
             Arc::new(etcd)
         }
     };
-    let started = serve_state(listen, storage, detector, leadership.clone()).await;
+    let started = serve_state(listen, storage, &options, leadership.clone()).await;
     if let (Err(_), Some(l)) = (&started, &leadership) {
         // Leader but unable to serve: let a standby have it now.
         l.resign().await;
@@ -245,11 +255,14 @@ pub async fn start_with_options(
 async fn serve_state(
     listen: &str,
     storage: Arc<dyn ExternalStorage>,
-    detector: FailureDetectorConfig,
+    options: &CoordinatorOptions,
     leadership: Option<Arc<Leadership>>,
 ) -> Result<StartedCoordinator, StartError> {
+    let detector = options.detector;
     let core = CoordinatorCore::open(storage)?;
-    let service = CoordinatorService::new(core, Arc::new(TcpTransport::new()));
+    let clock = options.clock.clone();
+    let transport = Arc::new(TcpTransport::with_clock(clock.clone()));
+    let service = CoordinatorService::new(core, transport, clock.clone(), options.rng.clone());
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|source| StartError::Listen {
@@ -261,7 +274,14 @@ async fn serve_state(
         source,
     })?;
     let mut tasks = vec![
-        tokio::spawn(serve(listener, service.clone())),
+        tokio::spawn(serve_with_table(
+            listener,
+            service.clone(),
+            ConnTable::with_clock(
+                ConnLimits::with_max_connections(ramstore_rpc::DEFAULT_MAX_CONNECTIONS),
+                clock,
+            ),
+        )),
         tokio::spawn(service.clone().retry_loop()),
         tokio::spawn(service.clone().failure_detector_loop(detector)),
         tokio::spawn(service.clone().recovery_loop()),

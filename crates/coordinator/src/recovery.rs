@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ramstore_backup::BackupClient;
+use ramstore_clock::Rng;
 use ramstore_log::entry::{parse_entry, Entry};
 use ramstore_wire::{
     decode_response, PartitionTablet, RecoverPartitionEncoder, RecoveryItem, Response, Status,
@@ -150,12 +151,14 @@ impl CoordinatorService {
                     .entry(id)
                     .or_insert_with(|| tokio::spawn(self.clone().recover_master(id)));
             }
-            tokio::time::sleep(Duration::from_millis(RETRY_INTERVAL_MS)).await;
+            self.clock
+                .sleep(Duration::from_millis(RETRY_INTERVAL_MS))
+                .await;
         }
     }
 
     async fn recover_master(self: Arc<Self>, crashed: ServerId) {
-        let started = tokio::time::Instant::now();
+        let started = self.clock.now();
         // A server that told us it was stopping (`Leave`) did not crash: its
         // recovery is how every restart brings data back (R§7), worth an INFO line.
         // Only a crash (detected, declared by an operator, or a restart that found
@@ -191,13 +194,15 @@ impl CoordinatorService {
                         tracing::info!(crashed_id = crashed.0, attempt, %why, "recovery will try again");
                     }
                     self.recoveries.update(crashed, |p| p.state = why);
-                    tokio::time::sleep(Duration::from_millis(RETRY_INTERVAL_MS)).await;
+                    self.clock
+                        .sleep(Duration::from_millis(RETRY_INTERVAL_MS))
+                        .await;
                 }
             }
         }
         self.recoveries.running.lock().remove(&crashed.0);
         self.recoveries.completed.fetch_add(1, Ordering::Relaxed);
-        let elapsed_ms = started.elapsed().as_millis() as u64;
+        let elapsed_ms = self.clock.elapsed(started).as_millis() as u64;
         if clean {
             tracing::info!(
                 crashed_id = crashed.0,
@@ -264,10 +269,10 @@ impl CoordinatorService {
         };
         let loads = tablet_loads(&tablets, &log.stats, log.log_bytes);
         let limits = *self.recoveries.limits.lock();
-        let parts = partition(&loads, limits, &mut rand::thread_rng());
-        let recovery_id: u64 = rand::random();
+        let parts = partition(&loads, limits, &mut self.rng.as_rand());
+        let recovery_id: u64 = self.rng.next_u64();
         let mut order = masters.clone();
-        order.shuffle(&mut rand::thread_rng());
+        order.shuffle(&mut self.rng.as_rand());
         // Announce the partitions to every backup holding a replica (R§7.5).
         let announced: Vec<PartitionTablet> = parts
             .iter()
@@ -285,7 +290,7 @@ impl CoordinatorService {
         holder_addresses.sort();
         holder_addresses.dedup();
         let published = announce(&client, crashed, recovery_id, &announced, holder_addresses).await;
-        let sources = fetch_order(&log, &published);
+        let sources = fetch_order(&log, &published, &*self.rng);
         if let Some(missing) = log
             .digest
             .iter()
@@ -403,7 +408,8 @@ impl CoordinatorService {
             .transport
             .call(&master.address, frame, ramstore_rpc::NO_DEADLINE);
         tokio::pin!(call);
-        let mut watch = tokio::time::interval(Duration::from_millis(WATCH_INTERVAL_MS));
+        let mut watch =
+            ramstore_clock::interval(&self.clock, Duration::from_millis(WATCH_INTERVAL_MS));
         let reply = loop {
             tokio::select! {
                 reply = &mut call => break reply,
@@ -692,8 +698,12 @@ fn tablet_loads(
 
 /// The digest's segments in fetch order, each with the backups that bucket it:
 /// segments early in the backups' published orders first, so recovery masters
-/// ask for what the backups read first (R§7.5).
-fn fetch_order(log: &FoundLog, published: &HashMap<String, Vec<u64>>) -> Vec<(u64, Vec<String>)> {
+/// ask for what the backups read first (R§7.5). Holders are shuffled with `rng`.
+fn fetch_order(
+    log: &FoundLog,
+    published: &HashMap<String, Vec<u64>>,
+    rng: &dyn Rng,
+) -> Vec<(u64, Vec<String>)> {
     let mut rank: HashMap<u64, (usize, Vec<String>)> = HashMap::new();
     for (address, order) in published {
         for (pos, segment) in order.iter().enumerate() {
@@ -718,7 +728,7 @@ fn fetch_order(log: &FoundLog, published: &HashMap<String, Vec<u64>>) -> Vec<(u6
             rank.get(id).map(|(pos, holders)| {
                 let mut holders = holders.clone();
                 // Spread the load: each segment starts with a random holder.
-                holders.shuffle(&mut rand::thread_rng());
+                holders.shuffle(&mut rng.as_rand());
                 (*pos, *id, holders)
             })
         })
@@ -780,7 +790,7 @@ mod tests {
             ("good".to_string(), vec![3]),
         ]);
         assert_eq!(
-            fetch_order(&log, &published),
+            fetch_order(&log, &published, &ramstore_clock::SeededRng::new(1)),
             vec![
                 (3, vec!["good".to_string()]),
                 (4, vec!["stale".to_string()])

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use ramstore_clock::{Clock, Rng};
 use ramstore_rpc::server::SlowFuture;
 use ramstore_rpc::{Handled, Service, Transport};
 use ramstore_wire::{
@@ -49,6 +50,10 @@ pub struct CoordinatorService {
     /// The failure detector's bookkeeping, shared with lease grants
     /// ([`crate::lease`]).
     pub(crate) liveness: crate::lease::Liveness,
+    /// The time every timer, deadline and lease here runs on.
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Where nonces, helper choices and recovery ids come from.
+    pub(crate) rng: Arc<dyn Rng>,
 }
 
 fn error_status(e: &CoordinatorError) -> Status {
@@ -82,9 +87,15 @@ fn encode_error(
 }
 
 impl CoordinatorService {
-    /// A service over `core`; queues every notification a restarted coordinator must
-    /// resend.
-    pub fn new(core: CoordinatorCore, transport: Arc<dyn Transport>) -> Arc<Self> {
+    /// A service over `core`, whose timers run on `clock` and whose random
+    /// choices come from `rng`; queues every notification a restarted coordinator
+    /// must resend.
+    pub fn new(
+        core: CoordinatorCore,
+        transport: Arc<dyn Transport>,
+        clock: Arc<dyn Clock>,
+        rng: Arc<dyn Rng>,
+    ) -> Arc<Self> {
         let reissue = core.reissue_actions();
         Arc::new(Self {
             core: Mutex::new(core),
@@ -92,7 +103,9 @@ impl CoordinatorService {
             suspicions: Default::default(),
             unfinished: Mutex::new(reissue),
             recoveries: Default::default(),
-            liveness: Default::default(),
+            liveness: crate::lease::Liveness::new(clock.clone()),
+            clock,
+            rng,
         })
     }
 
@@ -108,7 +121,9 @@ impl CoordinatorService {
             if !pending.is_empty() {
                 self.carry_out(pending).await;
             }
-            tokio::time::sleep(Duration::from_millis(RETRY_INTERVAL_MS)).await;
+            self.clock
+                .sleep(Duration::from_millis(RETRY_INTERVAL_MS))
+                .await;
         }
     }
 

@@ -32,10 +32,9 @@ use ramstore_wire::{
 };
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio::time::MissedTickBehavior;
 
 use crate::failure_detector::{FailureDetector, FailureDetectorConfig};
 use crate::lease::Grant;
@@ -284,15 +283,16 @@ impl CoordinatorService {
         // below holds its lock only for the call.
         let liveness = &self.liveness;
         let timeout = Duration::from_millis(config.ping_timeout_ms);
-        let mut rng = StdRng::from_entropy();
+        // This task's own generator, seeded from the service's source.
+        let mut rng = self.rng.seed_std();
         // Owned by this task: when it is aborted, so are its pings, confirmations
         // and pushes.
         let mut pings: JoinSet<(ServerId, bool)> = JoinSet::new();
         let mut confirmations: JoinSet<Confirmed> = JoinSet::new();
         let mut confirming: BTreeSet<ServerId> = BTreeSet::new();
         let mut notifications: JoinSet<()> = JoinSet::new();
-        let mut tick = tokio::time::interval(Duration::from_millis(config.ping_interval_ms));
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut tick =
+            ramstore_clock::interval(&self.clock, Duration::from_millis(config.ping_interval_ms));
         let mut nonce = 0u64;
         loop {
             let mut suspect = None;
@@ -441,7 +441,7 @@ impl CoordinatorService {
         let this = self.clone();
         set.spawn(async move {
             if delay_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                this.clock.sleep(Duration::from_millis(delay_ms)).await;
             }
             let paths = this
                 .confirm(suspect, &address, &helpers, nonce, timeout)
@@ -565,6 +565,7 @@ fn not_up() -> Response<'static> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
     use PathOutcome::{Answered, Failed, Gone};
 
     fn up(ids: &[u64]) -> Vec<(ServerId, String)> {

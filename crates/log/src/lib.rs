@@ -19,6 +19,9 @@
 //! head is appended to under one mutex; the cleaner runs concurrently on its own
 //! thread.
 //!
+//! Time: the log reads no time itself; its one wait (a replica copy that finds a
+//! segment half-compacted backs off 100 µs) runs on [`LogConfig::clock`].
+//!
 //! Durability: none by itself. Every byte appended to the head and every survivor
 //! segment produced by combined cleaning is reported through the
 //! [`replica::ReplicaSink`] seam; the durability layer makes it durable.

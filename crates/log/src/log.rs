@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use ramstore_clock::Clock;
 
 use crate::entry::{self, EntryError, EntryHeader, ObjectLayout, TabletStat, MAX_HEADER_BYTES};
 use crate::epoch::{EpochGuard, Epochs};
@@ -75,6 +76,8 @@ pub struct LogConfig {
     pub replicas: Arc<dyn ReplicaSink>,
     /// Where head metadata comes from.
     pub metadata: Arc<dyn HeadMetadata>,
+    /// The clock the log's waits run on (the system clock by default).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl LogConfig {
@@ -91,6 +94,7 @@ impl LogConfig {
             clean_ahead_segments: crate::balancer::CLEAN_AHEAD_SEGMENTS,
             replicas: Arc::new(crate::replica::NoReplicas),
             metadata: Arc::new(NoMetadata),
+            clock: ramstore_clock::system_clock(),
         }
     }
 }
@@ -711,7 +715,9 @@ impl Log {
             .unzip();
             let (Some(seglets), Some(length)) = (seglets, length) else {
                 drop(pin);
-                std::thread::sleep(std::time::Duration::from_micros(100));
+                self.config
+                    .clock
+                    .sleep_blocking(std::time::Duration::from_micros(100));
                 continue;
             };
             self.copy_range(&seglets, from, length, out);

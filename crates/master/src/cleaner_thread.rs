@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
+use ramstore_clock::Clock;
 
 use crate::object_store::Inner;
 
@@ -32,7 +33,8 @@ pub(crate) struct CleanerThread {
 }
 
 impl CleanerThread {
-    pub fn start(inner: Arc<Inner>, threads: usize) -> Self {
+    /// Starts `threads` cleaner threads that pace themselves on `clock`.
+    pub fn start(inner: Arc<Inner>, threads: usize, clock: Arc<dyn Clock>) -> Self {
         let signal = Arc::new(Signal {
             stop: AtomicBool::new(false),
             lock: Mutex::new(false),
@@ -42,9 +44,10 @@ impl CleanerThread {
             .map(|i| {
                 let inner = inner.clone();
                 let signal = signal.clone();
+                let clock = clock.clone();
                 std::thread::Builder::new()
                     .name(format!("ramstore-cleaner-{i}"))
-                    .spawn(move || run(&inner, &signal))
+                    .spawn(move || run(&inner, &signal, &clock))
                     // Thread creation fails only when the process is out of resources
                     // at start-up; there is nothing sensible to continue with.
                     .expect("spawn cleaner thread")
@@ -69,7 +72,7 @@ impl CleanerThread {
     }
 }
 
-fn run(inner: &Inner, signal: &Signal) {
+fn run(inner: &Inner, signal: &Signal, clock: &Arc<dyn Clock>) {
     while !signal.stop.load(Ordering::SeqCst) {
         // Keep cleaning while passes help; a pass that changes nothing means the
         // log is as clean as it can get for now, so wait.
@@ -82,9 +85,8 @@ fn run(inner: &Inner, signal: &Signal) {
         };
         let mut woken = signal.lock.lock();
         if !*woken {
-            signal
-                .cond
-                .wait_for(&mut woken, Duration::from_millis(interval_ms));
+            // `wake` notifies with the lock held, as a clock's slices need.
+            clock.wait_for(&signal.cond, &mut woken, Duration::from_millis(interval_ms));
         }
         *woken = false;
     }

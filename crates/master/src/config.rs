@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use ramstore_clock::{system_clock, Clock};
 use ramstore_log::{NoReplicas, ReplicaSink, SEGMENT_BYTES};
 
 /// How the cleaner runs.
@@ -41,6 +42,9 @@ pub struct StoreConfig {
     pub cleaner: CleanerMode,
     /// Where appended bytes are reported for replication.
     pub replicas: Arc<dyn ReplicaSink>,
+    /// The clock the cleaner threads pace themselves by, and the log's waits run
+    /// on (default: the system clock).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl StoreConfig {
@@ -58,6 +62,7 @@ impl StoreConfig {
             clean_ahead_segments: ramstore_log::balancer::CLEAN_AHEAD_SEGMENTS,
             cleaner: CleanerMode::Background { threads: 1 },
             replicas: Arc::new(NoReplicas),
+            clock: system_clock(),
         }
     }
 }

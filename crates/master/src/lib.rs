@@ -15,6 +15,10 @@
 //! Thread-safety: `ObjectStore` is `Send + Sync`; reads take no lock; writes serialise
 //! per hash bucket and on the log head; the cleaner runs on its own thread(s).
 //!
+//! Time: the cleaner threads pace themselves on [`StoreConfig::clock`] (asking the
+//! balancer every [`CLEANER_POLL_INTERVAL_MS`] or [`CLEANER_IDLE_INTERVAL_MS`], woken
+//! sooner by writers), which is also the log's clock and the storage server's.
+//!
 //! Durability: writes are reported to the configured replica sink before they return;
 //! with the default sink nothing is replicated (DRAM only).
 
@@ -24,6 +28,7 @@ pub mod error;
 pub mod object_store;
 pub mod tablets;
 
+pub use cleaner_thread::{CLEANER_IDLE_INTERVAL_MS, CLEANER_POLL_INTERVAL_MS};
 pub use config::{CleanerMode, ConfigError, StoreConfig};
 pub use error::{ReadError, WriteError};
 pub use object_store::{

@@ -175,6 +175,7 @@ impl ObjectStore {
             clean_ahead_segments: config.clean_ahead_segments,
             replicas: config.replicas.clone(),
             metadata: shared.clone(),
+            clock: config.clock.clone(),
         };
         let log = Log::new(log_config)?;
         let buckets = config
@@ -189,7 +190,8 @@ impl ObjectStore {
         });
         let cleaner = match config.cleaner {
             CleanerMode::Background { threads } => {
-                Some(CleanerThread::start(inner.clone(), threads.max(1)))
+                let clock = config.clock.clone();
+                Some(CleanerThread::start(inner.clone(), threads.max(1), clock))
             }
             CleanerMode::Manual => None,
         };
@@ -203,6 +205,12 @@ impl ObjectStore {
     /// The log (statistics, tests).
     pub fn log(&self) -> &Log {
         &self.inner.log
+    }
+
+    /// The clock this store runs on ([`StoreConfig::clock`]); the storage server
+    /// built on it uses the same one.
+    pub fn clock(&self) -> &Arc<dyn ramstore_clock::Clock> {
+        &self.inner.log.config().clock
     }
 
     /// A handle on the log that does not keep the store alive: the replica manager

@@ -277,13 +277,15 @@ impl Backend {
         Fut: Future<Output = Result<T, StoreError>>,
     {
         if let Some(local) = &self.local {
+            // The client's clock: the one the forwarded commands' deadlines run on.
+            let clock = &self.client.options().clock;
             let mut full_since: Option<std::time::Instant> = None;
             let mut sleep_ms = NO_SPACE_RETRY_INITIAL_MS;
             loop {
                 match direct(local.objects.as_ref()) {
                     DirectAnswer::Now(Direct::Elsewhere(Status::NoSpace, why)) => {
-                        let since = *full_since.get_or_insert_with(std::time::Instant::now);
-                        let waited = since.elapsed();
+                        let since = *full_since.get_or_insert_with(|| clock.now());
+                        let waited = clock.elapsed(since);
                         if waited >= self.no_space_patience {
                             return Outcome::Ready(Err(StoreError::OutOfMemory(format!(
                                 "this server's log stayed full for {} ms ({why}); deletes \
@@ -292,7 +294,7 @@ impl Backend {
                             ))));
                         }
                         let left = self.no_space_patience - waited;
-                        tokio::time::sleep(Duration::from_millis(sleep_ms).min(left)).await;
+                        clock.sleep(Duration::from_millis(sleep_ms).min(left)).await;
                         sleep_ms = (sleep_ms * 2).min(NO_SPACE_RETRY_MAX_MS);
                     }
                     DirectAnswer::Now(Direct::Elsewhere(status, why)) => {

@@ -986,7 +986,7 @@ impl Connection {
                 env!("CARGO_PKG_VERSION"),
                 std::process::id(),
                 shared.config.port,
-                shared.started.elapsed().as_secs()
+                shared.config.clock.elapsed(shared.started).as_secs()
             ));
         }
         if wants("clients") {

@@ -27,6 +27,13 @@
 //!   closes the connection (as Redis does); an unknown command or a bad argument
 //!   count answers an error and the connection stays open.
 //!
+//! Time: the connection time limits, INFO's uptime and the NO_SPACE retry sleeps
+//! run on a `ramstore_clock::Clock` — [`RespConfig::clock`] for the listener, the
+//! forwarding client's (`ClientOptions::clock`) for the backend. The one
+//! exception is the [`poller`]'s window, which bounds how long a core spins and
+//! is real CPU time by design (a simulation turns it off: `poll_before_sleep_us`
+//! 0).
+//!
 //! Thread-safety: [`start`] serves from dedicated event-loop threads, each a
 //! single-threaded runtime, or from the caller's own single-threaded runtime; [`Shared`] (and the [`Backend`] in it) is shared by
 //! every connection on every loop (`Send + Sync`); each connection's state

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use ramstore_clock::{system_clock, Clock};
 use ramstore_rpc::conns::{ConnHandle, ConnLimits, ConnTable};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -87,6 +88,9 @@ pub struct RespConfig {
     /// How long a connection may sit idle before it is closed (`--idle-timeout-ms`,
     /// Redis's `timeout`; 0: never, Redis's default).
     pub idle_timeout_ms: u64,
+    /// The clock the time limits and INFO's uptime run on (default: the system
+    /// clock).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for RespConfig {
@@ -100,6 +104,7 @@ impl Default for RespConfig {
             loop_poller: None,
             request_timeout_ms: ramstore_rpc::conns::DEFAULT_REQUEST_TIMEOUT_MS,
             idle_timeout_ms: ramstore_rpc::conns::DEFAULT_IDLE_TIMEOUT_MS,
+            clock: system_clock(),
         }
     }
 }
@@ -129,18 +134,22 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(backend: Backend, config: RespConfig) -> Self {
-        let conns = ConnTable::new(ConnLimits {
-            max_connections: MAX_CONNECTIONS as usize,
-            request_timeout_ms: config.request_timeout_ms,
-            idle_timeout_ms: config.idle_timeout_ms,
-        });
+        let conns = ConnTable::with_clock(
+            ConnLimits {
+                max_connections: MAX_CONNECTIONS as usize,
+                request_timeout_ms: config.request_timeout_ms,
+                idle_timeout_ms: config.idle_timeout_ms,
+            },
+            config.clock.clone(),
+        );
+        let started = config.clock.now();
         Self {
             backend,
             config,
             conns,
             large_commands: Arc::new(Semaphore::new(LARGE_COMMAND_BUDGET_BYTES / 1024)),
             stats: RespStats::default(),
-            started: Instant::now(),
+            started,
             next_client_id: AtomicU64::new(1),
         }
     }
@@ -182,7 +191,10 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, poller: Arc<Polle
                 });
             }
             // Out of file descriptors and the like: back off instead of spinning.
-            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            Err(_) => {
+                let pause = std::time::Duration::from_millis(10);
+                shared.config.clock.sleep(pause).await;
+            }
         }
     }
 }
@@ -356,7 +368,7 @@ async fn make_room(
             acquire.await
         } else {
             let limit = std::time::Duration::from_millis(timeout_ms);
-            match tokio::time::timeout(limit, acquire).await {
+            match shared.config.clock.timeout(limit, acquire).await {
                 Ok(permit) => permit,
                 Err(_) => return false,
             }

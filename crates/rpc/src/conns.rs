@@ -27,6 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ramstore_clock::{system_clock, Clock};
+
 /// How long a request may take to arrive once its first byte has, and a reply
 /// write may block without progress, by default (`--request-timeout-ms`).
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
@@ -124,6 +126,8 @@ impl Drop for InFlight {
 #[derive(Debug)]
 pub struct ConnTable {
     limits: ConnLimits,
+    /// The time the timeouts are measured in (the system clock, or a simulated one).
+    clock: Arc<dyn Clock>,
     started: Instant,
     /// Milliseconds since `started`, refreshed by the sweeper and on accept: a
     /// coarse clock connections read without a system call.
@@ -201,6 +205,11 @@ impl ConnHandle {
     pub fn limits(&self) -> ConnLimits {
         self.table.limits
     }
+
+    /// The clock of the table this connection is in.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.table.clock
+    }
 }
 
 impl Drop for ConnHandle {
@@ -214,13 +223,20 @@ impl Drop for ConnHandle {
 }
 
 impl ConnTable {
+    /// A table on the system clock.
     pub fn new(limits: ConnLimits) -> Arc<Self> {
+        Self::with_clock(limits, system_clock())
+    }
+
+    /// A table whose timeouts run on `clock`.
+    pub fn with_clock(limits: ConnLimits, clock: Arc<dyn Clock>) -> Arc<Self> {
         Arc::new(Self {
             limits: ConnLimits {
                 max_connections: limits.max_connections.max(1),
                 ..limits
             },
-            started: Instant::now(),
+            started: clock.now(),
+            clock,
             now_ms: AtomicU64::new(0),
             next_id: AtomicU64::new(0),
             conns: parking_lot::Mutex::default(),
@@ -233,6 +249,11 @@ impl ConnTable {
         self.limits
     }
 
+    /// The clock the timeouts run on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// Connections registered (including ones being closed).
     pub fn len(&self) -> usize {
         self.conns.lock().len()
@@ -243,7 +264,7 @@ impl ConnTable {
     }
 
     fn tick(&self) -> u64 {
-        let now = self.started.elapsed().as_millis() as u64;
+        let now = self.clock.elapsed(self.started).as_millis() as u64;
         self.now_ms.store(now, Ordering::Relaxed);
         now
     }
@@ -342,7 +363,7 @@ impl ConnTable {
     pub async fn run_sweeper(self: Arc<Self>) {
         let period = self.sweep_period();
         loop {
-            tokio::time::sleep(period).await;
+            self.clock.sleep(period).await;
             self.sweep();
         }
     }
@@ -353,6 +374,8 @@ mod tests {
     use std::io::Read;
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
+
+    use ramstore_clock::ManualClock;
 
     use super::*;
 
@@ -373,7 +396,8 @@ mod tests {
 
     #[test]
     fn admit_at_the_limit_evicts_the_connection_idle_longest() {
-        let table = ConnTable::new(limits(2));
+        let clock = ManualClock::new();
+        let table = ConnTable::with_clock(limits(2), clock.handle());
         let (a, mut a_peer) = UnixStream::pair().unwrap();
         let (b, mut b_peer) = UnixStream::pair().unwrap();
         let (c, mut c_peer) = UnixStream::pair().unwrap();
@@ -381,7 +405,7 @@ mod tests {
         let hb = table.admit(b.as_raw_fd()).expect("under the limit");
         // `a` goes idle first, `b` a few (coarse-clock) milliseconds later.
         ha.idle();
-        std::thread::sleep(Duration::from_millis(5));
+        clock.advance(Duration::from_millis(5));
         table.tick();
         hb.idle();
         let hc = table
@@ -424,10 +448,14 @@ mod tests {
 
     #[test]
     fn sweep_closes_a_partial_request_after_the_request_timeout_only() {
-        let table = ConnTable::new(ConnLimits {
-            request_timeout_ms: 20,
-            ..limits(8)
-        });
+        let clock = ManualClock::new();
+        let table = ConnTable::with_clock(
+            ConnLimits {
+                request_timeout_ms: 20,
+                ..limits(8)
+            },
+            clock.handle(),
+        );
         let (a, mut a_peer) = UnixStream::pair().unwrap();
         let (b, mut b_peer) = UnixStream::pair().unwrap();
         let reading = table.admit(a.as_raw_fd()).unwrap();
@@ -435,9 +463,15 @@ mod tests {
         reading.reading(true);
         idle.idle();
         assert_eq!(table.sweep(), 0, "nothing is over its limit yet");
-        std::thread::sleep(Duration::from_millis(40));
         // No progress: the mark is not refreshed.
+        clock.advance(Duration::from_millis(20));
         reading.reading(false);
+        assert_eq!(
+            table.sweep(),
+            0,
+            "at exactly the timeout it is not over yet"
+        );
+        clock.advance(Duration::from_millis(1));
         assert_eq!(table.sweep(), 1);
         assert!(shut_down(&mut a_peer));
         assert!(
@@ -450,17 +484,21 @@ mod tests {
 
     #[test]
     fn sweep_closes_idle_connections_after_the_idle_timeout() {
-        let table = ConnTable::new(ConnLimits {
-            idle_timeout_ms: 20,
-            ..limits(8)
-        });
+        let clock = ManualClock::new();
+        let table = ConnTable::with_clock(
+            ConnLimits {
+                idle_timeout_ms: 20,
+                ..limits(8)
+            },
+            clock.handle(),
+        );
         let (a, mut a_peer) = UnixStream::pair().unwrap();
         let (b, mut b_peer) = UnixStream::pair().unwrap();
         let idle = table.admit(a.as_raw_fd()).unwrap();
         let busy = table.admit(b.as_raw_fd()).unwrap();
         idle.idle();
         busy.busy();
-        std::thread::sleep(Duration::from_millis(40));
+        clock.advance(Duration::from_millis(21));
         assert_eq!(table.sweep(), 1);
         assert!(shut_down(&mut a_peer));
         assert!(!shut_down(&mut b_peer), "a busy connection is not idle");
@@ -484,5 +522,44 @@ mod tests {
         );
         assert_eq!(period(30_000, 400), Duration::from_millis(100));
         assert_eq!(period(1, 0), Duration::from_millis(MIN_SWEEP_PERIOD_MS));
+    }
+
+    #[tokio::test]
+    async fn run_sweeper_sweeps_every_period_of_its_clock() {
+        let clock = ManualClock::new();
+        let table = ConnTable::with_clock(
+            ConnLimits {
+                idle_timeout_ms: 400,
+                ..limits(8)
+            },
+            clock.handle(),
+        );
+        let (a, mut a_peer) = UnixStream::pair().unwrap();
+        let idle = table.admit(a.as_raw_fd()).unwrap();
+        idle.idle();
+        let sweeper = tokio::spawn(table.clone().run_sweeper());
+        // A quarter of the idle timeout: the sweeper sleeps 100 ms at a time.
+        for round in 1..=4u64 {
+            while clock.sleepers().is_empty() {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(
+                clock.sleepers(),
+                vec![clock.origin() + Duration::from_millis(100 * round)]
+            );
+            assert!(!shut_down(&mut a_peer), "not over at {round}00 ms");
+            clock.advance(Duration::from_millis(100));
+            tokio::task::yield_now().await;
+        }
+        // 400 ms is not over the timeout; the sweep at 500 ms closes it.
+        while clock.sleepers().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        clock.advance(Duration::from_millis(100));
+        while table.counters.idle_timeouts.load(Ordering::Relaxed) == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(shut_down(&mut a_peer));
+        sweeper.abort();
     }
 }

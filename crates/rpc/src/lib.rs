@@ -20,6 +20,12 @@
 //!   request id, each with its own deadline. [`LocalTransport`] calls services in
 //!   process, for tests (RAMCloud's BindTransport).
 //!
+//! Time: every deadline, timeout and sleep here runs on a `ramstore_clock::Clock`
+//! — the connection table's ([`ConnTable::with_clock`]) on the server side, the
+//! transport's ([`TcpTransport::with_clock`], [`LocalTransport::with_clock`]) on
+//! the client side; `new()` uses the system clock. A call's deadline on the system
+//! clock is a tokio timer held inline in the call's future (no allocation).
+//!
 //! Invariants: a connection that sends a frame whose length prefix is out of bounds
 //! is closed (the stream cannot be re-synchronised); every other malformed request is
 //! the service's to answer. Thread-safety: everything here is `Send + Sync`.

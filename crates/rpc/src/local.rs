@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use ramstore_clock::{system_clock, Clock};
 
 use crate::server::{Handled, Service};
 use crate::transport::{CallFuture, RpcError, Transport};
@@ -13,14 +14,31 @@ use crate::transport::{CallFuture, RpcError, Transport};
 type Dispatch = Arc<dyn Fn(Vec<u8>) -> CallFuture<'static> + Send + Sync>;
 
 /// A [`Transport`] that delivers frames to services registered by address.
-#[derive(Default, Clone)]
+#[derive(Clone)]
 pub struct LocalTransport {
     services: Arc<parking_lot::RwLock<HashMap<String, Dispatch>>>,
+    /// The clock call deadlines run on.
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for LocalTransport {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl LocalTransport {
+    /// A transport whose deadlines run on the system clock.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_clock(system_clock())
+    }
+
+    /// A transport whose deadlines run on `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            services: Arc::default(),
+            clock,
+        }
     }
 
     /// Makes `service` reachable at `addr` (replacing any earlier one).
@@ -51,7 +69,8 @@ impl Transport for LocalTransport {
         let dispatch = self.services.read().get(addr).cloned();
         Box::pin(async move {
             let dispatch = dispatch.ok_or_else(|| RpcError::NoSuchService(addr.to_string()))?;
-            tokio::time::timeout(deadline, dispatch(frame))
+            self.clock
+                .timeout(deadline, dispatch(frame))
                 .await
                 .map_err(|_| RpcError::DeadlineExceeded)?
         })

@@ -15,6 +15,8 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
+use ramstore_clock::Clock;
+
 use crate::conns::{ConnHandle, ConnLimits, ConnTable};
 use crate::frame_len;
 use crate::poller::Poller;
@@ -184,41 +186,52 @@ pub async fn serve_with_poller<S: Service>(
                         poller,
                     ));
                 } else if let Ok(permit) = refusing.clone().try_acquire_owned() {
+                    let clock = table.clock().clone();
                     tokio::spawn(async move {
-                        refuse_connection(stream, service).await;
+                        refuse_connection(stream, service, &clock).await;
                         drop(permit);
                     });
                 }
                 // else: dropping `stream` closes it at once.
             }
             // Out of file descriptors and the like: back off instead of spinning.
-            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            Err(_) => {
+                table
+                    .clock()
+                    .sleep(std::time::Duration::from_millis(10))
+                    .await
+            }
         }
     }
 }
 
 /// Reads the first request of a connection over the limit, answers it with
 /// [`Service::refuse`] and closes the connection.
-async fn refuse_connection<S: Service>(mut stream: TcpStream, service: Arc<S>) {
+async fn refuse_connection<S: Service>(
+    mut stream: TcpStream,
+    service: Arc<S>,
+    clock: &Arc<dyn Clock>,
+) {
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let deadline = std::time::Duration::from_millis(REFUSAL_READ_TIMEOUT_MS);
-    let frame_end = tokio::time::timeout(deadline, async {
-        loop {
-            match frame_len(&buf) {
-                Ok(Some(len)) if buf.len() >= len => return Some(len),
-                // A frame larger than one read buffer is not worth reading to refuse
-                // it: answer from its header alone.
-                Ok(Some(_)) if buf.len() >= READ_BUFFER_BYTES => return Some(buf.len()),
-                Ok(_) => {}
-                Err(_) => return None,
+    let frame_end = clock
+        .timeout(deadline, async {
+            loop {
+                match frame_len(&buf) {
+                    Ok(Some(len)) if buf.len() >= len => return Some(len),
+                    // A frame larger than one read buffer is not worth reading to refuse
+                    // it: answer from its header alone.
+                    Ok(Some(_)) if buf.len() >= READ_BUFFER_BYTES => return Some(buf.len()),
+                    Ok(_) => {}
+                    Err(_) => return None,
+                }
+                match stream.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(_) => {}
+                }
             }
-            match stream.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await;
+        })
+        .await;
     if let Ok(Some(len)) = frame_end {
         let mut out = Vec::new();
         service.refuse(&buf[..len], &mut out);
@@ -364,7 +377,7 @@ async fn serve_connection<S: Service>(
                         acquire.await
                     } else {
                         let limit = std::time::Duration::from_millis(request_timeout_ms);
-                        match tokio::time::timeout(limit, acquire).await {
+                        match conn.clock().timeout(limit, acquire).await {
                             Ok(permit) => permit,
                             // No budget within the request timeout: drop the
                             // connection as the sweeper would.

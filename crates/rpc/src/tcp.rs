@@ -12,6 +12,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Mutex};
 
+use ramstore_clock::{system_clock, Clock};
+
 use crate::transport::{CallFuture, RpcError, Transport};
 use crate::{frame_len, request_id, set_request_id};
 
@@ -30,9 +32,10 @@ struct Connection {
 }
 
 impl Connection {
-    async fn open(addr: &str) -> Result<Arc<Self>, RpcError> {
+    async fn open(addr: &str, clock: &Arc<dyn Clock>) -> Result<Arc<Self>, RpcError> {
         let connect = TcpStream::connect(addr);
-        let stream = tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect)
+        let stream = clock
+            .timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect)
             .await
             .map_err(|_| RpcError::ConnectFailed {
                 addr: addr.to_string(),
@@ -58,7 +61,14 @@ impl Connection {
         }))
     }
 
-    async fn call(&self, mut frame: Vec<u8>, deadline: Duration) -> Result<Bytes, RpcError> {
+    /// Sends `frame` and waits for its answer for at most `deadline` of `clock`
+    /// (the timer is armed inline: no allocation, R§5.2's fast path).
+    async fn call(
+        &self,
+        mut frame: Vec<u8>,
+        deadline: Duration,
+        clock: &Arc<dyn Clock>,
+    ) -> Result<Bytes, RpcError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         set_request_id(&mut frame, id);
         let (tx, rx) = oneshot::channel();
@@ -66,10 +76,11 @@ impl Connection {
         if deadline >= crate::NO_DEADLINE {
             return self.call_without_deadline(id, &frame, rx).await;
         }
-        let sent = tokio::time::timeout(deadline, async {
-            self.writer.lock().await.write_all(&frame).await
-        })
-        .await;
+        let sent = clock
+            .timeout(deadline, async {
+                self.writer.lock().await.write_all(&frame).await
+            })
+            .await;
         match sent {
             Ok(Ok(())) => {}
             Ok(Err(_)) => {
@@ -82,7 +93,7 @@ impl Connection {
                 return Err(RpcError::DeadlineExceeded);
             }
         }
-        match tokio::time::timeout(deadline, rx).await {
+        match clock.timeout(deadline, rx).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(_)) => Err(RpcError::ConnectionClosed(self.addr.clone())),
             Err(_) => {
@@ -185,14 +196,30 @@ impl Slot {
 }
 
 /// A [`Transport`] over TCP with one cached connection per server address.
-#[derive(Default)]
 pub struct TcpTransport {
     slots: parking_lot::Mutex<HashMap<String, Arc<Slot>>>,
+    /// The clock call deadlines and connect timeouts run on.
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for TcpTransport {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl TcpTransport {
+    /// A transport whose deadlines run on the system clock.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_clock(system_clock())
+    }
+
+    /// A transport whose deadlines run on `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            slots: parking_lot::Mutex::default(),
+            clock,
+        }
     }
 
     async fn connection(&self, addr: &str) -> Result<Arc<Connection>, RpcError> {
@@ -210,7 +237,7 @@ impl TcpTransport {
         if let Some(c) = slot.live() {
             return Ok(c);
         }
-        let c = Connection::open(addr).await?;
+        let c = Connection::open(addr, &self.clock).await?;
         *slot.connection.lock() = Some(c.clone());
         Ok(c)
     }
@@ -221,7 +248,7 @@ impl Transport for TcpTransport {
         Box::pin(async move {
             let connection = self.connection(addr).await?;
             // A closed connection is replaced on the next call (`Slot::live`).
-            connection.call(frame, deadline).await
+            connection.call(frame, deadline, &self.clock).await
         })
     }
 }

@@ -32,9 +32,11 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ramstore_client::{Client, ClientOptions};
+use ramstore_clock::{Clock, Rng};
 use ramstore_log::entry::{parse_entry, Entry, EntryError};
 use ramstore_rpc::{TcpTransport, Transport};
 use ramstore_wire::{decode_response, encode_request, Request, Response};
@@ -136,13 +138,14 @@ pub fn take_clean_stop(dir: &Path) -> Result<Option<u64>, ColdStartError> {
 /// stopping cleanly (`Leave`), so it recovers its data at once and reports it as
 /// a restart (R§7). Waits at most [`LEAVE_DEADLINE_MS`]; returns whether a
 /// coordinator acknowledged. Best effort: a stop goes on either way, and the
-/// record in the directory ([`record_clean_stop`]) tells the next start.
-pub async fn leave(coordinator: &str, server_id: u64) -> bool {
+/// record in the directory ([`record_clean_stop`]) tells the next start. The
+/// deadline runs on `clock`.
+pub async fn leave(coordinator: &str, server_id: u64, clock: &Arc<dyn Clock>) -> bool {
     let mut frame = Vec::new();
     if encode_request(0, &Request::Leave { server_id }, &mut frame).is_err() {
         return false;
     }
-    let transport = TcpTransport::new();
+    let transport = TcpTransport::with_clock(clock.clone());
     let deadline = Duration::from_millis(LEAVE_DEADLINE_MS);
     let ask = async {
         for address in coordinator
@@ -158,7 +161,7 @@ pub async fn leave(coordinator: &str, server_id: u64) -> bool {
         }
         false
     };
-    tokio::time::timeout(deadline, ask).await.unwrap_or(false)
+    clock.timeout(deadline, ask).await.unwrap_or(false)
 }
 
 /// Writes `name` in `dir` atomically: a temporary file, fsync, rename, and an
@@ -305,22 +308,28 @@ fn ours<'s>(stats: &'s str, identity: &Identity) -> Option<&'s str> {
 /// The id this server should name as the one it replaces: its previous run's,
 /// if the coordinator at `coordinator` still lists that run (see the module
 /// doc); 0 for none. `stopped_cleanly`: the previous run recorded a clean stop;
-/// if the coordinator still lists it up, it is told now ([`leave`]).
+/// if the coordinator still lists it up, it is told now ([`leave`]). Waits and
+/// the client run on `clock` and `rng`.
 pub async fn replaced_id(
     coordinator: &str,
     identity: &Identity,
     stopped_cleanly: bool,
+    clock: &Arc<dyn Clock>,
+    rng: &Arc<dyn Rng>,
 ) -> Result<u64, ColdStartError> {
     let old_id = identity.server_id;
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(COORDINATOR_WAIT_MS);
+    let deadline = clock.deadline_after(Duration::from_millis(COORDINATOR_WAIT_MS));
     let coord_err = |reason: String| ColdStartError::Coordinator { old_id, reason };
+    let options = ClientOptions {
+        clock: clock.clone(),
+        rng: rng.clone(),
+        ..ClientOptions::new(coordinator)
+    };
     let client = loop {
-        match Client::connect(ClientOptions::new(coordinator)).await {
+        match Client::connect(options.clone()).await {
             Ok(c) => break c,
-            Err(e) if tokio::time::Instant::now() >= deadline => {
-                return Err(coord_err(e.to_string()))
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(ASK_AGAIN_MS)).await,
+            Err(e) if clock.now() >= deadline => return Err(coord_err(e.to_string())),
+            Err(_) => clock.sleep(Duration::from_millis(ASK_AGAIN_MS)).await,
         }
     };
     let stats = client
@@ -328,7 +337,7 @@ pub async fn replaced_id(
         .await
         .map_err(|e| coord_err(e.to_string()))?;
     if let Some(state) = ours(&stats, identity) {
-        if stopped_cleanly && state == "up" && !leave(coordinator, old_id).await {
+        if stopped_cleanly && state == "up" && !leave(coordinator, old_id, clock).await {
             tracing::info!(
                 old_id,
                 "restart: the coordinator did not acknowledge the previous run's clean stop; it recovers that run as a crash"

@@ -40,16 +40,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use ramstore_clock::{Clock, Interval};
 use ramstore_rpc::server::SlowFuture;
 use ramstore_rpc::Transport;
 use ramstore_wire::{
     decode_response, encode_request, encode_response, ErrorBody, Opcode, Request, Response,
     ServerListEntries, ServerStatus, Status, WireError,
 };
-use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
-use tokio::time::MissedTickBehavior;
+use rand::Rng;
 
 use crate::storage_service::StorageService;
 
@@ -139,19 +138,19 @@ struct Monitor {
     config: MonitorConfig,
 }
 
-impl Default for FailureState {
-    fn default() -> Self {
+impl FailureState {
+    /// A server's state: not a zombie, not monitored, no lease; `origin` is now
+    /// on the clock of the instants it will be given.
+    pub fn new(origin: Instant) -> Self {
         Self {
             zombie: AtomicBool::new(false),
             hook: OnceLock::new(),
             monitor: OnceLock::new(),
-            origin: Instant::now(),
+            origin,
             lease_until_ms: AtomicU64::new(0),
         }
     }
-}
 
-impl FailureState {
     fn ms_since_origin(&self, at: Instant) -> u64 {
         u64::try_from(at.saturating_duration_since(self.origin).as_millis()).unwrap_or(u64::MAX)
     }
@@ -326,7 +325,7 @@ impl StorageService {
         Box::pin(async move {
             let answered = match this.failure.monitor.get() {
                 Some(m) => {
-                    let nonce = rand::random();
+                    let nonce = this.rng.next_u64();
                     let timeout = Duration::from_millis(m.config.ping_timeout_ms);
                     let me = this.server_id();
                     let got = ping(&*m.transport, &address, server_id, me, nonce, timeout).await;
@@ -382,16 +381,15 @@ pub fn start(
     })
 }
 
-/// A ticker every `ms`; a late tick delays the next ones (no bursts to catch up).
-fn every(ms: u64) -> tokio::time::Interval {
-    let mut tick = tokio::time::interval(Duration::from_millis(ms));
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    tick
+/// A ticker every `ms` of `clock`; a late tick delays the next ones (no bursts
+/// to catch up).
+fn every(clock: &Arc<dyn Clock>, ms: u64) -> Interval {
+    ramstore_clock::interval(clock, Duration::from_millis(ms))
 }
 
 /// Waits for the next tick at which the server is enlisted: its id, or `None` once
 /// it is a zombie (the caller stops).
-async fn next_round(tick: &mut tokio::time::Interval, service: &StorageService) -> Option<u64> {
+async fn next_round(tick: &mut Interval, service: &StorageService) -> Option<u64> {
     loop {
         tick.tick().await;
         if service.is_zombie() {
@@ -422,12 +420,13 @@ async fn keep_lease(
     coordinator: String,
     config: MonitorConfig,
 ) {
-    let mut tick = every(config.ping_interval_ms);
+    let clock = service.clock.clone();
+    let mut tick = every(&clock, config.ping_interval_ms);
     while let Some(me) = next_round(&mut tick, &service).await {
         // The lease counts from here: the grant is given after this instant.
-        let sent = Instant::now();
+        let sent = clock.now();
         let renew = Request::RenewLease { caller_id: me };
-        let answer = coordinator_answer(&*transport, &coordinator, &renew).await;
+        let answer = coordinator_answer(&clock, &*transport, &coordinator, &renew).await;
         match answer.as_deref().map(decode_response) {
             Some(Ok((h, Response::RenewLease { lease_ms }))) if h.status == Status::Ok => {
                 if lease_ms > 0 {
@@ -450,9 +449,11 @@ async fn run(
     coordinator: String,
     config: MonitorConfig,
 ) {
-    let mut rng = StdRng::from_entropy();
+    // This task's own generator, seeded from the server's source.
+    let mut rng = service.rng.seed_std();
+    let clock = service.clock.clone();
     let timeout = Duration::from_millis(config.ping_timeout_ms);
-    let mut tick = every(config.ping_interval_ms);
+    let mut tick = every(&clock, config.ping_interval_ms);
     while let Some(me) = next_round(&mut tick, &service).await {
         // (b) The backups refuse this master: the coordinator declared it crashed.
         if service.replicas().is_some_and(|m| m.is_fenced()) {
@@ -477,7 +478,7 @@ async fn run(
                             caller_id: me,
                             server_id: *peer,
                         };
-                        call_coordinator(&*transport, &coordinator, &report).await
+                        call_coordinator(&clock, &*transport, &coordinator, &report).await
                     }
                     other => other,
                 }
@@ -488,7 +489,7 @@ async fn run(
                     nonce,
                     caller_id: me,
                 };
-                call_coordinator(&*transport, &coordinator, &status).await
+                call_coordinator(&clock, &*transport, &coordinator, &status).await
             }
         };
         if outcome == Pinged::NotUp {
@@ -503,11 +504,12 @@ async fn run(
 /// are listed); `NotUp` if it says this server is not UP, `Answered` for any other
 /// answer, `Failed` if none answered in time.
 async fn call_coordinator(
+    clock: &Arc<dyn Clock>,
     transport: &dyn Transport,
     coordinator: &str,
     request: &Request<'_>,
 ) -> Pinged {
-    let Some(bytes) = coordinator_answer(transport, coordinator, request).await else {
+    let Some(bytes) = coordinator_answer(clock, transport, coordinator, request).await else {
         return Pinged::Failed;
     };
     match decode_response(&bytes) {
@@ -518,8 +520,9 @@ async fn call_coordinator(
 
 /// The response frame to `request` of the first address in `coordinator`
 /// (separated by commas, tried in order) that answers at all, all within
-/// [`COORDINATOR_CALL_DEADLINE_MS`]; `None` if none does in time.
+/// [`COORDINATOR_CALL_DEADLINE_MS`] of `clock`; `None` if none does in time.
 async fn coordinator_answer(
+    clock: &Arc<dyn Clock>,
     transport: &dyn Transport,
     coordinator: &str,
     request: &Request<'_>,
@@ -539,7 +542,7 @@ async fn coordinator_answer(
         }
         None
     };
-    tokio::time::timeout(deadline, first).await.ok().flatten()
+    clock.timeout(deadline, first).await.ok().flatten()
 }
 
 #[cfg(test)]
@@ -569,14 +572,16 @@ mod tests {
 
     #[test]
     fn unconfirmed_only_when_monitoring_and_outside_the_lease() {
-        let state = FailureState::default();
-        let later = Instant::now() + Duration::from_secs(3_600);
+        let clock = ramstore_clock::ManualClock::new();
+        let state = FailureState::new(clock.now());
+        clock.advance(Duration::from_secs(1));
+        let later = clock.now() + Duration::from_secs(3_600);
         assert!(!state.unconfirmed(later), "not monitoring: never");
         let _ = state.monitor.set(Monitor {
             transport: Arc::new(ramstore_rpc::LocalTransport::new()),
             config: MonitorConfig::default(),
         });
-        let now = Instant::now();
+        let now = clock.now();
         assert!(state.unconfirmed(now), "monitoring, never granted: wait");
         state.extend_lease(now, 500);
         assert!(!state.unconfirmed(now + Duration::from_millis(499)));

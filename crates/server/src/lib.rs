@@ -34,6 +34,16 @@
 //! resident memory split into the log, the hash table and everything else
 //! ([`resident`]).
 //!
+//! Time and randomness: [`ServerOptions::clock`] and [`ServerOptions::rng`]
+//! (`ramstore_clock`; the system's in the `ramstore` binary) are the only sources.
+//! The clock becomes the store's (`StoreConfig::clock`), and everything else takes
+//! it from there or from the options: the service's request timing, leases and
+//! full-log record ([`StorageService::clock`]), the replica manager, the failure
+//! monitor, recovery, cold start, the connection limits, the transports and the
+//! Redis front end. The request path reads the clock twice per request (a dynamic
+//! call, no lock, no allocation); a write's replication deadline holds tokio's timer
+//! inline.
+//!
 //! Durability: the master's writes live in this process's DRAM until the master
 //! replicates to backups (the replica manager, issue 4); `GetServerStats` says
 //! `durability=dram-only`. What the backup half makes durable, and when, is

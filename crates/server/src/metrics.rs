@@ -250,8 +250,13 @@ pub fn render_store(stats: &ramstore_master::StoreStats, out: &mut String) {
 /// is full) in Prometheus text: the NO_SPACE answers so far, and 1 while every
 /// write since the last accepted one was refused, with for how long. Clients retry
 /// NO_SPACE for a while, so without these a full log shows only as slow writes.
-pub fn render_full_log(full_log: &crate::storage_service::FullLog, out: &mut String) {
-    let refusing = full_log.refusing_for(std::time::Instant::now());
+/// `now` is the time on the master's clock.
+pub fn render_full_log(
+    full_log: &crate::storage_service::FullLog,
+    now: std::time::Instant,
+    out: &mut String,
+) {
+    let refusing = full_log.refusing_for(now);
     let _ = writeln!(
         out,
         "# HELP ramstore_no_space_answers_total Updates answered NO_SPACE (the log was full).\n\
@@ -326,13 +331,14 @@ pub fn render_backup(stats: &ramstore_backup::BackupStats, out: &mut String) {
 mod tests {
     #[test]
     fn render_full_log_shows_refusing_writes() {
-        let full_log = crate::storage_service::FullLog::new(std::time::Duration::from_secs(3));
+        let now = ramstore_clock::ManualClock::new().origin();
+        let full_log = crate::storage_service::FullLog::new(std::time::Duration::from_secs(3), now);
         let mut out = String::new();
-        render_full_log(&full_log, &mut out);
+        render_full_log(&full_log, now, &mut out);
         assert!(out.contains("\nramstore_refusing_writes 0\n"), "{out}");
-        full_log.refused(std::time::Instant::now());
+        full_log.refused(now);
         let mut out = String::new();
-        render_full_log(&full_log, &mut out);
+        render_full_log(&full_log, now, &mut out);
         assert!(out.contains("\nramstore_refusing_writes 1\n"), "{out}");
         assert!(
             out.contains("\nramstore_no_space_answers_total 1\n"),

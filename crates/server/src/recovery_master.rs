@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ramstore_backup::{BackupClient, BackupClientError};
+use ramstore_clock::Clock;
 use ramstore_log::entry::{parse_entry, Entry};
 use ramstore_master::{ObjectStore, WriteError};
 use ramstore_wire::{RecoveryItem, Request};
@@ -179,8 +180,9 @@ impl Replay {
                     if self.tombstoned(o.table_id, o.key, o.version) {
                         continue;
                     }
-                    let applied =
-                        with_space(|| store.replay_object(o.table_id, o.key, o.value, o.version))?;
+                    let applied = with_space(store.clock(), || {
+                        store.replay_object(o.table_id, o.key, o.value, o.version)
+                    })?;
                     self.counts.applied += u64::from(applied);
                 }
                 Entry::Tombstone(t) => {
@@ -193,7 +195,9 @@ impl Replay {
                             table.insert(t.key.to_vec(), t.version);
                         }
                     }
-                    with_space(|| store.replay_tombstone(t.table_id, t.key, t.version))?;
+                    with_space(store.clock(), || {
+                        store.replay_tombstone(t.table_id, t.key, t.version)
+                    })?;
                 }
                 Entry::SafeVersion(v) => self.max_version = self.max_version.max(v.version),
                 Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::TabletStats(_) => {}
@@ -212,14 +216,18 @@ impl Replay {
     }
 }
 
-/// Runs `op`, retrying while the log answers NO_SPACE (bounded).
-fn with_space(mut op: impl FnMut() -> Result<bool, WriteError>) -> Result<bool, String> {
-    let deadline = std::time::Instant::now() + Duration::from_millis(NO_SPACE_PATIENCE_MS);
+/// Runs `op`, retrying while the log answers NO_SPACE (bounded, on the store's
+/// `clock`).
+fn with_space(
+    clock: &Arc<dyn Clock>,
+    mut op: impl FnMut() -> Result<bool, WriteError>,
+) -> Result<bool, String> {
+    let deadline = clock.deadline_after(Duration::from_millis(NO_SPACE_PATIENCE_MS));
     loop {
         match op() {
             Ok(applied) => return Ok(applied),
-            Err(WriteError::NoSpace) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(1));
+            Err(WriteError::NoSpace) if clock.now() < deadline => {
+                clock.sleep_blocking(Duration::from_millis(1));
             }
             Err(e) => return Err(e.to_string()),
         }
@@ -237,7 +245,8 @@ pub async fn recover<S>(
 where
     S: AsRef<ObjectStore> + Send + Sync + 'static,
 {
-    let started = std::time::Instant::now();
+    let clock = owner.as_ref().as_ref().clock().clone();
+    let started = clock.now();
     for &(table_id, start_hash, end_hash) in &job.tablets {
         // Not served until the coordinator hands it over (TakeTabletOwnership).
         let store = owner.as_ref().as_ref();
@@ -261,7 +270,7 @@ where
             bytes = counts.bytes,
             replay_us = counts.replay_micros,
             replay_cpu_us = counts.replay_cpu_micros,
-            elapsed_ms = started.elapsed().as_millis() as u64,
+            elapsed_ms = clock.elapsed(started).as_millis() as u64,
             "recovered a partition"
         ),
         Err(e) => {
@@ -290,14 +299,17 @@ async fn fetch_and_replay<S>(
 where
     S: AsRef<ObjectStore> + Send + Sync + 'static,
 {
+    let clock = owner.as_ref().as_ref().clock().clone();
     let mut sources = job.sources.iter().cloned();
     let mut fetches: JoinSet<(u64, Result<Bytes, String>)> = JoinSet::new();
     let spawn_fetch = |fetches: &mut JoinSet<_>, (segment_id, holders): (u64, Vec<String>)| {
         let backups = backups.clone();
+        let clock = clock.clone();
         let (crashed_id, recovery_id, partition_id) =
             (job.crashed_id, job.recovery_id, job.partition_id);
         fetches.spawn(async move {
             let fetched = fetch(
+                &clock,
                 &backups,
                 &holders,
                 crashed_id,
@@ -324,11 +336,12 @@ where
         }
         // Replay is CPU work: off the runtime's threads, one bucket at a time.
         let owner = Arc::clone(owner);
+        let clock = clock.clone();
         replay = tokio::task::spawn_blocking(move || {
-            let started = std::time::Instant::now();
+            let started = clock.now();
             let cpu_started = ramstore_log::thread_cpu_ns();
             let applied = replay.apply(owner.as_ref().as_ref(), &bytes);
-            replay.counts.replay_micros += started.elapsed().as_micros() as u64;
+            replay.counts.replay_micros += clock.elapsed(started).as_micros() as u64;
             replay.counts.replay_cpu_micros +=
                 ramstore_log::thread_cpu_ns().saturating_sub(cpu_started) / 1000;
             (replay, applied)
@@ -348,14 +361,14 @@ where
     if let Some(manager) = replicas {
         // Everything replayed is in the log up to the current head: wait until it
         // is on R backups (R§7.6) before the coordinator hands out the tablets.
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(DURABILITY_PATIENCE_MS);
+        let deadline = clock.deadline_after(Duration::from_millis(DURABILITY_PATIENCE_MS));
         loop {
             match manager.wait_durable(manager.sync_point()).await {
                 Ok(()) => break,
                 Err(
                     crate::replica_manager::ReplicationError::Timeout
                     | crate::replica_manager::ReplicationError::BackupsFull,
-                ) if tokio::time::Instant::now() < deadline => continue,
+                ) if clock.now() < deadline => continue,
                 Err(e) => return Err(RecoveryError::Replication(e.to_string())),
             }
         }
@@ -365,6 +378,7 @@ where
 
 /// Fetches one bucket from the first holder that serves it.
 async fn fetch(
+    clock: &Arc<dyn Clock>,
     backups: &BackupClient,
     holders: &[String],
     crashed_id: u64,
@@ -372,7 +386,7 @@ async fn fetch(
     segment_id: u64,
     partition_id: u32,
 ) -> Result<Bytes, String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(FETCH_PATIENCE_MS);
+    let deadline = clock.deadline_after(Duration::from_millis(FETCH_PATIENCE_MS));
     let mut last_error = String::from("no backup holds it");
     for address in holders {
         loop {
@@ -381,10 +395,10 @@ async fn fetch(
                 .await
             {
                 Ok(bytes) => return Ok(bytes),
-                Err(BackupClientError::Retry { delay_ms, .. })
-                    if tokio::time::Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_millis(u64::from(delay_ms.max(1)))).await;
+                Err(BackupClientError::Retry { delay_ms, .. }) if clock.now() < deadline => {
+                    clock
+                        .sleep(Duration::from_millis(u64::from(delay_ms.max(1))))
+                        .await;
                 }
                 Err(e) => {
                     last_error = e.to_string();

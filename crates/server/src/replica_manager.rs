@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use parking_lot::{Condvar, Mutex};
 use ramstore_backup::{BackupClient, BackupClientError};
+use ramstore_clock::Clock;
 use ramstore_log::{ReplicaSink, SegmentRole, SEGMENT_BYTES};
 use ramstore_master::LogHandle;
 use ramstore_wire::BackupWriteFlags;
@@ -295,6 +296,8 @@ pub struct ReplicaManager {
     log: std::sync::OnceLock<LogHandle>,
     client: BackupClient,
     rng: Mutex<StdRng>,
+    /// The time rounds, retries, checks and durability waits run on.
+    clock: Arc<dyn Clock>,
     /// Mirror of `State::fenced`, readable without the state lock.
     fenced: AtomicBool,
     /// Pause between replica checks in ms; 0: no periodic checks.
@@ -311,9 +314,15 @@ impl std::fmt::Debug for ReplicaManager {
 
 impl ReplicaManager {
     /// A manager keeping `replicas` copies of each segment (1..=[`MAX_REPLICAS`]),
-    /// talking to backups through `client`. Nothing is sent before
-    /// [`ReplicaManager::start`].
-    pub fn new(replicas: usize, client: BackupClient, seed: u64) -> Arc<Self> {
+    /// talking to backups through `client`, placing replicas with a generator
+    /// seeded with `seed`, and timing everything on `clock`. Nothing is sent
+    /// before [`ReplicaManager::start`].
+    pub fn new(
+        replicas: usize,
+        client: BackupClient,
+        seed: u64,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Self> {
         assert!((1..=MAX_REPLICAS).contains(&replicas));
         Arc::new(Self {
             replicas,
@@ -324,6 +333,7 @@ impl ReplicaManager {
             log: std::sync::OnceLock::new(),
             client,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            clock,
             fenced: AtomicBool::new(false),
             check_interval_ms: AtomicU64::new(DEFAULT_REPLICA_CHECK_INTERVAL_MS),
         })
@@ -424,7 +434,10 @@ impl ReplicaManager {
     /// Writers arriving while it is in flight wait, and the next of them sends
     /// everything appended meanwhile (group commit).
     pub async fn wait_durable(&self, point: (u64, usize)) -> Result<(), ReplicationError> {
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(REPLICATION_WAIT_MS);
+        // On the write path: the deadline's timer is held inline (no allocation).
+        let deadline = self
+            .clock
+            .deadline_after(Duration::from_millis(REPLICATION_WAIT_MS));
         loop {
             let notified = self.durable_changed.notified();
             tokio::pin!(notified);
@@ -439,7 +452,7 @@ impl ReplicaManager {
                 self.run_round(round).await;
                 continue;
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            if self.clock.timeout_at(deadline, notified).await.is_err() {
                 return if self.is_durable(point) {
                     Ok(())
                 } else {
@@ -454,7 +467,7 @@ impl ReplicaManager {
     fn why_not_durable(&self) -> ReplicationError {
         let wait = Duration::from_millis(REPLICATION_WAIT_MS);
         match self.state.lock().refused_full_at {
-            Some(at) if at.elapsed() <= wait => ReplicationError::BackupsFull,
+            Some(at) if self.clock.elapsed(at) <= wait => ReplicationError::BackupsFull,
             _ => ReplicationError::Timeout,
         }
     }
@@ -513,10 +526,10 @@ impl ReplicaManager {
             // Heads are driven by their waiting writers; bytes nobody waits for
             // (a writer that timed out) are swept up here soon after.
             let sweep = (!self.state.lock().dirty.is_empty())
-                .then(|| Instant::now() + Duration::from_millis(SWEEP_MS));
+                .then(|| self.clock.now() + Duration::from_millis(SWEEP_MS));
             match retry_at.into_iter().chain(sweep).chain(check_at).min() {
                 Some(at) => {
-                    let _ = tokio::time::timeout_at(at.into(), notified).await;
+                    let _ = self.clock.timeout_at(at, notified).await;
                 }
                 None => notified.await,
             }
@@ -533,7 +546,7 @@ impl ReplicaManager {
             // A check in flight wakes the replicator when it ends.
             return (None, None);
         }
-        let now = Instant::now();
+        let now = self.clock.now();
         let interval = Duration::from_millis(interval_ms);
         let due = *st.next_check_at.get_or_insert(now + interval);
         if due > now {
@@ -575,11 +588,11 @@ impl ReplicaManager {
     async fn run_check(self: Arc<Self>, check: Check) {
         let list = self.client.get_replicas(&check.address, check.master_id);
         let deadline = Duration::from_millis(REPLICA_CHECK_DEADLINE_MS);
-        let answer = tokio::time::timeout(deadline, list).await;
+        let answer = self.clock.timeout(deadline, list).await;
         let interval = Duration::from_millis(self.check_interval_ms.load(Ordering::Relaxed));
         let mut st = self.state.lock();
         st.checking = false;
-        st.next_check_at = Some(Instant::now() + interval);
+        st.next_check_at = Some(self.clock.now() + interval);
         let held = match answer {
             Ok(Ok(held)) => held,
             Ok(Err(e)) => {
@@ -647,7 +660,7 @@ impl ReplicaManager {
             .segments
             .get(&segment_id)?
             .retry_at
-            .is_some_and(|at| at > Instant::now());
+            .is_some_and(|at| at > self.clock.now());
         if st.master_id == 0 || waiting {
             return None;
         }
@@ -655,7 +668,7 @@ impl ReplicaManager {
             Planned::Round(r) => Some(r),
             Planned::Nothing => None,
             Planned::Retry => {
-                let at = Instant::now() + Duration::from_millis(RETRY_BACKOFF_MS);
+                let at = self.clock.now() + Duration::from_millis(RETRY_BACKOFF_MS);
                 if let Some(s) = st.segments.get_mut(&segment_id) {
                     s.retry_at = Some(at);
                 }
@@ -674,7 +687,7 @@ impl ReplicaManager {
         if st.master_id == 0 {
             return (Vec::new(), Vec::new(), false, None);
         }
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut rounds = Vec::new();
         let mut retry_at: Option<Instant> = None;
         let deadline = Duration::from_millis(ROUND_DEADLINE_MS);
@@ -775,7 +788,7 @@ impl ReplicaManager {
         }
         seg.in_flight = true;
         let cancel = Arc::new(Notify::new());
-        seg.round = Some((Instant::now(), cancel.clone()));
+        seg.round = Some((self.clock.now(), cancel.clone()));
         let from = sends.iter().map(|s| s.from).min().unwrap_or(0);
         Planned::Round(Round {
             master_id: st.master_id,
@@ -1006,7 +1019,7 @@ impl ReplicaManager {
                 || seg.role != SegmentRole::Head
                 || round.sends.iter().any(|s| s.flags.open);
             if retry {
-                seg.retry_at = Some(Instant::now() + Duration::from_millis(RETRY_BACKOFF_MS));
+                seg.retry_at = Some(self.clock.now() + Duration::from_millis(RETRY_BACKOFF_MS));
             }
             st.fenced = fenced;
             if fenced {
@@ -1028,7 +1041,7 @@ impl ReplicaManager {
                 }
             }
             if !full.is_empty() {
-                st.refused_full_at = Some(Instant::now());
+                st.refused_full_at = Some(self.clock.now());
             }
             for backup in full {
                 drop_replica(&mut st, round.segment_id, backup, false);
@@ -1072,7 +1085,9 @@ impl ReplicaManager {
     async fn free(&self, backup: u64, address: String, segment_id: u64) {
         let master_id = self.state.lock().master_id;
         let free = self.client.free(&address, master_id, segment_id);
-        let result = tokio::time::timeout(Duration::from_millis(FREE_DEADLINE_MS), free)
+        let result = self
+            .clock
+            .timeout(Duration::from_millis(FREE_DEADLINE_MS), free)
             .await
             .unwrap_or(Err(BackupClientError::Unreachable {
                 addr: address.clone(),
@@ -1332,8 +1347,11 @@ impl ReplicaSink for ReplicaManager {
             if done || st.stopping {
                 return;
             }
-            self.closed
-                .wait_for(&mut st, Duration::from_millis(SYNC_CLOSED_POLL_MS));
+            self.clock.wait_for(
+                &self.closed,
+                &mut st,
+                Duration::from_millis(SYNC_CLOSED_POLL_MS),
+            );
         }
     }
 

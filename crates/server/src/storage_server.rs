@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ramstore_backup::{BackupConfig, BackupError, SyncMode, FRAME_SEGMENT_BYTES};
+use ramstore_clock::{system_clock, system_rng, Clock, Rng};
 use ramstore_master::{ObjectStore, StoreConfig};
 use ramstore_rpc::{serve_with_poller, ConnLimits, ConnTable, Poller, TcpTransport, Transport};
 use ramstore_wire::{
@@ -117,6 +118,13 @@ pub struct ServerOptions {
     /// How long a client connection may sit idle before it is closed, on the
     /// native and Redis ports (`--idle-timeout-ms`; 0: never).
     pub idle_timeout_ms: u64,
+    /// The clock everything in the server runs on: its store, request timing,
+    /// leases, pings, replication, recovery and connection limits (default: the
+    /// system clock; a simulation gives its own).
+    pub clock: Arc<dyn Clock>,
+    /// Where the server's random choices come from: ping peers and nonces,
+    /// replica placement, client jitter (default: the system's).
+    pub rng: Arc<dyn Rng>,
 }
 
 impl ServerOptions {
@@ -149,6 +157,8 @@ impl ServerOptions {
             replica_check_interval_ms: crate::replica_manager::DEFAULT_REPLICA_CHECK_INTERVAL_MS,
             request_timeout_ms: ramstore_rpc::conns::DEFAULT_REQUEST_TIMEOUT_MS,
             idle_timeout_ms: ramstore_rpc::conns::DEFAULT_IDLE_TIMEOUT_MS,
+            clock: system_clock(),
+            rng: system_rng(),
         }
     }
 
@@ -270,7 +280,7 @@ impl StartedServer {
     pub async fn leave(mut self) {
         self.stop_serving();
         let id = self.service.server_id();
-        if id != 0 && !cold_start::leave(&self.coordinator, id).await {
+        if id != 0 && !cold_start::leave(&self.coordinator, id, self.service.clock()).await {
             tracing::info!(
                 "the coordinator did not acknowledge the clean stop; the next start tells it"
             );
@@ -288,16 +298,20 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         return Err(ServerError::Replicas(options.replicas));
     }
     options.monitor.validate().map_err(ServerError::Monitor)?;
+    let clock = options.clock.clone();
     let manager = (options.replicas > 0).then(|| {
         // Rounds are bounded by the replica manager, not per RPC (no timer per
         // replication RPC on the write path).
-        let client = BackupClient::new(Arc::new(TcpTransport::new()))
-            .with_rpc_deadline(ramstore_rpc::NO_DEADLINE);
-        let manager = ReplicaManager::new(options.replicas, client, rand::random());
+        let transport = TcpTransport::with_clock(clock.clone());
+        let client =
+            BackupClient::new(Arc::new(transport)).with_rpc_deadline(ramstore_rpc::NO_DEADLINE);
+        let seed = options.rng.next_u64();
+        let manager = ReplicaManager::new(options.replicas, client, seed, clock.clone());
         manager.set_replica_check_interval_ms(options.replica_check_interval_ms);
         manager
     });
     let mut store_config = StoreConfig::new(options.memory_bytes);
+    store_config.clock = clock.clone();
     if let Some(m) = &manager {
         store_config.replicas = m.clone();
     }
@@ -307,7 +321,7 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         None => None,
     };
     let backup_read_mbps = match backup.as_ref().and_then(BackupService::path) {
-        Some(path) => read_speed(path.to_path_buf()).await,
+        Some(path) => read_speed(path.to_path_buf(), clock.clone()).await,
         None => 0,
     };
     let services = Services {
@@ -318,14 +332,18 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     // Capped, so that a misconfigured wait cannot outlast the clients' deadlines.
     let no_space_wait =
         Duration::from_millis(options.no_space_wait_ms.min(crate::MAX_NO_SPACE_WAIT_MS));
-    let conns = ConnTable::new(ConnLimits {
-        max_connections: options.max_connections,
-        request_timeout_ms: options.request_timeout_ms,
-        idle_timeout_ms: options.idle_timeout_ms,
-    });
+    let conns = ConnTable::with_clock(
+        ConnLimits {
+            max_connections: options.max_connections,
+            request_timeout_ms: options.request_timeout_ms,
+            idle_timeout_ms: options.idle_timeout_ms,
+        },
+        clock.clone(),
+    );
     let mut service = StorageService::with_backup(store, backup)
         .with_no_space_wait(no_space_wait)
-        .with_conns(conns.clone());
+        .with_conns(conns.clone())
+        .with_rng(options.rng.clone());
     if let Some(m) = &manager {
         service = service.with_replicas(m.clone());
     }
@@ -333,10 +351,10 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     if options.prefault_memory {
         let owner = service.clone();
         tokio::task::spawn_blocking(move || {
-            let started = std::time::Instant::now();
+            let started = owner.clock().now();
             match owner.store().log().prefault_memory() {
                 Ok(()) => tracing::info!(
-                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    elapsed_ms = owner.clock().elapsed(started).as_millis() as u64,
                     "log memory faulted in"
                 ),
                 Err(e) => {
@@ -403,11 +421,13 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
                     "restart after a crash: the previous run did not stop cleanly; its data is recovered from the backups"
                 );
             }
-            cold_start::replaced_id(&options.coordinator, previous, clean).await?
+            cold_start::replaced_id(&options.coordinator, previous, clean, &clock, &options.rng)
+                .await?
         }
         _ => 0,
     };
     let server_id = enlist(
+        &clock,
         &options.coordinator,
         &Request::Enlist {
             replaces_server_id: replaces,
@@ -433,7 +453,7 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     // Randomized pings and zombie detection (R§7.2, R§7.11).
     tasks.push(failure_monitor::start(
         service.clone(),
-        Arc::new(TcpTransport::new()),
+        Arc::new(TcpTransport::with_clock(clock.clone())),
         options.coordinator.clone(),
         options.monitor,
         options.on_zombie.clone(),
@@ -479,6 +499,8 @@ async fn start_resp(
     let client = ramstore_client::Client::connect(ramstore_client::ClientOptions {
         // Forwarded writes give up on a full log as soon as local ones do.
         no_space_patience: no_space_wait,
+        clock: options.clock.clone(),
+        rng: options.rng.clone(),
         ..ramstore_client::ClientOptions::new(options.coordinator.clone())
     })
     .await
@@ -498,6 +520,7 @@ async fn start_resp(
         loop_poller: options.loop_poller.clone(),
         request_timeout_ms: options.request_timeout_ms,
         idle_timeout_ms: options.idle_timeout_ms,
+        clock: options.clock.clone(),
     };
     ramstore_resp::start(listen, backend, config)
         .await
@@ -585,14 +608,14 @@ pub const READ_SPEED_PROBE_BYTES: u64 = 32 << 20;
 
 /// Measures the backup disk's read speed off the async threads and logs it;
 /// 1 MB/s (the least) if it cannot be measured, so masters prefer other backups.
-async fn read_speed(path: PathBuf) -> u32 {
+async fn read_speed(path: PathBuf, clock: Arc<dyn Clock>) -> u32 {
     let shown = path.display().to_string();
     // Measured on a probe file written (and synced) next to the frames file: the
     // frames file's unwritten extents read as zeros without touching the disk.
     let probe = path.with_file_name(READ_SPEED_PROBE_FILE);
     let measured = tokio::task::spawn_blocking(move || {
         let result = write_probe(&probe, READ_SPEED_PROBE_WRITE_BYTES)
-            .and_then(|()| measure_read_mbps(&probe, READ_SPEED_PROBE_WRITE_BYTES));
+            .and_then(|()| measure_read_mbps(&probe, READ_SPEED_PROBE_WRITE_BYTES, &clock));
         let _ = std::fs::remove_file(&probe);
         result
     })
@@ -638,13 +661,18 @@ fn write_probe(path: &std::path::Path, bytes: u64) -> std::io::Result<()> {
 /// Regions of a preallocated file never written read as zeros without touching
 /// the disk, so a freshly formatted frames file can look faster than its disk;
 /// the figure only ranks backups (R§7.1), and errs towards the fastest disks.
-pub fn measure_read_mbps(path: &std::path::Path, max_bytes: u64) -> std::io::Result<u32> {
+/// Timed on `clock`.
+pub fn measure_read_mbps(
+    path: &std::path::Path,
+    max_bytes: u64,
+    clock: &Arc<dyn Clock>,
+) -> std::io::Result<u32> {
     use std::io::Read;
     let mut file = std::fs::File::open(path)?;
     let len = file.metadata()?.len().min(max_bytes);
     drop_cached_pages(&file, len);
     let mut buf = vec![0u8; 1 << 20];
-    let started = std::time::Instant::now();
+    let started = clock.now();
     let mut read = 0u64;
     while read < len {
         let want = usize::try_from(len - read).map_or(buf.len(), |n| n.min(buf.len()));
@@ -655,7 +683,7 @@ pub fn measure_read_mbps(path: &std::path::Path, max_bytes: u64) -> std::io::Res
             Err(e) => return Err(e),
         }
     }
-    Ok(mbps(read, started.elapsed()))
+    Ok(mbps(read, clock.elapsed(started)))
 }
 
 /// `bytes` in `elapsed` as MB/s, clamped to `1..=u32::MAX`.
@@ -693,8 +721,12 @@ fn drop_cached_pages(file: &std::fs::File, len: u64) {
 /// `coordinator` may list several addresses separated by commas (the active
 /// coordinator and its standbys, R§9): after a transport failure the next one is
 /// tried, round-robin.
-async fn enlist(coordinator: &str, request: &Request<'_>) -> Result<u64, ServerError> {
-    let transport = TcpTransport::new();
+async fn enlist(
+    clock: &Arc<dyn Clock>,
+    coordinator: &str,
+    request: &Request<'_>,
+) -> Result<u64, ServerError> {
+    let transport = TcpTransport::with_clock(clock.clone());
     let mut frame = Vec::new();
     encode_request(0, request, &mut frame).map_err(|e| ServerError::Enlist {
         addr: coordinator.into(),
@@ -706,9 +738,9 @@ async fn enlist(coordinator: &str, request: &Request<'_>) -> Result<u64, ServerE
         .filter(|a| !a.is_empty())
         .collect();
     let mut next = 0;
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(ENLIST_TIMEOUT_MS);
+    let deadline = clock.deadline_after(Duration::from_millis(ENLIST_TIMEOUT_MS));
     let mut last = String::new();
-    while tokio::time::Instant::now() < deadline {
+    while clock.now() < deadline {
         let addr = addrs
             .get(next % addrs.len().max(1))
             .copied()
@@ -743,7 +775,7 @@ async fn enlist(coordinator: &str, request: &Request<'_>) -> Result<u64, ServerE
                 }
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        clock.sleep(Duration::from_millis(200)).await;
     }
     Err(ServerError::Enlist {
         addr: coordinator.into(),
@@ -755,18 +787,19 @@ async fn enlist(coordinator: &str, request: &Request<'_>) -> Result<u64, ServerE
 async fn serve_metrics(listener: TcpListener, service: Arc<StorageService>) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            service.clock().sleep(Duration::from_millis(10)).await;
             continue;
         };
         let service = service.clone();
         tokio::spawn(async move {
             let mut request = [0u8; 4096];
-            let _ = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut request)).await;
+            let read = stream.read(&mut request);
+            let _ = service.clock().timeout(Duration::from_secs(2), read).await;
             let mut body = String::new();
             service.metrics().render(&mut body);
             render_store(&service.store().stats(), &mut body);
             ResidentSplit::measure(service.store()).render(&mut body);
-            render_full_log(service.full_log(), &mut body);
+            render_full_log(service.full_log(), service.clock().now(), &mut body);
             if let Some(backup) = service.backup() {
                 render_backup(&backup.stats(), &mut body);
             }
@@ -789,15 +822,16 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("frames");
         std::fs::write(&path, vec![7u8; 3 << 20]).expect("write");
-        let mbps = measure_read_mbps(&path, READ_SPEED_PROBE_BYTES).expect("measured");
+        let mbps =
+            measure_read_mbps(&path, READ_SPEED_PROBE_BYTES, &system_clock()).expect("measured");
         assert!(mbps >= 1);
         // An empty file reads nothing in no time: still at least 1.
         std::fs::write(&path, b"").expect("truncate");
         assert_eq!(
-            measure_read_mbps(&path, READ_SPEED_PROBE_BYTES).ok(),
+            measure_read_mbps(&path, READ_SPEED_PROBE_BYTES, &system_clock()).ok(),
             Some(1)
         );
-        assert!(measure_read_mbps(&dir.path().join("missing"), 1).is_err());
+        assert!(measure_read_mbps(&dir.path().join("missing"), 1, &system_clock()).is_err());
     }
 
     #[test]
@@ -806,7 +840,7 @@ mod tests {
         let probe = dir.path().join(READ_SPEED_PROBE_FILE);
         write_probe(&probe, 3 << 20).expect("probe written");
         assert_eq!(std::fs::metadata(&probe).expect("probe").len(), 3 << 20);
-        assert!(measure_read_mbps(&probe, 3 << 20).expect("measured") >= 1);
+        assert!(measure_read_mbps(&probe, 3 << 20, &system_clock()).expect("measured") >= 1);
     }
 
     #[test]

@@ -37,6 +37,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use ramstore_backup::BackupClient;
+use ramstore_clock::{Clock, Rng};
 use ramstore_master::ObjectStore;
 
 use crate::backup_service::BackupService;
@@ -116,6 +117,11 @@ pub struct StorageService {
     /// Fetches crashed masters' entries from backups when this master recovers a
     /// partition (R§7.6).
     recovery_client: BackupClient,
+    /// The store's clock: request timing, leases, the full-log record and every
+    /// wait of this server (read once per request: one dynamic call, no lock).
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Where this server's random choices (ping peers, nonces) come from.
+    pub(crate) rng: Arc<dyn Rng>,
 }
 
 impl StorageService {
@@ -124,22 +130,42 @@ impl StorageService {
         Self::with_backup(store, None)
     }
 
-    /// A master, and a backup if `backup` is given.
+    /// A master, and a backup if `backup` is given. It runs on its store's clock
+    /// (`StoreConfig::clock`) and draws on the system's random source until
+    /// [`StorageService::with_rng`].
     pub fn with_backup(store: ObjectStore, backup: Option<BackupService>) -> Self {
+        let clock = store.clock().clone();
+        let transport = ramstore_rpc::TcpTransport::with_clock(clock.clone());
         Self {
             store,
             replicas: None,
             backup,
             server_id: AtomicU64::new(0),
             server_list: Mutex::new((0, Vec::new())),
-            failure: Default::default(),
+            failure: crate::failure_monitor::FailureState::new(clock.now()),
             metrics: Metrics::default(),
-            full_log: FullLog::new(std::time::Duration::from_millis(DEFAULT_NO_SPACE_WAIT_MS)),
+            full_log: FullLog::new(
+                std::time::Duration::from_millis(DEFAULT_NO_SPACE_WAIT_MS),
+                clock.now(),
+            ),
             connections_refused: AtomicU64::new(0),
             conns: None,
-            recovery_client: BackupClient::new(Arc::new(ramstore_rpc::TcpTransport::new()))
+            recovery_client: BackupClient::new(Arc::new(transport))
                 .with_rpc_deadline(std::time::Duration::from_millis(RECOVERY_FETCH_DEADLINE_MS)),
+            clock,
+            rng: ramstore_clock::system_rng(),
         }
+    }
+
+    /// The same service drawing its random choices from `rng`.
+    pub fn with_rng(mut self, rng: Arc<dyn Rng>) -> Self {
+        self.rng = rng;
+        self
+    }
+
+    /// The clock this server runs on (its store's).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// The same service with `replicas` replicating its store's log (the store
@@ -153,7 +179,7 @@ impl StorageService {
     /// NO_SPACE answers may last before the Redis front end answers refused writes
     /// `-OOM` at once ([`FullLog`], `ramstore server --no-space-wait-ms`).
     pub fn with_no_space_wait(mut self, patience: std::time::Duration) -> Self {
-        self.full_log = FullLog::new(patience);
+        self.full_log = FullLog::new(patience, self.clock.now());
         self
     }
 

@@ -24,7 +24,12 @@ const SEGMENT_BYTES: usize = 128 * 1024;
 /// backup ever acknowledges, so nothing written becomes durable.
 fn stalled_master() -> StorageService {
     let transport = Arc::new(LocalTransport::new());
-    let manager = ReplicaManager::new(1, BackupClient::new(transport), 1);
+    let manager = ReplicaManager::new(
+        1,
+        BackupClient::new(transport),
+        1,
+        ramstore_clock::system_clock(),
+    );
     let mut config = StoreConfig::new(16 << 20);
     config.segment_bytes = SEGMENT_BYTES;
     config.cleaner = CleanerMode::Manual;

@@ -40,7 +40,12 @@ fn master() -> Arc<StorageService> {
 /// A master replicating with R = 1 through a manager that is never started: no
 /// backup ever acknowledges, so nothing written becomes durable.
 fn stalled_master() -> Arc<StorageService> {
-    let manager = ReplicaManager::new(1, BackupClient::new(Arc::new(LocalTransport::new())), 1);
+    let manager = ReplicaManager::new(
+        1,
+        BackupClient::new(Arc::new(LocalTransport::new())),
+        1,
+        ramstore_clock::system_clock(),
+    );
     let mut config = config();
     config.replicas = manager.clone();
     let store = ObjectStore::new(config).expect("store");

@@ -339,3 +339,75 @@ async fn lease_gates_object_operations_until_granted_and_after_it_runs_out() {
     assert_eq!(status(server.clone()).await, Status::ServerNotUp);
     monitor.abort();
 }
+
+/// A server whose store (and so whole service) runs on `clock`.
+fn service_on(clock: &ramstore_clock::ManualClock, id: u64) -> Arc<StorageService> {
+    let mut config = StoreConfig::new(16 << 20);
+    config.cleaner = CleanerMode::Manual;
+    config.clock = clock.handle();
+    let s = StorageService::new(ObjectStore::new(config).expect("object store"));
+    s.set_server_id(id);
+    Arc::new(s)
+}
+
+/// Lets every task that can run do so (the clock does not move meanwhile).
+async fn settle() {
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The membership lease on a manual clock: renewed every ping interval, it holds
+/// for exactly `lease_ms` from when the last granted renewal was sent, so a server
+/// whose grants stop serves until that instant and answers RETRY from it on.
+#[tokio::test]
+async fn lease_runs_out_exactly_lease_ms_after_the_granted_renewal_was_sent() {
+    let clock = ramstore_clock::ManualClock::new();
+    let transport = LocalTransport::with_clock(clock.handle());
+    let coordinator = Arc::new(LeaseCoordinator::default());
+    coordinator.lease_ms.store(300, Ordering::SeqCst);
+    transport.register("coordinator", coordinator.clone());
+    let server = service_on(&clock, 5);
+    let read = Request::Read {
+        table_id: 1,
+        rules: RejectRules::default(),
+        key: b"k",
+    };
+    let config = MonitorConfig {
+        ping_interval_ms: 100,
+        ping_timeout_ms: 50,
+    };
+    let monitor = failure_monitor::start(
+        server.clone(),
+        Arc::new(transport.clone()),
+        "coordinator".into(),
+        config,
+        None,
+    );
+    // The first renewal goes out at once (0 ms) and is granted 300 ms.
+    settle().await;
+    assert_eq!(coordinator.renewals.load(Ordering::SeqCst), 1);
+    assert_ne!(answer(&call(&server, &read).await).0, Status::Retry);
+    // From now on the coordinator grants nothing: renewals at 100 and 200 ms
+    // do not extend the lease.
+    coordinator.lease_ms.store(0, Ordering::SeqCst);
+    for renewals in [2, 3] {
+        clock.advance(std::time::Duration::from_millis(100));
+        settle().await;
+        assert_eq!(coordinator.renewals.load(Ordering::SeqCst), renewals);
+    }
+    clock.advance(std::time::Duration::from_millis(99));
+    assert_ne!(
+        answer(&call(&server, &read).await).0,
+        Status::Retry,
+        "299 ms: within the lease"
+    );
+    clock.advance(std::time::Duration::from_millis(1));
+    assert_eq!(
+        answer(&call(&server, &read).await).0,
+        Status::Retry,
+        "300 ms: the lease has run out"
+    );
+    assert!(!server.is_zombie());
+    monitor.abort();
+}

@@ -43,7 +43,12 @@ struct Fixture {
 /// checks every `check_interval_ms` (0: off).
 fn fixture(check_interval_ms: u64) -> Fixture {
     let transport = Arc::new(LocalTransport::new());
-    let manager = ReplicaManager::new(2, BackupClient::new(transport.clone()), 5);
+    let manager = ReplicaManager::new(
+        2,
+        BackupClient::new(transport.clone()),
+        5,
+        ramstore_clock::system_clock(),
+    );
     manager.set_replica_check_interval_ms(check_interval_ms);
     let mut config = StoreConfig::new(16 << 20);
     config.segment_bytes = SEGMENT_BYTES;

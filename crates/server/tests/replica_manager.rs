@@ -168,7 +168,12 @@ impl Cluster {
 /// in-process backups of an empty cluster; the table owned, nothing started yet.
 fn master(replicas: usize, seed: u64) -> (ObjectStore, Arc<ReplicaManager>, Cluster) {
     let transport = Arc::new(LocalTransport::new());
-    let manager = ReplicaManager::new(replicas, BackupClient::new(transport.clone()), seed);
+    let manager = ReplicaManager::new(
+        replicas,
+        BackupClient::new(transport.clone()),
+        seed,
+        ramstore_clock::system_clock(),
+    );
     let mut config = StoreConfig::new(16 << 20);
     config.segment_bytes = SEGMENT_BYTES;
     config.cleaner = CleanerMode::Manual;

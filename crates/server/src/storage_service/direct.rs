@@ -25,7 +25,6 @@
 //! [`Direct::Failed`] with NO_SPACE at once, which the front end answers `-OOM`.
 
 use std::marker::PhantomData;
-use std::time::Instant;
 
 use ramstore_master::{ReadError, WriteError};
 use ramstore_resp::backend::{Direct, DirectAnswer, LocalObjects, WriteResult};
@@ -181,7 +180,7 @@ impl StorageService {
                 s => Direct::Failed(s),
             };
         };
-        let now = Instant::now();
+        let now = self.clock.now();
         let refusing_for = self.full_log.refused(now);
         // Removes are not cut short: they are what makes room, and the cleaner
         // reclaims what they free (L§7), so each one keeps its own bounded wait

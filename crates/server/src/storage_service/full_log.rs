@@ -40,10 +40,10 @@ pub struct FullLog {
 
 impl FullLog {
     /// A record that lets a run of refusals last `patience` before writes fail at
-    /// once.
-    pub fn new(patience: Duration) -> Self {
+    /// once; `epoch` is now on the clock of the instants it will be given.
+    pub fn new(patience: Duration, epoch: Instant) -> Self {
         Self {
-            epoch: Instant::now(),
+            epoch,
             since_ms: AtomicU64::new(0),
             answers: AtomicU64::new(0),
             patience,
@@ -116,10 +116,15 @@ impl FullLog {
 mod tests {
     use super::*;
 
+    /// A record and its epoch, on a manual clock.
+    fn full_log(patience: Duration) -> (FullLog, Instant) {
+        let t0 = ramstore_clock::ManualClock::new().origin();
+        (FullLog::new(patience, t0), t0)
+    }
+
     #[test]
     fn refused_starts_a_run_that_accepted_ends() {
-        let log = FullLog::new(Duration::from_secs(3));
-        let t0 = Instant::now();
+        let (log, t0) = full_log(Duration::from_secs(3));
         assert_eq!(log.refusing_for(t0), None);
         assert_eq!(log.refused(t0), Duration::ZERO);
         let t1 = t0 + Duration::from_millis(1500);
@@ -136,8 +141,7 @@ mod tests {
 
     #[test]
     fn out_of_memory_once_refusing_for_the_patience() {
-        let log = FullLog::new(Duration::from_millis(100));
-        let t0 = Instant::now();
+        let (log, t0) = full_log(Duration::from_millis(100));
         log.refused(t0);
         let later = t0 + Duration::from_millis(100);
         assert!(log.out_of_memory(later));
@@ -152,8 +156,7 @@ mod tests {
 
     #[test]
     fn zero_patience_is_out_of_memory_at_the_first_refusal() {
-        let log = FullLog::new(Duration::ZERO);
-        let t0 = Instant::now();
+        let (log, t0) = full_log(Duration::ZERO);
         assert!(!log.out_of_memory(t0));
         log.refused(t0);
         assert!(log.out_of_memory(t0));

@@ -5,7 +5,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use ramstore_rpc::server::SlowFuture;
 use ramstore_rpc::{Handled, Service};
@@ -38,7 +37,7 @@ impl Service for StorageService {
         let (header, req) = match decode_request(frame) {
             Ok(decoded) => decoded,
             Err(e) => {
-                let started = Instant::now();
+                let started = self.clock.now();
                 answer_bad_request(frame, &e, out);
                 self.metrics.record(Op::Invalid, started.elapsed());
                 return Handled::Done;

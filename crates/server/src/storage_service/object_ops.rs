@@ -6,8 +6,6 @@
 //! log's end ([`Durability::LogEnd`]). Accepted writes and NO_SPACE refusals are
 //! noted in [`super::FullLog`] here, so both front ends count them alike.
 
-use std::time::Instant;
-
 use ramstore_log::ObjectView;
 use ramstore_master::{ReadError, RejectRules, WriteError};
 use ramstore_wire::{ErrorBody, Status};
@@ -143,7 +141,7 @@ impl StorageService {
     /// them to an operator) and notes them in [`super::FullLog`].
     pub(crate) fn count_refusal(&self, e: WriteError) -> WriteError {
         if matches!(e, WriteError::NoSpace) {
-            self.full_log.refused(Instant::now());
+            self.full_log.refused(self.clock.now());
         }
         e
     }

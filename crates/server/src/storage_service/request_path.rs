@@ -146,7 +146,7 @@ impl StorageService {
         mut front: F,
         call: impl FnOnce(&mut F) -> Step<F::Body>,
     ) -> F::Answer {
-        let started = Instant::now();
+        let started = self.clock.now();
         if let Some(refusal) = self.refusal(op, started) {
             let body = front.refuse(refusal);
             self.metrics.record(Op::from(op), started.elapsed());
@@ -156,7 +156,7 @@ impl StorageService {
             Step::Answered(body, durability) => (body, durability),
             Step::HandOff => return front.hand_off(),
         };
-        let finished = Instant::now();
+        let finished = self.clock.now();
         let body = match self.lease_lost_while_reading(op, finished) {
             Some(refusal) => front.refuse(refusal),
             None => body,
@@ -272,7 +272,7 @@ mod tests {
         config.cleaner = CleanerMode::Manual;
         let manager = stalled_replicas.then(|| {
             let client = BackupClient::new(Arc::new(LocalTransport::new()));
-            ReplicaManager::new(1, client, 1)
+            ReplicaManager::new(1, client, 1, ramstore_clock::system_clock())
         });
         if let Some(m) = &manager {
             config.replicas = m.clone();

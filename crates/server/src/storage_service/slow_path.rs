@@ -6,7 +6,6 @@
 //! it is decoded there.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use ramstore_rpc::server::SlowFuture;
 use ramstore_wire::{
@@ -32,7 +31,7 @@ impl StorageService {
             }
         }
         Box::pin(async move {
-            let started = Instant::now();
+            let started = self.clock.now();
             let service = self.clone();
             let response = tokio::task::spawn_blocking(move || service.slow_blocking(&frame))
                 .await
@@ -132,7 +131,7 @@ impl StorageService {
             }
             Err(e) => encode_response(id, op, &Response::Error(status_body(read_status(e))), out),
         };
-        if let Some(refusal) = self.lease_lost_while_reading(op, Instant::now()) {
+        if let Some(refusal) = self.lease_lost_while_reading(op, self.clock.now()) {
             out.clear();
             let _ = encode_response(id, op, &Response::Error(refusal), out);
         }
@@ -142,7 +141,7 @@ impl StorageService {
     /// Recovers one partition of a crashed master (R§7.6) and answers what it
     /// replayed, or INTERNAL with the reason (the coordinator retries elsewhere).
     async fn recover_partition(self: Arc<Self>, id: u64, job: PartitionJob) -> Vec<u8> {
-        let started = Instant::now();
+        let started = self.clock.now();
         let backups = self.recovery_client.clone();
         let replicas = self.replicas.clone();
         let result = recovery_master::recover(self.clone(), replicas, backups, job).await;

@@ -3,7 +3,6 @@
 //! [`ramstore_resp::backend::LocalObjects::stats_text`]), and the tests.
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use super::StorageService;
 
@@ -48,7 +47,7 @@ impl StorageService {
         line("no_space_answers", self.full_log.answers().to_string());
         // Refusing writes for lack of memory: 1 while the writes since the last
         // accepted one were all answered NO_SPACE (L§7); for how long, in ms.
-        let refusing = self.full_log.refusing_for(Instant::now());
+        let refusing = self.full_log.refusing_for(self.clock.now());
         line("refusing_writes", u8::from(refusing.is_some()).to_string());
         line(
             "refusing_writes_ms",

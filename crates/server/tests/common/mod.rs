@@ -31,7 +31,12 @@ pub fn manager_with_one_backup(segment_bytes: usize) -> Arc<ReplicaManager> {
         Some(BackupService::new(backup_store)),
     );
     transport.register("backup-2", Arc::new(backup));
-    let manager = ReplicaManager::new(1, BackupClient::new(transport), 1);
+    let manager = ReplicaManager::new(
+        1,
+        BackupClient::new(transport),
+        1,
+        ramstore_clock::system_clock(),
+    );
     manager.set_backups(vec![BackupInfo {
         server_id: 2,
         address: "backup-2".into(),
