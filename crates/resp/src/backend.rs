@@ -4,9 +4,9 @@
 //! Local reads, writes and removes go straight to the master ([`LocalObjects`],
 //! implemented by the storage server): no native request is encoded and decoded
 //! in between, which per command cost more than the RESP parsing itself. The
-//! storage server runs them behind the very guards of its native request handler
-//! (fencing, zombie and membership checks, tablet ownership) and with the same
-//! replication wait: a write is applied to the master's memory at once (so later
+//! storage server runs them through the one request path its native requests take
+//! too (fencing, zombie and membership checks, tablet ownership, the same
+//! replication wait): a write is applied to the master's memory at once (so later
 //! commands on the connection see it) and its reply is held until the write is on
 //! all R backups ([`Outcome::Pending`]); pipelined writes thus wait for replication
 //! together, not one after another. Whatever the master does not carry out itself
@@ -150,8 +150,9 @@ pub enum DirectAnswer<T> {
 }
 
 /// A master's object operations called in-process, without the native wire format.
-/// The storage server implements it with exactly the guards and the replication
-/// wait of its native request handler (see `ramstore_server`'s `StorageService`).
+/// The storage server implements it on the request path its native requests take
+/// too, so the guards and the replication wait are exactly theirs (see
+/// `ramstore_server`'s `StorageService::serve`).
 pub trait LocalObjects: Send + Sync {
     /// Reads `key` of `table_id`: its version, with its value appended to `value`,
     /// or `None` if there is no such object.
