@@ -350,10 +350,7 @@ mod tests {
         let rt = runtime();
         rt.block_on(async {
             let poller = Arc::new(Poller::new(2_000));
-            let task = tokio::spawn({
-                let poller = poller.clone();
-                async move { poller.run().await }
-            });
+            let task = poller.spawn();
             tokio::task::yield_now().await;
             assert!(!poller.is_polling(), "no activity yet");
             poller.activity();
@@ -387,10 +384,7 @@ mod tests {
         let rt = runtime();
         rt.block_on(async {
             let poller = Arc::new(Poller::new(MAX_POLL_BEFORE_SLEEP_US));
-            let task = tokio::spawn({
-                let poller = poller.clone();
-                async move { poller.run().await }
-            });
+            let task = poller.spawn();
             poller.activity();
             assert!(poller.is_polling());
             poller.durability_wait_started();
@@ -416,10 +410,7 @@ mod tests {
         let rt = runtime();
         rt.block_on(async {
             let poller = Arc::new(Poller::sharing_runtime(MAX_POLL_BEFORE_SLEEP_US));
-            let task = tokio::spawn({
-                let poller = poller.clone();
-                async move { poller.run().await }
-            });
+            let task = poller.spawn();
             poller.durability_wait_started();
             poller.activity();
             assert!(
@@ -447,10 +438,7 @@ mod tests {
         rt.block_on(async {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
             let poller = Arc::new(Poller::new(MAX_POLL_BEFORE_SLEEP_US));
-            tokio::spawn({
-                let poller = poller.clone();
-                async move { poller.run().await }
-            });
+            poller.spawn();
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
             let server = tokio::spawn({
