@@ -252,7 +252,7 @@ pub fn render_store(stats: &ramstore_master::StoreStats, out: &mut String) {
 /// NO_SPACE for a while, so without these a full log shows only as slow writes.
 /// `now` is the time on the master's clock.
 pub fn render_full_log(
-    full_log: &crate::storage_service::FullLog,
+    full_log: &crate::full_log::FullLog,
     now: std::time::Instant,
     out: &mut String,
 ) {
@@ -332,7 +332,7 @@ mod tests {
     #[test]
     fn render_full_log_shows_refusing_writes() {
         let now = ramstore_clock::ManualClock::new().origin();
-        let full_log = crate::storage_service::FullLog::new(std::time::Duration::from_secs(3), now);
+        let full_log = crate::full_log::FullLog::new(std::time::Duration::from_secs(3), now);
         let mut out = String::new();
         render_full_log(&full_log, now, &mut out);
         assert!(out.contains("\nramstore_refusing_writes 0\n"), "{out}");

@@ -46,8 +46,8 @@ use crate::replica_manager::ReplicaManager;
 
 /// The Redis front end's direct path onto this master (no native wire format).
 mod direct;
-/// Whether this master is refusing writes for lack of memory, and since when.
-mod full_log;
+/// Zombie state, lease and pings: the service's side of membership.
+mod membership;
 /// The native front end: frames in, frames out.
 mod native;
 /// The object-store calls of both front ends.
@@ -61,7 +61,7 @@ mod stats;
 /// How the native front end answers.
 mod wire_reply;
 
-pub use full_log::{FullLog, DEFAULT_NO_SPACE_WAIT_MS, MAX_NO_SPACE_WAIT_MS};
+pub use crate::full_log::{FullLog, DEFAULT_NO_SPACE_WAIT_MS, MAX_NO_SPACE_WAIT_MS};
 
 const _: () = assert!(ramstore_wire::MAX_KEY_BYTES == ramstore_log::MAX_KEY_BYTES);
 const _: () = assert!(ramstore_wire::MAX_VALUE_BYTES == ramstore_log::MAX_VALUE_BYTES);
@@ -105,8 +105,8 @@ pub struct StorageService {
     backup: Option<BackupService>,
     server_id: AtomicU64,
     pub(crate) server_list: Mutex<(u64, Vec<KnownServer>)>,
-    /// Failure detection and zombie state (R§7.2, R§7.11; [`crate::failure_monitor`]).
-    pub(crate) failure: crate::failure_monitor::FailureState,
+    /// Zombie state and membership lease (R§7.11; [`crate::membership_guard`]).
+    pub(crate) failure: crate::membership_guard::MembershipGuard,
     metrics: Metrics,
     /// Updates answered NO_SPACE, and whether the log is refusing writes now.
     full_log: FullLog,
@@ -142,7 +142,7 @@ impl StorageService {
             backup,
             server_id: AtomicU64::new(0),
             server_list: Mutex::new((0, Vec::new())),
-            failure: crate::failure_monitor::FailureState::new(clock.now()),
+            failure: crate::membership_guard::MembershipGuard::new(clock.now()),
             metrics: Metrics::default(),
             full_log: FullLog::new(
                 std::time::Duration::from_millis(DEFAULT_NO_SPACE_WAIT_MS),
