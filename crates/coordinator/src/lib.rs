@@ -56,6 +56,8 @@
 //! which also renews the leader lease, so a busy or blocked coordinator runtime cannot
 //! starve the lease, and a call from any runtime flavour cannot deadlock.
 
+pub mod changes;
+pub mod cluster;
 pub mod coordinator;
 pub mod election;
 pub mod error;
@@ -63,14 +65,19 @@ pub mod etcd_storage;
 pub mod failure_detector;
 pub mod file_storage;
 pub mod lease;
+pub mod membership;
+pub mod notifier;
 pub mod partition;
 pub mod process;
 pub mod recovery;
+pub mod recovery_log;
 pub mod server_list;
 pub mod service;
 pub mod state;
+pub mod stats;
 pub mod storage;
 pub mod suspicion;
+pub mod suspicion_driver;
 pub mod tables;
 
 pub use coordinator::{Action, CoordinatorCore};

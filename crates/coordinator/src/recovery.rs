@@ -28,6 +28,11 @@
 //! ranges; so a coordinator that takes over simply starts recovering every
 //! Crashed server again.
 //!
+//! The recovery driver ([`RecoveryDriver`]) owns the progress ([`Recoveries`]) and
+//! runs the attempts; finding the log and planning the replay, which need no
+//! service state, are in [`crate::recovery_log`]; persisted moves go through the
+//! core and their notifications through [`crate::notifier`].
+//!
 //! Thread-safety: one task per crashed master; attempts of different masters run
 //! concurrently (several crashed masters recover at once). Progress for operators
 //! lives in [`Recoveries`].
@@ -39,17 +44,17 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ramstore_backup::BackupClient;
-use ramstore_clock::Rng;
-use ramstore_log::entry::{parse_entry, Entry};
 use ramstore_wire::{
     decode_response, PartitionTablet, RecoverPartitionEncoder, RecoveryItem, Response, Status,
 };
 use rand::seq::SliceRandom;
 use tokio::task::JoinSet;
 
+use crate::cluster::Cluster;
+use crate::notifier::Notifier;
 use crate::partition::{partition, PartitionLimits, TabletLoad};
+use crate::recovery_log::{announce, fetch_order, find_log, tablet_loads, FoundLog};
 use crate::server_list::{ServerEntry, ServerId, ServerStatus};
-use crate::service::CoordinatorService;
 use crate::tables::TabletEntry;
 
 /// Pause between two attempts of one recovery (and between checks for new
@@ -61,10 +66,6 @@ pub const RETRY_INTERVAL_MS: u64 = 200;
 const FIND_LOG_DEADLINE_MS: u64 = 2_000;
 /// How often a running partition checks that its recovery master is still UP.
 const WATCH_INTERVAL_MS: u64 = 100;
-/// Bytes per entry assumed when estimating entries from bytes (a small object).
-const ESTIMATED_ENTRY_BYTES: u64 = 64;
-/// Entries of a head read to find its digest and tablet statistics.
-const HEAD_ENTRIES_SCANNED: usize = 8;
 
 /// Progress of one crashed master's recovery, for `ramstore status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -105,6 +106,12 @@ impl Recoveries {
     fn update(&self, id: ServerId, f: impl FnOnce(&mut RecoveryProgress)) {
         f(self.running.lock().entry(id.0).or_default());
     }
+
+    /// The recovery of `id` is over: no longer in progress, one more completed.
+    fn finished(&self, id: ServerId) {
+        self.running.lock().remove(&id.0);
+        self.completed.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// A partition's index, its recovery master, and (entries, bytes) replayed or
@@ -119,71 +126,94 @@ enum Attempt {
     Again(String),
 }
 
-/// The crashed master's log as the newest head describes it.
-struct FoundLog {
-    /// Segment id → addresses of the backups holding a replica recovery may use
-    /// ([`usable_holders`]).
-    holders: HashMap<u64, Vec<String>>,
-    digest: Vec<u64>,
-    stats: Vec<ramstore_log::entry::TabletStat>,
-    /// Bytes of the log: the longest replica of each segment the digest names.
-    log_bytes: u64,
+/// What an attempt starts from, read from the core under one lock.
+struct Snapshot {
+    entry: ServerEntry,
+    /// The crashed master's tablets.
+    tablets: Vec<TabletEntry>,
+    /// Addresses of the UP backups.
+    backups: Vec<String>,
+    /// The UP masters, candidates to recover onto.
+    masters: Vec<ServerEntry>,
 }
 
-impl CoordinatorService {
+/// An attempt's replay plan (R§7.5): the partitions, who replays each, and
+/// where each segment is read from.
+struct Plan {
+    recovery_id: u64,
+    /// Each partition's tablets, as (table, start hash, end hash).
+    parts: Vec<Vec<(u64, u64, u64)>>,
+    /// The recovery masters, in the order partitions are dealt to them.
+    masters: Vec<ServerEntry>,
+    /// The digest's segments in fetch order, with the backups bucketing each.
+    sources: Vec<(u64, Vec<String>)>,
+}
+
+/// Recovers crashed masters and keeps their progress. Thread-safe.
+pub struct RecoveryDriver {
+    cluster: Arc<Cluster>,
+    notifier: Arc<Notifier>,
+    recoveries: Recoveries,
+}
+
+impl RecoveryDriver {
+    /// A driver with no recovery done yet.
+    pub fn new(cluster: Arc<Cluster>, notifier: Arc<Notifier>) -> Self {
+        Self {
+            cluster,
+            notifier,
+            recoveries: Recoveries::default(),
+        }
+    }
+
+    /// Crash recoveries in progress and completed.
+    pub fn recoveries(&self) -> &Recoveries {
+        &self.recoveries
+    }
+
     /// Recovers every crashed master that owns tablets, forever (spawn once).
-    pub async fn recovery_loop(self: Arc<Self>) {
+    pub async fn run(self: Arc<Self>) {
         let mut running: HashMap<ServerId, tokio::task::JoinHandle<()>> = HashMap::new();
         loop {
             running.retain(|_, task| !task.is_finished());
-            let crashed: Vec<ServerId> = self
-                .core
-                .lock()
-                .state()
-                .servers()
-                .entries()
-                .iter()
-                .filter(|e| e.status == ServerStatus::Crashed)
-                .map(|e| e.id)
-                .collect();
-            for id in crashed {
+            for id in self.crashed_servers() {
                 running
                     .entry(id)
                     .or_insert_with(|| tokio::spawn(self.clone().recover_master(id)));
             }
-            self.clock
-                .sleep(Duration::from_millis(RETRY_INTERVAL_MS))
-                .await;
+            self.sleep_retry_interval().await;
         }
     }
 
+    fn crashed_servers(&self) -> Vec<ServerId> {
+        self.cluster
+            .core()
+            .state()
+            .servers()
+            .entries()
+            .iter()
+            .filter(|e| e.status == ServerStatus::Crashed)
+            .map(|e| e.id)
+            .collect()
+    }
+
+    async fn sleep_retry_interval(&self) {
+        self.cluster
+            .clock
+            .sleep(Duration::from_millis(RETRY_INTERVAL_MS))
+            .await;
+    }
+
     async fn recover_master(self: Arc<Self>, crashed: ServerId) {
-        let started = self.clock.now();
-        // A server that told us it was stopping (`Leave`) did not crash: its
-        // recovery is how every restart brings data back (R§7), worth an INFO line.
-        // Only a crash (detected, declared by an operator, or a restart that found
-        // no clean stop) warns.
-        let clean = self
-            .core
-            .lock()
-            .server(crashed)
-            .is_some_and(|e| e.stopped_cleanly);
-        if clean {
-            tracing::info!(
-                crashed_id = crashed.0,
-                server = %ramstore_wire::server_id::Show(crashed.0),
-                "recovering the data of a server that stopped cleanly (restart)"
-            );
-        } else {
-            tracing::warn!(crashed_id = crashed.0, server = %ramstore_wire::server_id::Show(crashed.0), "recovering a crashed master");
-        }
+        let started = self.cluster.clock.now();
+        let clean = self.log_start(crashed);
         for attempt in 1u64.. {
             self.recoveries.update(crashed, |p| {
                 p.attempt = attempt;
                 p.partitions_total = 0;
                 p.partitions_done = 0;
             });
-            match self.recovery_attempt(crashed).await {
+            match self.attempt(crashed).await {
                 Attempt::Done => break,
                 Attempt::Again(why) => {
                     // After a clean stop the backups holding the log are often
@@ -194,15 +224,12 @@ impl CoordinatorService {
                         tracing::info!(crashed_id = crashed.0, attempt, %why, "recovery will try again");
                     }
                     self.recoveries.update(crashed, |p| p.state = why);
-                    self.clock
-                        .sleep(Duration::from_millis(RETRY_INTERVAL_MS))
-                        .await;
+                    self.sleep_retry_interval().await;
                 }
             }
         }
-        self.recoveries.running.lock().remove(&crashed.0);
-        self.recoveries.completed.fetch_add(1, Ordering::Relaxed);
-        let elapsed_ms = self.clock.elapsed(started).as_millis() as u64;
+        self.recoveries.finished(crashed);
+        let elapsed_ms = self.cluster.clock.elapsed(started).as_millis() as u64;
         if clean {
             tracing::info!(
                 crashed_id = crashed.0,
@@ -218,114 +245,168 @@ impl CoordinatorService {
         }
     }
 
-    async fn recovery_attempt(self: &Arc<Self>, crashed: ServerId) -> Attempt {
-        let (entry, tablets, backups, masters) = {
-            let core = self.core.lock();
-            let Some(entry) = core.server(crashed).cloned() else {
-                return Attempt::Done;
-            };
-            let tablets: Vec<TabletEntry> = core
-                .state()
-                .tables()
-                .tablets()
-                .filter(|t| t.server_id == crashed)
-                .copied()
-                .collect();
-            let up: Vec<ServerEntry> = core
-                .state()
-                .servers()
-                .entries()
-                .iter()
-                .filter(|e| e.is_up())
-                .cloned()
-                .collect();
-            let backups: Vec<String> = up
-                .iter()
-                .filter(|e| e.is_backup())
-                .map(|e| e.address.clone())
-                .collect();
-            let masters: Vec<ServerEntry> = up.into_iter().filter(|e| e.is_master()).collect();
-            (entry, tablets, backups, masters)
+    /// Logs the start of `crashed`'s recovery; whether it stopped cleanly. A
+    /// server that told us it was stopping (`Leave`) did not crash: its recovery
+    /// is how every restart brings data back (R§7), worth an INFO line. Only a
+    /// crash (detected, declared by an operator, or a restart that found no clean
+    /// stop) warns.
+    fn log_start(&self, crashed: ServerId) -> bool {
+        let clean = self
+            .cluster
+            .core()
+            .server(crashed)
+            .is_some_and(|e| e.stopped_cleanly);
+        if clean {
+            tracing::info!(
+                crashed_id = crashed.0,
+                server = %ramstore_wire::server_id::Show(crashed.0),
+                "recovering the data of a server that stopped cleanly (restart)"
+            );
+        } else {
+            tracing::warn!(crashed_id = crashed.0, server = %ramstore_wire::server_id::Show(crashed.0), "recovering a crashed master");
+        }
+        clean
+    }
+
+    /// One attempt (see the module doc).
+    async fn attempt(self: &Arc<Self>, crashed: ServerId) -> Attempt {
+        let Some(view) = self.snapshot(crashed) else {
+            return Attempt::Done;
         };
-        if entry.status != ServerStatus::Crashed {
+        if view.entry.status != ServerStatus::Crashed {
             return Attempt::Done;
         }
-        if tablets.is_empty() {
+        if view.tablets.is_empty() {
             return self.finish(crashed).await;
         }
-        if !entry.has_replicated_log() {
+        if !view.entry.has_replicated_log() {
             return self.give_away_empty(crashed).await;
         }
-        if masters.is_empty() {
+        if view.masters.is_empty() {
             return Attempt::Again("no UP master to recover onto".into());
         }
         self.recoveries
             .update(crashed, |p| p.state = "finding the log".into());
-        let client = BackupClient::new(self.transport.clone())
+        let client = BackupClient::new(self.cluster.transport.clone())
             .with_rpc_deadline(Duration::from_millis(FIND_LOG_DEADLINE_MS));
-        let log = match find_log(&client, crashed, &backups).await {
+        let log = match find_log(&client, crashed, &view.backups).await {
             Ok(log) => log,
             Err(why) => return Attempt::Again(why),
         };
-        let loads = tablet_loads(&tablets, &log.stats, log.log_bytes);
-        let limits = *self.recoveries.limits.lock();
-        let parts = partition(&loads, limits, &mut self.rng.as_rand());
-        let recovery_id: u64 = self.rng.next_u64();
-        let mut order = masters.clone();
-        order.shuffle(&mut self.rng.as_rand());
-        // Announce the partitions to every backup holding a replica (R§7.5).
-        let announced: Vec<PartitionTablet> = parts
-            .iter()
-            .enumerate()
-            .flat_map(|(i, p)| {
-                p.iter().map(move |t| PartitionTablet {
-                    partition_id: i as u32,
-                    table_id: t.table_id,
-                    start_hash: t.start_hash,
-                    end_hash: t.end_hash,
-                })
-            })
+        let plan = match self.plan(&client, crashed, &view, &log).await {
+            Ok(plan) => plan,
+            Err(why) => return Attempt::Again(why),
+        };
+        tracing::info!(
+            crashed_id = crashed.0,
+            recovery_id = plan.recovery_id,
+            partitions = plan.parts.len(),
+            recovery_masters = plan.masters.len(),
+            segments = plan.sources.len(),
+            log_bytes = log.log_bytes,
+            "recovery: replaying"
+        );
+        self.recoveries.update(crashed, |p| {
+            p.partitions_total = plan.parts.len() as u64;
+            p.state = format!("replaying {} partitions", plan.parts.len());
+        });
+        match self.replay(crashed, plan).await {
+            0 => self.finish(crashed).await,
+            failed => Attempt::Again(format!("{failed} partitions failed")),
+        }
+    }
+
+    /// The crashed server's entry and tablets, and the UP backups and masters.
+    fn snapshot(&self, crashed: ServerId) -> Option<Snapshot> {
+        let core = self.cluster.core();
+        let entry = core.server(crashed).cloned()?;
+        let tablets: Vec<TabletEntry> = core
+            .state()
+            .tables()
+            .tablets()
+            .filter(|t| t.server_id == crashed)
+            .copied()
             .collect();
+        let up: Vec<ServerEntry> = core
+            .state()
+            .servers()
+            .entries()
+            .iter()
+            .filter(|e| e.is_up())
+            .cloned()
+            .collect();
+        let backups: Vec<String> = up
+            .iter()
+            .filter(|e| e.is_backup())
+            .map(|e| e.address.clone())
+            .collect();
+        let masters: Vec<ServerEntry> = up.into_iter().filter(|e| e.is_master()).collect();
+        Some(Snapshot {
+            entry,
+            tablets,
+            backups,
+            masters,
+        })
+    }
+
+    /// Partitions the tablets, deals the partitions to the masters, announces them
+    /// to every backup holding a replica (R§7.5) and orders the fetches; an error
+    /// if some segment of the log is on no backup that started partitioning.
+    async fn plan(
+        &self,
+        client: &BackupClient,
+        crashed: ServerId,
+        view: &Snapshot,
+        log: &FoundLog,
+    ) -> Result<Plan, String> {
+        let rng = &self.cluster.rng;
+        let loads = tablet_loads(&view.tablets, &log.stats, log.log_bytes);
+        let limits = *self.recoveries.limits.lock();
+        let parts = partition(&loads, limits, &mut rng.as_rand());
+        let recovery_id: u64 = rng.next_u64();
+        let mut masters = view.masters.clone();
+        masters.shuffle(&mut rng.as_rand());
+        let announced = announced_tablets(&parts);
         let mut holder_addresses: Vec<String> = log.holders.values().flatten().cloned().collect();
         holder_addresses.sort();
         holder_addresses.dedup();
-        let published = announce(&client, crashed, recovery_id, &announced, holder_addresses).await;
-        let sources = fetch_order(&log, &published, &*self.rng);
+        let published = announce(client, crashed, recovery_id, &announced, holder_addresses).await;
+        let sources = fetch_order(log, &published, &**rng);
         if let Some(missing) = log
             .digest
             .iter()
             .find(|id| !sources.iter().any(|(s, _)| s == *id))
         {
-            return Attempt::Again(format!(
+            return Err(format!(
                 "segment {missing} of the log is on no backup that started partitioning"
             ));
         }
-        tracing::info!(
-            crashed_id = crashed.0,
+        let parts = parts
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .map(|t| (t.table_id, t.start_hash, t.end_hash))
+                    .collect()
+            })
+            .collect();
+        Ok(Plan {
             recovery_id,
-            partitions = parts.len(),
-            recovery_masters = order.len(),
-            segments = sources.len(),
-            log_bytes = log.log_bytes,
-            "recovery: replaying"
-        );
-        self.recoveries.update(crashed, |p| {
-            p.partitions_total = parts.len() as u64;
-            p.state = format!("replaying {} partitions", parts.len());
-        });
+            parts,
+            masters,
+            sources,
+        })
+    }
+
+    /// Runs every partition of `plan` at once and hands out each that succeeds
+    /// (persisted first, R§9); how many failed (left to the next attempt).
+    async fn replay(self: &Arc<Self>, crashed: ServerId, plan: Plan) -> usize {
+        let plan = Arc::new(plan);
         let mut running: JoinSet<PartitionOutcome> = JoinSet::new();
-        for (i, part) in parts.iter().enumerate() {
-            let master = order[i % order.len()].clone();
-            let this = self.clone();
-            let ranges: Vec<(u64, u64, u64)> = part
-                .iter()
-                .map(|t| (t.table_id, t.start_hash, t.end_hash))
-                .collect();
-            let sources = sources.clone();
+        for i in 0..plan.parts.len() {
+            let master = plan.masters[i % plan.masters.len()].clone();
+            let (this, plan) = (self.clone(), plan.clone());
             running.spawn(async move {
-                let result = this
-                    .run_partition(crashed, recovery_id, i as u32, &master, &ranges, &sources)
-                    .await;
+                let result = this.run_partition(crashed, &plan, i, &master).await;
                 (i, master.id, result)
             });
         }
@@ -335,87 +416,77 @@ impl CoordinatorService {
                 failed += 1;
                 continue;
             };
-            match result {
-                Ok((entries, bytes)) => {
-                    let ranges: Vec<(u64, u64, u64)> = parts[i]
-                        .iter()
-                        .map(|t| (t.table_id, t.start_hash, t.end_hash))
-                        .collect();
-                    let moved = self
-                        .core
-                        .lock()
-                        .recovered_partition(crashed, &ranges, master);
-                    match moved {
-                        Ok(actions) => {
-                            self.carry_out(actions).await;
-                            self.recoveries.update(crashed, |p| {
-                                p.partitions_done += 1;
-                                p.entries_replayed += entries;
-                                p.bytes_replayed += bytes;
-                            });
-                        }
-                        Err(e) => {
-                            failed += 1;
-                            tracing::warn!(crashed_id = crashed.0, partition = i, error = %e, "recovery: cannot hand out a recovered partition");
-                        }
-                    }
+            let handed_out = match result {
+                Ok(replayed) => {
+                    self.hand_out(crashed, i, &plan.parts[i], master, replayed)
+                        .await
                 }
                 Err(why) => {
-                    failed += 1;
                     tracing::warn!(crashed_id = crashed.0, partition = i, recovery_master = master.0, %why, "recovery: a partition failed; it is retried");
+                    false
                 }
+            };
+            if !handed_out {
+                failed += 1;
             }
         }
-        if failed > 0 {
-            return Attempt::Again(format!("{failed} partitions failed"));
-        }
-        self.finish(crashed).await
+        failed
     }
 
-    /// Sends one partition to its recovery master and waits for the answer, or
-    /// until the recovery master is no longer UP.
+    /// Moves recovered partition `i` (`ranges`) to `master`, which replayed
+    /// `(entries, bytes)`, and sends the notifications; false if the move could
+    /// not be recorded.
+    async fn hand_out(
+        &self,
+        crashed: ServerId,
+        i: usize,
+        ranges: &[(u64, u64, u64)],
+        master: ServerId,
+        (entries, bytes): (u64, u64),
+    ) -> bool {
+        let moved = self
+            .cluster
+            .core()
+            .recovered_partition(crashed, ranges, master);
+        match moved {
+            Ok(actions) => {
+                self.notifier.carry_out(actions).await;
+                self.recoveries.update(crashed, |p| {
+                    p.partitions_done += 1;
+                    p.entries_replayed += entries;
+                    p.bytes_replayed += bytes;
+                });
+                true
+            }
+            Err(e) => {
+                tracing::warn!(crashed_id = crashed.0, partition = i, error = %e, "recovery: cannot hand out a recovered partition");
+                false
+            }
+        }
+    }
+
+    /// Sends partition `i` of `plan` to its recovery master and waits for the
+    /// answer, or until the recovery master is no longer UP.
     async fn run_partition(
         &self,
         crashed: ServerId,
-        recovery_id: u64,
-        partition_id: u32,
+        plan: &Plan,
+        i: usize,
         master: &ServerEntry,
-        ranges: &[(u64, u64, u64)],
-        sources: &[(u64, Vec<String>)],
     ) -> Result<(u64, u64), String> {
-        let mut frame = Vec::new();
-        let mut enc =
-            RecoverPartitionEncoder::new(0, crashed.0, recovery_id, partition_id, &mut frame);
-        for &(table_id, start_hash, end_hash) in ranges {
-            enc.push(&RecoveryItem::Tablet {
-                table_id,
-                start_hash,
-                end_hash,
-            })
-            .map_err(|e| e.to_string())?;
-        }
-        for (segment_id, holders) in sources {
-            for address in holders {
-                enc.push(&RecoveryItem::Replica {
-                    segment_id: *segment_id,
-                    address,
-                })
-                .map_err(|e| e.to_string())?;
-            }
-        }
-        enc.finish().map_err(|e| e.to_string())?;
+        let frame = partition_frame(crashed, plan, i).map_err(|e| e.to_string())?;
         let call = self
+            .cluster
             .transport
             .call(&master.address, frame, ramstore_rpc::NO_DEADLINE);
         tokio::pin!(call);
-        let mut watch =
-            ramstore_clock::interval(&self.clock, Duration::from_millis(WATCH_INTERVAL_MS));
+        let watch_every = Duration::from_millis(WATCH_INTERVAL_MS);
+        let mut watch = ramstore_clock::interval(&self.cluster.clock, watch_every);
         let reply = loop {
             tokio::select! {
                 reply = &mut call => break reply,
                 _ = watch.tick() => {
-                    let up = self.core.lock().server(master.id).is_some_and(ServerEntry::is_up);
-                    if !up {
+                    if !self.cluster.core().server(master.id).is_some_and(ServerEntry::is_up) {
                         return Err(format!("recovery master {} is no longer up", master.id.0));
                     }
                 }
@@ -434,10 +505,10 @@ impl CoordinatorService {
 
     /// The crashed master owns nothing more: Removed (R§8).
     async fn finish(&self, crashed: ServerId) -> Attempt {
-        let result = self.core.lock().finish_recovery(crashed);
+        let result = self.cluster.core().finish_recovery(crashed);
         match result {
             Ok(actions) => {
-                self.carry_out(actions).await;
+                self.notifier.carry_out(actions).await;
                 Attempt::Done
             }
             Err(e) => Attempt::Again(format!("cannot record the end of recovery: {e}")),
@@ -450,10 +521,10 @@ impl CoordinatorService {
             crashed_id = crashed.0,
             "crashed master kept its objects in DRAM only (no replicas): its tablets restart empty on other masters"
         );
-        let result = self.core.lock().remove_server(crashed);
+        let result = self.cluster.core().remove_server(crashed);
         match result {
             Ok(actions) => {
-                self.carry_out(actions).await;
+                self.notifier.carry_out(actions).await;
                 Attempt::Done
             }
             Err(e) => Attempt::Again(format!("cannot reassign the tablets: {e}")),
@@ -461,392 +532,47 @@ impl CoordinatorService {
     }
 }
 
-/// Announces the partitions to every backup in `holders` at once (R§7.5); the
-/// order each published. A backup that does not answer within the deadline is
-/// left out of this attempt (its replicas are read from the others).
-async fn announce(
-    client: &BackupClient,
-    crashed: ServerId,
-    recovery_id: u64,
-    tablets: &[PartitionTablet],
-    holders: Vec<String>,
-) -> HashMap<String, Vec<u64>> {
-    let tablets: Arc<[PartitionTablet]> = tablets.into();
-    let mut asks = JoinSet::new();
-    for address in holders {
-        let client = client.clone();
-        let tablets = tablets.clone();
-        asks.spawn(async move {
-            let order = client
-                .start_partitioning(&address, crashed.0, recovery_id, &tablets)
-                .await;
-            (address, order)
-        });
-    }
-    let mut published = HashMap::new();
-    while let Some(Ok((address, order))) = asks.join_next().await {
-        match order {
-            Ok(order) => {
-                published.insert(address, order.iter().map(|r| r.segment_id).collect());
-            }
-            Err(e) => {
-                tracing::warn!(crashed_id = crashed.0, backup = %address, error = %e, "recovery: a backup did not start partitioning")
-            }
-        }
-    }
-    published
-}
-
-/// Finds the crashed master's log: who holds which replica, and the newest
-/// digest with the tablet statistics beside it (R§7.4, R§7.5).
-async fn find_log(
-    client: &BackupClient,
-    crashed: ServerId,
-    backups: &[String],
-) -> Result<FoundLog, String> {
-    let mut offered: HashMap<u64, Vec<OfferedReplica>> = HashMap::new();
-    let mut lengths: HashMap<u64, u64> = HashMap::new();
-    let mut open: std::collections::HashSet<u64> = std::collections::HashSet::new();
-    let mut asks: JoinSet<(String, Result<Vec<ramstore_backup::BackupReplica>, String>)> =
-        JoinSet::new();
-    for address in backups {
-        let client = client.clone();
-        let address = address.clone();
-        asks.spawn(async move {
-            let r = client
-                .get_replicas(&address, crashed.0)
-                .await
-                .map_err(|e| e.to_string());
-            (address, r)
-        });
-    }
-    while let Some(Ok((address, replicas))) = asks.join_next().await {
-        if let Ok(replicas) = replicas {
-            for r in replicas {
-                offered
-                    .entry(r.segment_id)
-                    .or_default()
-                    .push(OfferedReplica {
-                        address: address.clone(),
-                        length: u64::from(r.length),
-                        closed: r.closed,
-                    });
-                let longest = lengths.entry(r.segment_id).or_default();
-                *longest = (*longest).max(u64::from(r.length));
-                if !r.closed {
-                    open.insert(r.segment_id);
-                }
-            }
-        }
-    }
-    if offered.is_empty() {
-        return Err("no backup offers any replica of its log yet".into());
-    }
-    let holders: HashMap<u64, Vec<String>> = offered
+/// Every partition's tablets as announced to the backups (R§7.5).
+fn announced_tablets(parts: &[Vec<TabletLoad>]) -> Vec<PartitionTablet> {
+    parts
         .iter()
-        .map(|(&id, replicas)| (id, usable_holders(replicas)))
-        .collect();
-    let mut ids: Vec<u64> = holders.keys().copied().collect();
-    ids.sort_unstable_by(|a, b| b.cmp(a));
-    for id in ids {
-        for address in &holders[&id] {
-            let Ok(replica) = client.read_replica(address, crashed.0, id).await else {
-                continue;
-            };
-            let (digest, stats) = head_contents(&replica.bytes);
-            if let Some(digest) = digest {
-                // A head is closed only once its successor is open on all its
-                // replicas (R§7.4): a closed newest head means the real head is on
-                // a backup that is not up (yet), and recovering from this one
-                // would lose everything written since.
-                if !open.contains(&id) {
-                    return Err(format!(
-                        "the newest head found (segment {id}) is closed: the log's head is on a backup that is not up"
-                    ));
-                }
-                let missing: Vec<u64> = digest
-                    .iter()
-                    .copied()
-                    .filter(|s| !holders.contains_key(s))
-                    .collect();
-                if !missing.is_empty() {
-                    return Err(format!(
-                        "the log is incomplete: segments {missing:?} are on no reachable backup"
-                    ));
-                }
-                let log_bytes = digest.iter().filter_map(|s| lengths.get(s)).sum();
-                return Ok(FoundLog {
-                    holders,
-                    digest,
-                    stats,
-                    log_bytes,
-                });
-            }
-            // A survivor segment (no digest): look at older ones.
-            break;
-        }
-    }
-    Err("no replica with a log digest is readable yet".into())
-}
-
-/// One replica a backup offers for recovery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct OfferedReplica {
-    address: String,
-    length: u64,
-    closed: bool,
-}
-
-/// Which of the replicas offered for one segment recovery may replay: the closed
-/// ones if any (complete), else only the longest open ones.
-///
-/// Why: a backup can hold a *stale* open replica — the master's RPC to it failed
-/// (a timeout under load, not a crash), the master dropped it from the segment's
-/// replica set and re-created the replica elsewhere, and went on acknowledging
-/// writes there. The stale copy is a prefix of the segment that lacks those
-/// writes. The open replicas of one segment are all prefixes of the same bytes
-/// (only closed segments are compacted or re-sent whole), so the longest holds
-/// every acknowledged byte the others hold. Regression: a 30-minute soak lost
-/// ~580 acknowledged updates of a key when recovery replayed such a stale prefix
-/// (docs/reliability.md, "Findings").
-fn usable_holders(replicas: &[OfferedReplica]) -> Vec<String> {
-    let closed: Vec<String> = replicas
-        .iter()
-        .filter(|r| r.closed)
-        .map(|r| r.address.clone())
-        .collect();
-    if !closed.is_empty() {
-        return closed;
-    }
-    let longest = replicas.iter().map(|r| r.length).max().unwrap_or(0);
-    replicas
-        .iter()
-        .filter(|r| r.length == longest)
-        .map(|r| r.address.clone())
-        .collect()
-}
-
-/// The digest and tablet statistics at the start of a head segment's bytes.
-fn head_contents(mut bytes: &[u8]) -> (Option<Vec<u64>>, Vec<ramstore_log::entry::TabletStat>) {
-    let mut digest = None;
-    let mut stats = Vec::new();
-    for _ in 0..HEAD_ENTRIES_SCANNED {
-        let Ok((entry, len)) = parse_entry(bytes) else {
-            break;
-        };
-        match entry {
-            Entry::LogDigest(d) => digest = Some(d.segment_ids().collect()),
-            Entry::TabletStats(s) => stats = s.stats().collect(),
-            _ => {}
-        }
-        bytes = &bytes[len..];
-    }
-    (digest, stats)
-}
-
-/// Each crashed tablet with an estimate of its bytes and entries (R§7.5). The
-/// statistics in the head were recorded when the head opened, so they miss what
-/// was written since: when the log holds more bytes than they account for, the
-/// surplus is shared out in proportion to them (evenly if they are all zero),
-/// and entries are estimated at no more than [`ESTIMATED_ENTRY_BYTES`] each, so
-/// partitions err on the small side.
-fn tablet_loads(
-    tablets: &[TabletEntry],
-    stats: &[ramstore_log::entry::TabletStat],
-    log_bytes: u64,
-) -> Vec<TabletLoad> {
-    let recorded: Vec<(f64, f64)> = tablets
-        .iter()
-        .map(|t| {
-            let (mut bytes, mut entries) = (0f64, 0f64);
-            for s in stats.iter().filter(|s| s.table_id == t.table_id) {
-                let lo = s.start_hash.max(t.start_hash);
-                let hi = s.end_hash.min(t.end_hash);
-                if lo > hi {
-                    continue;
-                }
-                let share = ((hi - lo) as f64 + 1.0) / ((s.end_hash - s.start_hash) as f64 + 1.0);
-                bytes += s.bytes as f64 * share;
-                entries += s.entry_count as f64 * share;
-            }
-            (bytes, entries)
-        })
-        .collect();
-    let total: f64 = recorded.iter().map(|(b, _)| b).sum();
-    let surplus = (log_bytes as f64 - total).max(0.0);
-    tablets
-        .iter()
-        .zip(&recorded)
-        .map(|(t, &(bytes, entries))| {
-            let share = if total > 0.0 {
-                bytes / total
-            } else {
-                1.0 / tablets.len() as f64
-            };
-            let bytes = bytes + surplus * share;
-            let entries = entries.max(bytes / ESTIMATED_ENTRY_BYTES as f64);
-            TabletLoad {
+        .enumerate()
+        .flat_map(|(i, p)| {
+            p.iter().map(move |t| PartitionTablet {
+                partition_id: i as u32,
                 table_id: t.table_id,
                 start_hash: t.start_hash,
                 end_hash: t.end_hash,
-                bytes: bytes as u64,
-                entries: entries as u64,
-            }
+            })
         })
         .collect()
 }
 
-/// The digest's segments in fetch order, each with the backups that bucket it:
-/// segments early in the backups' published orders first, so recovery masters
-/// ask for what the backups read first (R§7.5). Holders are shuffled with `rng`.
-fn fetch_order(
-    log: &FoundLog,
-    published: &HashMap<String, Vec<u64>>,
-    rng: &dyn Rng,
-) -> Vec<(u64, Vec<String>)> {
-    let mut rank: HashMap<u64, (usize, Vec<String>)> = HashMap::new();
-    for (address, order) in published {
-        for (pos, segment) in order.iter().enumerate() {
-            // Only a replica recovery may use (`usable_holders`): a backup buckets
-            // every replica it holds, stale ones too.
-            let usable = log
-                .holders
-                .get(segment)
-                .is_some_and(|h| h.contains(address));
-            if !usable {
-                continue;
-            }
-            let e = rank.entry(*segment).or_insert((usize::MAX, Vec::new()));
-            e.0 = e.0.min(pos);
-            e.1.push(address.clone());
+/// The `RecoverPartition` request for partition `i` of `plan`: its tablets, then
+/// every replica location in fetch order.
+fn partition_frame(
+    crashed: ServerId,
+    plan: &Plan,
+    i: usize,
+) -> Result<Vec<u8>, ramstore_wire::WireError> {
+    let mut frame = Vec::new();
+    let mut enc =
+        RecoverPartitionEncoder::new(0, crashed.0, plan.recovery_id, i as u32, &mut frame);
+    for &(table_id, start_hash, end_hash) in &plan.parts[i] {
+        enc.push(&RecoveryItem::Tablet {
+            table_id,
+            start_hash,
+            end_hash,
+        })?;
+    }
+    for (segment_id, holders) in &plan.sources {
+        for address in holders {
+            enc.push(&RecoveryItem::Replica {
+                segment_id: *segment_id,
+                address,
+            })?;
         }
     }
-    let mut out: Vec<(usize, u64, Vec<String>)> = log
-        .digest
-        .iter()
-        .filter_map(|id| {
-            rank.get(id).map(|(pos, holders)| {
-                let mut holders = holders.clone();
-                // Spread the load: each segment starts with a random holder.
-                holders.shuffle(&mut rng.as_rand());
-                (*pos, *id, holders)
-            })
-        })
-        .collect();
-    out.sort_by_key(|(pos, id, _)| (*pos, *id));
-    out.into_iter().map(|(_, id, h)| (id, h)).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ramstore_log::entry::{
-        encode_log_digest, encode_segment_header, encode_tablet_stats, TabletStat,
-    };
-
-    fn offered(address: &str, length: u64, closed: bool) -> OfferedReplica {
-        OfferedReplica {
-            address: address.into(),
-            length,
-            closed,
-        }
-    }
-
-    #[test]
-    fn usable_holders_prefers_closed_replicas() {
-        let replicas = [
-            offered("stale", 300, false),
-            offered("a", 500, true),
-            offered("compacted", 200, true),
-        ];
-        assert_eq!(usable_holders(&replicas), vec!["a", "compacted"]);
-    }
-
-    /// Regression (30-minute soak, seed 5): a stale open prefix beside the
-    /// re-created replica must not be replayed.
-    #[test]
-    fn usable_holders_takes_only_the_longest_open_replicas() {
-        let replicas = [
-            offered("stale", 300, false),
-            offered("good", 900, false),
-            offered("also-good", 900, false),
-        ];
-        assert_eq!(usable_holders(&replicas), vec!["good", "also-good"]);
-        assert_eq!(usable_holders(&[offered("only", 10, false)]), vec!["only"]);
-    }
-
-    /// A backup buckets every replica it holds, stale ones too; recovery masters
-    /// must fetch each segment only from the usable holders.
-    #[test]
-    fn fetch_order_skips_backups_whose_replica_is_not_usable() {
-        let log = FoundLog {
-            holders: HashMap::from([(3, vec!["good".to_string()]), (4, vec!["stale".into()])]),
-            digest: vec![3, 4],
-            stats: Vec::new(),
-            log_bytes: 0,
-        };
-        let published = HashMap::from([
-            ("stale".to_string(), vec![3, 4]),
-            ("good".to_string(), vec![3]),
-        ]);
-        assert_eq!(
-            fetch_order(&log, &published, &ramstore_clock::SeededRng::new(1)),
-            vec![
-                (3, vec!["good".to_string()]),
-                (4, vec!["stale".to_string()])
-            ]
-        );
-    }
-
-    #[test]
-    fn head_contents_finds_the_digest_and_stats() {
-        let mut head = Vec::new();
-        encode_segment_header(3, 9, &mut head);
-        encode_log_digest(&[1, 4, 9], &mut head);
-        let stat = TabletStat {
-            table_id: 2,
-            start_hash: 0,
-            end_hash: u64::MAX,
-            entry_count: 10,
-            bytes: 1000,
-        };
-        encode_tablet_stats(&[stat], &mut head);
-        let (digest, stats) = head_contents(&head);
-        assert_eq!(digest, Some(vec![1, 4, 9]));
-        assert_eq!(stats, vec![stat]);
-        assert_eq!(head_contents(&head[..5]).0, None);
-    }
-
-    #[test]
-    fn tablet_loads_scale_by_overlap() {
-        let stat = ramstore_log::entry::TabletStat {
-            table_id: 2,
-            start_hash: 0,
-            end_hash: u64::MAX,
-            entry_count: 100,
-            bytes: 1000,
-        };
-        let half = TabletEntry {
-            table_id: 2,
-            start_hash: 0,
-            end_hash: u64::MAX / 2,
-            server_id: ServerId(1),
-        };
-        let loads = tablet_loads(&[half], &[stat], 0);
-        assert!((499..=501).contains(&loads[0].bytes), "{loads:?}");
-        assert!((49..=51).contains(&loads[0].entries), "{loads:?}");
-        // Bytes written since the statistics were recorded are shared out.
-        let loads = tablet_loads(&[half], &[stat], 64_000);
-        assert!((63_900..=64_100).contains(&loads[0].bytes), "{loads:?}");
-        assert!(loads[0].entries >= 998, "{loads:?}");
-        // No statistics at all: an even share each.
-        let other = TabletEntry {
-            start_hash: u64::MAX / 2 + 1,
-            end_hash: u64::MAX,
-            ..half
-        };
-        let loads = tablet_loads(&[half, other], &[], 6_400);
-        assert_eq!(loads[0].bytes, 3_200);
-        assert_eq!(loads[1].entries, 50);
-    }
+    enc.finish()?;
+    Ok(frame)
 }

@@ -1,0 +1,426 @@
+//! Finding a crashed master's log and planning its replay, the coordinator's
+//! part of recovery that needs no service state (R§7.4, R§7.5): which backups hold
+//! which replicas and which of them recovery may use, the newest head's digest and
+//! tablet statistics, each tablet's estimated size, the partitions announced to the
+//! backups, and the order recovery masters fetch segments in. The recovery driver
+//! ([`crate::recovery`]) calls these; they call nothing of it back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ramstore_backup::BackupClient;
+use ramstore_clock::Rng;
+use ramstore_log::entry::{parse_entry, Entry};
+use ramstore_wire::PartitionTablet;
+use rand::seq::SliceRandom;
+use tokio::task::JoinSet;
+
+use crate::partition::TabletLoad;
+use crate::server_list::ServerId;
+use crate::tables::TabletEntry;
+
+/// Bytes per entry assumed when estimating entries from bytes (a small object).
+const ESTIMATED_ENTRY_BYTES: u64 = 64;
+/// Entries of a head read to find its digest and tablet statistics.
+const HEAD_ENTRIES_SCANNED: usize = 8;
+
+/// The crashed master's log as the newest head describes it.
+pub(crate) struct FoundLog {
+    /// Segment id → addresses of the backups holding a replica recovery may use
+    /// ([`usable_holders`]).
+    pub(crate) holders: HashMap<u64, Vec<String>>,
+    pub(crate) digest: Vec<u64>,
+    pub(crate) stats: Vec<ramstore_log::entry::TabletStat>,
+    /// Bytes of the log: the longest replica of each segment the digest names.
+    pub(crate) log_bytes: u64,
+}
+
+/// Announces the partitions to every backup in `holders` at once (R§7.5); the
+/// order each published. A backup that does not answer within the deadline is
+/// left out of this attempt (its replicas are read from the others).
+pub(crate) async fn announce(
+    client: &BackupClient,
+    crashed: ServerId,
+    recovery_id: u64,
+    tablets: &[PartitionTablet],
+    holders: Vec<String>,
+) -> HashMap<String, Vec<u64>> {
+    let tablets: Arc<[PartitionTablet]> = tablets.into();
+    let mut asks = JoinSet::new();
+    for address in holders {
+        let client = client.clone();
+        let tablets = tablets.clone();
+        asks.spawn(async move {
+            let order = client
+                .start_partitioning(&address, crashed.0, recovery_id, &tablets)
+                .await;
+            (address, order)
+        });
+    }
+    let mut published = HashMap::new();
+    while let Some(Ok((address, order))) = asks.join_next().await {
+        match order {
+            Ok(order) => {
+                published.insert(address, order.iter().map(|r| r.segment_id).collect());
+            }
+            Err(e) => {
+                tracing::warn!(crashed_id = crashed.0, backup = %address, error = %e, "recovery: a backup did not start partitioning")
+            }
+        }
+    }
+    published
+}
+
+/// Finds the crashed master's log: who holds which replica, and the newest
+/// digest with the tablet statistics beside it (R§7.4, R§7.5).
+pub(crate) async fn find_log(
+    client: &BackupClient,
+    crashed: ServerId,
+    backups: &[String],
+) -> Result<FoundLog, String> {
+    let mut offered: HashMap<u64, Vec<OfferedReplica>> = HashMap::new();
+    let mut lengths: HashMap<u64, u64> = HashMap::new();
+    let mut open: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    let mut asks: JoinSet<(String, Result<Vec<ramstore_backup::BackupReplica>, String>)> =
+        JoinSet::new();
+    for address in backups {
+        let client = client.clone();
+        let address = address.clone();
+        asks.spawn(async move {
+            let r = client
+                .get_replicas(&address, crashed.0)
+                .await
+                .map_err(|e| e.to_string());
+            (address, r)
+        });
+    }
+    while let Some(Ok((address, replicas))) = asks.join_next().await {
+        if let Ok(replicas) = replicas {
+            for r in replicas {
+                offered
+                    .entry(r.segment_id)
+                    .or_default()
+                    .push(OfferedReplica {
+                        address: address.clone(),
+                        length: u64::from(r.length),
+                        closed: r.closed,
+                    });
+                let longest = lengths.entry(r.segment_id).or_default();
+                *longest = (*longest).max(u64::from(r.length));
+                if !r.closed {
+                    open.insert(r.segment_id);
+                }
+            }
+        }
+    }
+    if offered.is_empty() {
+        return Err("no backup offers any replica of its log yet".into());
+    }
+    let holders: HashMap<u64, Vec<String>> = offered
+        .iter()
+        .map(|(&id, replicas)| (id, usable_holders(replicas)))
+        .collect();
+    let mut ids: Vec<u64> = holders.keys().copied().collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    for id in ids {
+        for address in &holders[&id] {
+            let Ok(replica) = client.read_replica(address, crashed.0, id).await else {
+                continue;
+            };
+            let (digest, stats) = head_contents(&replica.bytes);
+            if let Some(digest) = digest {
+                // A head is closed only once its successor is open on all its
+                // replicas (R§7.4): a closed newest head means the real head is on
+                // a backup that is not up (yet), and recovering from this one
+                // would lose everything written since.
+                if !open.contains(&id) {
+                    return Err(format!(
+                        "the newest head found (segment {id}) is closed: the log's head is on a backup that is not up"
+                    ));
+                }
+                let missing: Vec<u64> = digest
+                    .iter()
+                    .copied()
+                    .filter(|s| !holders.contains_key(s))
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(format!(
+                        "the log is incomplete: segments {missing:?} are on no reachable backup"
+                    ));
+                }
+                let log_bytes = digest.iter().filter_map(|s| lengths.get(s)).sum();
+                return Ok(FoundLog {
+                    holders,
+                    digest,
+                    stats,
+                    log_bytes,
+                });
+            }
+            // A survivor segment (no digest): look at older ones.
+            break;
+        }
+    }
+    Err("no replica with a log digest is readable yet".into())
+}
+
+/// One replica a backup offers for recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OfferedReplica {
+    address: String,
+    length: u64,
+    closed: bool,
+}
+
+/// Which of the replicas offered for one segment recovery may replay: the closed
+/// ones if any (complete), else only the longest open ones.
+///
+/// Why: a backup can hold a *stale* open replica — the master's RPC to it failed
+/// (a timeout under load, not a crash), the master dropped it from the segment's
+/// replica set and re-created the replica elsewhere, and went on acknowledging
+/// writes there. The stale copy is a prefix of the segment that lacks those
+/// writes. The open replicas of one segment are all prefixes of the same bytes
+/// (only closed segments are compacted or re-sent whole), so the longest holds
+/// every acknowledged byte the others hold. Regression: a 30-minute soak lost
+/// ~580 acknowledged updates of a key when recovery replayed such a stale prefix
+/// (docs/reliability.md, "Findings").
+fn usable_holders(replicas: &[OfferedReplica]) -> Vec<String> {
+    let closed: Vec<String> = replicas
+        .iter()
+        .filter(|r| r.closed)
+        .map(|r| r.address.clone())
+        .collect();
+    if !closed.is_empty() {
+        return closed;
+    }
+    let longest = replicas.iter().map(|r| r.length).max().unwrap_or(0);
+    replicas
+        .iter()
+        .filter(|r| r.length == longest)
+        .map(|r| r.address.clone())
+        .collect()
+}
+
+/// The digest and tablet statistics at the start of a head segment's bytes.
+fn head_contents(mut bytes: &[u8]) -> (Option<Vec<u64>>, Vec<ramstore_log::entry::TabletStat>) {
+    let mut digest = None;
+    let mut stats = Vec::new();
+    for _ in 0..HEAD_ENTRIES_SCANNED {
+        let Ok((entry, len)) = parse_entry(bytes) else {
+            break;
+        };
+        match entry {
+            Entry::LogDigest(d) => digest = Some(d.segment_ids().collect()),
+            Entry::TabletStats(s) => stats = s.stats().collect(),
+            _ => {}
+        }
+        bytes = &bytes[len..];
+    }
+    (digest, stats)
+}
+
+/// Each crashed tablet with an estimate of its bytes and entries (R§7.5). The
+/// statistics in the head were recorded when the head opened, so they miss what
+/// was written since: when the log holds more bytes than they account for, the
+/// surplus is shared out in proportion to them (evenly if they are all zero),
+/// and entries are estimated at no more than [`ESTIMATED_ENTRY_BYTES`] each, so
+/// partitions err on the small side.
+pub(crate) fn tablet_loads(
+    tablets: &[TabletEntry],
+    stats: &[ramstore_log::entry::TabletStat],
+    log_bytes: u64,
+) -> Vec<TabletLoad> {
+    let recorded: Vec<(f64, f64)> = tablets
+        .iter()
+        .map(|t| {
+            let (mut bytes, mut entries) = (0f64, 0f64);
+            for s in stats.iter().filter(|s| s.table_id == t.table_id) {
+                let lo = s.start_hash.max(t.start_hash);
+                let hi = s.end_hash.min(t.end_hash);
+                if lo > hi {
+                    continue;
+                }
+                let share = ((hi - lo) as f64 + 1.0) / ((s.end_hash - s.start_hash) as f64 + 1.0);
+                bytes += s.bytes as f64 * share;
+                entries += s.entry_count as f64 * share;
+            }
+            (bytes, entries)
+        })
+        .collect();
+    let total: f64 = recorded.iter().map(|(b, _)| b).sum();
+    let surplus = (log_bytes as f64 - total).max(0.0);
+    tablets
+        .iter()
+        .zip(&recorded)
+        .map(|(t, &(bytes, entries))| {
+            let share = if total > 0.0 {
+                bytes / total
+            } else {
+                1.0 / tablets.len() as f64
+            };
+            let bytes = bytes + surplus * share;
+            let entries = entries.max(bytes / ESTIMATED_ENTRY_BYTES as f64);
+            TabletLoad {
+                table_id: t.table_id,
+                start_hash: t.start_hash,
+                end_hash: t.end_hash,
+                bytes: bytes as u64,
+                entries: entries as u64,
+            }
+        })
+        .collect()
+}
+
+/// The digest's segments in fetch order, each with the backups that bucket it:
+/// segments early in the backups' published orders first, so recovery masters
+/// ask for what the backups read first (R§7.5). Holders are shuffled with `rng`.
+pub(crate) fn fetch_order(
+    log: &FoundLog,
+    published: &HashMap<String, Vec<u64>>,
+    rng: &dyn Rng,
+) -> Vec<(u64, Vec<String>)> {
+    let mut rank: HashMap<u64, (usize, Vec<String>)> = HashMap::new();
+    for (address, order) in published {
+        for (pos, segment) in order.iter().enumerate() {
+            // Only a replica recovery may use (`usable_holders`): a backup buckets
+            // every replica it holds, stale ones too.
+            let usable = log
+                .holders
+                .get(segment)
+                .is_some_and(|h| h.contains(address));
+            if !usable {
+                continue;
+            }
+            let e = rank.entry(*segment).or_insert((usize::MAX, Vec::new()));
+            e.0 = e.0.min(pos);
+            e.1.push(address.clone());
+        }
+    }
+    let mut out: Vec<(usize, u64, Vec<String>)> = log
+        .digest
+        .iter()
+        .filter_map(|id| {
+            rank.get(id).map(|(pos, holders)| {
+                let mut holders = holders.clone();
+                // Spread the load: each segment starts with a random holder.
+                holders.shuffle(&mut rng.as_rand());
+                (*pos, *id, holders)
+            })
+        })
+        .collect();
+    out.sort_by_key(|(pos, id, _)| (*pos, *id));
+    out.into_iter().map(|(_, id, h)| (id, h)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ramstore_log::entry::{
+        encode_log_digest, encode_segment_header, encode_tablet_stats, TabletStat,
+    };
+
+    fn offered(address: &str, length: u64, closed: bool) -> OfferedReplica {
+        OfferedReplica {
+            address: address.into(),
+            length,
+            closed,
+        }
+    }
+
+    #[test]
+    fn usable_holders_prefers_closed_replicas() {
+        let replicas = [
+            offered("stale", 300, false),
+            offered("a", 500, true),
+            offered("compacted", 200, true),
+        ];
+        assert_eq!(usable_holders(&replicas), vec!["a", "compacted"]);
+    }
+
+    /// Regression (30-minute soak, seed 5): a stale open prefix beside the
+    /// re-created replica must not be replayed.
+    #[test]
+    fn usable_holders_takes_only_the_longest_open_replicas() {
+        let replicas = [
+            offered("stale", 300, false),
+            offered("good", 900, false),
+            offered("also-good", 900, false),
+        ];
+        assert_eq!(usable_holders(&replicas), vec!["good", "also-good"]);
+        assert_eq!(usable_holders(&[offered("only", 10, false)]), vec!["only"]);
+    }
+
+    /// A backup buckets every replica it holds, stale ones too; recovery masters
+    /// must fetch each segment only from the usable holders.
+    #[test]
+    fn fetch_order_skips_backups_whose_replica_is_not_usable() {
+        let log = FoundLog {
+            holders: HashMap::from([(3, vec!["good".to_string()]), (4, vec!["stale".into()])]),
+            digest: vec![3, 4],
+            stats: Vec::new(),
+            log_bytes: 0,
+        };
+        let published = HashMap::from([
+            ("stale".to_string(), vec![3, 4]),
+            ("good".to_string(), vec![3]),
+        ]);
+        assert_eq!(
+            fetch_order(&log, &published, &ramstore_clock::SeededRng::new(1)),
+            vec![
+                (3, vec!["good".to_string()]),
+                (4, vec!["stale".to_string()])
+            ]
+        );
+    }
+
+    #[test]
+    fn head_contents_finds_the_digest_and_stats() {
+        let mut head = Vec::new();
+        encode_segment_header(3, 9, &mut head);
+        encode_log_digest(&[1, 4, 9], &mut head);
+        let stat = TabletStat {
+            table_id: 2,
+            start_hash: 0,
+            end_hash: u64::MAX,
+            entry_count: 10,
+            bytes: 1000,
+        };
+        encode_tablet_stats(&[stat], &mut head);
+        let (digest, stats) = head_contents(&head);
+        assert_eq!(digest, Some(vec![1, 4, 9]));
+        assert_eq!(stats, vec![stat]);
+        assert_eq!(head_contents(&head[..5]).0, None);
+    }
+
+    #[test]
+    fn tablet_loads_scale_by_overlap() {
+        let stat = ramstore_log::entry::TabletStat {
+            table_id: 2,
+            start_hash: 0,
+            end_hash: u64::MAX,
+            entry_count: 100,
+            bytes: 1000,
+        };
+        let half = TabletEntry {
+            table_id: 2,
+            start_hash: 0,
+            end_hash: u64::MAX / 2,
+            server_id: ServerId(1),
+        };
+        let loads = tablet_loads(&[half], &[stat], 0);
+        assert!((499..=501).contains(&loads[0].bytes), "{loads:?}");
+        assert!((49..=51).contains(&loads[0].entries), "{loads:?}");
+        // Bytes written since the statistics were recorded are shared out.
+        let loads = tablet_loads(&[half], &[stat], 64_000);
+        assert!((63_900..=64_100).contains(&loads[0].bytes), "{loads:?}");
+        assert!(loads[0].entries >= 998, "{loads:?}");
+        // No statistics at all: an even share each.
+        let other = TabletEntry {
+            start_hash: u64::MAX / 2 + 1,
+            end_hash: u64::MAX,
+            ..half
+        };
+        let loads = tablet_loads(&[half, other], &[], 6_400);
+        assert_eq!(loads[0].bytes, 3_200);
+        assert_eq!(loads[1].entries, 50);
+    }
+}
