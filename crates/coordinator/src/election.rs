@@ -33,7 +33,7 @@ use ramstore_clock::Clock;
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use parking_lot::Mutex;
 
-use crate::etcd_storage::{backend, EtcdStorage, EtcdThread};
+use crate::etcd_storage::{backend, EtcdStorage, EtcdThread, WriteFence};
 use crate::storage::StorageError;
 
 /// Default lifetime of the leader's lease (`--lease-ttl-ms`).
@@ -145,6 +145,21 @@ impl LeaderState {
 
     fn is_held(&self) -> bool {
         self.fence().is_some()
+    }
+}
+
+// The fenced store sees the leader only through this trait (`etcd_storage`).
+impl WriteFence for LeaderState {
+    fn fence(&self) -> Option<(String, i64)> {
+        LeaderState::fence(self)
+    }
+
+    fn lost_reason(&self) -> String {
+        LeaderState::lost_reason(self)
+    }
+
+    fn lose(&self, reason: &str) {
+        LeaderState::lose(self, reason)
     }
 }
 

@@ -37,7 +37,6 @@ use etcd_client::{
 use parking_lot::Mutex;
 use ramstore_clock::{system_clock, Clock};
 
-use crate::election::LeaderState;
 use crate::storage::{validate_key, ExternalStorage, StorageError};
 
 /// How long one etcd operation may take before it fails with
@@ -324,6 +323,20 @@ pub(crate) fn backend(op: &'static str, key: &str, reason: String) -> StorageErr
     }
 }
 
+/// What fences this store's writes once this coordinator has won the election
+/// (R§9; [`crate::election`]'s leader state implements it). A trait here, so the
+/// store does not import the election that is built on it (issue 19: no import
+/// circles).
+pub(crate) trait WriteFence: Send + Sync {
+    /// The leader key and its create revision, to fence a write with; `None` once
+    /// leadership is lost or given up.
+    fn fence(&self) -> Option<(String, i64)>;
+    /// Why leadership was lost, for errors.
+    fn lost_reason(&self) -> String;
+    /// Records the loss of leadership (a fenced write was refused).
+    fn lose(&self, reason: &str);
+}
+
 /// External storage on etcd; see the module documentation.
 pub struct EtcdStorage {
     spec: EtcdSpec,
@@ -331,7 +344,7 @@ pub struct EtcdStorage {
     thread: EtcdThread,
     /// Set once this coordinator has won the election: writes are then fenced by
     /// the leader key's create revision (R§9).
-    leader: Mutex<Option<Arc<LeaderState>>>,
+    leader: Mutex<Option<Arc<dyn WriteFence>>>,
 }
 
 impl std::fmt::Debug for EtcdStorage {
@@ -391,7 +404,7 @@ impl EtcdStorage {
     }
 
     /// From now on every write is fenced by `leader` (see the module documentation).
-    pub(crate) fn set_leader(&self, leader: Arc<LeaderState>) {
+    pub(crate) fn set_leader(&self, leader: Arc<dyn WriteFence>) {
         *self.leader.lock() = Some(leader);
     }
 

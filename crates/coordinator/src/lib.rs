@@ -34,6 +34,15 @@
 //! [`StorageError::Backend`]; as for every failed write, the change is not applied,
 //! though etcd may or may not hold it (the next state document replaces it whole).
 //!
+//! The RPC service ([`CoordinatorService`], `service.rs`) is a dispatcher over
+//! parts that each own their state, in files named for them: the shared core and
+//! transport (`cluster`), notifications and their retries (`notifier`), table and
+//! membership changes (`changes`), zombie answers and leases (`membership`),
+//! failure confirmation (`suspicion_driver`, deciding with `suspicion`) and crash
+//! recovery (`recovery`, finding the log in `recovery_log`). Imports point from
+//! the dispatcher to the parts, never back, and no files import each other in a
+//! circle (`scripts/check-module-cycles`; docs/architecture.md, "Owned parts").
+//!
 //! Limitation until replication and crash recovery exist: a tablet moved off a
 //! removed or replaced server starts empty on its new owner, because its objects were
 //! only in the old process's DRAM.

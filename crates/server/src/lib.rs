@@ -21,9 +21,13 @@
 //! backup) run on their own tasks and threads.
 //!
 //! The failure monitor ([`failure_monitor`]) pings a random other server every
-//! 100 ms, reports failed pings to the coordinator, and makes a server that learns it
-//! was declared crashed (a zombie, R§7.11) refuse object operations and call its
-//! zombie hook (the `ramstore` binary exits).
+//! 100 ms, reports failed pings to the coordinator, renews the membership lease, and
+//! makes a server that learns it was declared crashed (a zombie, R§7.11) refuse
+//! object operations and call its zombie hook (the `ramstore` binary exits). The
+//! state the request path checks — zombie flag, lease — is the
+//! [`membership_guard`]'s, below both the service and the monitor: imports between
+//! this crate's files point one way (`scripts/check-module-cycles`; the one circle
+//! left is `backup_service` ↔ `backup_recovery`).
 //!
 //! The backup ([`backup_service`]) keeps other masters' segment replicas in
 //! `<backup_dir>/replicas.frames` and serves BackupWrite, BackupFree,
