@@ -5,7 +5,7 @@
 //! backups, and the order recovery masters fetch segments in. The recovery driver
 //! ([`crate::recovery`]) calls these; they call nothing of it back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use ramstore_backup::BackupClient;
@@ -78,9 +78,47 @@ pub(crate) async fn find_log(
     crashed: ServerId,
     backups: &[String],
 ) -> Result<FoundLog, String> {
-    let mut offered: HashMap<u64, Vec<OfferedReplica>> = HashMap::new();
-    let mut lengths: HashMap<u64, u64> = HashMap::new();
-    let mut open: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    let offers = gather_offers(client, crashed, backups).await;
+    if offers.offered.is_empty() {
+        return Err("no backup offers any replica of its log yet".into());
+    }
+    let holders: HashMap<u64, Vec<String>> = offers
+        .offered
+        .iter()
+        .map(|(&id, replicas)| (id, usable_holders(replicas)))
+        .collect();
+    let mut ids: Vec<u64> = holders.keys().copied().collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    for id in ids {
+        for address in &holders[&id] {
+            let Ok(replica) = client.read_replica(address, crashed.0, id).await else {
+                continue;
+            };
+            let (digest, stats) = head_contents(&replica.bytes);
+            if let Some(digest) = digest {
+                return log_from_head(id, digest, stats, holders, &offers);
+            }
+            // A survivor segment (no digest): look at older ones.
+            break;
+        }
+    }
+    Err("no replica with a log digest is readable yet".into())
+}
+
+/// What the backups offer of one crashed master's log.
+#[derive(Default)]
+struct Offers {
+    /// Segment id → every replica offered.
+    offered: HashMap<u64, Vec<OfferedReplica>>,
+    /// Segment id → its longest replica's bytes.
+    lengths: HashMap<u64, u64>,
+    /// Segments with an open replica somewhere.
+    open: HashSet<u64>,
+}
+
+/// Asks every backup in `backups` at once which replicas of `crashed` it holds;
+/// a backup that does not answer offers nothing.
+async fn gather_offers(client: &BackupClient, crashed: ServerId, backups: &[String]) -> Offers {
     let mut asks: JoinSet<(String, Result<Vec<ramstore_backup::BackupReplica>, String>)> =
         JoinSet::new();
     for address in backups {
@@ -94,73 +132,62 @@ pub(crate) async fn find_log(
             (address, r)
         });
     }
+    let mut offers = Offers::default();
     while let Some(Ok((address, replicas))) = asks.join_next().await {
-        if let Ok(replicas) = replicas {
-            for r in replicas {
-                offered
-                    .entry(r.segment_id)
-                    .or_default()
-                    .push(OfferedReplica {
-                        address: address.clone(),
-                        length: u64::from(r.length),
-                        closed: r.closed,
-                    });
-                let longest = lengths.entry(r.segment_id).or_default();
-                *longest = (*longest).max(u64::from(r.length));
-                if !r.closed {
-                    open.insert(r.segment_id);
-                }
-            }
-        }
-    }
-    if offered.is_empty() {
-        return Err("no backup offers any replica of its log yet".into());
-    }
-    let holders: HashMap<u64, Vec<String>> = offered
-        .iter()
-        .map(|(&id, replicas)| (id, usable_holders(replicas)))
-        .collect();
-    let mut ids: Vec<u64> = holders.keys().copied().collect();
-    ids.sort_unstable_by(|a, b| b.cmp(a));
-    for id in ids {
-        for address in &holders[&id] {
-            let Ok(replica) = client.read_replica(address, crashed.0, id).await else {
-                continue;
-            };
-            let (digest, stats) = head_contents(&replica.bytes);
-            if let Some(digest) = digest {
-                // A head is closed only once its successor is open on all its
-                // replicas (R§7.4): a closed newest head means the real head is on
-                // a backup that is not up (yet), and recovering from this one
-                // would lose everything written since.
-                if !open.contains(&id) {
-                    return Err(format!(
-                        "the newest head found (segment {id}) is closed: the log's head is on a backup that is not up"
-                    ));
-                }
-                let missing: Vec<u64> = digest
-                    .iter()
-                    .copied()
-                    .filter(|s| !holders.contains_key(s))
-                    .collect();
-                if !missing.is_empty() {
-                    return Err(format!(
-                        "the log is incomplete: segments {missing:?} are on no reachable backup"
-                    ));
-                }
-                let log_bytes = digest.iter().filter_map(|s| lengths.get(s)).sum();
-                return Ok(FoundLog {
-                    holders,
-                    digest,
-                    stats,
-                    log_bytes,
+        for r in replicas.into_iter().flatten() {
+            offers
+                .offered
+                .entry(r.segment_id)
+                .or_default()
+                .push(OfferedReplica {
+                    address: address.clone(),
+                    length: u64::from(r.length),
+                    closed: r.closed,
                 });
+            let longest = offers.lengths.entry(r.segment_id).or_default();
+            *longest = (*longest).max(u64::from(r.length));
+            if !r.closed {
+                offers.open.insert(r.segment_id);
             }
-            // A survivor segment (no digest): look at older ones.
-            break;
         }
     }
-    Err("no replica with a log digest is readable yet".into())
+    offers
+}
+
+/// The log that newest head `id` (with `digest` and `stats`) describes, or why
+/// recovery must wait.
+fn log_from_head(
+    id: u64,
+    digest: Vec<u64>,
+    stats: Vec<ramstore_log::entry::TabletStat>,
+    holders: HashMap<u64, Vec<String>>,
+    offers: &Offers,
+) -> Result<FoundLog, String> {
+    // A head is closed only once its successor is open on all its replicas
+    // (R§7.4): a closed newest head means the real head is on a backup that is not
+    // up (yet), and recovering from this one would lose everything written since.
+    if !offers.open.contains(&id) {
+        return Err(format!(
+            "the newest head found (segment {id}) is closed: the log's head is on a backup that is not up"
+        ));
+    }
+    let missing: Vec<u64> = digest
+        .iter()
+        .copied()
+        .filter(|s| !holders.contains_key(s))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "the log is incomplete: segments {missing:?} are on no reachable backup"
+        ));
+    }
+    let log_bytes = digest.iter().filter_map(|s| offers.lengths.get(s)).sum();
+    Ok(FoundLog {
+        holders,
+        digest,
+        stats,
+        log_bytes,
+    })
 }
 
 /// One replica a backup offers for recovery.
