@@ -254,8 +254,8 @@ pub enum ParseError {
     ConfigNotGet,
 }
 
-/// Finds the row of the command `args` names and checks the argument count.
-/// `args` holds the name and at least nothing else; empty `args` is no command.
+/// Finds the row of the command `args` names (its first element) and checks the
+/// argument count. Empty `args` names no command: an unknown command with no name.
 pub fn lookup(args: &[&[u8]]) -> Result<&'static Spec, ParseError> {
     let Some((&name, rest)) = args.split_first() else {
         return Err(ParseError::UnknownCommand {
