@@ -51,8 +51,10 @@
 
 pub mod backup_recovery;
 pub mod backup_service;
+pub mod blocking;
 pub mod cold_start;
 pub mod failure_monitor;
+pub mod in_process;
 pub mod metrics;
 pub mod placement;
 pub mod recovery_master;
@@ -61,7 +63,9 @@ pub mod resident;
 pub mod storage_server;
 pub mod storage_service;
 
+pub use blocking::Blocking;
 pub use backup_service::{BackupService, FRAMES_FILE, MAX_FAST_BACKUP_WRITE_BYTES};
+pub use in_process::{start_in_process, InProcessParts, InProcessServer};
 pub use failure_monitor::{MonitorConfig, ZombieHook};
 pub use ramstore_backup::{SyncMode, DEFAULT_OPEN_BUFFERS, MAX_FRAME_COUNT, MAX_OPEN_BUFFERS};
 pub use ramstore_rpc::conns::{

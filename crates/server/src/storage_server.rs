@@ -294,28 +294,12 @@ pub const ENLIST_TIMEOUT_MS: u64 = 60_000;
 
 /// Starts a storage server and enlists it; returns once it is serving and enlisted.
 pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError> {
-    if options.replicas > MAX_REPLICAS {
-        return Err(ServerError::Replicas(options.replicas));
-    }
-    options.monitor.validate().map_err(ServerError::Monitor)?;
     let clock = options.clock.clone();
-    let manager = (options.replicas > 0).then(|| {
-        // Rounds are bounded by the replica manager, not per RPC (no timer per
-        // replication RPC on the write path).
-        let transport = TcpTransport::with_clock(clock.clone());
-        let client =
-            BackupClient::new(Arc::new(transport)).with_rpc_deadline(ramstore_rpc::NO_DEADLINE);
-        let seed = options.rng.next_u64();
-        let manager = ReplicaManager::new(options.replicas, client, seed, clock.clone());
-        manager.set_replica_check_interval_ms(options.replica_check_interval_ms);
-        manager
-    });
-    let mut store_config = StoreConfig::new(options.memory_bytes);
-    store_config.clock = clock.clone();
-    if let Some(m) = &manager {
-        store_config.replicas = m.clone();
-    }
-    let store = ObjectStore::new(store_config)?;
+    // Replication, enlistment and the failure monitor each have a transport (and
+    // so connections) of their own.
+    let tcp = || -> Arc<dyn Transport> { Arc::new(TcpTransport::with_clock(clock.clone())) };
+    let store_config = StoreConfig::new(options.memory_bytes);
+    let (store, manager) = build_store(&options, store_config, tcp())?;
     let backup = match &options.backup_dir {
         Some(dir) => Some(open_backup(dir, &options).await?),
         None => None,
@@ -428,6 +412,7 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     };
     let server_id = enlist(
         &clock,
+        tcp().as_ref(),
         &options.coordinator,
         &Request::Enlist {
             replaces_server_id: replaces,
@@ -439,24 +424,15 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         },
     )
     .await?;
-    service.set_server_id(server_id);
     if let Some(dir) = &identity_dir {
         cold_start::write_identity(dir, server_id, &advertise)?;
     }
-    if let Some(m) = &manager {
-        tasks.push(m.start(
-            service.store().log_handle(),
-            server_id,
-            &options.failure_domain,
-        ));
-    }
-    // Randomized pings and zombie detection (R§7.2, R§7.11).
-    tasks.push(failure_monitor::start(
-        service.clone(),
-        Arc::new(TcpTransport::with_clock(clock.clone())),
-        options.coordinator.clone(),
-        options.monitor,
-        options.on_zombie.clone(),
+    tasks.extend(run_enlisted(
+        &options,
+        &service,
+        manager.as_ref(),
+        server_id,
+        tcp(),
     ));
     let resp_addr = match &options.resp_listen {
         Some(listen) => {
@@ -485,6 +461,64 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         coordinator: options.coordinator.clone(),
         identity_dir,
     })
+}
+
+/// Checks the options and builds the master's store (`store_config` with the
+/// options' clock) and replica manager (whose BackupWrites go over `transport`): the first step of [`start`] and of
+/// [`crate::in_process::start_in_process`].
+pub(crate) fn build_store(
+    options: &ServerOptions,
+    mut store_config: StoreConfig,
+    transport: Arc<dyn Transport>,
+) -> Result<(ObjectStore, Option<Arc<ReplicaManager>>), ServerError> {
+    if options.replicas > MAX_REPLICAS {
+        return Err(ServerError::Replicas(options.replicas));
+    }
+    options.monitor.validate().map_err(ServerError::Monitor)?;
+    let clock = options.clock.clone();
+    let manager = (options.replicas > 0).then(|| {
+        // Rounds are bounded by the replica manager, not per RPC (no timer per
+        // replication RPC on the write path).
+        let client = BackupClient::new(transport).with_rpc_deadline(ramstore_rpc::NO_DEADLINE);
+        let seed = options.rng.next_u64();
+        let manager = ReplicaManager::new(options.replicas, client, seed, clock.clone());
+        manager.set_replica_check_interval_ms(options.replica_check_interval_ms);
+        manager
+    });
+    store_config.clock = clock;
+    if let Some(m) = &manager {
+        store_config.replicas = m.clone();
+    }
+    Ok((ObjectStore::new(store_config)?, manager))
+}
+
+/// What a server does once enlisted as `server_id`: records its id, starts
+/// replicating (R§4.2) and its failure monitor (pings and zombie detection,
+/// R§7.2, R§7.11, over `transport`); returns the tasks it started.
+pub(crate) fn run_enlisted(
+    options: &ServerOptions,
+    service: &Arc<StorageService>,
+    manager: Option<&Arc<ReplicaManager>>,
+    server_id: u64,
+    transport: Arc<dyn Transport>,
+) -> Vec<JoinHandle<()>> {
+    service.set_server_id(server_id);
+    let mut tasks = Vec::new();
+    if let Some(m) = manager {
+        tasks.push(m.start(
+            service.store().log_handle(),
+            server_id,
+            &options.failure_domain,
+        ));
+    }
+    tasks.push(failure_monitor::start(
+        service.clone(),
+        transport,
+        options.coordinator.clone(),
+        options.monitor,
+        options.on_zombie.clone(),
+    ));
+    tasks
 }
 
 /// Starts the Redis protocol front end on `listen`: keys this master owns are
@@ -721,12 +755,12 @@ fn drop_cached_pages(file: &std::fs::File, len: u64) {
 /// `coordinator` may list several addresses separated by commas (the active
 /// coordinator and its standbys, R§9): after a transport failure the next one is
 /// tried, round-robin.
-async fn enlist(
+pub(crate) async fn enlist(
     clock: &Arc<dyn Clock>,
+    transport: &dyn Transport,
     coordinator: &str,
     request: &Request<'_>,
 ) -> Result<u64, ServerError> {
-    let transport = TcpTransport::with_clock(clock.clone());
     let mut frame = Vec::new();
     encode_request(0, request, &mut frame).map_err(|e| ServerError::Enlist {
         addr: coordinator.into(),
