@@ -77,6 +77,12 @@ struct Args {
     /// show the simulator finds it.
     #[arg(long)]
     planted_bug: bool,
+    /// Print every fault as it happens (stderr).
+    #[arg(long)]
+    verbose: bool,
+    /// Write the recorded history here (JSON lines, as `ramstore-checker` reads).
+    #[arg(long)]
+    history: Option<std::path::PathBuf>,
     /// Print the HashMap iteration order of this process and exit (a check that
     /// the getrandom override is in effect).
     #[arg(long, hide = true)]
@@ -85,6 +91,15 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    // RUST_LOG=info shows the servers' and coordinator's logs (timestamps are
+    // real time; the simulated time is in the fault lines of --verbose).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .without_time()
+            .init();
+    }
     ENTROPY.store(args.seed ^ 0x5eed_0000_0000, Ordering::Relaxed);
     if args.hash_order {
         let map: std::collections::HashMap<u32, ()> = (0..16).map(|i| (i, ())).collect();
@@ -98,6 +113,7 @@ fn main() {
         faults: !args.no_faults,
         planted_bug: args.planted_bug,
         clients: args.clients.max(1),
+        verbose: args.verbose,
     };
     let summary = match run(&config) {
         Ok(s) => s,
@@ -106,6 +122,14 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if let Some(path) = &args.history {
+        let written = std::fs::File::create(path)
+            .map(std::io::BufWriter::new)
+            .and_then(|mut f| summary.history.write_jsonl(&mut f));
+        if let Err(e) = written {
+            eprintln!("error: cannot write the history to {}: {e}", path.display());
+        }
+    }
     print!("{}", summary.report);
     println!(
         "faults={} crashes={} failovers={} recoveries={} messages={} dropped={} events={} unknown_ops={}",

@@ -4,14 +4,16 @@
 //! lost or cut by a partition, as the seeded generator and the fault schedule say.
 //!
 //! Rules: a request and its response each take a drawn delay (mostly 5–200 µs,
-//! rarely a few ms); a lost message or a cut link makes the call fail when its
-//! deadline passes; a call to an address nobody serves (a crashed node) fails at
+//! rarely a few ms); a lost message is retransmitted after TCP's retransmission
+//! timeout, and one across a cut link until the cut heals, so either may make the
+//! call fail when its deadline passes (as over TCP, where a partition delays a
+//! connection's bytes rather than dropping them); a call to an address nobody serves (a crashed node) fails at
 //! once as refused; a node that crashes while handling a request answers nothing
 //! (the caller sees the connection close); and a crashed node's leftover tasks
 //! send nothing more (their calls never complete), as a dead process's would not.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +31,50 @@ fn host(addr: &str) -> &str {
     addr.split('.').next().unwrap_or(addr)
 }
 
+/// A node's life, shared with the handlers it runs.
+#[derive(Debug, Default)]
+struct Life {
+    over: AtomicBool,
+    ended: tokio::sync::Notify,
+}
+
+impl Life {
+    /// Runs `handler` until it answers or this life ends (then: the connection
+    /// closed, as a dead process's would).
+    async fn run(
+        self: Arc<Self>,
+        to: String,
+        handler: CallFuture<'static>,
+    ) -> Result<bytes::Bytes, RpcError> {
+        let ended = self.ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if self.over.load(Ordering::SeqCst) {
+            return Err(RpcError::ConnectionClosed(to));
+        }
+        tokio::select! {
+            biased;
+            _ = ended => Err(RpcError::ConnectionClosed(to)),
+            r = handler => r,
+        }
+    }
+}
+
+/// What happens to one transmission of a message.
+enum Fate {
+    /// It arrives after this delay.
+    Arrives(Duration),
+    /// It is lost (sent again after a retransmission timeout).
+    Lost,
+    /// The link is cut (sent again until it heals).
+    Cut,
+}
+
+/// TCP's retransmission timeout: its least value (Linux: 200 ms) and the most
+/// the simulation lets it grow to between retransmissions.
+const RTO_MIN: Duration = Duration::from_millis(200);
+const RTO_MAX: Duration = Duration::from_secs(2);
+
 /// The incarnation of client endpoints, which never crash.
 const CLIENT: u64 = u64::MAX;
 
@@ -43,8 +89,8 @@ struct NetState {
     loss_ppm: u64,
     /// Extra delay on every message.
     extra_delay: Duration,
-    /// Crash notifications by address: a handler in progress stops answering.
-    crash_signals: BTreeMap<String, Arc<tokio::sync::Notify>>,
+    /// Each live node's life: a handler in progress stops when it ends.
+    crash_signals: BTreeMap<String, Arc<Life>>,
 }
 
 /// Counts for the summary.
@@ -65,6 +111,27 @@ pub struct SimNet {
     pub stats: NetStats,
     /// The planted bug: backups acknowledge data writes without storing them.
     lying_backups: bool,
+    /// Calls in progress by (from, to, opcode), for `--verbose`'s report of
+    /// what is still waiting at the end.
+    in_flight: Mutex<BTreeMap<(String, String, u16), u64>>,
+}
+
+/// Counts a call in progress while it lives.
+struct InFlight<'a> {
+    net: &'a SimNet,
+    key: (String, String, u16),
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut map = self.net.in_flight.lock();
+        if let Some(n) = map.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
 }
 
 impl SimNet {
@@ -82,6 +149,7 @@ impl SimNet {
             trace,
             stats: NetStats::default(),
             lying_backups,
+            in_flight: Mutex::default(),
         })
     }
 
@@ -91,7 +159,7 @@ impl SimNet {
         let mut st = self.state.lock();
         st.alive.insert(addr.to_string(), incarnation);
         st.crash_signals
-            .insert(addr.to_string(), Arc::new(tokio::sync::Notify::new()));
+            .insert(addr.to_string(), Arc::new(Life::default()));
     }
 
     /// The node at `addr` stops: nothing reaches it, its handlers in progress
@@ -100,8 +168,9 @@ impl SimNet {
         self.registry.unregister(addr);
         let mut st = self.state.lock();
         st.alive.remove(addr);
-        if let Some(signal) = st.crash_signals.remove(addr) {
-            signal.notify_waiters();
+        if let Some(life) = st.crash_signals.remove(addr) {
+            life.over.store(true, Ordering::SeqCst);
+            life.ended.notify_waiters();
         }
     }
 
@@ -138,6 +207,15 @@ impl SimNet {
         st.extra_delay = extra_delay;
     }
 
+    /// Calls in progress now: (from, to, opcode) and how many.
+    pub fn in_flight(&self) -> Vec<((String, String, u16), u64)> {
+        self.in_flight
+            .lock()
+            .iter()
+            .map(|(k, n)| (k.clone(), *n))
+            .collect()
+    }
+
     /// An endpoint for a client: not a node, never crashed.
     pub fn client_endpoint(self: &Arc<Self>, name: &str) -> Arc<Endpoint> {
         self.endpoint(name, CLIENT)
@@ -147,24 +225,46 @@ impl SimNet {
         incarnation == CLIENT || self.state.lock().alive.get(from) == Some(&incarnation)
     }
 
-    /// One message's fate: its delay, or `None` if it is lost on the way.
-    fn route(&self, from: &str, to: &str) -> Option<Duration> {
+    /// One transmission's fate.
+    fn route(&self, from: &str, to: &str) -> Fate {
         let st = self.state.lock();
         if st.cuts.contains(&(host(from).to_string(), host(to).to_string())) {
-            return None;
+            return Fate::Cut;
         }
-        let lost = st.loss_ppm > 0 && self.rng.next_u64() % 1_000_000 < st.loss_ppm;
-        if lost {
-            return None;
+        if st.loss_ppm > 0 && self.rng.next_u64() % 1_000_000 < st.loss_ppm {
+            return Fate::Lost;
         }
         let roll = self.rng.next_u64();
-        // 1 in 500 messages is slow (a few ms): queueing, a retransmit.
+        // 1 in 500 messages is slow (a few ms): queueing, a busy switch.
         let base = if roll % 500 == 0 {
             1_000 + (roll >> 20) % 5_000
         } else {
             5 + (roll >> 20) % 195
         };
-        Some(Duration::from_micros(base) + st.extra_delay)
+        Fate::Arrives(Duration::from_micros(base) + st.extra_delay)
+    }
+
+    /// Carries one message from `from` to `to` as TCP would: a lost
+    /// transmission is sent again after a retransmission timeout (doubling from
+    /// 200 ms), and across a cut link it keeps being retransmitted until the cut
+    /// heals. Returns once the message has arrived (the caller bounds the wait by
+    /// its deadline).
+    async fn carry(&self, from: &str, to: &str, what: u64) {
+        let mut rto = RTO_MIN;
+        loop {
+            match self.route(from, to) {
+                Fate::Arrives(delay) => {
+                    tokio::time::sleep(delay).await;
+                    return;
+                }
+                Fate::Lost | Fate::Cut => {
+                    self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                    self.trace.event(self.now_ns(), Kind::Drop, from, to, what);
+                    tokio::time::sleep(rto).await;
+                    rto = (rto * 2).min(RTO_MAX);
+                }
+            }
+        }
     }
 
     fn now_ns(&self) -> u64 {
@@ -202,20 +302,32 @@ impl SimNet {
         frame: Vec<u8>,
         deadline: Duration,
     ) -> Result<bytes::Bytes, RpcError> {
-        let give_up = tokio::time::Instant::now() + deadline.min(ramstore_clock::FAR_FUTURE);
         if !self.sender_alive(from, incarnation) {
             // A dead process sends nothing: its leftover tasks wait forever.
             return std::future::pending().await;
         }
+        let give_up = tokio::time::Instant::now() + deadline.min(ramstore_clock::FAR_FUTURE);
+        let opcode = ramstore_wire::decode_raw_header(&frame).map_or(0, |h| h.opcode);
+        let key = (from.to_string(), to.to_string(), opcode);
+        *self.in_flight.lock().entry(key.clone()).or_default() += 1;
+        let _counted = InFlight { net: self, key };
+        let exchange = self.exchange(from, incarnation, to, frame);
+        match tokio::time::timeout_at(give_up, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err(RpcError::DeadlineExceeded),
+        }
+    }
+
+    /// A request's trip, its handling and the response's trip.
+    async fn exchange(
+        &self,
+        from: &str,
+        incarnation: u64,
+        to: &str,
+        frame: Vec<u8>,
+    ) -> Result<bytes::Bytes, RpcError> {
         let frame_hash = hash_bytes(&frame);
-        let Some(delay) = self.route(from, to) else {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            self.trace
-                .event(self.now_ns(), Kind::Drop, from, to, frame_hash);
-            tokio::time::sleep_until(give_up).await;
-            return Err(RpcError::DeadlineExceeded);
-        };
-        tokio::time::sleep(delay).await;
+        self.carry(from, to, frame_hash).await;
         let (dispatch, signal) = {
             let st = self.state.lock();
             (
@@ -236,33 +348,22 @@ impl SimNet {
         self.stats.delivered.fetch_add(1, Ordering::Relaxed);
         self.trace
             .event(self.now_ns(), Kind::Deliver, from, to, frame_hash);
-        let crashed = signal.notified();
-        let answer = match self.lie(&frame) {
-            Some(answer) => Ok(answer),
-            None => {
-                tokio::select! {
-                    biased;
-                    _ = crashed => Err(RpcError::ConnectionClosed(to.to_string())),
-                    r = tokio::time::timeout_at(give_up, dispatch(frame)) => {
-                        r.unwrap_or(Err(RpcError::DeadlineExceeded))
-                    }
-                }
-            }
+        let bytes = match self.lie(&frame) {
+            Some(answer) => answer,
+            // The handler runs on a task of its own, as on a server's connection
+            // task: a caller that gives up (its deadline) does not cancel it; only
+            // the server's crash does.
+            None => tokio::spawn(signal.run(to.to_string(), dispatch(frame)))
+                .await
+                .unwrap_or_else(|_| Err(RpcError::ConnectionClosed(to.to_string())))?,
         };
-        let bytes = answer?;
-        let Some(back) = self.route(to, from) else {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            self.trace
-                .event(self.now_ns(), Kind::Drop, to, from, hash_bytes(&bytes));
-            tokio::time::sleep_until(give_up).await;
-            return Err(RpcError::DeadlineExceeded);
-        };
-        tokio::time::sleep(back).await;
+        let response_hash = hash_bytes(&bytes);
+        self.carry(to, from, response_hash).await;
         if !self.sender_alive(from, incarnation) {
             return std::future::pending().await;
         }
         self.trace
-            .event(self.now_ns(), Kind::Respond, to, from, hash_bytes(&bytes));
+            .event(self.now_ns(), Kind::Respond, to, from, response_hash);
         Ok(bytes)
     }
 }

@@ -31,6 +31,8 @@ pub struct SimConfig {
     pub planted_bug: bool,
     /// Client workers.
     pub clients: usize,
+    /// Print every fault as it happens (to stderr).
+    pub verbose: bool,
 }
 
 /// What a run did and found.
@@ -54,6 +56,8 @@ pub struct Summary {
     pub wall_seconds: f64,
     /// The checker's report, for the printout.
     pub report: String,
+    /// The recorded history (for `--history FILE` and the checker's driver).
+    pub history: History,
 }
 
 impl Summary {
@@ -163,9 +167,22 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
         )));
     }
     let end = clock.elapsed() + Duration::from_secs(config.sim_seconds);
-    let faults = Arc::new(Faults::new(cluster.clone(), SeededRng::handle(rng.next_u64())));
+    let faults = Arc::new(Faults::new(
+        cluster.clone(),
+        SeededRng::handle(rng.next_u64()),
+        config.verbose,
+    ));
     let driver = config.faults.then(|| tokio::spawn(faults.clone().drive(end)));
     let watcher = tokio::spawn(faults.clone().restart_zombies());
+    let reporter = config.verbose.then(|| {
+        let cluster = cluster.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                report_in_flight(&cluster);
+            }
+        })
+    });
     tokio::time::sleep_until(tokio::time::Instant::now() + (end - clock.elapsed())).await;
     stop.store(true, Ordering::SeqCst);
     if let Some(d) = driver {
@@ -192,6 +209,10 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
             break;
         }
     }
+    if let Some(r) = reporter {
+        r.abort();
+        report_in_flight(&cluster);
+    }
     let history = History {
         ops: std::mem::take(&mut *recorder.ops.lock()),
     };
@@ -216,8 +237,33 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
         trace: trace.hash(),
         wall_seconds: 0.0,
         report: report.to_string(),
+        history,
     })
 }
+
+/// Prints the calls in progress (`--verbose`): what a stuck run waits for.
+fn report_in_flight(cluster: &Cluster) {
+    let at = cluster.clock.elapsed().as_secs_f64();
+    for ((from, to, opcode), n) in cluster.net.in_flight() {
+        let op = ramstore_wire::Opcode::try_from(opcode)
+            .map_or_else(|_| format!("opcode {opcode}"), |o| format!("{o:?}"));
+        eprintln!("{at:>10.3} s  in flight: {n} × {op} {from} -> {to}");
+    }
+}
+
+/// Names of the fault codes in the trace (for `--verbose`).
+const FAULT_NAMES: [&str; 10] = [
+    "",
+    "crash",
+    "partition",
+    "heal",
+    "weather",
+    "clear-weather",
+    "full-disk",
+    "disk-ok",
+    "coordinator-failover",
+    "zombie-exit",
+];
 
 /// The fault schedule.
 struct Faults {
@@ -230,6 +276,7 @@ struct Faults {
     /// Host pairs cut now.
     cuts: Mutex<Vec<(String, String)>>,
     count: AtomicU64,
+    verbose: bool,
 }
 
 /// How long a disruption lasts: `lo..hi` ms.
@@ -238,8 +285,9 @@ fn between(rng: &dyn Rng, lo: u64, hi: u64) -> Duration {
 }
 
 impl Faults {
-    fn new(cluster: Arc<Cluster>, rng: Arc<dyn Rng>) -> Self {
+    fn new(cluster: Arc<Cluster>, rng: Arc<dyn Rng>, verbose: bool) -> Self {
         Self {
+            verbose,
             cluster,
             rng,
             disrupted: Mutex::default(),
@@ -250,6 +298,13 @@ impl Faults {
 
     fn note(&self, code: u64, host: &str) {
         self.count.fetch_add(1, Ordering::Relaxed);
+        if self.verbose {
+            eprintln!(
+                "{:>10.3} s  fault {} {host}",
+                self.cluster.clock.elapsed().as_secs_f64(),
+                FAULT_NAMES.get(code as usize).copied().unwrap_or("?")
+            );
+        }
         self.cluster.trace.event(
             self.cluster.clock.elapsed_ns(),
             Kind::Fault,
