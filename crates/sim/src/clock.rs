@@ -59,3 +59,29 @@ impl Clock for SimClock {
         panic!("a simulated component blocked its thread on the clock (block_until)");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sim_clock_moves_only_with_simulated_time() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let clock = SimClock::handle();
+            let dyn_clock: Arc<dyn Clock> = clock.clone();
+            let (t0, w0) = (dyn_clock.now(), dyn_clock.wall());
+            dyn_clock.sleep(Duration::from_secs(3600)).await;
+            assert_eq!(dyn_clock.now() - t0, Duration::from_secs(3600));
+            assert_eq!(
+                dyn_clock.wall().duration_since(w0).ok(),
+                Some(Duration::from_secs(3600))
+            );
+            assert_eq!(clock.elapsed(), Duration::from_secs(3600));
+        });
+    }
+}

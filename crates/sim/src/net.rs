@@ -383,3 +383,100 @@ impl Transport for Endpoint {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use ramstore_clock::SeededRng;
+    use ramstore_rpc::Handled;
+
+    use super::*;
+
+    /// Answers every frame with itself.
+    struct Echo;
+
+    impl Service for Echo {
+        fn handle(&self, frame: &[u8], out: &mut Vec<u8>) -> Handled {
+            out.extend_from_slice(frame);
+            Handled::Done
+        }
+
+        fn handle_slow(self: Arc<Self>, frame: Vec<u8>) -> ramstore_rpc::server::SlowFuture {
+            Box::pin(async move { frame })
+        }
+    }
+
+    fn net() -> Arc<SimNet> {
+        let net = SimNet::new(
+            SimClock::handle(),
+            SeededRng::handle(1),
+            Arc::new(Trace::default()),
+            false,
+        );
+        net.register("s1.1", 1, Arc::new(Echo));
+        net
+    }
+
+    fn paused() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime")
+    }
+
+    #[test]
+    fn call_delivers_within_the_drawn_delays_and_traces_it() {
+        paused().block_on(async {
+            let net = net();
+            let client = net.client_endpoint("client-0");
+            let started = tokio::time::Instant::now();
+            let answer = client.call("s1.1", vec![7; 4], Duration::from_secs(1)).await;
+            assert_eq!(answer.as_deref(), Ok(&[7u8; 4][..]));
+            // Two trips of at most 6 ms each (a slow one).
+            assert!(started.elapsed() <= Duration::from_millis(12));
+            assert_eq!(net.stats.delivered.load(Ordering::Relaxed), 1);
+            assert_eq!(net.trace.events(), 2, "a delivery and a response");
+        });
+    }
+
+    #[test]
+    fn call_across_a_cut_fails_at_its_deadline_and_succeeds_once_healed() {
+        paused().block_on(async {
+            let net = net();
+            net.set_cut("client-0", "s1", true);
+            let client = net.client_endpoint("client-0");
+            let started = tokio::time::Instant::now();
+            let cut = client.call("s1.1", vec![1], Duration::from_millis(500)).await;
+            assert_eq!(cut, Err(RpcError::DeadlineExceeded));
+            assert_eq!(started.elapsed(), Duration::from_millis(500));
+            // A call made during the cut arrives once it heals (retransmitted).
+            let healer = net.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                healer.set_cut("client-0", "s1", false);
+            });
+            let late = client.call("s1.1", vec![2], Duration::from_secs(10)).await;
+            assert_eq!(late.as_deref(), Ok(&[2u8][..]));
+        });
+    }
+
+    #[test]
+    fn call_to_a_crashed_node_is_refused_and_its_own_calls_never_complete() {
+        paused().block_on(async {
+            let net = net();
+            net.register("s2.1", 1, Arc::new(Echo));
+            let dead = net.endpoint("s2.1", 1);
+            net.crash("s1.1");
+            net.crash("s2.1");
+            let client = net.client_endpoint("client-0");
+            let refused = client.call("s1.1", vec![1], Duration::from_secs(1)).await;
+            assert!(matches!(refused, Err(ref e) if e.peer_gone()), "{refused:?}");
+            let from_dead = tokio::time::timeout(
+                Duration::from_secs(60),
+                dead.call("s1.1", vec![1], Duration::from_secs(1)),
+            )
+            .await;
+            assert!(from_dead.is_err(), "a dead node's call stays pending");
+        });
+    }
+}
