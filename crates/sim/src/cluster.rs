@@ -99,6 +99,8 @@ pub struct ClusterStats {
     pub starts: AtomicU64,
     pub crashes: AtomicU64,
     pub failovers: AtomicU64,
+    /// Recoveries finished by coordinators since replaced.
+    pub recoveries_before: AtomicU64,
     pub start_failures: AtomicU64,
 }
 
@@ -198,6 +200,9 @@ impl Cluster {
             for t in &old.tasks {
                 t.abort();
             }
+            self.stats
+                .recoveries_before
+                .fetch_add(old.service.recoveries().completed(), Ordering::Relaxed);
         }
         self.stats.failovers.fetch_add(1, Ordering::Relaxed);
         self.start_coordinator();
@@ -212,6 +217,12 @@ impl Cluster {
     pub fn recoveries_in_progress(&self) -> usize {
         self.coordinator()
             .map_or(0, |c| c.recoveries().in_progress().len())
+    }
+
+    /// Crash recoveries finished by every coordinator so far.
+    pub fn recoveries_completed(&self) -> u64 {
+        self.stats.recoveries_before.load(Ordering::Relaxed)
+            + self.coordinator().map_or(0, |c| c.recoveries().completed())
     }
 
     /// Hosts in the cluster.

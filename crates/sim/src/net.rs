@@ -89,6 +89,9 @@ struct NetState {
     loss_ppm: u64,
     /// Extra delay on every message.
     extra_delay: Duration,
+    /// Hosts whose backup disk is slow: each BackupWrite waits this long before
+    /// the backup handles it (a busy disk behind the page cache).
+    slow_disks: BTreeMap<String, Duration>,
     /// Each live node's life: a handler in progress stops when it ends.
     crash_signals: BTreeMap<String, Arc<Life>>,
 }
@@ -193,6 +196,21 @@ impl SimNet {
                 st.cuts.remove(&pair);
             }
         }
+    }
+
+    /// Makes host `host`'s disk slow by `delay` per backup write (zero: well).
+    pub fn set_slow_disk(&self, host: &str, delay: Duration) {
+        let mut st = self.state.lock();
+        if delay.is_zero() {
+            st.slow_disks.remove(host);
+        } else {
+            st.slow_disks.insert(host.to_string(), delay);
+        }
+    }
+
+    /// Every slow disk well again.
+    pub fn heal_disks(&self) {
+        self.state.lock().slow_disks.clear();
     }
 
     /// Heals every cut.
@@ -328,6 +346,13 @@ impl SimNet {
     ) -> Result<bytes::Bytes, RpcError> {
         let frame_hash = hash_bytes(&frame);
         self.carry(from, to, frame_hash).await;
+        let opcode = ramstore_wire::decode_raw_header(&frame).map_or(0, |h| h.opcode);
+        let slow = (opcode == ramstore_wire::Opcode::BackupWrite as u16)
+            .then(|| self.state.lock().slow_disks.get(host(to)).copied())
+            .flatten();
+        if let Some(delay) = slow {
+            tokio::time::sleep(delay).await;
+        }
         let (dispatch, signal) = {
             let st = self.state.lock();
             (

@@ -218,7 +218,7 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
     };
     let unknown = history.ops.iter().filter(|o| !o.is_definite()).count();
     let report = check(&history, &CheckOptions::default());
-    let recoveries = cluster.coordinator().map_or(0, |c| c.recoveries().completed());
+    let recoveries = cluster.recoveries_completed();
     Ok(Summary {
         seed: config.seed,
         servers: config.servers,
@@ -252,7 +252,7 @@ fn report_in_flight(cluster: &Cluster) {
 }
 
 /// Names of the fault codes in the trace (for `--verbose`).
-const FAULT_NAMES: [&str; 10] = [
+const FAULT_NAMES: [&str; 12] = [
     "",
     "crash",
     "partition",
@@ -263,6 +263,8 @@ const FAULT_NAMES: [&str; 10] = [
     "disk-ok",
     "coordinator-failover",
     "zombie-exit",
+    "slow-disk",
+    "disk-fast",
 ];
 
 /// The fault schedule.
@@ -347,6 +349,7 @@ impl Faults {
                 5 => self.weather(),
                 6 => self.full_disk(),
                 7 => self.failover(),
+                8 => self.slow_disk(),
                 _ => {}
             }
         }
@@ -355,7 +358,7 @@ impl Faults {
     fn crash(self: &Arc<Self>) {
         let Some(i) = self.victim() else { return };
         self.disrupted.lock().insert(i);
-        self.note(1, &Cluster::address(i, 0));
+        self.note(1, &format!("s{i}"));
         self.cluster.crash_server(i);
         let me = self.clone();
         let down = between(self.rng.as_ref(), 1_000, 8_000);
@@ -445,6 +448,24 @@ impl Faults {
         });
     }
 
+    fn slow_disk(self: &Arc<Self>) {
+        let running = self.cluster.running();
+        if running.is_empty() {
+            return;
+        }
+        let i = running[(self.rng.next_u64() % running.len() as u64) as usize];
+        let delay = between(self.rng.as_ref(), 5, 300);
+        self.cluster.net.set_slow_disk(&format!("s{i}"), delay);
+        self.note(10, &format!("s{i}"));
+        let this = self.clone();
+        let clear_after = between(self.rng.as_ref(), 1_000, 5_000);
+        tokio::spawn(async move {
+            tokio::time::sleep(clear_after).await;
+            this.cluster.net.set_slow_disk(&format!("s{i}"), Duration::ZERO);
+            this.note(11, &format!("s{i}"));
+        });
+    }
+
     fn failover(&self) {
         self.note(8, COORDINATOR);
         self.cluster.fail_over_coordinator();
@@ -471,6 +492,7 @@ impl Faults {
     fn heal_everything(&self) {
         self.cluster.net.heal_all();
         self.cluster.net.set_weather(0, Duration::ZERO);
+        self.cluster.net.heal_disks();
         for i in 0..self.cluster.hosts() {
             self.cluster.set_disk_plan(i, FaultPlan::default());
         }
