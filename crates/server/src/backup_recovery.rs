@@ -27,8 +27,8 @@ use ramstore_log::entry::{parse_entry, Entry, EntryError};
 use ramstore_master::key_hash;
 use ramstore_wire::PartitionTablet;
 
-use crate::blocking::Blocking;
 use crate::backup_service::ServerBackupStore;
+use crate::blocking::Blocking;
 
 /// Most partitions one recovery may announce (a bound on the buckets per replica).
 pub const MAX_RECOVERY_PARTITIONS: usize = 4096;

@@ -69,8 +69,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::blocking::Blocking;
 use crate::backup_recovery::{BackupRecoveries, Fetched, MAX_RECOVERY_PARTITIONS};
+use crate::blocking::Blocking;
 
 use parking_lot::{Mutex, RwLock};
 
@@ -361,8 +361,7 @@ impl BackupService {
         }
         let store = Arc::clone(&self.store);
         let retention = Arc::clone(&self.retention);
-        self.blocking
-            .spawn(move || retention.free(&store, to_free));
+        self.blocking.spawn(move || retention.free(&store, to_free));
     }
 
     /// Whether writes from `master_id` are refused (R§7.11); counts and logs (once

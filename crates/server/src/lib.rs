@@ -63,10 +63,10 @@ pub mod resident;
 pub mod storage_server;
 pub mod storage_service;
 
-pub use blocking::Blocking;
 pub use backup_service::{BackupService, FRAMES_FILE, MAX_FAST_BACKUP_WRITE_BYTES};
-pub use in_process::{start_in_process, InProcessParts, InProcessServer};
+pub use blocking::Blocking;
 pub use failure_monitor::{MonitorConfig, ZombieHook};
+pub use in_process::{start_in_process, InProcessParts, InProcessServer};
 pub use ramstore_backup::{SyncMode, DEFAULT_OPEN_BUFFERS, MAX_FRAME_COUNT, MAX_OPEN_BUFFERS};
 pub use ramstore_rpc::conns::{
     DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS,

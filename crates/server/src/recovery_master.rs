@@ -355,23 +355,23 @@ where
         let clock = clock.clone();
         replay = blocking
             .run(move || {
-            let started = clock.now();
-            let cpu_started = ramstore_log::thread_cpu_ns();
-            let applied = replay.apply(owner.as_ref().as_ref(), &bytes);
-            replay.counts.replay_micros += clock.elapsed(started).as_micros() as u64;
-            replay.counts.replay_cpu_micros +=
-                ramstore_log::thread_cpu_ns().saturating_sub(cpu_started) / 1000;
-            (replay, applied)
-        })
-        .await
-        .map_err(|e| RecoveryError::Replay {
-            segment_id,
-            reason: e.to_string(),
-        })
-        .and_then(|(replay, applied)| match applied {
-            Ok(()) => Ok(replay),
-            Err(reason) => Err(RecoveryError::Replay { segment_id, reason }),
-        })?;
+                let started = clock.now();
+                let cpu_started = ramstore_log::thread_cpu_ns();
+                let applied = replay.apply(owner.as_ref().as_ref(), &bytes);
+                replay.counts.replay_micros += clock.elapsed(started).as_micros() as u64;
+                replay.counts.replay_cpu_micros +=
+                    ramstore_log::thread_cpu_ns().saturating_sub(cpu_started) / 1000;
+                (replay, applied)
+            })
+            .await
+            .map_err(|e| RecoveryError::Replay {
+                segment_id,
+                reason: e.to_string(),
+            })
+            .and_then(|(replay, applied)| match applied {
+                Ok(()) => Ok(replay),
+                Err(reason) => Err(RecoveryError::Replay { segment_id, reason }),
+            })?;
     }
     let store = owner.as_ref().as_ref();
     store.raise_safe_version(replay.max_version() + 1);

@@ -322,12 +322,13 @@ impl Cluster {
             max_open_buffers: SIM_BACKUP_FRAMES,
             sync_mode: SyncMode::Buffered,
         };
-        let store = BackupStore::create(Box::new(disk) as Box<dyn Disk>, config).map_err(|error| {
-            ramstore_server::ServerError::Backup {
-                dir: address.into(),
-                error,
-            }
-        })?;
+        let store =
+            BackupStore::create(Box::new(disk) as Box<dyn Disk>, config).map_err(|error| {
+                ramstore_server::ServerError::Backup {
+                    dir: address.into(),
+                    error,
+                }
+            })?;
         let mut store_config = StoreConfig::new(SIM_MEMORY_BYTES);
         store_config.segment_bytes = SIM_SEGMENT_BYTES;
         store_config.cleaner = CleanerMode::Manual;

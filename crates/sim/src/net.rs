@@ -189,7 +189,10 @@ impl SimNet {
     /// Cuts (or heals) the link between two hosts.
     pub fn set_cut(&self, a: &str, b: &str, cut: bool) {
         let mut st = self.state.lock();
-        for pair in [(a.to_string(), b.to_string()), (b.to_string(), a.to_string())] {
+        for pair in [
+            (a.to_string(), b.to_string()),
+            (b.to_string(), a.to_string()),
+        ] {
             if cut {
                 st.cuts.insert(pair);
             } else {
@@ -246,7 +249,10 @@ impl SimNet {
     /// One transmission's fate.
     fn route(&self, from: &str, to: &str) -> Fate {
         let st = self.state.lock();
-        if st.cuts.contains(&(host(from).to_string(), host(to).to_string())) {
+        if st
+            .cuts
+            .contains(&(host(from).to_string(), host(to).to_string()))
+        {
             return Fate::Cut;
         }
         if st.loss_ppm > 0 && self.rng.next_u64() % 1_000_000 < st.loss_ppm {
@@ -254,7 +260,7 @@ impl SimNet {
         }
         let roll = self.rng.next_u64();
         // 1 in 500 messages is slow (a few ms): queueing, a busy switch.
-        let base = if roll % 500 == 0 {
+        let base = if roll.is_multiple_of(500) {
             1_000 + (roll >> 20) % 5_000
         } else {
             5 + (roll >> 20) % 195
@@ -455,7 +461,9 @@ mod tests {
             let net = net();
             let client = net.client_endpoint("client-0");
             let started = tokio::time::Instant::now();
-            let answer = client.call("s1.1", vec![7; 4], Duration::from_secs(1)).await;
+            let answer = client
+                .call("s1.1", vec![7; 4], Duration::from_secs(1))
+                .await;
             assert_eq!(answer.as_deref(), Ok(&[7u8; 4][..]));
             // Two trips of at most 6 ms each (a slow one).
             assert!(started.elapsed() <= Duration::from_millis(12));
@@ -471,7 +479,9 @@ mod tests {
             net.set_cut("client-0", "s1", true);
             let client = net.client_endpoint("client-0");
             let started = tokio::time::Instant::now();
-            let cut = client.call("s1.1", vec![1], Duration::from_millis(500)).await;
+            let cut = client
+                .call("s1.1", vec![1], Duration::from_millis(500))
+                .await;
             assert_eq!(cut, Err(RpcError::DeadlineExceeded));
             assert_eq!(started.elapsed(), Duration::from_millis(500));
             // A call made during the cut arrives once it heals (retransmitted).
@@ -495,7 +505,10 @@ mod tests {
             net.crash("s2.1");
             let client = net.client_endpoint("client-0");
             let refused = client.call("s1.1", vec![1], Duration::from_secs(1)).await;
-            assert!(matches!(refused, Err(ref e) if e.peer_gone()), "{refused:?}");
+            assert!(
+                matches!(refused, Err(ref e) if e.peer_gone()),
+                "{refused:?}"
+            );
             let from_dead = tokio::time::timeout(
                 Duration::from_secs(60),
                 dead.call("s1.1", vec![1], Duration::from_secs(1)),

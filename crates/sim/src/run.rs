@@ -150,15 +150,13 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
         .create_table("sim", span)
         .await
         .map_err(|e| SimError::Setup(format!("create table: {e}")))?;
-    let recorder = Arc::new(Recorder::default());
+    let recorder = Arc::new(Recorder::new(clock.clone(), trace.clone()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
     for w in 0..config.clients {
         let client = connect(&cluster, rng.as_ref(), &format!("client-{w}")).await?;
         workers.push(tokio::spawn(workload::worker(
             client,
-            clock.clone(),
-            trace.clone(),
             recorder.clone(),
             SeededRng::handle(rng.next_u64()),
             w as u64,
@@ -172,7 +170,9 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
         SeededRng::handle(rng.next_u64()),
         config.verbose,
     ));
-    let driver = config.faults.then(|| tokio::spawn(faults.clone().drive(end)));
+    let driver = config
+        .faults
+        .then(|| tokio::spawn(faults.clone().drive(end)));
     let watcher = tokio::spawn(faults.clone().restart_zombies());
     let reporter = config.verbose.then(|| {
         let cluster = cluster.clone();
@@ -202,9 +202,9 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
     watcher.abort();
     let reader = config.clients as u64;
     for key in workload::all_keys() {
-        let outcome =
-            workload::record(&admin, &clock, &trace, &recorder, reader, table, &key, Call::Read)
-                .await;
+        let outcome = recorder
+            .record(&admin, reader, table, &key, Call::Read)
+            .await;
         if !outcome.is_definite() {
             break;
         }
@@ -307,13 +307,9 @@ impl Faults {
                 FAULT_NAMES.get(code as usize).copied().unwrap_or("?")
             );
         }
-        self.cluster.trace.event(
-            self.cluster.clock.elapsed_ns(),
-            Kind::Fault,
-            host,
-            "",
-            code,
-        );
+        self.cluster
+            .trace
+            .event(self.cluster.clock.elapsed_ns(), Kind::Fault, host, "", code);
     }
 
     fn max_disrupted(&self) -> usize {
@@ -391,7 +387,7 @@ impl Faults {
             }
         }
         // Half the partitions also cut the host off from the coordinator.
-        if self.rng.next_u64() % 2 == 0 {
+        if self.rng.next_u64().is_multiple_of(2) {
             cut.push((me.clone(), COORDINATOR.to_string()));
         }
         for (a, b) in &cut {
@@ -461,7 +457,9 @@ impl Faults {
         let clear_after = between(self.rng.as_ref(), 1_000, 5_000);
         tokio::spawn(async move {
             tokio::time::sleep(clear_after).await;
-            this.cluster.net.set_slow_disk(&format!("s{i}"), Duration::ZERO);
+            this.cluster
+                .net
+                .set_slow_disk(&format!("s{i}"), Duration::ZERO);
             this.note(11, &format!("s{i}"));
         });
     }

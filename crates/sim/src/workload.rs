@@ -68,49 +68,68 @@ async fn execute(client: &Client, table: u64, key: &[u8], call: &Call) -> Outcom
             .remove_with_rules(table, key, rules)
             .await
             .map(|version| Outcome::Removed { version }),
-        Call::Increment { delta } => client
-            .increment_i64(table, key, *delta)
-            .await
-            .map(|(n, version)| Outcome::Written {
-                version,
-                number: Some(n),
-            }),
+        Call::Increment { delta } => {
+            client
+                .increment_i64(table, key, *delta)
+                .await
+                .map(|(n, version)| Outcome::Written {
+                    version,
+                    number: Some(n),
+                })
+        }
     };
     result.unwrap_or_else(|e| outcome_of_error(call, &e))
 }
 
-/// The history every worker appends to.
-#[derive(Debug, Default)]
+/// The history every worker appends to, timed on the simulated clock, each
+/// operation also folded into the trace.
+#[derive(Debug)]
 pub struct Recorder {
     pub ops: Mutex<Vec<Op>>,
+    clock: Arc<SimClock>,
+    trace: Arc<Trace>,
 }
 
-/// Runs one operation and records it, timed on the simulated clock.
-pub async fn record(
-    client: &Client,
-    clock: &SimClock,
-    trace: &Trace,
-    recorder: &Recorder,
-    worker: u64,
-    table: u64,
-    key: &[u8],
-    call: Call,
-) -> Outcome {
-    let invoke_ns = clock.elapsed_ns();
-    let outcome = execute(client, table, key, &call).await;
-    let return_ns = clock.elapsed_ns();
-    let shown = format!("{worker} {call:?} {outcome:?}");
-    trace.event(return_ns, Kind::Op, "client", "", hash_bytes(shown.as_bytes()));
-    recorder.ops.lock().push(Op {
-        client: worker,
-        table,
-        key: key.to_vec(),
-        call,
-        outcome: outcome.clone(),
-        invoke_ns,
-        return_ns: Some(return_ns),
-    });
-    outcome
+impl Recorder {
+    pub fn new(clock: Arc<SimClock>, trace: Arc<Trace>) -> Self {
+        Self {
+            ops: Mutex::default(),
+            clock,
+            trace,
+        }
+    }
+
+    /// Runs one operation of `worker` and records it.
+    pub async fn record(
+        &self,
+        client: &Client,
+        worker: u64,
+        table: u64,
+        key: &[u8],
+        call: Call,
+    ) -> Outcome {
+        let invoke_ns = self.clock.elapsed_ns();
+        let outcome = execute(client, table, key, &call).await;
+        let return_ns = self.clock.elapsed_ns();
+        let shown = format!("{worker} {call:?} {outcome:?}");
+        self.trace.event(
+            return_ns,
+            Kind::Op,
+            "client",
+            "",
+            hash_bytes(shown.as_bytes()),
+        );
+        self.ops.lock().push(Op {
+            client: worker,
+            table,
+            key: key.to_vec(),
+            call,
+            outcome: outcome.clone(),
+            invoke_ns,
+            return_ns: Some(return_ns),
+        });
+        outcome
+    }
 }
 
 fn below(rng: &dyn Rng, n: u64) -> u64 {
@@ -178,11 +197,8 @@ fn choose(
 
 /// One worker: operations with a random think time (0–20 ms) between them,
 /// until `stop` is set.
-#[allow(clippy::too_many_arguments)]
 pub async fn worker(
     client: Client,
-    clock: Arc<SimClock>,
-    trace: Arc<Trace>,
     recorder: Arc<Recorder>,
     rng: Arc<dyn Rng>,
     w: u64,
@@ -195,12 +211,10 @@ pub async fn worker(
         tokio::time::sleep(Duration::from_micros(below(rng.as_ref(), 20_000))).await;
         seq += 1;
         let (key, call, k) = choose(rng.as_ref(), w, seq, &last_version);
-        let outcome = record(&client, &clock, &trace, &recorder, w, table, &key, call).await;
+        let outcome = recorder.record(&client, w, table, &key, call).await;
         if let Some(k) = k {
             last_version[k] = match &outcome {
-                Outcome::Value { version, .. } | Outcome::Written { version, .. } => {
-                    Some(*version)
-                }
+                Outcome::Value { version, .. } | Outcome::Written { version, .. } => Some(*version),
                 Outcome::Refused(Refusal::WrongVersion { current }) => Some(*current),
                 Outcome::NotFound | Outcome::Removed { .. } => None,
                 _ => last_version[k],
