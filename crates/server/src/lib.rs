@@ -20,6 +20,12 @@
 //! of both front ends; its background parts (failure monitor, replica manager,
 //! backup) run on their own tasks and threads.
 //!
+//! In-process servers ([`in_process`], docs/design.md §7): the same parts built over
+//! a transport the caller gives, with no listener or files; blocking work (slow
+//! path, recovery replay, bucketing, retention frees) goes through the [`Blocking`]
+//! seam — tokio's blocking pool in production, inline in the deterministic
+//! simulator (`crates/sim`), which runs no threads.
+//!
 //! The failure monitor ([`failure_monitor`]) pings a random other server every
 //! 100 ms, reports failed pings to the coordinator, and makes a server that learns it
 //! was declared crashed (a zombie, R§7.11) refuse object operations and call its

@@ -3,7 +3,7 @@
 //! Job: run a whole cluster — coordinator, storage servers (master + backup) and
 //! clients — in one process on simulated time, a simulated network and simulated
 //! disks, driven by one seed; inject faults (crashes and restarts, partitions,
-//! message loss and delay, full disks, coordinator failover); check the recorded
+//! message loss and delay, slow and full disks, coordinator failover); check the recorded
 //! history with `ramstore_checker`; and print a hash of the ordered event trace,
 //! so a failing seed is a one-line reproduction:
 //! `cargo run --release -p ramstore-sim -- --servers N --seed S --sim-seconds T`.
