@@ -436,6 +436,23 @@ mod tests {
         }
     }
 
+    /// Sets its flag 1 s after a slow-path request arrives.
+    struct Slow(Arc<AtomicBool>);
+
+    impl Service for Slow {
+        fn handle(&self, _frame: &[u8], _out: &mut Vec<u8>) -> Handled {
+            Handled::Slow
+        }
+
+        fn handle_slow(self: Arc<Self>, frame: Vec<u8>) -> ramstore_rpc::server::SlowFuture {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                self.0.store(true, Ordering::SeqCst);
+                frame
+            })
+        }
+    }
+
     fn net() -> Arc<SimNet> {
         let net = SimNet::new(
             SimClock::handle(),
@@ -492,6 +509,25 @@ mod tests {
             });
             let late = client.call("s1.1", vec![2], Duration::from_secs(10)).await;
             assert_eq!(late.as_deref(), Ok(&[2u8][..]));
+        });
+    }
+
+    /// Regression: handlers ran inside the caller's future, so a caller's timeout
+    /// cancelled them — including a master's inline replication round, which
+    /// left the master unable to replicate for good.
+    #[test]
+    fn call_that_times_out_leaves_the_handler_running() {
+        paused().block_on(async {
+            let net = net();
+            let done = Arc::new(AtomicBool::new(false));
+            net.register("s2.1", 1, Arc::new(Slow(done.clone())));
+            let client = net.client_endpoint("client-0");
+            let answer = client
+                .call("s2.1", vec![1], Duration::from_millis(100))
+                .await;
+            assert_eq!(answer, Err(RpcError::DeadlineExceeded));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert!(done.load(Ordering::SeqCst), "the handler ran to its end");
         });
     }
 
