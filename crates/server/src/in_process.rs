@@ -21,7 +21,8 @@ use tokio::task::JoinHandle;
 
 use crate::backup_service::BackupService;
 use crate::blocking::Blocking;
-use crate::storage_server::{build_store, enlist, run_enlisted, ServerError, ServerOptions};
+use crate::parts::{build_store, enlist, run_enlisted};
+use crate::storage_server::{ServerError, ServerOptions};
 use crate::storage_service::StorageService;
 
 /// What an in-process server is made of besides its [`ServerOptions`].

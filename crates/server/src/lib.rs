@@ -62,6 +62,7 @@ pub mod cold_start;
 pub mod failure_monitor;
 pub mod in_process;
 pub mod metrics;
+mod parts;
 pub mod placement;
 pub mod recovery_master;
 pub mod replica_manager;
