@@ -28,6 +28,7 @@ use ramstore_master::key_hash;
 use ramstore_wire::PartitionTablet;
 
 use crate::backup_service::ServerBackupStore;
+use crate::blocking::Blocking;
 
 /// Most partitions one recovery may announce (a bound on the buckets per replica).
 pub const MAX_RECOVERY_PARTITIONS: usize = 4096;
@@ -69,9 +70,19 @@ pub enum Fetched {
 #[derive(Debug, Default)]
 pub struct BackupRecoveries {
     by_master: Mutex<HashMap<u64, Arc<Partitioning>>>,
+    /// Where bucketing runs (off the async threads, or inline in a simulation).
+    blocking: Blocking,
 }
 
 impl BackupRecoveries {
+    /// No partitionings yet; bucketing runs as `blocking` says.
+    pub fn with_blocking(blocking: Blocking) -> Self {
+        Self {
+            by_master: Mutex::default(),
+            blocking,
+        }
+    }
+
     /// Starts bucketing the replicas of `master_id` (those in `offered`, read in
     /// segment id order) for `tablets`, unless recovery `recovery_id` is already
     /// under way; returns the published order. A newer recovery id replaces an
@@ -107,13 +118,8 @@ impl BackupRecoveries {
         drop(by_master);
         let order = partitioning.order.clone();
         let store = Arc::clone(store);
-        let job = move || bucket_all(&store, master_id, &partitioning, &tablets);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn_blocking(job);
-            }
-            Err(_) => job(),
-        }
+        self.blocking
+            .spawn(move || bucket_all(&store, master_id, &partitioning, &tablets));
         order
     }
 

@@ -20,6 +20,12 @@
 //! of both front ends; its background parts (failure monitor, replica manager,
 //! backup) run on their own tasks and threads.
 //!
+//! In-process servers ([`in_process`], docs/design.md §7): the same parts built over
+//! a transport the caller gives, with no listener or files; blocking work (slow
+//! path, recovery replay, bucketing, retention frees) goes through the [`Blocking`]
+//! seam — tokio's blocking pool in production, inline in the deterministic
+//! simulator (`crates/sim`), which runs no threads.
+//!
 //! The failure monitor ([`failure_monitor`]) pings a random other server every
 //! 100 ms, reports failed pings to the coordinator, and makes a server that learns it
 //! was declared crashed (a zombie, R§7.11) refuse object operations and call its
@@ -51,9 +57,12 @@
 
 pub mod backup_recovery;
 pub mod backup_service;
+pub mod blocking;
 pub mod cold_start;
 pub mod failure_monitor;
+pub mod in_process;
 pub mod metrics;
+mod parts;
 pub mod placement;
 pub mod recovery_master;
 pub mod replica_manager;
@@ -62,7 +71,9 @@ pub mod storage_server;
 pub mod storage_service;
 
 pub use backup_service::{BackupService, FRAMES_FILE, MAX_FAST_BACKUP_WRITE_BYTES};
+pub use blocking::Blocking;
 pub use failure_monitor::{MonitorConfig, ZombieHook};
+pub use in_process::{start_in_process, InProcessParts, InProcessServer};
 pub use ramstore_backup::{SyncMode, DEFAULT_OPEN_BUFFERS, MAX_FRAME_COUNT, MAX_OPEN_BUFFERS};
 pub use ramstore_rpc::conns::{
     DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS,

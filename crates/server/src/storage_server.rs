@@ -8,23 +8,21 @@ use std::time::Duration;
 
 use ramstore_backup::{BackupConfig, BackupError, SyncMode, FRAME_SEGMENT_BYTES};
 use ramstore_clock::{system_clock, system_rng, Clock, Rng};
-use ramstore_master::{ObjectStore, StoreConfig};
+use ramstore_master::StoreConfig;
 use ramstore_rpc::{serve_with_poller, ConnLimits, ConnTable, Poller, TcpTransport, Transport};
-use ramstore_wire::{
-    decode_response, encode_request, ErrorBody, Request, Response, Services, Status,
-};
+use ramstore_wire::{Request, Services};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::backup_service::BackupService;
 use crate::cold_start;
-use crate::failure_monitor::{self, MonitorConfig, ZombieHook};
+use crate::failure_monitor::{MonitorConfig, ZombieHook};
 use crate::metrics::{render_backup, render_full_log, render_store};
-use crate::replica_manager::{ReplicaManager, MAX_REPLICAS};
+use crate::parts::{build_store, enlist, run_enlisted};
+use crate::replica_manager::MAX_REPLICAS;
 use crate::resident::ResidentSplit;
 use crate::storage_service::StorageService;
-use ramstore_backup::BackupClient;
 
 /// Frames in a backup's frames file by default: 64 × 8 MiB = 512 MiB of replicas
 /// (plus 4 KiB of metadata per frame), room for the replicas of a few masters'
@@ -294,28 +292,12 @@ pub const ENLIST_TIMEOUT_MS: u64 = 60_000;
 
 /// Starts a storage server and enlists it; returns once it is serving and enlisted.
 pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError> {
-    if options.replicas > MAX_REPLICAS {
-        return Err(ServerError::Replicas(options.replicas));
-    }
-    options.monitor.validate().map_err(ServerError::Monitor)?;
     let clock = options.clock.clone();
-    let manager = (options.replicas > 0).then(|| {
-        // Rounds are bounded by the replica manager, not per RPC (no timer per
-        // replication RPC on the write path).
-        let transport = TcpTransport::with_clock(clock.clone());
-        let client =
-            BackupClient::new(Arc::new(transport)).with_rpc_deadline(ramstore_rpc::NO_DEADLINE);
-        let seed = options.rng.next_u64();
-        let manager = ReplicaManager::new(options.replicas, client, seed, clock.clone());
-        manager.set_replica_check_interval_ms(options.replica_check_interval_ms);
-        manager
-    });
-    let mut store_config = StoreConfig::new(options.memory_bytes);
-    store_config.clock = clock.clone();
-    if let Some(m) = &manager {
-        store_config.replicas = m.clone();
-    }
-    let store = ObjectStore::new(store_config)?;
+    // Replication, enlistment and the failure monitor each have a transport (and
+    // so connections) of their own.
+    let tcp = || -> Arc<dyn Transport> { Arc::new(TcpTransport::with_clock(clock.clone())) };
+    let store_config = StoreConfig::new(options.memory_bytes);
+    let (store, manager) = build_store(&options, store_config, tcp())?;
     let backup = match &options.backup_dir {
         Some(dir) => Some(open_backup(dir, &options).await?),
         None => None,
@@ -428,6 +410,7 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     };
     let server_id = enlist(
         &clock,
+        tcp().as_ref(),
         &options.coordinator,
         &Request::Enlist {
             replaces_server_id: replaces,
@@ -439,24 +422,15 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         },
     )
     .await?;
-    service.set_server_id(server_id);
     if let Some(dir) = &identity_dir {
         cold_start::write_identity(dir, server_id, &advertise)?;
     }
-    if let Some(m) = &manager {
-        tasks.push(m.start(
-            service.store().log_handle(),
-            server_id,
-            &options.failure_domain,
-        ));
-    }
-    // Randomized pings and zombie detection (R§7.2, R§7.11).
-    tasks.push(failure_monitor::start(
-        service.clone(),
-        Arc::new(TcpTransport::with_clock(clock.clone())),
-        options.coordinator.clone(),
-        options.monitor,
-        options.on_zombie.clone(),
+    tasks.extend(run_enlisted(
+        &options,
+        &service,
+        manager.as_ref(),
+        server_id,
+        tcp(),
     ));
     let resp_addr = match &options.resp_listen {
         Some(listen) => {
@@ -714,73 +688,6 @@ fn drop_cached_pages(file: &std::fs::File, len: u64) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (file, len);
-}
-
-/// Enlists with the coordinator, retrying while it is unreachable (it may start
-/// after us). A refusal for a bad request (a bad failure domain, say) is final.
-/// `coordinator` may list several addresses separated by commas (the active
-/// coordinator and its standbys, R§9): after a transport failure the next one is
-/// tried, round-robin.
-async fn enlist(
-    clock: &Arc<dyn Clock>,
-    coordinator: &str,
-    request: &Request<'_>,
-) -> Result<u64, ServerError> {
-    let transport = TcpTransport::with_clock(clock.clone());
-    let mut frame = Vec::new();
-    encode_request(0, request, &mut frame).map_err(|e| ServerError::Enlist {
-        addr: coordinator.into(),
-        reason: e.to_string(),
-    })?;
-    let addrs: Vec<&str> = coordinator
-        .split(',')
-        .map(str::trim)
-        .filter(|a| !a.is_empty())
-        .collect();
-    let mut next = 0;
-    let deadline = clock.deadline_after(Duration::from_millis(ENLIST_TIMEOUT_MS));
-    let mut last = String::new();
-    while clock.now() < deadline {
-        let addr = addrs
-            .get(next % addrs.len().max(1))
-            .copied()
-            .unwrap_or(coordinator);
-        next += 1;
-        match transport
-            .call(addr, frame.clone(), Duration::from_secs(10))
-            .await
-        {
-            Ok(bytes) => match decode_response(&bytes) {
-                Ok((_, Response::Enlist { server_id })) => return Ok(server_id),
-                Ok((
-                    _,
-                    Response::Error(ErrorBody::Message {
-                        status: status @ (Status::InvalidRequest | Status::TooLarge),
-                        message,
-                    }),
-                )) => {
-                    return Err(ServerError::Enlist {
-                        addr: coordinator.into(),
-                        reason: format!("{status}: {message}"),
-                    })
-                }
-                Ok((_, other)) => last = format!("unexpected answer {other:?}"),
-                Err(e) => last = e.to_string(),
-            },
-            Err(e) => {
-                last = e.to_string();
-                // A standby does not listen: try the next coordinator at once.
-                if next % addrs.len().max(1) != 0 {
-                    continue;
-                }
-            }
-        }
-        clock.sleep(Duration::from_millis(200)).await;
-    }
-    Err(ServerError::Enlist {
-        addr: coordinator.into(),
-        reason: last,
-    })
 }
 
 /// A minimal HTTP endpoint: every request gets the Prometheus text of this server.

@@ -35,7 +35,9 @@ impl StorageService {
         Box::pin(async move {
             let started = self.clock.now();
             let service = self.clone();
-            let response = tokio::task::spawn_blocking(move || service.slow_blocking(&frame))
+            let response = self
+                .blocking
+                .run(move || service.slow_blocking(&frame))
                 .await
                 .unwrap_or_default();
             self.metrics
@@ -152,7 +154,9 @@ impl StorageService {
         let started = self.clock.now();
         let backups = self.recovery_client.clone();
         let replicas = self.replicas.clone();
-        let result = recovery_master::recover(self.clone(), replicas, backups, job).await;
+        let result =
+            recovery_master::recover_with(self.clone(), replicas, backups, job, self.blocking)
+                .await;
         let mut out = Vec::new();
         let op = Opcode::RecoverPartition;
         let _ = match result {
