@@ -203,7 +203,8 @@ impl Log {
             tombstone_share_for_combined: self.config.tombstone_share_for_combined,
             clean_ahead_fraction: match self.config.clean_ahead_segments {
                 0 => 1.0,
-                n => (n * self.config.segment_bytes) as f64 / memory,
+                n => ((n * self.config.segment_bytes) as f64 / memory)
+                    .min(balancer::CLEAN_AHEAD_MAX_MEMORY_SHARE),
             },
         }
     }

@@ -80,7 +80,8 @@ pub struct LogConfig {
     /// freeable memory (L§5.2: 0.4 there, chosen empirically).
     pub tombstone_share_for_combined: f64,
     /// The cleaner keeps at most this many segments' worth of memory free ahead of
-    /// writers (0: no cap, L§5.2's rule alone). See `balancer::choose`.
+    /// writers, and at most `balancer::CLEAN_AHEAD_MAX_MEMORY_SHARE` of memory (0:
+    /// no cap, L§5.2's rule alone). See `balancer::choose`.
     pub clean_ahead_segments: usize,
     /// Where bytes to replicate are reported.
     pub replicas: Arc<dyn ReplicaSink>,

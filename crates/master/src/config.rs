@@ -38,7 +38,9 @@ pub struct StoreConfig {
     /// forced (L§5.2; default 0.4).
     pub tombstone_share_for_combined: f64,
     /// Most segments' worth of memory the cleaner keeps free ahead of writers
-    /// (default 2; 0 = L§5.2's rule alone).
+    /// (default 2, and never more than 1/64 of memory:
+    /// `ramstore_log::balancer::CLEAN_AHEAD_MAX_MEMORY_SHARE`; 0 = L§5.2's rule
+    /// alone).
     pub clean_ahead_segments: usize,
     pub cleaner: CleanerMode,
     /// Where appended bytes are reported for replication.
