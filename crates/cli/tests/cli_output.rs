@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{dead_addr, free_port, Cluster, Proc, BIN, READY_TIMEOUT};
+use common::{dead_addr, free_port, spawn_ramstore, Cluster, BIN, READY_TIMEOUT};
 use serde_json::{json, Value};
 
 /// The 1 MiB value limit (ramstore_wire::MAX_VALUE_BYTES).
@@ -601,7 +601,7 @@ fn config_file_for_coordinator_and_server() {
         ),
     )
     .unwrap();
-    let mut coordinator = Proc::spawn(
+    let mut coordinator = spawn_ramstore(
         "coordinator",
         &[
             "coordinator",
@@ -629,7 +629,7 @@ fn config_file_for_coordinator_and_server() {
     )
     .unwrap();
     // The command line's --memory overrides the file's.
-    let mut server = Proc::spawn(
+    let mut server = spawn_ramstore(
         "server",
         &[
             "server",

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{free_port, run_cli, runtime, Proc, Server, READY_TIMEOUT};
+use common::{free_port, run_cli, runtime, spawn_ramstore, Proc, Server, READY_TIMEOUT};
 use ramstore_client::{Client, ClientOptions};
 use ramstore_harness::etcd::TestEtcd;
 
@@ -39,7 +39,7 @@ fn coordinator(name: &str, addr: &str, store: &str, extra: &[&str]) -> Proc {
         &ttl,
     ];
     args.extend_from_slice(extra);
-    Proc::spawn(name, &args, &[])
+    spawn_ramstore(name, &args, &[])
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{free_port, wait_until, Cluster, Proc, READY_TIMEOUT};
+use common::{free_port, spawn_ramstore, wait_until, Cluster, READY_TIMEOUT};
 use ramstore_client::{BlockingClient, ClientError, ClientOptions};
 
 /// Value size of the filling writes (64 KiB values fill a small log quickly).
@@ -297,7 +297,7 @@ fn exhaustion_backup_disk_too_small_is_refused_at_start_with_a_clear_error() {
     let backup = mnt.join("backup").display().to_string();
     // Four 8 MiB frames do not fit in 20 MiB: the frames file is allocated up front
     // (posix_fallocate), so the full disk shows now, not when a replica arrives.
-    let mut server = Proc::spawn(
+    let mut server = spawn_ramstore(
         "server on a small disk",
         &[
             "server",

@@ -10,7 +10,6 @@
 //! (`PR_SET_PDEATHSIG` is per thread); methods that spawn refuse other threads.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
@@ -132,13 +131,7 @@ pub struct Cluster {
     log_seq: u32,
 }
 
-/// A port that was free a moment ago.
-pub fn free_port() -> Result<u16, HarnessError> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| HarnessError::Io(format!("bind 127.0.0.1:0: {e}")))
-}
+pub use crate::local::try_free_port as free_port;
 
 fn coordinator_ready(line: &str) -> bool {
     line.starts_with("ramstore coordinator listening on ")

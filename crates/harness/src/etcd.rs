@@ -10,7 +10,7 @@
 //! (`PR_SET_PDEATHSIG`), so start it from the test's main thread.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,10 +65,7 @@ pub fn etcd_binary() -> Result<PathBuf, String> {
 }
 
 fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("cannot find a free port: {e}"))
+    crate::local::try_free_port().map_err(|e| e.to_string())
 }
 
 /// Where test etcds keep their data: a tmpfs (`/dev/shm`) when there is one. A

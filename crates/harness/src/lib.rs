@@ -4,7 +4,9 @@
 //! acknowledged write readable, no deleted object back, versions only growing,
 //! per-key linearizability.
 //!
-//! Parts: [`process`] (one child process, logs to a file, waits for ready lines),
+//! Parts: [`process`] (one child process: waits for ready lines, keeps its output,
+//! optionally logs to a file), [`local`] (the end-to-end tests' fixtures: a
+//! coordinator, servers and `ramstore dev` on 127.0.0.1, one-shot CLI commands),
 //! [`etcd`] (a throwaway etcd, also the fixture of the coordinator's etcd tests),
 //! [`cluster`] (coordinator(s), optional etcd, servers with fixed addresses and
 //! disks; kill/stop/continue/restart/partition/delay), [`netns`] (network
@@ -33,6 +35,7 @@ pub mod disk;
 pub mod etcd;
 pub mod faults;
 pub mod interrupt;
+pub mod local;
 pub mod netns;
 pub mod process;
 pub mod proxy;

@@ -1,13 +1,17 @@
-//! One child process of the harness: its stdout and stderr go to a log file (kept
-//! for failure reports) and its stdout lines also to a channel, so the harness can
-//! wait for the line a process prints once it serves — nothing sleeps for a fixed
-//! time to "let it start".
+//! One child process of a test or of the harness: its stdout lines go to a channel
+//! (so a caller can wait for the line a process prints once it serves — nothing
+//! sleeps for a fixed time to "let it start") and are kept, with the tail of its
+//! stderr, for failure messages; optionally both also go to a log file (the soak
+//! harness keeps every process's log for its failure reports).
 //!
 //! A child is killed (SIGKILL) and reaped when its [`Proc`] is dropped, and the
 //! kernel kills it should the thread that spawned it end first (`PR_SET_PDEATHSIG`),
 //! so a crashed test or soak never leaves a cluster behind. That signal is tied to
-//! the spawning *thread*: the harness spawns every process from the thread that made
-//! the cluster (`Cluster` checks this).
+//! the spawning *thread*: spawn every process of a cluster from the thread that
+//! owns it (`Cluster` checks this).
+//!
+//! Memory: stdout lines are all kept (tests read a whole banner; servers print a
+//! ready line and log to stderr), stderr only its last [`STDERR_KEPT_BYTES`].
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -15,7 +19,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -23,35 +27,163 @@ use crate::HarnessError;
 
 /// Lines of a log shown in a failure report (its tail).
 pub const LOG_TAIL_LINES: usize = 60;
+/// How much of a process's stderr is kept in memory (its end).
+pub const STDERR_KEPT_BYTES: usize = 256 * 1024;
+
+/// What to start: `program ARGS` with `envs` (and never the caller's
+/// `RAMSTORE_COORDINATOR`), optionally inside a network namespace and with its
+/// output also appended to a log file.
+pub struct Spawn<'a> {
+    pub name: &'a str,
+    pub program: &'a Path,
+    pub args: &'a [String],
+    pub envs: &'a [(&'a str, &'a str)],
+    /// Run inside this network namespace (`ip netns exec NS program …`).
+    pub netns: Option<&'a str>,
+    /// Also append stdout and stderr to this file.
+    pub log: Option<&'a Path>,
+}
 
 /// A running (or finished) child process.
 pub struct Proc {
     pub name: String,
     child: Child,
     lines: Receiver<String>,
-    log_path: PathBuf,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<String>>,
+    log_path: Option<PathBuf>,
     exited: Option<ExitStatus>,
     stopped: bool,
 }
 
-/// Copies `from` into the shared log file line by line, sending stdout lines on.
-fn pump(from: impl Read + Send + 'static, log: Arc<Mutex<File>>, tx: Option<mpsc::Sender<String>>) {
+/// Applies the options every child gets: killed if the spawning thread dies.
+pub fn guard(cmd: &mut Command) -> &mut Command {
+    // SAFETY: the closure runs in the forked child before exec and makes one
+    // async-signal-safe system call.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+type Log = Option<Arc<Mutex<File>>>;
+
+fn append(log: &Log, text: &str) {
+    if let Some(log) = log {
+        let mut f = log.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = f.write_all(text.as_bytes());
+    }
+}
+
+/// Copies stdout line by line to the log, the kept lines and the channel.
+fn pump_stdout(
+    from: impl Read + Send + 'static,
+    log: Log,
+    kept: Arc<Mutex<Vec<String>>>,
+    tx: mpsc::Sender<String>,
+) {
     thread::spawn(move || {
         for line in BufReader::new(from).lines() {
             let Ok(line) = line else { break };
-            if let Ok(mut f) = log.lock() {
-                let _ = writeln!(f, "{line}");
+            append(&log, &format!("{line}\n"));
+            kept.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(line.clone());
+            let _ = tx.send(line);
+        }
+    });
+}
+
+/// Copies stderr as it comes to the log and the kept tail.
+fn pump_stderr(mut from: impl Read + Send + 'static, log: Log, kept: Arc<Mutex<String>>) {
+    thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 {
+                break;
             }
-            if let Some(tx) = &tx {
-                let _ = tx.send(line);
+            let text = String::from_utf8_lossy(&buf[..n]);
+            append(&log, &text);
+            let mut kept = kept.lock().unwrap_or_else(PoisonError::into_inner);
+            kept.push_str(&text);
+            if kept.len() > STDERR_KEPT_BYTES {
+                let mut cut = kept.len() - STDERR_KEPT_BYTES / 2;
+                while !kept.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                kept.drain(..cut);
             }
         }
     });
 }
 
 impl Proc {
-    /// Starts `program ARGS` (with `envs`), its output appended to `log_path`.
-    /// `netns`: run inside that network namespace (`ip netns exec NS program …`).
+    /// Starts the process `spec` describes.
+    pub fn start(spec: Spawn<'_>) -> Result<Proc, HarnessError> {
+        let mut cmd = match spec.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(spec.program);
+                c
+            }
+            None => Command::new(spec.program),
+        };
+        cmd.args(spec.args)
+            .env_remove("RAMSTORE_COORDINATOR")
+            .envs(spec.envs.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let log = match spec.log {
+            Some(path) => {
+                let mut f = File::options()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| HarnessError::Io(format!("{}: {e}", path.display())))?;
+                let _ = writeln!(
+                    f,
+                    "=== {}: {} {}",
+                    spec.name,
+                    spec.program.display(),
+                    spec.args.join(" ")
+                );
+                Some(Arc::new(Mutex::new(f)))
+            }
+            None => None,
+        };
+        let mut child = guard(&mut cmd).spawn().map_err(|e| HarnessError::Spawn {
+            name: spec.name.to_string(),
+            why: format!("{} {:?}: {e}", spec.program.display(), spec.args),
+        })?;
+        let (tx, lines) = mpsc::channel();
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        if let Some(out) = child.stdout.take() {
+            pump_stdout(out, log.clone(), stdout.clone(), tx);
+        }
+        if let Some(err) = child.stderr.take() {
+            pump_stderr(err, log, stderr.clone());
+        }
+        Ok(Proc {
+            name: spec.name.to_string(),
+            child,
+            lines,
+            stdout,
+            stderr,
+            log_path: spec.log.map(Path::to_path_buf),
+            exited: None,
+            stopped: false,
+        })
+    }
+
+    /// Starts `program ARGS` with its output appended to `log_path` (the soak
+    /// harness's processes).
     pub fn spawn(
         name: &str,
         program: &Path,
@@ -59,54 +191,13 @@ impl Proc {
         netns: Option<&str>,
         log_path: &Path,
     ) -> Result<Proc, HarnessError> {
-        let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(program);
-                c
-            }
-            None => Command::new(program),
-        };
-        cmd.args(args)
-            .env_remove("RAMSTORE_COORDINATOR")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        // SAFETY: the closure runs in the forked child before exec and makes one
-        // async-signal-safe system call.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut log = File::options()
-            .create(true)
-            .append(true)
-            .open(log_path)
-            .map_err(|e| HarnessError::Io(format!("{}: {e}", log_path.display())))?;
-        let _ = writeln!(log, "=== {name}: {} {}", program.display(), args.join(" "));
-        let mut child = cmd.spawn().map_err(|e| HarnessError::Spawn {
-            name: name.to_string(),
-            why: format!("{}: {e}", program.display()),
-        })?;
-        let log = Arc::new(Mutex::new(log));
-        let (tx, lines) = mpsc::channel();
-        if let Some(out) = child.stdout.take() {
-            pump(out, log.clone(), Some(tx));
-        }
-        if let Some(err) = child.stderr.take() {
-            pump(err, log, None);
-        }
-        Ok(Proc {
-            name: name.to_string(),
-            child,
-            lines,
-            log_path: log_path.to_path_buf(),
-            exited: None,
-            stopped: false,
+        Proc::start(Spawn {
+            name,
+            program,
+            args,
+            envs: &[],
+            netns,
+            log: Some(log_path),
         })
     }
 
@@ -114,7 +205,28 @@ impl Proc {
         self.child.id()
     }
 
+    /// What the process printed so far (stdout, and the kept tail of stderr).
+    pub fn transcript(&self) -> String {
+        format!(
+            "--- {} stdout ---\n{}\n--- {} stderr ---\n{}",
+            self.name,
+            self.stdout_lines().join("\n"),
+            self.name,
+            self.stderr.lock().unwrap_or_else(PoisonError::into_inner)
+        )
+    }
+
+    /// Every stdout line so far.
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Waits for a stdout line that satisfies `pred` (earlier lines are skipped).
+    /// An error (with the log tail or transcript) if the process ends or `timeout`
+    /// passes first.
     pub fn wait_for_line(
         &mut self,
         pred: impl Fn(&str) -> bool,
@@ -129,17 +241,17 @@ impl Proc {
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(HarnessError::NotReady {
                         name: self.name.clone(),
-                        why: format!("no ready line within {timeout:?}"),
+                        why: format!("no expected line within {timeout:?}"),
                         log: self.log_tail(),
                     })
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     let status = self.wait_timeout(Duration::from_secs(5));
-                    // Let the stderr pump write the last words.
+                    // Let the stderr pump collect the last words.
                     thread::sleep(Duration::from_millis(50));
                     return Err(HarnessError::NotReady {
                         name: self.name.clone(),
-                        why: format!("ended ({status:?}) before its ready line"),
+                        why: format!("ended ({status:?}) before the expected line"),
                         log: self.log_tail(),
                     });
                 }
@@ -147,13 +259,18 @@ impl Proc {
         }
     }
 
-    /// The last [`LOG_TAIL_LINES`] lines of the process's log.
+    /// The last [`LOG_TAIL_LINES`] lines of the process's log file, or its
+    /// transcript when it has none.
     pub fn log_tail(&self) -> String {
-        log_tail(&self.log_path, LOG_TAIL_LINES)
+        match &self.log_path {
+            Some(path) => log_tail(path, LOG_TAIL_LINES),
+            None => self.transcript(),
+        }
     }
 
-    pub fn log_path(&self) -> &Path {
-        &self.log_path
+    /// The log file its output is appended to, if any.
+    pub fn log_path(&self) -> Option<&Path> {
+        self.log_path.as_deref()
     }
 
     /// SIGKILL (a crash) and reap. Idempotent.
@@ -197,7 +314,7 @@ impl Proc {
         self.exited
     }
 
-    /// Waits up to `timeout` for the process to end.
+    /// Waits up to `timeout` for the process to end; `None` if it is still running.
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -207,7 +324,7 @@ impl Proc {
             if Instant::now() >= deadline {
                 return None;
             }
-            thread::sleep(Duration::from_millis(10));
+            thread::sleep(Duration::from_millis(5));
         }
     }
 }

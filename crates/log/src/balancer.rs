@@ -59,6 +59,14 @@ pub const MAX_FREE_FRACTION_TO_CLEAN: f64 = 0.1;
 /// docs/benchmarks.md). Two segments are what writers fill between two wake-ups of
 /// the cleaner (one at every new head) with one to spare.
 pub const CLEAN_AHEAD_SEGMENTS: usize = 2;
+/// ...and never more than this share of memory: 2 segments are 1/64 of 1 GiB, where
+/// the cap was measured, but 1/8 of 128 MiB, where (1−L)/2 then decided alone and
+/// at 90% kept up to 5% of memory free rather than holding dead objects: the
+/// cleaner copied 15–18 bytes per byte written there, and 11.3–11.5 with this cap
+/// (docs/benchmarks.md, issue 17 session 28). A log below 1 GiB keeps less than two
+/// segments free, so writers may use it up before the next head wakes the cleaner;
+/// running out of memory wakes it too.
+pub const CLEAN_AHEAD_MAX_MEMORY_SHARE: f64 = 1.0 / 64.0;
 
 /// Decides whether to clean and with which cleaner (L§5.2): clean when
 /// F ≤ min(0.1, (1−L)/2, clean-ahead); prefer compaction unless tombstones are ≥ 40% of freeable

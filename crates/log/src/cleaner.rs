@@ -115,6 +115,15 @@ impl Drop for CpuCharge<'_> {
     }
 }
 
+/// What `Log::pick_for_combined` chose, each marked `Cleaning`.
+enum Victims {
+    /// Victims for a batch pass, and an upper bound of their live bytes.
+    Batch(Vec<SegmentMeta>, usize),
+    /// The best victim, whose live data does not fit the memory free for a batch
+    /// pass's survivors: cleaned alone in bounded memory (`combined_incremental`).
+    Alone(SegmentMeta),
+}
+
 /// One entry found by scanning a segment.
 #[derive(Clone, Copy)]
 pub(crate) struct Found {
@@ -194,7 +203,8 @@ impl Log {
             tombstone_share_for_combined: self.config.tombstone_share_for_combined,
             clean_ahead_fraction: match self.config.clean_ahead_segments {
                 0 => 1.0,
-                n => (n * self.config.segment_bytes) as f64 / memory,
+                n => ((n * self.config.segment_bytes) as f64 / memory)
+                    .min(balancer::CLEAN_AHEAD_MAX_MEMORY_SHARE),
             },
         }
     }
@@ -361,7 +371,15 @@ impl Log {
                 .compaction
                 .then(|| self.pool.reserves().cleaner_seglets),
         );
-        let (mut victims, keep_estimate) = self.pick_for_combined(head_id, budget_seglets)?;
+        let (mut victims, keep_estimate) =
+            match self.pick_for_combined(head_id, budget_seglets, min_gain_seglets)? {
+                Victims::Batch(victims, keep) => (victims, keep),
+                // The victim that gains most does not fit the memory free for
+                // survivors: clean it alone, reusing its own seglets (L§7).
+                Victims::Alone(victim) => {
+                    return self.clean_one_combined_locked(victim, relocator);
+                }
+            };
         // Take the survivors' seglets now, before the scan (module doc): the budget
         // above includes free seglets that writers may take while the victims are
         // read, and a pass that found out only after reading 32 segments would
@@ -628,16 +646,29 @@ impl Log {
     /// (`balancer::combined_benefit`) — and marks them
     /// `Cleaning`; their live bytes fit in `budget_seglets` with room for survivor
     /// fragmentation.
+    ///
+    /// When the best victim's live data does not fit the budget, it alone is
+    /// returned, for the one-segment pass that needs no budget (`Victims::Alone`),
+    /// rather than a batch of worse victims that fit. The budget is free memory, and
+    /// a segment's live data is a fixed size: 7 MiB of a 90%-live 8 MiB segment is
+    /// 0.7% of 1 GiB but 5.5% of 128 MiB, more than a log at 90% ever has free. At
+    /// 128 MiB the batch pass then only ever cleaned the few segments already nearly
+    /// empty on disk; the on-disk log grew to 1.3× memory, live tombstones (which
+    /// live while the segment of the object they kill is on disk, L§3) took 6% of
+    /// memory, and compaction copied 70 bytes per byte written where 1 GiB copies
+    /// 12 (docs/benchmarks.md, issue 17 session 28). `min_gain_seglets` > 0 (the
+    /// pass must free memory) admits only a victim that frees a seglet alone.
     fn pick_for_combined(
         &self,
         head_id: u64,
         budget_seglets: usize,
-    ) -> Option<(Vec<SegmentMeta>, usize)> {
+        min_gain_seglets: usize,
+    ) -> Option<Victims> {
         let now = self.clock();
         let mut table = self.segments.lock();
         // Lock order: segments, then the tombstone lists (a leaf).
         let targets = self.tombstone_targets.lock();
-        let mut scored: Vec<(f64, u64, usize)> = table
+        let mut scored: Vec<(f64, u64, usize, usize)> = table
             .by_id
             .values()
             .filter(|m| {
@@ -656,15 +687,28 @@ impl Log {
                 (u < MAX_UTILIZATION_TO_CLEAN || naming > 0).then(|| {
                     let age = now.saturating_sub(m.created_at);
                     let score = balancer::combined_benefit(m.disk_length, keep, naming, age);
-                    (score, m.id, keep)
+                    (score, m.id, keep, m.seglets.len())
                 })
             })
             .collect();
         drop(targets);
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        if let Some(&(_, id, keep, seglets)) = scored.first() {
+            // A victim with less than a seglet of live data always fits a budget
+            // that can hold anything; and one alone must gain what the caller asks.
+            let alone = self.survivor_seglets_estimate(keep) > budget_seglets
+                && keep >= SEGLET_BYTES
+                && (min_gain_seglets == 0
+                    || seglets >= keep.div_ceil(SEGLET_BYTES) + 1 + min_gain_seglets);
+            if alone {
+                let m = table.by_id.get_mut(&id)?;
+                m.state = SegmentState::Cleaning;
+                return Some(Victims::Alone(m.clone()));
+            }
+        }
         let mut chosen = Vec::new();
         let mut keep_total = 0usize;
-        for (_, id, keep) in scored {
+        for (_, id, keep, _) in scored {
             if chosen.len() == MAX_SEGMENTS_PER_COMBINED_PASS {
                 break;
             }
@@ -686,7 +730,7 @@ impl Log {
                 })
             })
             .collect();
-        Some((victims, keep_total))
+        Some(Victims::Batch(victims, keep_total))
     }
 
     /// Seglets the survivors of entries of these lengths (in copy order) occupy at

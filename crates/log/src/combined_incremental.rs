@@ -24,12 +24,15 @@
 //!   survivor's replicas are durable and a new digest drops it (L§6.4), but no
 //!   longer in memory, so re-replication treats it as gone (`copy_for_replica`).
 //!
-//! It runs only when no other pass could make progress (`Log::clean`): it cleans one
-//! segment where a batch pass cleans up to 32 sorted by age, and it writes a whole
-//! segment to backups where a compaction writes nothing. A batch pass also hands it
-//! a first victim with more live entries than the batch's work list may hold
-//! (`cleaner::combined_work_list_entries`), so that list stays within its bound
-//! (docs/design-notes.md "Memory outside the log").
+//! On its own it runs only when no other pass could make progress (`Log::clean`):
+//! it cleans one segment where a batch pass cleans up to 32 sorted by age, and it
+//! writes a whole segment to backups where a compaction writes nothing. A batch
+//! pass also hands it a first victim with more live entries than the batch's work
+//! list may hold (`cleaner::combined_work_list_entries`), so that list stays within
+//! its bound (docs/design-notes.md "Memory outside the log"), and the victim that
+//! gains most when its live data does not fit the memory free for the batch's
+//! survivors — at 128 MiB and 90% utilisation almost every victim worth cleaning
+//! (docs/design-notes.md "Cleaning always makes progress").
 
 use std::sync::atomic::Ordering;
 

@@ -44,7 +44,7 @@ pub use balancer::CleanKind;
 pub use cleaner::{thread_cpu_ns, PassOutcome, Relocator};
 pub use log::{
     AppendError, Appended, DeadObject, HeadMetadata, Log, LogConfig, LogConfigError, LogStats,
-    NewObject, NoMetadata, ObjectView, MAX_DELETE_RESERVE_BYTES,
+    NewObject, NoMetadata, ObjectView, DEFAULT_DELETE_RESERVE_FRACTION, MAX_DELETE_RESERVE_BYTES,
 };
 pub use replica::{NoReplicas, ReplicaSink, SegmentRole};
 

@@ -48,6 +48,16 @@ impl HeadMetadata for NoMetadata {
 /// 461–523 k writes/s, docs/benchmarks.md, session 9).
 pub const MAX_DELETE_RESERVE_BYTES: usize = 2 << 20;
 
+/// Share of the pool kept for deletes by default: 0.2%, which reaches the 2 MiB
+/// cap ([`MAX_DELETE_RESERVE_BYTES`]) at 1 GiB, so large logs keep what they
+/// kept. It was 1%, which gave a 128 MiB log 1.3 MiB (20 seglets) of reserve, 1%
+/// of its memory held from the dead objects compaction lives on where 1 GiB
+/// holds 0.2%: at 90% utilisation that alone raised the bytes the cleaner copies
+/// per byte written by a sixth (docs/benchmarks.md, issue 17 session 28). 256 KiB
+/// at 128 MiB still holds about 7,000 tombstones of short keys, many compaction
+/// passes' worth.
+pub const DEFAULT_DELETE_RESERVE_FRACTION: f64 = 0.002;
+
 /// Configuration of one log.
 #[derive(Clone)]
 pub struct LogConfig {
@@ -70,7 +80,8 @@ pub struct LogConfig {
     /// freeable memory (L§5.2: 0.4 there, chosen empirically).
     pub tombstone_share_for_combined: f64,
     /// The cleaner keeps at most this many segments' worth of memory free ahead of
-    /// writers (0: no cap, L§5.2's rule alone). See `balancer::choose`.
+    /// writers, and at most `balancer::CLEAN_AHEAD_MAX_MEMORY_SHARE` of memory (0:
+    /// no cap, L§5.2's rule alone). See `balancer::choose`.
     pub clean_ahead_segments: usize,
     /// Where bytes to replicate are reported.
     pub replicas: Arc<dyn ReplicaSink>,
@@ -89,7 +100,7 @@ impl LogConfig {
             master_id: 0,
             disk_expansion_factor: 2.0,
             compaction: true,
-            delete_reserve_fraction: 0.01,
+            delete_reserve_fraction: DEFAULT_DELETE_RESERVE_FRACTION,
             tombstone_share_for_combined: crate::balancer::TOMBSTONE_SHARE_FOR_COMBINED,
             clean_ahead_segments: crate::balancer::CLEAN_AHEAD_SEGMENTS,
             replicas: Arc::new(crate::replica::NoReplicas),

@@ -30,14 +30,17 @@ pub struct StoreConfig {
     pub compaction: bool,
     /// On-disk log limit as a multiple of memory (L§5.2); default 2.
     pub disk_expansion_factor: f64,
-    /// Share of memory only deletes may use (default 1%, at most 2 MiB:
-    /// `ramstore_log::MAX_DELETE_RESERVE_BYTES`).
+    /// Share of memory only deletes may use (default 0.2%,
+    /// `ramstore_log::DEFAULT_DELETE_RESERVE_FRACTION`; at least 2 seglets, at most
+    /// 2 MiB: `ramstore_log::MAX_DELETE_RESERVE_BYTES`).
     pub delete_reserve_fraction: f64,
     /// Share of freeable memory live tombstones may take before combined cleaning is
     /// forced (L§5.2; default 0.4).
     pub tombstone_share_for_combined: f64,
     /// Most segments' worth of memory the cleaner keeps free ahead of writers
-    /// (default 2; 0 = L§5.2's rule alone).
+    /// (default 2, and never more than 1/64 of memory:
+    /// `ramstore_log::balancer::CLEAN_AHEAD_MAX_MEMORY_SHARE`; 0 = L§5.2's rule
+    /// alone).
     pub clean_ahead_segments: usize,
     pub cleaner: CleanerMode,
     /// Where appended bytes are reported for replication.
@@ -57,7 +60,7 @@ impl StoreConfig {
             hash_table_buckets: None,
             compaction: true,
             disk_expansion_factor: 2.0,
-            delete_reserve_fraction: 0.01,
+            delete_reserve_fraction: ramstore_log::DEFAULT_DELETE_RESERVE_FRACTION,
             tombstone_share_for_combined: ramstore_log::balancer::TOMBSTONE_SHARE_FOR_COMBINED,
             clean_ahead_segments: ramstore_log::balancer::CLEAN_AHEAD_SEGMENTS,
             cleaner: CleanerMode::Background { threads: 1 },

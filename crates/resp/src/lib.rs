@@ -4,9 +4,12 @@
 //! * [`protocol`]: RESP framing — a parser for multibulk and inline commands with a
 //!   limit on every length ([`MAX_BULK_BYTES`], [`MAX_ARGS`], [`MAX_COMMAND_BYTES`],
 //!   [`MAX_INLINE_BYTES`]) and an encoder for RESP2 and RESP3 replies.
-//! * [`commands`]: the command set (GET, SET, MGET, INCR, SCAN, INFO, HELLO, …, and
-//!   the extensions `RS.GETV`/`RS.CAS`), each as ramstore operations on table
-//!   `db{n}` (SELECT n; created on first use).
+//! * [`cmd`]: the command set (GET, SET, MGET, INCR, SCAN, INFO, HELLO, …, and
+//!   the extensions `RS.GETV`/`RS.CAS`): one table of names, arities and flags
+//!   ([`cmd::COMMANDS`]), a parser from a frame's arguments to a typed
+//!   [`cmd::Command`] that borrows them, and one file per command family running
+//!   each as ramstore operations on table `db{n}` (SELECT n; created on first
+//!   use).
 //! * [`backend`]: where operations run — on the local master, in-process and
 //!   without the native wire format, when it owns the key; otherwise forwarded
 //!   through the client library (one extra hop).
@@ -37,12 +40,12 @@
 //! Thread-safety: [`start`] serves from dedicated event-loop threads, each a
 //! single-threaded runtime, or from the caller's own single-threaded runtime; [`Shared`] (and the [`Backend`] in it) is shared by
 //! every connection on every loop (`Send + Sync`); each connection's state
-//! ([`commands::Connection`]) belongs to the task serving it. The local service is
+//! ([`cmd::Connection`]) belongs to the task serving it. The local service is
 //! called from those threads; replication waits it hands back are driven by the
 //! server's own runtime and wake the loop when done.
 
 pub mod backend;
-pub mod commands;
+pub mod cmd;
 pub mod glob;
 pub mod protocol;
 pub use ramstore_rpc::poller;

@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::backend::Backend;
-use crate::commands::{key_first, Connection, Flow};
+use crate::cmd::{key_first, Connection, Flow};
 use crate::poller::Poller;
 use crate::protocol::{parse_command_into, Encoder, Version};
 

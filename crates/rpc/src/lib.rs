@@ -39,7 +39,7 @@ pub mod tcp;
 pub mod transport;
 
 pub use conns::{ConnLimits, ConnTable};
-pub use local::LocalTransport;
+pub use local::{Dispatch, LocalTransport};
 pub use poller::{Poller, DEFAULT_POLL_BEFORE_SLEEP_US, MAX_POLL_BEFORE_SLEEP_US};
 pub use server::{
     serve, serve_with_limit, serve_with_poller, serve_with_table, Handled, Service,

@@ -11,7 +11,8 @@ use ramstore_clock::{system_clock, Clock};
 use crate::server::{Handled, Service};
 use crate::transport::{CallFuture, RpcError, Transport};
 
-type Dispatch = Arc<dyn Fn(Vec<u8>) -> CallFuture<'static> + Send + Sync>;
+/// A registered service's entry point: runs one request frame to its response.
+pub type Dispatch = Arc<dyn Fn(Vec<u8>) -> CallFuture<'static> + Send + Sync>;
 
 /// A [`Transport`] that delivers frames to services registered by address.
 #[derive(Clone)]
@@ -58,6 +59,13 @@ impl LocalTransport {
         self.services.write().insert(addr.to_string(), dispatch);
     }
 
+    /// The service registered at `addr`: for a transport that adds its own
+    /// delivery rules (delays, losses, partitions) on top of this registry, as the
+    /// cluster simulator's network does (`crates/sim`).
+    pub fn dispatch(&self, addr: &str) -> Option<Dispatch> {
+        self.services.read().get(addr).cloned()
+    }
+
     /// Makes `addr` unreachable (a crashed server).
     pub fn unregister(&self, addr: &str) {
         self.services.write().remove(addr);
@@ -66,7 +74,7 @@ impl LocalTransport {
 
 impl Transport for LocalTransport {
     fn call<'a>(&'a self, addr: &'a str, frame: Vec<u8>, deadline: Duration) -> CallFuture<'a> {
-        let dispatch = self.services.read().get(addr).cloned();
+        let dispatch = self.dispatch(addr);
         Box::pin(async move {
             let dispatch = dispatch.ok_or_else(|| RpcError::NoSuchService(addr.to_string()))?;
             self.clock

@@ -22,12 +22,18 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use ramstore_backup::ReplicaInfo;
+use ramstore_backup::{BackupStore, Disk, ReplicaInfo};
 use ramstore_log::entry::{parse_entry, Entry, EntryError};
 use ramstore_master::key_hash;
 use ramstore_wire::PartitionTablet;
 
-use crate::backup_service::ServerBackupStore;
+use crate::blocking::Blocking;
+
+/// A store whose disk is chosen at run time: the frames file in production, an
+/// in-memory or fault-injecting disk in tests. Defined here, below the backup
+/// service that owns the store, so bucketing does not import the service
+/// (issue 19: no import circles); the service re-exports it.
+pub type ServerBackupStore = BackupStore<Box<dyn Disk>>;
 
 /// Most partitions one recovery may announce (a bound on the buckets per replica).
 pub const MAX_RECOVERY_PARTITIONS: usize = 4096;
@@ -69,9 +75,19 @@ pub enum Fetched {
 #[derive(Debug, Default)]
 pub struct BackupRecoveries {
     by_master: Mutex<HashMap<u64, Arc<Partitioning>>>,
+    /// Where bucketing runs (off the async threads, or inline in a simulation).
+    blocking: Blocking,
 }
 
 impl BackupRecoveries {
+    /// No partitionings yet; bucketing runs as `blocking` says.
+    pub fn with_blocking(blocking: Blocking) -> Self {
+        Self {
+            by_master: Mutex::default(),
+            blocking,
+        }
+    }
+
     /// Starts bucketing the replicas of `master_id` (those in `offered`, read in
     /// segment id order) for `tablets`, unless recovery `recovery_id` is already
     /// under way; returns the published order. A newer recovery id replaces an
@@ -107,13 +123,8 @@ impl BackupRecoveries {
         drop(by_master);
         let order = partitioning.order.clone();
         let store = Arc::clone(store);
-        let job = move || bucket_all(&store, master_id, &partitioning, &tablets);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn_blocking(job);
-            }
-            Err(_) => job(),
-        }
+        self.blocking
+            .spawn(move || bucket_all(&store, master_id, &partitioning, &tablets));
         order
     }
 

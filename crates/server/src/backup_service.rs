@@ -70,6 +70,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::backup_recovery::{BackupRecoveries, Fetched, MAX_RECOVERY_PARTITIONS};
+use crate::blocking::Blocking;
 
 use parking_lot::{Mutex, RwLock};
 
@@ -92,9 +93,9 @@ pub const MAX_FAST_BACKUP_WRITE_BYTES: usize = 64 * 1024;
 /// The delay a recovery master is asked to wait for a replica still being read.
 const RECOVERY_DATA_RETRY_MS: u32 = 2;
 
-/// A store whose disk is chosen at run time: the frames file in production, an
-/// in-memory or fault-injecting disk in tests.
-pub type ServerBackupStore = BackupStore<Box<dyn Disk>>;
+/// A store whose disk is chosen at run time (defined beside the bucketing that
+/// reads it, [`crate::backup_recovery`]).
+pub use crate::backup_recovery::ServerBackupStore;
 
 /// A server's state in the coordinator's server list, as the backup acts on it
 /// (R§7.3; see the module doc).
@@ -129,6 +130,8 @@ pub struct BackupService {
     retention: Arc<Retention>,
     /// Replicas of crashed masters being bucketed for recovery (R§7.5).
     recoveries: BackupRecoveries,
+    /// Where retention frees run (the blocking pool, or inline in a simulation).
+    blocking: Blocking,
 }
 
 /// What is left to decide about the replicas found at start-up (R§8).
@@ -205,6 +208,7 @@ impl BackupService {
                 ..Retention::default()
             }),
             recoveries: BackupRecoveries::default(),
+            blocking: Blocking::Pool,
         }
     }
 
@@ -247,6 +251,14 @@ impl BackupService {
             .and_then(|d| d.sync_all())
             .map_err(io_error("syncing the backup directory"))?;
         Ok((Self::over(store, Some(path)), None))
+    }
+
+    /// The same service running its blocking work (bucketing for recovery,
+    /// retention frees) as `blocking` says: inline in a simulation.
+    pub fn with_blocking(mut self, blocking: Blocking) -> Self {
+        self.blocking = blocking;
+        self.recoveries = BackupRecoveries::with_blocking(blocking);
+        self
     }
 
     /// The replica store.
@@ -349,13 +361,7 @@ impl BackupService {
         }
         let store = Arc::clone(&self.store);
         let retention = Arc::clone(&self.retention);
-        let job = move || retention.free(&store, to_free);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn_blocking(job);
-            }
-            Err(_) => job(),
-        }
+        self.blocking.spawn(move || retention.free(&store, to_free));
     }
 
     /// Whether writes from `master_id` are refused (R§7.11); counts and logs (once

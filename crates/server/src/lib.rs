@@ -20,14 +20,19 @@
 //! of both front ends; its background parts (failure monitor, replica manager,
 //! backup) run on their own tasks and threads.
 //!
+//! In-process servers ([`in_process`], docs/design.md §7): the same parts built over
+//! a transport the caller gives, with no listener or files; blocking work (slow
+//! path, recovery replay, bucketing, retention frees) goes through the [`Blocking`]
+//! seam — tokio's blocking pool in production, inline in the deterministic
+//! simulator (`crates/sim`), which runs no threads.
+//!
 //! The failure monitor ([`failure_monitor`]) pings a random other server every
 //! 100 ms, reports failed pings to the coordinator, renews the membership lease, and
 //! makes a server that learns it was declared crashed (a zombie, R§7.11) refuse
 //! object operations and call its zombie hook (the `ramstore` binary exits). The
 //! state the request path checks — zombie flag, lease — is the
 //! [`membership_guard`]'s, below both the service and the monitor: imports between
-//! this crate's files point one way (`scripts/check-module-cycles`; the one circle
-//! left is `backup_service` ↔ `backup_recovery`).
+//! this crate's files point one way (`scripts/check-module-cycles`).
 //!
 //! The backup ([`backup_service`]) keeps other masters' segment replicas in
 //! `<backup_dir>/replicas.frames` and serves BackupWrite, BackupFree,
@@ -55,21 +60,27 @@
 
 pub mod backup_recovery;
 pub mod backup_service;
+pub mod blocking;
 pub mod cold_start;
 pub mod failure_monitor;
 pub mod full_log;
+pub mod in_process;
 pub mod membership_guard;
 pub mod metrics;
+mod parts;
 pub mod ping;
 pub mod placement;
 pub mod recovery_master;
 pub mod replica_manager;
 pub mod resident;
+pub mod server_options;
 pub mod storage_server;
 pub mod storage_service;
 
 pub use backup_service::{BackupService, FRAMES_FILE, MAX_FAST_BACKUP_WRITE_BYTES};
+pub use blocking::Blocking;
 pub use failure_monitor::{MonitorConfig, ZombieHook};
+pub use in_process::{start_in_process, InProcessParts, InProcessServer};
 pub use ramstore_backup::{SyncMode, DEFAULT_OPEN_BUFFERS, MAX_FRAME_COUNT, MAX_OPEN_BUFFERS};
 pub use ramstore_rpc::conns::{
     DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS,

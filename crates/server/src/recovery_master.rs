@@ -40,6 +40,7 @@ use ramstore_master::{ObjectStore, WriteError};
 use ramstore_wire::{RecoveryItem, Request};
 use tokio::task::JoinSet;
 
+use crate::blocking::Blocking;
 use crate::replica_manager::ReplicaManager;
 
 /// Bucket fetches a recovery master keeps outstanding (R§7.6: several, so the
@@ -245,6 +246,20 @@ pub async fn recover<S>(
 where
     S: AsRef<ObjectStore> + Send + Sync + 'static,
 {
+    recover_with(owner, replicas, backups, job, Blocking::Pool).await
+}
+
+/// [`recover`], replaying as `blocking` says (inline in a simulation).
+pub async fn recover_with<S>(
+    owner: Arc<S>,
+    replicas: Option<Arc<ReplicaManager>>,
+    backups: BackupClient,
+    job: PartitionJob,
+    blocking: Blocking,
+) -> Result<ReplayCounts, RecoveryError>
+where
+    S: AsRef<ObjectStore> + Send + Sync + 'static,
+{
     let clock = owner.as_ref().as_ref().clock().clone();
     let started = clock.now();
     for &(table_id, start_hash, end_hash) in &job.tablets {
@@ -260,7 +275,7 @@ where
             });
         }
     }
-    let result = fetch_and_replay(&owner, replicas, &backups, &job).await;
+    let result = fetch_and_replay(&owner, replicas, &backups, &job, blocking).await;
     match &result {
         Ok(counts) => tracing::info!(
             crashed_id = job.crashed_id,
@@ -295,6 +310,7 @@ async fn fetch_and_replay<S>(
     replicas: Option<Arc<ReplicaManager>>,
     backups: &BackupClient,
     job: &PartitionJob,
+    blocking: Blocking,
 ) -> Result<ReplayCounts, RecoveryError>
 where
     S: AsRef<ObjectStore> + Send + Sync + 'static,
@@ -337,24 +353,25 @@ where
         // Replay is CPU work: off the runtime's threads, one bucket at a time.
         let owner = Arc::clone(owner);
         let clock = clock.clone();
-        replay = tokio::task::spawn_blocking(move || {
-            let started = clock.now();
-            let cpu_started = ramstore_log::thread_cpu_ns();
-            let applied = replay.apply(owner.as_ref().as_ref(), &bytes);
-            replay.counts.replay_micros += clock.elapsed(started).as_micros() as u64;
-            replay.counts.replay_cpu_micros +=
-                ramstore_log::thread_cpu_ns().saturating_sub(cpu_started) / 1000;
-            (replay, applied)
-        })
-        .await
-        .map_err(|e| RecoveryError::Replay {
-            segment_id,
-            reason: e.to_string(),
-        })
-        .and_then(|(replay, applied)| match applied {
-            Ok(()) => Ok(replay),
-            Err(reason) => Err(RecoveryError::Replay { segment_id, reason }),
-        })?;
+        replay = blocking
+            .run(move || {
+                let started = clock.now();
+                let cpu_started = ramstore_log::thread_cpu_ns();
+                let applied = replay.apply(owner.as_ref().as_ref(), &bytes);
+                replay.counts.replay_micros += clock.elapsed(started).as_micros() as u64;
+                replay.counts.replay_cpu_micros +=
+                    ramstore_log::thread_cpu_ns().saturating_sub(cpu_started) / 1000;
+                (replay, applied)
+            })
+            .await
+            .map_err(|e| RecoveryError::Replay {
+                segment_id,
+                reason: e.to_string(),
+            })
+            .and_then(|(replay, applied)| match applied {
+                Ok(()) => Ok(replay),
+                Err(reason) => Err(RecoveryError::Replay { segment_id, reason }),
+            })?;
     }
     let store = owner.as_ref().as_ref();
     store.raise_safe_version(replay.max_version() + 1);

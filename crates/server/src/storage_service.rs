@@ -122,6 +122,9 @@ pub struct StorageService {
     pub(crate) clock: Arc<dyn Clock>,
     /// Where this server's random choices (ping peers, nonces) come from.
     pub(crate) rng: Arc<dyn Rng>,
+    /// Where slow-path requests and recovery replay run (the blocking pool;
+    /// inline in a simulation).
+    pub(crate) blocking: crate::blocking::Blocking,
 }
 
 impl StorageService {
@@ -154,7 +157,23 @@ impl StorageService {
                 .with_rpc_deadline(std::time::Duration::from_millis(RECOVERY_FETCH_DEADLINE_MS)),
             clock,
             rng: ramstore_clock::system_rng(),
+            blocking: crate::blocking::Blocking::Pool,
         }
+    }
+
+    /// The same service running its blocking work (slow-path requests, recovery
+    /// replay) as `blocking` says: inline in a simulation (docs/design.md §7).
+    pub fn with_blocking(mut self, blocking: crate::blocking::Blocking) -> Self {
+        self.blocking = blocking;
+        self
+    }
+
+    /// The same service fetching recovery data from backups over `transport`
+    /// (default: TCP on the service's clock).
+    pub fn with_recovery_transport(mut self, transport: Arc<dyn ramstore_rpc::Transport>) -> Self {
+        self.recovery_client = BackupClient::new(transport)
+            .with_rpc_deadline(std::time::Duration::from_millis(RECOVERY_FETCH_DEADLINE_MS));
+        self
     }
 
     /// The same service drawing its random choices from `rng`.

@@ -29,11 +29,22 @@ use crate::replica_manager::BackupInfo;
 /// The answer to a tablet notification meant for another server id (a process
 /// that took over a dead server's address, or one not enlisted yet): the
 /// coordinator retries it while that server is up, and drops it once it is not.
-const NOT_THE_SERVER_MEANT: &str =
+pub(super) const NOT_THE_SERVER_MEANT: &str =
     "this server is not the server id the tablet notification is meant for";
 
 impl Service for StorageService {
     fn handle(&self, frame: &[u8], out: &mut Vec<u8>) -> Handled {
+        // A frame whose work always runs on the slow path is decoded there, once:
+        // only its header is read here, for the guards (step 1).
+        if let Some((id, op)) = slow_only(frame) {
+            let wire = Wire {
+                id,
+                op,
+                mark: out.len(),
+                out,
+            };
+            return self.serve(op, wire, |_| Step::HandOff);
+        }
         let (header, req) = match decode_request(frame) {
             Ok(decoded) => decoded,
             Err(e) => {
@@ -78,6 +89,28 @@ impl Service for StorageService {
     fn handle_slow(self: Arc<Self>, frame: Vec<u8>) -> SlowFuture {
         self.slow_path(frame)
     }
+}
+
+/// The request id and opcode of a frame whose work always runs on the slow path
+/// (`slow_path.rs`), read from its header alone; `None` for every other frame,
+/// which `handle` decodes. A backup write is not among them: a buffered one is
+/// answered at once, and which it is shows only in its body.
+fn slow_only(frame: &[u8]) -> Option<(u64, Opcode)> {
+    let raw = decode_raw_header(frame).ok()?;
+    let op = Opcode::try_from(raw.opcode).ok()?;
+    matches!(
+        op,
+        Opcode::Enumerate
+            | Opcode::DropTabletOwnership
+            | Opcode::RecoverPartition
+            | Opcode::PingServer
+            | Opcode::BackupFree
+            | Opcode::BackupGetReplicas
+            | Opcode::BackupReadReplica
+            | Opcode::BackupStartPartitioning
+            | Opcode::BackupGetRecoveryData
+    )
+    .then_some((raw.request_id, op))
 }
 
 impl StorageService {
@@ -128,10 +161,7 @@ impl StorageService {
             Request::MultiRead(items) => self.multi_read(id, items, out)?,
             Request::MultiWrite(items) => self.multi_write(id, items, out)?,
             Request::MultiRemove(items) => self.multi_remove(id, items, out)?,
-            Request::TakeTabletOwnership { server_id, .. }
-            | Request::DropTabletOwnership { server_id, .. }
-                if server_id != self.server_id() =>
-            {
+            Request::TakeTabletOwnership { server_id, .. } if server_id != self.server_id() => {
                 answer_message(id, op, Status::ServerNotUp, NOT_THE_SERVER_MEANT, out)?;
                 Durability::Now
             }
@@ -157,17 +187,20 @@ impl StorageService {
                 encode_response(id, op, &Response::GetServerStats { text: &text }, out)?;
                 Durability::Now
             }
+            // `handle` hands these off before decoding them (`slow_only`).
             Request::Enumerate { .. }
             | Request::DropTabletOwnership { .. }
             | Request::RecoverPartition { .. }
-            // Pings a suspect for the coordinator: async, see `handle_slow`.
-            | Request::PingServer { .. } => return Ok(Step::HandOff),
-            Request::BackupWrite { .. }
+            | Request::PingServer { .. }
             | Request::BackupFree { .. }
             | Request::BackupGetReplicas { .. }
             | Request::BackupReadReplica { .. }
             | Request::BackupStartPartitioning { .. }
-            | Request::BackupGetRecoveryData { .. } => {
+            | Request::BackupGetRecoveryData { .. } => return Ok(Step::HandOff),
+            // A buffered backup write is answered here; one that syncs or closes a
+            // replica waits for the disk on the slow path, which decodes it again
+            // (a few field reads beside a disk write).
+            Request::BackupWrite { .. } => {
                 match &self.backup {
                     Some(backup) if backup.is_fast(req) => backup.answer(id, req, out)?,
                     Some(_) => return Ok(Step::HandOff),

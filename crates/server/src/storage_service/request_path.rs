@@ -15,7 +15,7 @@
 //!    ended meanwhile. Writes need no second check: a zombie's replication is
 //!    fenced by its backups (R§7.11).
 //! 4. **Metrics**: the time from arrival to the answer (not counting the wait).
-//! 5. **The replication wait** (R§4.2, DESIGN §5 "Write" and "Read"): an answer
+//! 5. **The replication wait** (R§4.2, docs/design.md §5 "Write" and "Read"): an answer
 //!    that shows a state not yet on all R backups goes out only once it is
 //!    ([`DurabilityWait`]); a wait that fails is answered SERVER_NOT_UP (fenced off)
 //!    or RETRY (timed out).

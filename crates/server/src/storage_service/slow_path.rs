@@ -2,8 +2,9 @@
 //! ([`super::request_path::Step::HandOff`]) after they passed the guards. Pinging a
 //! suspect and recovering a partition are async; enumeration, dropping a tablet and
 //! backup requests that may wait for the disk run on the blocking pool. Each frame
-//! is decoded once here: its opcode (from the raw header) says where it runs, and
-//! it is decoded there.
+//! is decoded once, here: `handle` read only its header (`native::slow_only`; a
+//! backup write that must sync is the exception, decoded there and again here), its
+//! opcode says where it runs, and it is decoded there.
 
 use std::sync::Arc;
 
@@ -13,8 +14,9 @@ use ramstore_wire::{
     Response, Status, WireError,
 };
 
+use super::native::NOT_THE_SERVER_MEANT;
 use super::object_ops::{read_status, status_body};
-use super::wire_reply::{answer_message, no_backup};
+use super::wire_reply::{answer_bad_request, answer_message, no_backup};
 use super::{StorageService, MAX_ENUMERATE_BATCH_BYTES};
 use crate::metrics::Op;
 use crate::recovery_master::{self, PartitionJob};
@@ -33,7 +35,9 @@ impl StorageService {
         Box::pin(async move {
             let started = self.clock.now();
             let service = self.clone();
-            let response = tokio::task::spawn_blocking(move || service.slow_blocking(&frame))
+            let response = self
+                .blocking
+                .run(move || service.slow_blocking(&frame))
                 .await
                 .unwrap_or_default();
             self.metrics
@@ -54,12 +58,16 @@ impl StorageService {
         Some(Box::pin(self.clone().recover_partition(id, job)))
     }
 
-    /// The blocking work, on the blocking pool: its response frame (empty if the
-    /// frame does not decode: `handle` answered those already).
+    /// The blocking work, on the blocking pool: its response frame. A frame that
+    /// does not decode is answered here: `handle` read only its header.
     fn slow_blocking(&self, frame: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        let Ok((header, req)) = decode_request(frame) else {
-            return out;
+        let (header, req) = match decode_request(frame) {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                answer_bad_request(frame, &e, &mut out);
+                return out;
+            }
         };
         let id = header.request_id;
         let op = req.opcode();
@@ -69,6 +77,9 @@ impl StorageService {
                 cursor,
                 max_bytes,
             } => self.enumerate(id, table_id, cursor, max_bytes as usize, &mut out),
+            Request::DropTabletOwnership { server_id, .. } if server_id != self.server_id() => {
+                answer_message(id, op, Status::ServerNotUp, NOT_THE_SERVER_MEANT, &mut out)
+            }
             Request::DropTabletOwnership {
                 table_id,
                 start_hash,
@@ -86,7 +97,6 @@ impl StorageService {
             | Request::BackupStartPartitioning { .. }
             | Request::BackupGetRecoveryData { .. } => match &self.backup {
                 Some(backup) => backup.answer(id, &req, &mut out),
-                // `dispatch` answers these itself when there is no backup.
                 None => no_backup(id, op, &mut out),
             },
             _ => encode_response(
@@ -144,7 +154,9 @@ impl StorageService {
         let started = self.clock.now();
         let backups = self.recovery_client.clone();
         let replicas = self.replicas.clone();
-        let result = recovery_master::recover(self.clone(), replicas, backups, job).await;
+        let result =
+            recovery_master::recover_with(self.clone(), replicas, backups, job, self.blocking)
+                .await;
         let mut out = Vec::new();
         let op = Opcode::RecoverPartition;
         let _ = match result {

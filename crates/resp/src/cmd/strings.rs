@@ -1,0 +1,432 @@
+//! String commands: GET, SET, SETNX, GETSET, MGET, MSET, STRLEN, APPEND, and the
+//! extensions RS.GETV and RS.CAS, each one or a few object operations on the
+//! current database's table.
+//!
+//! Where ramstore differs from Redis: keys never expire, so SET's EX, PX, EXAT
+//! and PXAT are refused (KEEPTTL is accepted: there is no time to live to keep).
+//! SET … GET, GETSET and APPEND read, compute and write with a version check,
+//! retried on a lost race (Redis runs them atomically on its one thread); MGET
+//! and MSET are one operation per key, so MSET is not atomic across keys. RS.GETV
+//! and RS.CAS expose ramstore's object versions (R§4: every object has one).
+//! GET is the hot path: its value is read into the connection's reused buffer
+//! and encoded from there, with no allocation.
+
+use ramstore_client::RejectRules;
+
+use super::{
+    eq, join, too_big_reply, Command, Connection, ParseError, MAX_CAS_ATTEMPTS, MAX_REPLY_BYTES,
+};
+use crate::backend::{Outcome, ReadInto, ReadResult, StoreError, WriteResult};
+use crate::server::Sink;
+
+/// Largest GET value buffer a connection keeps between commands, in bytes.
+pub const MAX_KEPT_VALUE_BUFFER: usize = 64 * 1024;
+
+/// SET's NX or XX.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetCondition {
+    /// NX: only if the key does not exist.
+    Absent,
+    /// XX: only if the key exists.
+    Present,
+}
+
+/// SET's arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Set<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub condition: Option<SetCondition>,
+    /// GET: reply with the old value.
+    pub get: bool,
+}
+
+pub(super) fn parse_get<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key] => Ok(Command::Get { key }),
+        _ => Err(ParseError::WrongArity("get")),
+    }
+}
+
+pub(super) fn parse_set<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    let [key, value, options @ ..] = rest else {
+        return Err(ParseError::WrongArity("set"));
+    };
+    let mut set = Set {
+        key,
+        value,
+        condition: None,
+        get: false,
+    };
+    for opt in options {
+        if eq(opt, "nx") && set.condition != Some(SetCondition::Present) {
+            set.condition = Some(SetCondition::Absent);
+        } else if eq(opt, "xx") && set.condition != Some(SetCondition::Absent) {
+            set.condition = Some(SetCondition::Present);
+        } else if eq(opt, "get") {
+            set.get = true;
+        } else if eq(opt, "keepttl") {
+            // Keys never expire yet, so there is no time to live to keep.
+        } else if ["ex", "px", "exat", "pxat"].iter().any(|w| eq(opt, w)) {
+            return Err(ParseError::ExpiryUnsupported);
+        } else {
+            return Err(ParseError::Syntax);
+        }
+    }
+    Ok(Command::Set(set))
+}
+
+pub(super) fn parse_setnx<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key, value] => Ok(Command::SetNx { key, value }),
+        _ => Err(ParseError::WrongArity("setnx")),
+    }
+}
+
+pub(super) fn parse_getset<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key, value] => Ok(Command::GetSet { key, value }),
+        _ => Err(ParseError::WrongArity("getset")),
+    }
+}
+
+pub(super) fn parse_mget<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    Ok(Command::MGet { keys: rest })
+}
+
+pub(super) fn parse_mset<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    if rest.is_empty() || !rest.len().is_multiple_of(2) {
+        return Err(ParseError::WrongArity("mset"));
+    }
+    Ok(Command::MSet { pairs: rest })
+}
+
+pub(super) fn parse_strlen<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key] => Ok(Command::StrLen { key }),
+        _ => Err(ParseError::WrongArity("strlen")),
+    }
+}
+
+pub(super) fn parse_append<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key, suffix] => Ok(Command::Append { key, suffix }),
+        _ => Err(ParseError::WrongArity("append")),
+    }
+}
+
+pub(super) fn parse_getv<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key] => Ok(Command::GetV { key }),
+        _ => Err(ParseError::WrongArity("rs.getv")),
+    }
+}
+
+pub(super) fn parse_cas<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    let [key, version, value] = rest else {
+        return Err(ParseError::WrongArity("rs.cas"));
+    };
+    let version = std::str::from_utf8(version)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or(ParseError::NotInteger)?;
+    Ok(Command::Cas {
+        key,
+        version,
+        value,
+    })
+}
+
+impl Connection {
+    pub(super) async fn get(&mut self, table: u64, key: &[u8], sink: &mut Sink) {
+        let mut value = std::mem::take(&mut self.value);
+        match self.shared.backend.read_into(table, key, &mut value).await {
+            ReadInto::Ready(Ok(found)) => sink.reply(self.version, |e| match found {
+                Some(_) => e.bulk(&value),
+                None => e.null(),
+            }),
+            ReadInto::Ready(Err(err)) => self.store_error(sink, &err),
+            ReadInto::Pending(f) => self.finish(sink, Outcome::Pending(f), |e, r| match r {
+                Some((v, _)) => e.bulk(&v),
+                None => e.null(),
+            }),
+        }
+        // A huge value's buffer is not kept for the connection's life.
+        if value.capacity() <= MAX_KEPT_VALUE_BUFFER {
+            value.clear();
+            self.value = value;
+        }
+    }
+
+    pub(super) async fn set(&self, table: u64, set: Set<'_>, sink: &mut Sink) {
+        if set.get {
+            let r = self.set_get(table, set.key, set.value, set.condition).await;
+            return match r {
+                Ok(old) => self.reply_read(sink, old),
+                Err(e) => self.store_error(sink, &e),
+            };
+        }
+        let rules = match set.condition {
+            Some(SetCondition::Absent) => RejectRules::must_not_exist(),
+            Some(SetCondition::Present) => RejectRules::must_exist(),
+            None => RejectRules::default(),
+        };
+        let o = self
+            .shared
+            .backend
+            .write(table, set.key, set.value, rules)
+            .await;
+        self.finish(sink, o, |e, r| match r {
+            WriteResult::Written(_) => e.ok(),
+            _ => e.null(),
+        });
+    }
+
+    pub(super) async fn setnx(&self, table: u64, key: &[u8], value: &[u8], sink: &mut Sink) {
+        let rules = RejectRules::must_not_exist();
+        let o = self.shared.backend.write(table, key, value, rules).await;
+        self.finish(sink, o, |e, r| {
+            e.integer(i64::from(matches!(r, WriteResult::Written(_))))
+        });
+    }
+
+    pub(super) async fn getset(&self, table: u64, key: &[u8], value: &[u8], sink: &mut Sink) {
+        match self.set_get(table, key, value, None).await {
+            Ok(old) => self.reply_read(sink, old),
+            Err(e) => self.store_error(sink, &e),
+        }
+    }
+
+    /// SET key value with GET: writes `value` unless `condition` fails, and
+    /// returns the old value either way.
+    async fn set_get(
+        &self,
+        table: u64,
+        key: &[u8],
+        value: &[u8],
+        condition: Option<SetCondition>,
+    ) -> Result<ReadResult, StoreError> {
+        let backend = &self.shared.backend;
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let current = backend.read(table, key).await.resolve().await?;
+            let allowed = match condition {
+                Some(SetCondition::Absent) => current.is_none(),
+                Some(SetCondition::Present) => current.is_some(),
+                None => true,
+            };
+            if !allowed {
+                return Ok(current);
+            }
+            let rules = match &current {
+                Some((_, version)) => RejectRules::version_must_equal(*version),
+                None => RejectRules::must_not_exist(),
+            };
+            if let WriteResult::Written(_) = backend
+                .write(table, key, value, rules)
+                .await
+                .resolve()
+                .await?
+            {
+                return Ok(current);
+            }
+        }
+        Err(StoreError::NotDurable(format!(
+            "key changed concurrently {MAX_CAS_ATTEMPTS} times in a row"
+        )))
+    }
+
+    pub(super) async fn mget(&self, table: u64, keys: &[&[u8]], sink: &mut Sink) {
+        let mut outcomes = Vec::with_capacity(keys.len());
+        let mut bytes = 0usize;
+        for key in keys {
+            let o = self.shared.backend.read(table, key).await;
+            if let Outcome::Ready(Ok(Some((v, _)))) = &o {
+                bytes += v.len();
+                if bytes > MAX_REPLY_BYTES {
+                    return self.error(sink, &too_big_reply());
+                }
+            }
+            outcomes.push(o);
+        }
+        self.finish(sink, join(outcomes), |e, values: Vec<ReadResult>| {
+            e.array(values.len());
+            for v in values {
+                match v {
+                    Some((v, _)) => e.bulk(&v),
+                    None => e.null(),
+                }
+            }
+        });
+    }
+
+    pub(super) async fn mset(&self, table: u64, pairs: &[&[u8]], sink: &mut Sink) {
+        let mut outcomes = Vec::with_capacity(pairs.len() / 2);
+        for pair in pairs.chunks_exact(2) {
+            let rules = RejectRules::default();
+            outcomes.push(
+                self.shared
+                    .backend
+                    .write(table, pair[0], pair[1], rules)
+                    .await,
+            );
+        }
+        self.finish(sink, join(outcomes), |e, _| e.ok());
+    }
+
+    pub(super) async fn strlen(&self, table: u64, key: &[u8], sink: &mut Sink) {
+        let o = self.shared.backend.read(table, key).await;
+        self.finish(sink, o, |e, r| {
+            e.integer(r.map_or(0, |(v, _)| i64::try_from(v.len()).unwrap_or(i64::MAX)))
+        });
+    }
+
+    pub(super) async fn append(&self, table: u64, key: &[u8], suffix: &[u8], sink: &mut Sink) {
+        let r = self
+            .read_modify_write(table, key, |old| {
+                let mut v = old.map(<[u8]>::to_vec).unwrap_or_default();
+                v.extend_from_slice(suffix);
+                Ok(v)
+            })
+            .await;
+        self.reply_rmw(sink, r, |e, v| {
+            e.integer(i64::try_from(v.len()).unwrap_or(i64::MAX))
+        });
+    }
+
+    pub(super) async fn getv(&self, table: u64, key: &[u8], sink: &mut Sink) {
+        let o = self.shared.backend.read(table, key).await;
+        self.finish(sink, o, |e, r| match r {
+            Some((v, version)) => {
+                e.array(2);
+                e.bulk(&v);
+                e.integer(i64::try_from(version).unwrap_or(i64::MAX));
+            }
+            None => e.null_array(),
+        });
+    }
+
+    pub(super) async fn cas(
+        &self,
+        table: u64,
+        key: &[u8],
+        version: u64,
+        value: &[u8],
+        sink: &mut Sink,
+    ) {
+        let rules = if version == 0 {
+            RejectRules::must_not_exist()
+        } else {
+            RejectRules::version_must_equal(version)
+        };
+        let o = self.shared.backend.write(table, key, value, rules).await;
+        self.finish(sink, o, |e, r| match r {
+            WriteResult::Written(v) => e.integer(i64::try_from(v).unwrap_or(i64::MAX)),
+            _ => e.null(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+    use super::*;
+
+    fn parsed(words: &[&str]) -> Result<Command<'static>, String> {
+        // Leaked so the parsed command may borrow the frame (tests only).
+        let frame: Vec<&'static [u8]> = words
+            .iter()
+            .map(|w| &*Box::leak(w.as_bytes().to_vec().into_boxed_slice()))
+            .collect();
+        parse(Box::leak(frame.into_boxed_slice())).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn parse_string_commands_good_arguments() {
+        assert_eq!(parsed(&["GET", "k"]), Ok(Command::Get { key: b"k" }));
+        assert_eq!(
+            parsed(&["set", "k", "v", "xx", "GET", "keepttl"]),
+            Ok(Command::Set(Set {
+                key: b"k",
+                value: b"v",
+                condition: Some(SetCondition::Present),
+                get: true,
+            }))
+        );
+        assert_eq!(
+            parsed(&["set", "k", "v", "nx", "nx"]),
+            Ok(Command::Set(Set {
+                key: b"k",
+                value: b"v",
+                condition: Some(SetCondition::Absent),
+                get: false,
+            }))
+        );
+        assert!(
+            matches!(parsed(&["mset", "a", "1", "b", "2"]), Ok(Command::MSet { pairs }) if pairs.len() == 4)
+        );
+        assert!(
+            matches!(parsed(&["mget", "a", "b"]), Ok(Command::MGet { keys }) if keys.len() == 2)
+        );
+        assert_eq!(
+            parsed(&["rs.cas", "k", "18446744073709551615", "v"]),
+            Ok(Command::Cas {
+                key: b"k",
+                version: u64::MAX,
+                value: b"v"
+            })
+        );
+        assert_eq!(
+            parsed(&["append", "k", "s"]),
+            Ok(Command::Append {
+                key: b"k",
+                suffix: b"s"
+            })
+        );
+    }
+
+    #[test]
+    fn parse_string_commands_wrong_arity() {
+        for words in [
+            &["get"][..],
+            &["get", "a", "b"],
+            &["set", "k"],
+            &["setnx", "k"],
+            &["getset", "k", "v", "w"],
+            &["mget"],
+            &["mset", "k"],
+            &["mset", "a", "1", "b"],
+            &["strlen"],
+            &["append", "k"],
+            &["rs.getv"],
+            &["rs.cas", "k", "1"],
+        ] {
+            let name = words[0];
+            assert_eq!(
+                parsed(words),
+                Err(format!(
+                    "ERR wrong number of arguments for '{name}' command"
+                ))
+            );
+        }
+    }
+
+    #[test]
+    fn parse_string_commands_bad_options() {
+        assert_eq!(
+            parsed(&["set", "k", "v", "nx", "xx"]),
+            Err("ERR syntax error".into())
+        );
+        assert_eq!(
+            parsed(&["set", "k", "v", "bogus"]),
+            Err("ERR syntax error".into())
+        );
+        assert_eq!(
+            parsed(&["set", "k", "v", "EX", "10"]),
+            Err("ERR SET EX/PX/EXAT/PXAT is not supported: ramstore keys do not expire yet".into())
+        );
+        assert_eq!(
+            parsed(&["rs.cas", "k", "-1", "v"]),
+            Err("ERR value is not an integer or out of range".into())
+        );
+    }
+}
