@@ -1,8 +1,6 @@
 //! Configuration of a backup store: the geometry of the frames file, the bound on
 //! open-replica buffers, and when writes are acknowledged.
 
-use crate::metadata::METADATA_SLOTS_BYTES;
-
 /// Segment area of a frame by default and at most: one full log segment (docs/design.md §4,
 /// R§4.1 "8MB segments"). It must equal the master's segment size; tests configure
 /// much smaller frames.
@@ -24,7 +22,6 @@ pub const MAX_OPEN_BUFFERS: u32 = 128;
 
 const _: () = assert!(FRAME_SEGMENT_BYTES.is_multiple_of(FRAME_ALIGN_BYTES));
 const _: () = assert!(METADATA_AREA_BYTES.is_multiple_of(FRAME_ALIGN_BYTES));
-const _: () = assert!(METADATA_SLOTS_BYTES <= METADATA_AREA_BYTES as usize);
 
 /// When a write is acknowledged (the crate doc states the full contract).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,7 +118,7 @@ impl BackupConfig {
     }
 
     /// Offset of frame `frame`'s metadata slot 0 in the file (slot 1 follows
-    /// [`crate::metadata::METADATA_SLOT_BYTES`] later).
+    /// `metadata::METADATA_SLOT_BYTES` later).
     pub fn metadata_offset(&self, frame: u32) -> u64 {
         self.data_offset(frame) + u64::from(self.segment_bytes)
     }

@@ -36,7 +36,7 @@
 //! flipped bit, one rewritten byte) is always detected, wider damage (a torn write)
 //! with probability 1 − 2⁻³².
 
-use crate::config::FRAME_SEGMENT_BYTES;
+use crate::config::{FRAME_SEGMENT_BYTES, METADATA_AREA_BYTES};
 
 /// First eight bytes of every non-blank metadata block.
 pub const METADATA_MAGIC: [u8; 8] = *b"RSBACKUP";
@@ -52,6 +52,8 @@ pub const METADATA_SLOT_BYTES: usize = 512;
 pub const METADATA_SLOTS: usize = 2;
 /// Bytes of the slots at the start of each frame's metadata area.
 pub const METADATA_SLOTS_BYTES: usize = METADATA_SLOTS * METADATA_SLOT_BYTES;
+// Both slots fit the metadata area the frame geometry leaves after each segment.
+const _: () = assert!(METADATA_SLOTS_BYTES <= METADATA_AREA_BYTES as usize);
 
 /// The largest `sequence` a valid block carries. A store numbers its metadata writes
 /// from one more than the largest it found, one per write, so no store reaches 2⁶²

@@ -9,7 +9,15 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 use ramstore_clock::Clock;
 
-use crate::object_store::Inner;
+/// What a cleaner thread drives (the object store implements it; the thread needs
+/// nothing else of the store, so this module does not depend on it).
+pub(crate) trait Cleanable: Send + Sync + 'static {
+    /// Runs one cleaning pass if the balancer wants one; whether it changed
+    /// anything.
+    fn clean_once(&self) -> bool;
+    /// Whether the balancer wants cleaning now.
+    fn wants_cleaning(&self) -> bool;
+}
 
 /// How long a cleaner sleeps before it asks the balancer again while the balancer
 /// wants cleaning but the last pass could not make progress.
@@ -34,7 +42,7 @@ pub(crate) struct CleanerThread {
 
 impl CleanerThread {
     /// Starts `threads` cleaner threads that pace themselves on `clock`.
-    pub fn start(inner: Arc<Inner>, threads: usize, clock: Arc<dyn Clock>) -> Self {
+    pub fn start<C: Cleanable>(store: Arc<C>, threads: usize, clock: Arc<dyn Clock>) -> Self {
         let signal = Arc::new(Signal {
             stop: AtomicBool::new(false),
             lock: Mutex::new(false),
@@ -42,12 +50,12 @@ impl CleanerThread {
         });
         let threads = (0..threads)
             .map(|i| {
-                let inner = inner.clone();
+                let store = store.clone();
                 let signal = signal.clone();
                 let clock = clock.clone();
                 std::thread::Builder::new()
                     .name(format!("ramstore-cleaner-{i}"))
-                    .spawn(move || run(&inner, &signal, &clock))
+                    .spawn(move || run(&*store, &signal, &clock))
                     // Thread creation fails only when the process is out of resources
                     // at start-up; there is nothing sensible to continue with.
                     .expect("spawn cleaner thread")
@@ -72,16 +80,17 @@ impl CleanerThread {
     }
 }
 
-fn run(inner: &Inner, signal: &Signal, clock: &Arc<dyn Clock>) {
+fn run(store: &impl Cleanable, signal: &Signal, clock: &Arc<dyn Clock>) {
     while !signal.stop.load(Ordering::SeqCst) {
         // Keep cleaning while passes help; a pass that changes nothing means the
         // log is as clean as it can get for now, so wait.
-        if matches!(inner.log.clean(inner), Some((_, pass)) if pass.made_progress) {
+        if store.clean_once() {
             continue;
         }
-        let interval_ms = match inner.log.cleaning_needed() {
-            ramstore_log::CleanKind::None => CLEANER_IDLE_INTERVAL_MS,
-            _ => CLEANER_POLL_INTERVAL_MS,
+        let interval_ms = if store.wants_cleaning() {
+            CLEANER_POLL_INTERVAL_MS
+        } else {
+            CLEANER_IDLE_INTERVAL_MS
         };
         let mut woken = signal.lock.lock();
         if !*woken {

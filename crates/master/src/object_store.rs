@@ -18,7 +18,7 @@ use ramstore_log::{
 };
 use ramstore_wire::counter::{self, CounterText};
 
-use crate::cleaner_thread::CleanerThread;
+use crate::cleaner_thread::{Cleanable, CleanerThread};
 use crate::config::{CleanerMode, StoreConfig};
 use crate::error::{ReadError, WriteError};
 use crate::tablets::{Tablet, TabletMap};
@@ -59,6 +59,16 @@ pub(crate) struct Inner {
     pub shared: Arc<Shared>,
     /// Serialises changes of the tablet map (never taken by object operations).
     pub tablet_changes: parking_lot::Mutex<()>,
+}
+
+impl Cleanable for Inner {
+    fn clean_once(&self) -> bool {
+        matches!(self.log.clean(self), Some((_, pass)) if pass.made_progress)
+    }
+
+    fn wants_cleaning(&self) -> bool {
+        !matches!(self.log.cleaning_needed(), ramstore_log::CleanKind::None)
+    }
 }
 
 /// The current entry of a key, found under its bucket lock.

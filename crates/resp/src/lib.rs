@@ -50,6 +50,8 @@ pub mod glob;
 pub mod protocol;
 pub use ramstore_rpc::poller;
 pub mod server;
+pub mod shared;
+pub mod sink;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,7 +59,8 @@ use std::sync::Arc;
 pub use backend::{Backend, LocalMaster, StoreError};
 pub use poller::{Poller, DEFAULT_POLL_BEFORE_SLEEP_US, MAX_POLL_BEFORE_SLEEP_US};
 pub use protocol::{ProtocolError, MAX_ARGS, MAX_BULK_BYTES, MAX_COMMAND_BYTES, MAX_INLINE_BYTES};
-pub use server::{serve, RespConfig, Shared};
+pub use server::serve;
+pub use shared::{RespConfig, RespStats, Shared};
 
 /// Binds `listen` and serves RESP there from [`RespConfig::threads`] dedicated
 /// threads, each running its own single-threaded event loop (as Redis does with

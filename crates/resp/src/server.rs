@@ -3,24 +3,20 @@
 //! A connection's memory is bounded (read buffer, with large commands paid from a
 //! shared budget; unsent replies) and its time limited (`ramstore_rpc::conns`).
 
-use std::collections::VecDeque;
-use std::future::Future;
 use std::os::fd::AsRawFd;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
-use ramstore_clock::{system_clock, Clock};
-use ramstore_rpc::conns::{ConnHandle, ConnLimits, ConnTable};
+use ramstore_rpc::conns::ConnHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 
-use crate::backend::Backend;
 use crate::cmd::{key_first, Connection, Flow};
 use crate::poller::Poller;
-use crate::protocol::{parse_command_into, Encoder, Version};
+use crate::protocol::parse_command_into;
+use crate::shared::Shared;
+use crate::sink::Sink;
 
 /// Bytes a connection reads at most per socket read (a whole pipeline of small
 /// commands usually arrives in one).
@@ -34,130 +30,16 @@ const STACK_ARGS: usize = 8;
 /// Commands of a pipeline whose keys are prefetched together, ahead of running
 /// them: enough to overlap the hash-table cache misses of a `-P 16` batch.
 const PREFETCH_AHEAD: usize = 16;
-/// Most client connections at once (Redis's `maxclients` default). At the limit a
-/// new connection evicts the one idle the longest; if none is idle it is answered
-/// an error and closed.
-pub const MAX_CONNECTIONS: u64 = 10_000;
 /// A connection's read buffer grows beyond this only for a command larger than it,
 /// paid for from [`LARGE_COMMAND_BUDGET_BYTES`], and shrinks back to
 /// [`READ_CHUNK_BYTES`] once the command has run.
 pub const BASE_BUFFER_BYTES: usize = 2 * READ_CHUNK_BYTES;
-/// Bytes of read buffer beyond [`BASE_BUFFER_BYTES`] that all connections may hold
-/// at once for large partial commands (each at most `MAX_COMMAND_BYTES`, 16 MiB):
-/// 100 clients sending 15 MiB of a command each hold this much, not 1.4 GB. A
-/// connection whose command does not fit waits without reading until others finish
-/// or the request timeout closes it.
-pub const LARGE_COMMAND_BUDGET_BYTES: usize = 128 << 20;
 /// The first size a read buffer grows to beyond [`BASE_BUFFER_BYTES`]: a command
 /// with one value of `MAX_BULK_BYTES` and a key of `MAX_KEY_BYTES` fits. A larger
 /// command gets a buffer of `MAX_COMMAND_BYTES` (pages are resident only once
 /// written).
 const ONE_VALUE_BUFFER_BYTES: usize =
     crate::protocol::MAX_BULK_BYTES + (128 << 10) + READ_CHUNK_BYTES;
-/// A reply buffer larger than this after a write is given back.
-const RETAINED_REPLY_BUFFER_BYTES: usize = 256 * 1024;
-
-/// How the RESP front end is configured.
-#[derive(Debug, Clone)]
-pub struct RespConfig {
-    /// The password AUTH must give before any other command (`--requirepass`);
-    /// `None`: no authentication.
-    pub require_pass: Option<String>,
-    /// The port the listener is bound to (CONFIG GET port, INFO).
-    pub port: u16,
-    /// Bytes of log memory of the local master (CONFIG GET maxmemory, INFO).
-    pub memory_bytes: u64,
-    /// Event-loop threads serving connections; 0: the caller's runtime if it is
-    /// a current-thread one, else 1 (see [`crate::start`]).
-    pub threads: usize,
-    /// How long an event loop keeps polling its sockets after the last read
-    /// before it sleeps, in µs (`--resp-poll-us`; 0: sleep at once). See
-    /// [`crate::poller`].
-    pub poll_before_sleep_us: u64,
-    /// The poller of the caller's event loop, for a front end served on it
-    /// (`threads` 0 on a current-thread runtime, [`crate::start`]): `ramstore dev`
-    /// shares one between its servers' native ports and the Redis port, so
-    /// activity on any of them keeps the one loop polling; its owner runs it.
-    /// `None`: the front end makes its own, with `poll_before_sleep_us`. Not
-    /// used by dedicated event-loop threads (each has its own).
-    pub loop_poller: Option<Arc<Poller>>,
-    /// How long a command may take to arrive once begun, and a reply write may
-    /// stall, before the connection is closed (`--request-timeout-ms`; 0: never).
-    /// Redis has no such limit; a partial command must not hold memory forever.
-    pub request_timeout_ms: u64,
-    /// How long a connection may sit idle before it is closed (`--idle-timeout-ms`,
-    /// Redis's `timeout`; 0: never, Redis's default).
-    pub idle_timeout_ms: u64,
-    /// The clock the time limits and INFO's uptime run on (default: the system
-    /// clock).
-    pub clock: Arc<dyn Clock>,
-}
-
-impl Default for RespConfig {
-    fn default() -> Self {
-        Self {
-            require_pass: None,
-            port: 0,
-            memory_bytes: 0,
-            threads: 1,
-            poll_before_sleep_us: crate::poller::DEFAULT_POLL_BEFORE_SLEEP_US,
-            loop_poller: None,
-            request_timeout_ms: ramstore_rpc::conns::DEFAULT_REQUEST_TIMEOUT_MS,
-            idle_timeout_ms: ramstore_rpc::conns::DEFAULT_IDLE_TIMEOUT_MS,
-            clock: system_clock(),
-        }
-    }
-}
-
-/// Counters for INFO.
-#[derive(Debug, Default)]
-pub struct RespStats {
-    pub connections_received: AtomicU64,
-    pub connected: AtomicU64,
-    pub commands_processed: AtomicU64,
-    pub rejected_connections: AtomicU64,
-    pub protocol_errors: AtomicU64,
-}
-
-/// State shared by every connection of one listener.
-pub struct Shared {
-    pub backend: Backend,
-    pub config: RespConfig,
-    pub stats: RespStats,
-    pub started: Instant,
-    /// Every connection, for the connection limit and the time limits.
-    pub conns: Arc<ConnTable>,
-    /// See [`LARGE_COMMAND_BUDGET_BYTES`]; permits are KiB.
-    large_commands: Arc<Semaphore>,
-    next_client_id: AtomicU64,
-}
-
-impl Shared {
-    pub fn new(backend: Backend, config: RespConfig) -> Self {
-        let conns = ConnTable::with_clock(
-            ConnLimits {
-                max_connections: MAX_CONNECTIONS as usize,
-                request_timeout_ms: config.request_timeout_ms,
-                idle_timeout_ms: config.idle_timeout_ms,
-            },
-            config.clock.clone(),
-        );
-        let started = config.clock.now();
-        Self {
-            backend,
-            config,
-            conns,
-            large_commands: Arc::new(Semaphore::new(LARGE_COMMAND_BUDGET_BYTES / 1024)),
-            stats: RespStats::default(),
-            started,
-            next_client_id: AtomicU64::new(1),
-        }
-    }
-
-    pub(crate) fn new_client_id(&self) -> u64 {
-        self.next_client_id.fetch_add(1, Ordering::Relaxed)
-    }
-}
 
 /// Serves RESP connections accepted on `listener` until the task is dropped;
 /// `poller` is the event loop's (see [`crate::poller`]).
@@ -196,112 +78,6 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, poller: Arc<Polle
                 shared.config.clock.sleep(pause).await;
             }
         }
-    }
-}
-
-/// A reply that is written once the write behind it is durable.
-pub type LaterReply = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
-
-enum Queued {
-    Bytes(Vec<u8>),
-    Later(LaterReply),
-}
-
-/// The replies of one batch of commands, in order. While no reply is waiting for
-/// replication they go straight into `out`; after one is, later replies queue
-/// behind it so the order on the wire is the order of the commands. Each queued
-/// [`Queued::Later`] counts as one durability wait of the loop's [`Poller`]
-/// until it is awaited or dropped.
-pub struct Sink {
-    out: Vec<u8>,
-    queue: VecDeque<Queued>,
-    /// Bytes of the [`Queued::Bytes`] in `queue`.
-    queued_bytes: usize,
-    poller: Arc<Poller>,
-}
-
-impl Sink {
-    fn new(poller: Arc<Poller>) -> Self {
-        Self {
-            out: Vec::with_capacity(16 * 1024),
-            queue: VecDeque::new(),
-            queued_bytes: 0,
-            poller,
-        }
-    }
-
-    /// Appends a reply that is known now.
-    pub fn reply(&mut self, version: Version, f: impl FnOnce(&mut Encoder<'_>)) {
-        if self.queue.is_empty() {
-            f(&mut Encoder::new(&mut self.out, version));
-        } else {
-            let mut bytes = Vec::new();
-            f(&mut Encoder::new(&mut bytes, version));
-            self.queued_bytes += bytes.len();
-            self.queue.push_back(Queued::Bytes(bytes));
-        }
-    }
-
-    /// Appends a reply that is known once `later` completes.
-    pub fn later(&mut self, later: LaterReply) {
-        self.poller.durability_wait_started();
-        self.queue.push_back(Queued::Later(later));
-    }
-
-    /// Reply bytes not yet written, queued behind a replication wait or not: a
-    /// pipeline of large GETs behind one SET counts too.
-    fn pending_bytes(&self) -> usize {
-        self.out.len() + self.queued_bytes
-    }
-
-    fn is_empty(&self) -> bool {
-        self.out.is_empty() && self.queue.is_empty()
-    }
-
-    /// Waits for every queued reply and writes everything out.
-    async fn flush(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
-        while let Some(q) = self.queue.pop_front() {
-            match q {
-                Queued::Bytes(b) => {
-                    self.queued_bytes -= b.len();
-                    self.out.extend_from_slice(&b);
-                }
-                Queued::Later(f) => {
-                    // Ends the wait even if this future is dropped mid-await.
-                    let wait = DurabilityWait(&self.poller);
-                    let b = f.await;
-                    drop(wait);
-                    self.out.extend_from_slice(&b);
-                }
-            }
-        }
-        if !self.out.is_empty() {
-            stream.write_all(&self.out).await?;
-            self.out.clear();
-            if self.out.capacity() > RETAINED_REPLY_BUFFER_BYTES {
-                self.out = Vec::with_capacity(16 * 1024);
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Sink {
-    fn drop(&mut self) {
-        for q in &self.queue {
-            if matches!(q, Queued::Later(_)) {
-                self.poller.durability_wait_done();
-            }
-        }
-    }
-}
-
-/// One reply's wait for replication being awaited; ends it when dropped.
-struct DurabilityWait<'a>(&'a Poller);
-
-impl Drop for DurabilityWait<'_> {
-    fn drop(&mut self) {
-        self.0.durability_wait_done();
     }
 }
 

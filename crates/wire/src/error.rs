@@ -1,7 +1,5 @@
 //! Why a frame could not be decoded or a message could not be encoded.
 
-use crate::status::Status;
-
 /// A malformed frame (decoding) or a message that does not fit the format (encoding).
 ///
 /// Every variant maps to the status a server answers with ([`WireError::status`]), so
@@ -66,21 +64,4 @@ pub enum WireError {
     /// A combination of fields the format forbids, described in the message.
     #[error("malformed message: {0}")]
     Malformed(&'static str),
-}
-
-impl WireError {
-    /// The status a server answers a request with when decoding it failed this way.
-    pub fn status(&self) -> Status {
-        match self {
-            WireError::FrameTooLarge(_)
-            | WireError::KeyTooLarge(_)
-            | WireError::ValueTooLarge(_)
-            | WireError::ReplicaTooLarge(_)
-            | WireError::StringTooLarge(_)
-            | WireError::FailureDomainTooLarge(_)
-            | WireError::TooManyItems(_) => Status::TooLarge,
-            WireError::UnknownOpcode(_) => Status::UnknownOpcode,
-            _ => Status::InvalidRequest,
-        }
-    }
 }

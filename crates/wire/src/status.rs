@@ -110,6 +110,24 @@ impl std::fmt::Display for Status {
     }
 }
 
+// The mapping lives beside `Status`, so that `error.rs` needs nothing from here.
+impl WireError {
+    /// The status a server answers a request with when decoding it failed this way.
+    pub fn status(&self) -> Status {
+        match self {
+            WireError::FrameTooLarge(_)
+            | WireError::KeyTooLarge(_)
+            | WireError::ValueTooLarge(_)
+            | WireError::ReplicaTooLarge(_)
+            | WireError::StringTooLarge(_)
+            | WireError::FailureDomainTooLarge(_)
+            | WireError::TooManyItems(_) => Status::TooLarge,
+            WireError::UnknownOpcode(_) => Status::UnknownOpcode,
+            _ => Status::InvalidRequest,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

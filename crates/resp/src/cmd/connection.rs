@@ -11,7 +11,7 @@
 
 use super::{eq, shown, Command, Connection, ParseError, MAX_DATABASES, REDIS_COMPAT_VERSION};
 use crate::protocol::{parse_i64, Version};
-use crate::server::Sink;
+use crate::sink::Sink;
 
 /// Longest client name (CLIENT SETNAME), in bytes.
 pub const MAX_CLIENT_NAME_BYTES: usize = 256;

@@ -12,7 +12,7 @@ use ramstore_wire::counter::{parse_f64 as parse_float, CounterText};
 
 use super::{Command, Connection, ParseError, NOT_FLOAT, NOT_INTEGER};
 use crate::protocol::parse_i64;
-use crate::server::Sink;
+use crate::sink::Sink;
 
 pub(super) fn parse_incr<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
     match rest {

@@ -12,7 +12,7 @@ use super::{eq, join, Command, Connection, ParseError, MAX_REPLY_BYTES};
 use crate::backend::ReadResult;
 use crate::glob;
 use crate::protocol::parse_i64;
-use crate::server::Sink;
+use crate::sink::Sink;
 
 /// Most keys KEYS returns; beyond it KEYS fails and points to SCAN (one reply of
 /// every key of a large table would exhaust the server's memory).

@@ -37,7 +37,8 @@ use ramstore_client::RejectRules;
 
 use crate::backend::{Outcome, ReadResult, StoreError, WriteResult};
 use crate::protocol::{Encoder, Version};
-use crate::server::{Shared, Sink};
+use crate::shared::Shared;
+use crate::sink::Sink;
 
 pub use connection::{ClientSub, Hello, MAX_CLIENT_NAME_BYTES};
 pub use keys::{Scan, MAX_KEYS_REPLY, MAX_SCAN_BATCHES};

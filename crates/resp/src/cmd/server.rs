@@ -18,7 +18,7 @@ use super::{
 use crate::backend::StoreError;
 use crate::glob;
 use crate::protocol::Encoder;
-use crate::server::Sink;
+use crate::sink::Sink;
 
 /// COMMAND's subcommands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,7 +180,7 @@ impl Connection {
         text.push_str(&format!(
             "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n",
             self.shared.stats.connected.load(Ordering::Relaxed),
-            crate::server::MAX_CONNECTIONS
+            crate::shared::MAX_CONNECTIONS
         ));
     }
 

@@ -17,7 +17,7 @@ use super::{
     eq, join, too_big_reply, Command, Connection, ParseError, MAX_CAS_ATTEMPTS, MAX_REPLY_BYTES,
 };
 use crate::backend::{Outcome, ReadInto, ReadResult, StoreError, WriteResult};
-use crate::server::Sink;
+use crate::sink::Sink;
 
 /// Largest GET value buffer a connection keeps between commands, in bytes.
 pub const MAX_KEPT_VALUE_BUFFER: usize = 64 * 1024;
