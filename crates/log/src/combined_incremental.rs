@@ -7,7 +7,7 @@
 //! compaction has squeezed every segment down to its live objects and tombstones,
 //! the tombstones name segments that are still in the on-disk log, and only
 //! cleaning those segments on disk — a combined pass — can kill them. With 8 MiB
-//! segments and the pool down to the cleaner's reserve (then 23 seglets, about 1.4 MiB)
+//! segments and the pool down to the cleaner's reserve (23 seglets, about 1.4 MiB)
 //! no victim fits, no compaction gains a seglet, and the log stopped for good at
 //! 64–128 MiB of memory (issue 17: free seglets stuck at 35–45, "cleaning needed:
 //! Combined", every manual pass `None`).

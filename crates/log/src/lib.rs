@@ -14,10 +14,6 @@
 //!   written; every other segment is immutable until it is freed.
 //! - Seglets of a cleaned segment are reused only after every operation that was in
 //!   progress when the segment left the log has finished (`epoch`, L§6.3).
-//! - No segment holds an entry longer than [`Log::covered_entry_bytes`], and the
-//!   cleaner's reserve is sized for that length: it grows before a longer entry is
-//!   written, so a cleaning pass always fits the reserve (L§7; docs/design-notes.md
-//!   "The cleaner's reserve follows the largest entry").
 //!
 //! Thread-safety: all types here are `Send + Sync`. Readers never take a lock; the
 //! head is appended to under one mutex; the cleaner runs concurrently on its own
