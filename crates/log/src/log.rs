@@ -497,12 +497,6 @@ impl Log {
         self.covered_entry_bytes.load(Ordering::Acquire)
     }
 
-    /// The cleaner's reserve (seglets) a log holding entries of up to `len` bytes
-    /// keeps: what the pool's reserve grows to when such an entry is first written.
-    pub fn cleaner_reserve_seglets_for(&self, len: usize) -> usize {
-        cleaner_reserve_seglets(self.config.segment_bytes, len.max(self.covered_entry_bytes()))
-    }
-
     /// Makes sure the cleaner's reserve can start a pass over a segment holding an
     /// entry of `len` bytes, growing it first if need be; false (write nothing) if
     /// the larger reserve is not free now. Liveness (L§7): a pass never needs more
@@ -511,10 +505,8 @@ impl Log {
         if len <= self.covered_entry_bytes() {
             return true;
         }
-        if !self
-            .pool
-            .grow_cleaner_reserve(self.cleaner_reserve_seglets_for(len))
-        {
+        let need = cleaner_reserve_seglets(self.config.segment_bytes, len);
+        if !self.pool.grow_cleaner_reserve(need) {
             return false;
         }
         // Published after the pool's reserve grew (Release), so whoever reads the

@@ -115,12 +115,8 @@ fn store(case: &Case) -> ObjectStore {
 fn fitting_live_bytes(s: &ObjectStore, case: &Case, entry_bytes: usize) -> usize {
     let stats = s.stats().log;
     let reserves = s.log().pool().reserves();
-    // The cleaner's reserve grows to cover the case's entries when the first is
-    // written (docs/design-notes.md "The cleaner's reserve follows the largest entry").
-    let cleaner_seglets = reserves
-        .cleaner_seglets
-        .max(s.log().cleaner_reserve_seglets_for(entry_bytes));
-    let reserve_seglets = reserves.emergency_seglets + cleaner_seglets + reserves.delete_seglets;
+    let reserve_seglets =
+        reserves.emergency_seglets + reserves.cleaner_seglets + reserves.delete_seglets;
     let usable = (stats.seglets_total - reserve_seglets) * SEGLET_BYTES;
     let segments = usable.div_ceil(case.segment_bytes) + 1;
     usable.saturating_sub(segments * (entry_bytes + SEGLET_BYTES))
