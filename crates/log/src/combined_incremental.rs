@@ -40,7 +40,7 @@ use crate::balancer;
 use crate::cleaner::MAX_UTILIZATION_TO_CLEAN;
 use crate::cleaner::{CpuCharge, PassOutcome, Relocator};
 use crate::compaction::SurvivorCopy;
-use crate::compaction::{upfront_seglets_for, Pass, Recycler};
+use crate::compaction::{largest_possible_entry, upfront_seglets_for, Pass, Recycler};
 use crate::log::{Log, SegmentMeta, SegmentState};
 use crate::pool::AllocClass;
 use crate::SEGLET_BYTES;
@@ -77,17 +77,10 @@ impl Log {
         if let Some(m) = self.segments.lock().by_id.get_mut(&victim.id) {
             m.state = SegmentState::Compacting;
         }
-        // No segment holds an entry longer than the reserve covers (`Log::
-        // cover_entry`), so the up-front seglets below always fit the reserve.
         let largest_entry = match victim.max_entry_bytes {
-            0 => self.covered_entry_bytes(),
+            0 => largest_possible_entry(self.config.segment_bytes),
             n => n,
         };
-        debug_assert!(
-            largest_entry <= self.covered_entry_bytes(),
-            "segment {} holds an entry the cleaner's reserve does not cover",
-            victim.id
-        );
         // The survivor's header is at most a few bytes longer than the victim's
         // (a larger id), hence one seglet more than a compaction takes.
         let upfront = (victim.mem_length.div_ceil(SEGLET_BYTES) + 1)

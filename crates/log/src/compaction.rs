@@ -204,12 +204,11 @@ pub(crate) fn upfront_seglets_for(largest_entry: usize) -> usize {
     (BATCH_SPAN_BYTES + largest_entry).div_ceil(SEGLET_BYTES) + 2
 }
 
-/// The cleaner's reserve for a log whose entries are at most `largest_entry`
-/// bytes: enough for a compaction or a one-segment combined pass of any one
-/// segment to start (it reuses its own seglets as it goes), plus slack for the
-/// seglet left partly empty at the end of each survivor (L§7).
-pub(crate) fn cleaner_reserve_seglets(segment_bytes: usize, largest_entry: usize) -> usize {
-    (segment_bytes / SEGLET_BYTES).min(upfront_seglets_for(largest_entry)) + 2
+/// The most [`upfront_seglets_for`] any segment of a log of `segment_bytes`
+/// segments can need: its entries are at most half a segment
+/// (`Log::max_entry_bytes`). The cleaner's reserve is sized from it.
+pub(crate) fn upfront_seglets(segment_bytes: usize) -> usize {
+    upfront_seglets_for(largest_possible_entry(segment_bytes))
 }
 
 pub(crate) fn largest_possible_entry(segment_bytes: usize) -> usize {
@@ -224,18 +223,12 @@ impl Log {
     pub fn compact(&self, relocator: &dyn Relocator) -> Option<PassOutcome> {
         let _cpu = CpuCharge::start(&self.counters.cpu_ns);
         let meta = self.pick_for_compaction()?;
-        // Both bounds hold whatever the counters say (module doc).
-        // No segment holds an entry longer than the reserve covers (`Log::
-        // cover_entry`), so the up-front seglets below always fit the reserve.
+        // Both bounds hold whatever the counters say (module doc). A segment that
+        // does not know its longest entry gets the largest possible one.
         let largest_entry = match meta.max_entry_bytes {
-            0 => self.covered_entry_bytes(),
+            0 => largest_possible_entry(self.config.segment_bytes),
             n => n,
         };
-        debug_assert!(
-            largest_entry <= self.covered_entry_bytes(),
-            "segment {} holds an entry the cleaner's reserve does not cover",
-            meta.id
-        );
         let upfront = meta
             .mem_length
             .min(upfront_seglets_for(largest_entry) * SEGLET_BYTES);

@@ -5,14 +5,13 @@
 //! `head` → `segments` → the pool's free list. The cleaner never holds `head` or
 //! `segments` while it takes a bucket lock.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use ramstore_clock::Clock;
 
 use crate::entry::{self, EntryError, EntryHeader, ObjectLayout, TabletStat, MAX_HEADER_BYTES};
-use crate::compaction::{cleaner_reserve_seglets, largest_possible_entry, upfront_seglets_for};
 use crate::epoch::{EpochGuard, Epochs};
 use crate::pool::{AllocClass, PoolError, Reserves, SegletPool};
 use crate::replica::{ReplicaSink, SegmentRole};
@@ -348,10 +347,6 @@ pub struct Log {
     pub(crate) counters: CleanerCounters,
     /// Largest entry an append accepts (a segment minus room for its metadata).
     max_entry_bytes: usize,
-    /// Longest entry (or head metadata run) the cleaner's reserve is sized for. No
-    /// segment holds a longer one: it grows, after the pool's reserve, before such
-    /// an entry is written (`cover_entry`). Only grows.
-    covered_entry_bytes: AtomicUsize,
 }
 
 /// Bytes every head sets aside for its tablet statistics entry.
@@ -389,16 +384,12 @@ impl Log {
         let seglets = config.memory_bytes / SEGLET_BYTES;
         let segment_seglets = seg / SEGLET_BYTES;
         let digest_seglets = digest_bound_bytes(seglets).div_ceil(SEGLET_BYTES);
-        // The cleaner's reserve starts sized for entries of up to a seglet (any
-        // entry that short needs the same up-front seglets) and grows before a
-        // longer entry is first written (`cover_entry`; docs/design-notes.md "The
-        // cleaner's reserve follows the largest entry"). Sizing it for the longest
-        // entry a segment could hold kept 23 seglets from 100-byte objects, 1.1%
-        // of a 128 MiB log (docs/benchmarks.md, issue 17).
-        let covered_entry = SEGLET_BYTES.min(largest_possible_entry(seg));
         let reserves = Reserves {
             emergency_seglets: 2 * digest_seglets,
-            cleaner_seglets: cleaner_reserve_seglets(seg, covered_entry),
+            // Enough for a compaction of any one segment to start (it reuses its own
+            // seglets as it goes, `compaction`), plus slack for the seglet left
+            // partly empty at the end of each survivor (L§7).
+            cleaner_seglets: segment_seglets.min(crate::compaction::upfront_seglets(seg)) + 2,
             // clamp's bounds are constants in order (2 ≤ 32), so it cannot panic.
             delete_seglets: ((seglets as f64 * config.delete_reserve_fraction) as usize)
                 .clamp(2, MAX_DELETE_RESERVE_BYTES / SEGLET_BYTES),
@@ -408,7 +399,7 @@ impl Log {
         // combined pass of any segment must be able to take its up-front seglets.
         assert!(
             reserves.cleaner_seglets
-                >= segment_seglets.min(upfront_seglets_for(covered_entry) + 1),
+                >= segment_seglets.min(crate::compaction::upfront_seglets(seg) + 1),
             "the cleaner's reserve cannot start a one-segment pass"
         );
         let pool = SegletPool::new(config.memory_bytes, reserves)?;
@@ -453,7 +444,6 @@ impl Log {
             appended_bytes: AtomicU64::new(0),
             counters: CleanerCounters::default(),
             max_entry_bytes,
-            covered_entry_bytes: AtomicUsize::new(covered_entry),
             config,
         };
         {
@@ -488,31 +478,6 @@ impl Log {
     /// Largest object/tombstone entry (all bytes) an append accepts.
     pub fn max_entry_bytes(&self) -> usize {
         self.max_entry_bytes
-    }
-
-    /// Longest entry the cleaner's reserve is sized for: every entry in the log is
-    /// at most this long (docs/design-notes.md "The cleaner's reserve follows the
-    /// largest entry").
-    pub fn covered_entry_bytes(&self) -> usize {
-        self.covered_entry_bytes.load(Ordering::Acquire)
-    }
-
-    /// Makes sure the cleaner's reserve can start a pass over a segment holding an
-    /// entry of `len` bytes, growing it first if need be; false (write nothing) if
-    /// the larger reserve is not free now. Liveness (L§7): a pass never needs more
-    /// than the reserve, because no entry is written before its reserve is held.
-    fn cover_entry(&self, len: usize) -> bool {
-        if len <= self.covered_entry_bytes() {
-            return true;
-        }
-        let need = cleaner_reserve_seglets(self.config.segment_bytes, len);
-        if !self.pool.grow_cleaner_reserve(need) {
-            return false;
-        }
-        // Published after the pool's reserve grew (Release), so whoever reads the
-        // larger bound (Acquire) also sees the larger reserve.
-        self.covered_entry_bytes.fetch_max(len, Ordering::AcqRel);
-        true
     }
 
     /// The log clock: 64 KiB units of bytes appended to the head. Object entries are
@@ -617,9 +582,7 @@ impl Log {
             } else {
                 class
             };
-            // An emergency head leaves the log before any pass could take it (L§7),
-            // so only a head that will be closed needs its metadata covered.
-            if (emergency || self.cover_entry(need)) && self.adopt(&mut writer, need, class_now) {
+            if self.adopt(&mut writer, need, class_now) {
                 break;
             }
             if emergency || !allow_emergency {
@@ -844,9 +807,6 @@ impl Log {
         if obj_len > self.max_entry_bytes {
             return Err(AppendError::TooLarge(obj_len));
         }
-        if !self.cover_entry(obj_len.max(tomb_len)) {
-            return Err(AppendError::NoSpace);
-        }
         let obj_crc = entry::entry_crc(&[obj_header.as_bytes(), object.key, object.value]);
         let tomb_crc = tomb.map(|h| entry::entry_crc(&[h.as_bytes(), object.key]));
 
@@ -900,9 +860,6 @@ impl Log {
         let len = header.as_bytes().len() + key.len() + 4;
         if len > self.max_entry_bytes {
             return Err(AppendError::TooLarge(len));
-        }
-        if !self.cover_entry(len) {
-            return Err(AppendError::NoSpace);
         }
         let crc = entry::entry_crc(&[header.as_bytes(), key]);
         let mut head = self.head.lock();

@@ -79,11 +79,7 @@ pub struct SegletPool {
     next: Box<[AtomicU32]>,
     free: Mutex<Vec<u32>>,
     free_count: AtomicUsize,
-    /// The floors as configured; `cleaner_seglets` is the starting value only.
     reserves: Reserves,
-    /// The cleaner's reserve now: only grows ([`SegletPool::grow_cleaner_reserve`]),
-    /// and only under the `free` lock, so an allocation sees one value throughout.
-    cleaner_seglets: AtomicUsize,
 }
 
 // SAFETY: the pool hands out disjoint seglets; bytes of a seglet are written only by
@@ -147,7 +143,6 @@ impl SegletPool {
             next,
             free_count: AtomicUsize::new(free.len()),
             free: Mutex::new(free),
-            cleaner_seglets: AtomicUsize::new(reserves.cleaner_seglets),
             reserves,
         })
     }
@@ -167,43 +162,15 @@ impl SegletPool {
         self.free_count.load(Ordering::Relaxed)
     }
 
-    /// The reserve floors this pool enforces now.
+    /// The reserve floors this pool enforces.
     pub fn reserves(&self) -> Reserves {
-        Reserves {
-            cleaner_seglets: self.cleaner_seglets.load(Ordering::Acquire),
-            ..self.reserves
-        }
+        self.reserves
     }
 
     /// Seglets `class` could take right now.
     pub fn available(&self, class: AllocClass) -> usize {
         self.free_seglets()
-            .saturating_sub(self.reserves().floor(class))
-    }
-
-    /// Grows the cleaner's reserve to at least `seglets`, but only if that many are
-    /// free above the emergency reserve with the delete reserve still whole (the
-    /// write floor the larger reserve sets): the reserve is then really there for
-    /// the cleaner, as it is for the starting size. Writes and deletes cannot take
-    /// it afterwards (their floors rise with it). False, and nothing changes, if
-    /// the seglets are not free now; the caller answers NO_SPACE and the cleaner,
-    /// still within its old reserve, frees memory (docs/design-notes.md "The
-    /// cleaner's reserve follows the largest entry"). Never shrinks.
-    pub fn grow_cleaner_reserve(&self, seglets: usize) -> bool {
-        let free = self.free.lock();
-        let now = self.cleaner_seglets.load(Ordering::Acquire);
-        if seglets <= now {
-            return true;
-        }
-        let grown = Reserves {
-            cleaner_seglets: seglets,
-            ..self.reserves
-        };
-        if free.len() < grown.floor(AllocClass::Write) {
-            return false;
-        }
-        self.cleaner_seglets.store(seglets, Ordering::Release);
-        true
+            .saturating_sub(self.reserves.floor(class))
     }
 
     /// Faults the whole pool in now (MADV_POPULATE_WRITE, Linux 5.14+): the kernel
@@ -265,7 +232,7 @@ impl SegletPool {
     /// Takes `n` seglets at once, or none if `class` may not take that many.
     pub fn allocate(&self, n: usize, class: AllocClass, out: &mut Vec<u32>) -> bool {
         let mut free = self.free.lock();
-        if free.len() < n + self.reserves().floor(class) {
+        if free.len() < n + self.reserves.floor(class) {
             return false;
         }
         for _ in 0..n {
