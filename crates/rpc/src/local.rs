@@ -77,10 +77,17 @@ impl Transport for LocalTransport {
         let dispatch = self.dispatch(addr);
         Box::pin(async move {
             let dispatch = dispatch.ok_or_else(|| RpcError::NoSuchService(addr.to_string()))?;
-            self.clock
-                .timeout(deadline, dispatch(frame))
-                .await
-                .map_err(|_| RpcError::DeadlineExceeded)?
+            // The handler runs on a task of its own, as on a TCP server's
+            // connection task: a caller that gives up at its deadline must not
+            // cancel the server's work halfway (a master's inline replication
+            // round, cancelled so, never ran again — found by the simulator).
+            let handler = tokio::spawn(dispatch(frame));
+            match self.clock.timeout(deadline, handler).await {
+                Ok(Ok(answer)) => answer,
+                // The handler panicked: the connection would have closed.
+                Ok(Err(_)) => Err(RpcError::ConnectionClosed(addr.to_string())),
+                Err(_) => Err(RpcError::DeadlineExceeded),
+            }
         })
     }
 }
