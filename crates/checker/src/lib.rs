@@ -6,8 +6,9 @@
 //!
 //! A history is a list of [`Op`]s (invocation, return, arguments, outcome) recorded
 //! by client workers on one monotonic clock; the reliability harness
-//! (`ramstore-harness`) records them, and `ramstore-checker FILE` checks a history
-//! saved as JSON lines.
+//! (`ramstore-harness`) and the simulator (`ramstore-sim`) record them, drawing their
+//! calls from one reference mix ([`mix`]), and `ramstore-checker FILE` checks a
+//! history saved as JSON lines.
 //!
 //! How it decides:
 //! - Operations are grouped by object (table, key). Linearizability is local, so each
@@ -35,6 +36,7 @@
 pub mod checks;
 pub mod history;
 pub mod linearizability;
+pub mod mix;
 pub mod model;
 
 use std::collections::BTreeMap;

@@ -12,7 +12,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use ramstore_checker::{Call, History, Op, Outcome, Refusal, RejectRules};
+use ramstore_checker::{Call, History, Op, Outcome, Refusal};
 use ramstore_client::{BlockingClient, ClientError, ClientOptions};
 
 use crate::HarnessError;
@@ -177,54 +177,16 @@ fn choose(
     let on_counter = config.counters > 0 && rng.gen_ratio(1, 5);
     if on_counter {
         let key = counter_name(rng.gen_range(0..config.counters));
-        let call = match if reader { 6 } else { rng.gen_range(0..10) } {
-            0..=5 => Call::Increment {
-                delta: rng.gen_range(1..=5),
-            },
-            6..=8 => Call::Read,
-            _ => Call::Remove {
-                rules: RejectRules::default(),
-            },
-        };
+        let draw = if reader { 6 } else { rng.gen_range(0..10) };
+        let call = ramstore_checker::mix::counter_call(draw, || rng.gen_range(1..=5));
         return (key, call, None);
     }
     let k = rng.gen_range(0..config.keys.max(1));
     let len = rng.gen_range(16..=config.max_value_bytes.max(16));
     let mut value = format!("w{w}-{seq}-").into_bytes();
     value.resize(len.max(value.len()), b'a' + (seq % 26) as u8);
-    let call = match if reader { 0 } else { rng.gen_range(0..20) } {
-        0..=7 => Call::Read,
-        8..=12 => Call::Write {
-            value,
-            rules: RejectRules::default(),
-        },
-        13..=15 => {
-            // Compare-and-swap on the version this worker saw last, or create.
-            let rules = match last_version[k] {
-                Some(v) => RejectRules {
-                    given_version: v,
-                    doesnt_exist: true,
-                    version_ne_given: true,
-                    ..RejectRules::default()
-                },
-                None => RejectRules {
-                    exists: true,
-                    ..RejectRules::default()
-                },
-            };
-            Call::Write { value, rules }
-        }
-        16..=18 => Call::Remove {
-            rules: RejectRules::default(),
-        },
-        _ => Call::Remove {
-            // Delete only an object that exists (a conditional delete).
-            rules: RejectRules {
-                doesnt_exist: true,
-                ..RejectRules::default()
-            },
-        },
-    };
+    let draw = if reader { 0 } else { rng.gen_range(0..20) };
+    let call = ramstore_checker::mix::key_call(draw, value, last_version[k]);
     (key_name(k), call, Some(k))
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use ramstore_checker::{Call, Op, Outcome, Refusal, RejectRules};
+use ramstore_checker::{Call, Op, Outcome, Refusal};
 use ramstore_client::{Client, ClientError};
 use ramstore_clock::Rng;
 
@@ -145,53 +145,14 @@ fn choose(
 ) -> (Vec<u8>, Call, Option<usize>) {
     if below(rng, 5) == 0 {
         let key = counter_name(below(rng, COUNTERS as u64) as usize);
-        let call = match below(rng, 10) {
-            0..=5 => Call::Increment {
-                delta: 1 + below(rng, 5) as i64,
-            },
-            6..=8 => Call::Read,
-            _ => Call::Remove {
-                rules: RejectRules::default(),
-            },
-        };
+        let call = ramstore_checker::mix::counter_call(below(rng, 10), || 1 + below(rng, 5) as i64);
         return (key, call, None);
     }
     let k = below(rng, KEYS as u64) as usize;
     let mut value = format!("w{w}-{seq}-").into_bytes();
     let len = 16 + below(rng, 100) as usize;
     value.resize(len.max(value.len()), b'a' + (seq % 26) as u8);
-    let call = match below(rng, 20) {
-        0..=7 => Call::Read,
-        8..=12 => Call::Write {
-            value,
-            rules: RejectRules::default(),
-        },
-        13..=15 => {
-            // Compare-and-swap on the version this worker saw last, or create.
-            let rules = match last_version[k] {
-                Some(v) => RejectRules {
-                    given_version: v,
-                    doesnt_exist: true,
-                    version_ne_given: true,
-                    ..RejectRules::default()
-                },
-                None => RejectRules {
-                    exists: true,
-                    ..RejectRules::default()
-                },
-            };
-            Call::Write { value, rules }
-        }
-        16..=18 => Call::Remove {
-            rules: RejectRules::default(),
-        },
-        _ => Call::Remove {
-            rules: RejectRules {
-                doesnt_exist: true,
-                ..RejectRules::default()
-            },
-        },
-    };
+    let call = ramstore_checker::mix::key_call(below(rng, 20), value, last_version[k]);
     (key_name(k), call, Some(k))
 }
 
