@@ -18,6 +18,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
@@ -29,6 +30,10 @@ use crate::HarnessError;
 pub const LOG_TAIL_LINES: usize = 60;
 /// How much of a process's stderr is kept in memory (its end).
 pub const STDERR_KEPT_BYTES: usize = 256 * 1024;
+/// How long an ended process's output may take to be read to its end (what it
+/// wrote before exiting can still sit in the pipes); bounded because a grandchild
+/// that inherited a pipe can keep it open.
+const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What to start: `program ARGS` with `envs` (and never the caller's
 /// `RAMSTORE_COORDINATOR`), optionally inside a network namespace and with its
@@ -54,6 +59,9 @@ pub struct Proc {
     log_path: Option<PathBuf>,
     exited: Option<ExitStatus>,
     stopped: bool,
+    /// Pump threads started, and how many have read their pipe to the end.
+    pumps: usize,
+    pumps_done: Arc<AtomicUsize>,
 }
 
 /// Applies the options every child gets: killed if the spawning thread dies.
@@ -86,6 +94,7 @@ fn pump_stdout(
     log: Log,
     kept: Arc<Mutex<Vec<String>>>,
     tx: mpsc::Sender<String>,
+    done: Arc<AtomicUsize>,
 ) {
     thread::spawn(move || {
         for line in BufReader::new(from).lines() {
@@ -96,11 +105,17 @@ fn pump_stdout(
                 .push(line.clone());
             let _ = tx.send(line);
         }
+        done.fetch_add(1, Ordering::Release);
     });
 }
 
 /// Copies stderr as it comes to the log and the kept tail.
-fn pump_stderr(mut from: impl Read + Send + 'static, log: Log, kept: Arc<Mutex<String>>) {
+fn pump_stderr(
+    mut from: impl Read + Send + 'static,
+    log: Log,
+    kept: Arc<Mutex<String>>,
+    done: Arc<AtomicUsize>,
+) {
     thread::spawn(move || {
         let mut buf = [0u8; 4096];
         while let Ok(n) = from.read(&mut buf) {
@@ -119,6 +134,7 @@ fn pump_stderr(mut from: impl Read + Send + 'static, log: Log, kept: Arc<Mutex<S
                 kept.drain(..cut);
             }
         }
+        done.fetch_add(1, Ordering::Release);
     });
 }
 
@@ -164,11 +180,15 @@ impl Proc {
         let (tx, lines) = mpsc::channel();
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
+        let pumps_done = Arc::new(AtomicUsize::new(0));
+        let mut pumps = 0;
         if let Some(out) = child.stdout.take() {
-            pump_stdout(out, log.clone(), stdout.clone(), tx);
+            pump_stdout(out, log.clone(), stdout.clone(), tx, pumps_done.clone());
+            pumps += 1;
         }
         if let Some(err) = child.stderr.take() {
-            pump_stderr(err, log, stderr.clone());
+            pump_stderr(err, log, stderr.clone(), pumps_done.clone());
+            pumps += 1;
         }
         Ok(Proc {
             name: spec.name.to_string(),
@@ -179,6 +199,8 @@ impl Proc {
             log_path: spec.log.map(Path::to_path_buf),
             exited: None,
             stopped: false,
+            pumps,
+            pumps_done,
         })
     }
 
@@ -308,10 +330,22 @@ impl Proc {
     pub fn try_exited(&mut self) -> Option<ExitStatus> {
         if self.exited.is_none() {
             if let Ok(Some(status)) = self.child.try_wait() {
+                self.drain_output();
                 self.exited = Some(status);
             }
         }
         self.exited
+    }
+
+    /// Waits (bounded) until the pump threads have read everything the ended
+    /// process wrote, so a transcript taken after its exit is complete: without
+    /// this a test that saw the exit could read the transcript before the last
+    /// error line arrived (a flaky "the error names the full disk" failure).
+    fn drain_output(&self) {
+        let deadline = Instant::now() + OUTPUT_DRAIN_TIMEOUT;
+        while self.pumps_done.load(Ordering::Acquire) < self.pumps && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Waits up to `timeout` for the process to end; `None` if it is still running.

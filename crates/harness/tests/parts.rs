@@ -123,3 +123,39 @@ fn netns_partition_drops_traffic_until_healed() {
     ns.heal(0).expect("heal");
     assert!(reachable(2_000), "the healed namespace is reachable again");
 }
+
+/// Regression (CI, session 28): a test that saw a process exit read its transcript
+/// before the reader threads had drained the pipes, so the process's last error
+/// line was missing. 200 KB of stderr overflows the pipe, so the last line is still
+/// unread when the process ends.
+#[test]
+fn transcript_after_exit_holds_everything_the_process_wrote() {
+    use std::path::Path;
+
+    use ramstore_harness::process::{Proc, Spawn};
+
+    let script = "head -c 200000 /dev/zero | tr '\\0' x >&2; echo >&2; \
+                  echo 'error: the last line' >&2; echo out-last; exit 3";
+    let args = ["-c".to_string(), script.to_string()];
+    for _ in 0..20 {
+        let mut proc = Proc::start(Spawn {
+            name: "writer",
+            program: Path::new("/bin/sh"),
+            args: &args,
+            envs: &[],
+            netns: None,
+            log: None,
+        })
+        .expect("spawn /bin/sh");
+        let status = proc
+            .wait_timeout(Duration::from_secs(30))
+            .expect("the writer ends");
+        assert_eq!(status.code(), Some(3));
+        let transcript = proc.transcript();
+        assert!(
+            transcript.contains("error: the last line"),
+            "stderr drained"
+        );
+        assert!(proc.stdout_lines().iter().any(|l| l == "out-last"));
+    }
+}
