@@ -560,12 +560,12 @@ impl Log {
                         debug_assert!(false, "an object parsed by the scan did not parse again");
                         continue;
                     };
-                    let slot = w.slot;
+                    let (slot, from_slot) = (w.slot, victims[c.victim as usize].slot);
                     // Counted inside the copy, under the bucket lock: once the lock is
                     // released a writer may already count the copy dead.
                     let moved = relocator.relocate(&view, c.hash_or_target, &mut || {
                         let at = self.copy_entry(c.at, len, w);
-                        self.survivor_bytes_added(slot, len, false);
+                        self.survivor_bytes_added(slot, len, false, from_slot);
                         at
                     });
                     if moved {
@@ -574,7 +574,7 @@ impl Log {
                 }
                 _ => {
                     self.copy_entry(c.at, len, w);
-                    self.survivor_bytes_added(w.slot, len, true);
+                    self.survivor_bytes_added(w.slot, len, true, victims[c.victim as usize].slot);
                     moved_tombstones.push(
                         &self.tombstone_targets,
                         Move {
@@ -841,7 +841,13 @@ impl Log {
         let c = &self.slots[slot as usize];
         let live = c.live_bytes.swap(0, Ordering::Relaxed);
         let tomb = c.tombstone_bytes.swap(0, Ordering::Relaxed);
+        // The totals drop first, then the second counts of what this victim's
+        // survivors hold: a reader in between sees the totals briefly low rather
+        // than the relocating sums above them.
         self.forget_counted(live, tomb);
+        let moved_live = c.relocated_live_bytes.swap(0, Ordering::Relaxed);
+        let moved_tomb = c.relocated_tombstone_bytes.swap(0, Ordering::Relaxed);
+        self.relocation_done(moved_live, moved_tomb);
     }
 
     pub(crate) fn release_victims(&self, victims: &[SegmentMeta]) {
@@ -874,6 +880,8 @@ impl Log {
         c.segment_id.store(id, Ordering::Release);
         c.live_bytes.store(0, Ordering::Relaxed);
         c.tombstone_bytes.store(0, Ordering::Relaxed);
+        c.relocated_live_bytes.store(0, Ordering::Relaxed);
+        c.relocated_tombstone_bytes.store(0, Ordering::Relaxed);
         SegmentWriter::new(id, slot, self.config.segment_bytes)
     }
 

@@ -366,7 +366,12 @@ impl Log {
                             pass.copy(&e);
                             pass.copied += e.len as u64;
                             if let Some(s) = &mut pass.survivor {
-                                self.survivor_bytes_added(pass.w.slot, e.len, true);
+                                self.survivor_bytes_added(
+                                    pass.w.slot,
+                                    e.len,
+                                    true,
+                                    pass.source.slot,
+                                );
                                 s.moved_tombstones.push(
                                     &self.tombstone_targets,
                                     Move {
@@ -419,11 +424,11 @@ impl Log {
                 // A survivor counts its objects inside the copy, under the bucket
                 // lock, as combined cleaning does: once the lock is released a
                 // writer may already count the copy dead.
-                let slot = w.slot;
+                let (slot, from_slot) = (w.slot, pass.source.slot);
                 let moved = relocator.relocate(&view, hash, &mut || {
                     let at = self.copy_entry(at, len, w);
                     if counted {
-                        self.survivor_bytes_added(slot, len, false);
+                        self.survivor_bytes_added(slot, len, false, from_slot);
                     }
                     at
                 });

@@ -245,6 +245,11 @@ pub(crate) struct SlotCounters {
     pub segment_id: AtomicU64,
     pub live_bytes: AtomicU64,
     pub tombstone_bytes: AtomicU64,
+    /// Live object and tombstone bytes a combined pass in progress has copied out of
+    /// this (victim) segment into survivors: counted twice, here and in the
+    /// survivor, until the pass forgets this segment's counts.
+    pub relocated_live_bytes: AtomicU64,
+    pub relocated_tombstone_bytes: AtomicU64,
     /// Every entry of the segment is durable on backups (or was when it was
     /// copied here), so a read may return it without waiting (docs/design.md §5 "Read").
     pub read_durable: AtomicBool,
@@ -336,8 +341,17 @@ pub struct Log {
     seglet_index: Box<[AtomicU32]>,
     /// Seglets (and the slot, for whole segments) waiting for their epoch to pass.
     retired: Mutex<Vec<Retired>>,
+    /// Sums of the slots' live object and tombstone bytes. While a combined pass
+    /// runs, an entry it relocated is counted in its victim and its survivor alike;
+    /// the `relocating_*` sums are those second counts, so the log's live and
+    /// tombstone totals (what the balancer decides from, L§5.2) are the differences.
+    /// Without that, a pass at 128 MiB overstated live data by up to 4% of memory for
+    /// as long as it copied and replicated, and the balancer, seeing tombstones as a
+    /// larger share of less freeable memory, forced more combined passes.
     live_object_bytes: AtomicU64,
     tombstone_bytes: AtomicU64,
+    relocating_live_bytes: AtomicU64,
+    relocating_tombstone_bytes: AtomicU64,
     /// Live tombstone bytes by target segment and holder (see `tombstones`).
     pub(crate) tombstone_targets: Mutex<TombstoneTargets>,
     /// Held for the whole of a combined-cleaning pass: passes run one at a time, so
@@ -438,6 +452,8 @@ impl Log {
             seglet_index,
             retired: Mutex::new(Vec::new()),
             live_object_bytes: AtomicU64::new(0),
+            relocating_live_bytes: AtomicU64::new(0),
+            relocating_tombstone_bytes: AtomicU64::new(0),
             tombstone_bytes: AtomicU64::new(0),
             tombstone_targets: Mutex::new(TombstoneTargets::with_capacity(slot_count)),
             combined_pass: Mutex::new(()),
@@ -524,6 +540,15 @@ impl Log {
             .fetch_sub(tombstone_bytes, Ordering::Relaxed);
     }
 
+    /// A victim whose survivors hold `live_bytes` and `tombstone_bytes` it had
+    /// counted left the log: those entries are counted once again.
+    pub(crate) fn relocation_done(&self, live_bytes: u64, tombstone_bytes: u64) {
+        self.relocating_live_bytes
+            .fetch_sub(live_bytes, Ordering::Relaxed);
+        self.relocating_tombstone_bytes
+            .fetch_sub(tombstone_bytes, Ordering::Relaxed);
+    }
+
     /// Reserves seglets for a cleaner-private writer (survivor or compaction copy).
     pub(crate) fn cleaner_reserve(&self, w: &mut SegmentWriter, extra: usize) -> bool {
         self.adopt(w, extra, AllocClass::Cleaner)
@@ -598,6 +623,10 @@ impl Log {
         counters.segment_id.store(new_id, Ordering::Release);
         counters.live_bytes.store(0, Ordering::Relaxed);
         counters.tombstone_bytes.store(0, Ordering::Relaxed);
+        counters.relocated_live_bytes.store(0, Ordering::Relaxed);
+        counters
+            .relocated_tombstone_bytes
+            .store(0, Ordering::Relaxed);
         let durable_on_close = self.config.replicas.durable_on_close();
         counters
             .read_durable
@@ -981,16 +1010,30 @@ impl Log {
         expired
     }
 
-    pub(crate) fn survivor_bytes_added(&self, slot: u32, len: usize, tombstone: bool) {
-        let c = &self.slots[slot as usize];
+    /// A live entry of `len` bytes was copied from the victim in `from_slot` to the
+    /// survivor in `slot`: counted in both until the victim's counts are forgotten
+    /// (`forget_slot_counts`), and noted as such (see `relocating_live_bytes`).
+    pub(crate) fn survivor_bytes_added(
+        &self,
+        slot: u32,
+        len: usize,
+        tombstone: bool,
+        from_slot: u32,
+    ) {
+        let (c, from) = (&self.slots[slot as usize], &self.slots[from_slot as usize]);
+        let len = len as u64;
         if tombstone {
-            c.tombstone_bytes.fetch_add(len as u64, Ordering::Relaxed);
-            self.tombstone_bytes
-                .fetch_add(len as u64, Ordering::Relaxed);
+            c.tombstone_bytes.fetch_add(len, Ordering::Relaxed);
+            from.relocated_tombstone_bytes
+                .fetch_add(len, Ordering::Relaxed);
+            self.relocating_tombstone_bytes
+                .fetch_add(len, Ordering::Relaxed);
+            self.tombstone_bytes.fetch_add(len, Ordering::Relaxed);
         } else {
-            c.live_bytes.fetch_add(len as u64, Ordering::Relaxed);
-            self.live_object_bytes
-                .fetch_add(len as u64, Ordering::Relaxed);
+            c.live_bytes.fetch_add(len, Ordering::Relaxed);
+            from.relocated_live_bytes.fetch_add(len, Ordering::Relaxed);
+            self.relocating_live_bytes.fetch_add(len, Ordering::Relaxed);
+            self.live_object_bytes.fetch_add(len, Ordering::Relaxed);
         }
     }
 
@@ -1140,8 +1183,7 @@ impl Log {
         drop(table);
         let seglets_total = self.pool.seglet_count() - 1;
         let seglets_free = self.pool.free_seglets();
-        let live = self.live_object_bytes.load(Ordering::Relaxed);
-        let tomb = self.tombstone_bytes.load(Ordering::Relaxed);
+        let (live, tomb) = (self.live_object_bytes(), self.tombstone_bytes_total());
         let used = ((seglets_total - seglets_free) * SEGLET_BYTES) as u64;
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -1171,12 +1213,20 @@ impl Log {
         }
     }
 
+    /// Live object bytes, each entry counted once (see `relocating_live_bytes`).
     pub(crate) fn live_object_bytes(&self) -> u64 {
-        self.live_object_bytes.load(Ordering::Relaxed)
+        // The two sums are read apart, so a pass forgetting its victims in between
+        // can put them briefly out of step: saturate rather than wrap.
+        let relocating = self.relocating_live_bytes.load(Ordering::Relaxed);
+        let all = self.live_object_bytes.load(Ordering::Relaxed);
+        all.saturating_sub(relocating)
     }
 
+    /// Tombstone bytes, each entry counted once.
     pub(crate) fn tombstone_bytes_total(&self) -> u64 {
-        self.tombstone_bytes.load(Ordering::Relaxed)
+        let relocating = self.relocating_tombstone_bytes.load(Ordering::Relaxed);
+        let all = self.tombstone_bytes.load(Ordering::Relaxed);
+        all.saturating_sub(relocating)
     }
 
     pub(crate) fn head_id(&self) -> u64 {
