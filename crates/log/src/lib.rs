@@ -28,8 +28,6 @@
 
 pub mod balancer;
 pub mod cleaner;
-mod combined_incremental;
-mod compaction;
 pub mod entry;
 pub mod epoch;
 #[allow(clippy::module_inception)]
@@ -38,14 +36,19 @@ pub mod pool;
 pub mod replica;
 pub mod segment;
 mod tombstones;
+mod upfront;
 pub mod varint;
 
 pub use balancer::CleanKind;
-pub use cleaner::{thread_cpu_ns, PassOutcome, Relocator};
-pub use log::{
-    AppendError, Appended, DeadObject, HeadMetadata, Log, LogConfig, LogConfigError, LogStats,
-    NewObject, NoMetadata, ObjectView, DEFAULT_DELETE_RESERVE_FRACTION, MAX_DELETE_RESERVE_BYTES,
+pub use cleaner::{thread_cpu_ns, Cleaner, PassOutcome, Relocator};
+pub use log::config::{
+    HeadMetadata, LogConfig, LogConfigError, NoMetadata, DEFAULT_DELETE_RESERVE_FRACTION,
+    MAX_DELETE_RESERVE_BYTES,
 };
+pub use log::head::{AppendError, Appended, DeadObject, NewObject};
+pub use log::memory::LogStats;
+pub use log::read::ObjectView;
+pub use log::Log;
 pub use replica::{NoReplicas, ReplicaSink, SegmentRole};
 
 /// Bytes in one seglet, the unit of log memory allocation (L§5.1).

@@ -1,4 +1,5 @@
-//! Segment compaction (L§4.1), done incrementally: the pass hands the source
+//! Copying one segment in bounded memory, as segment compaction (L§4.1) and the
+//! one-segment combined pass (`incremental`, L§7) do: the pass hands the source
 //! segment's seglets back as soon as every entry in them has been copied or found
 //! dead, and reuses them for its own output once no reader can still see them.
 //!
@@ -8,7 +9,7 @@
 //! objects, and while a combined pass holds the cleaner's reserve, a compaction that
 //! needs a segment's worth of free seglets cannot start at all
 //! (docs/benchmarks.md, issue 2, sessions 5–7). Done incrementally, a pass needs
-//! only [`upfront_seglets_for`] its longest entry beyond its own segment: 4 seglets
+//! only `upfront::upfront_seglets_for` its longest entry beyond its own segment: 4 seglets
 //! for entries up to 64 KiB, 21 (about 1.3 MiB) for the largest possible one.
 //!
 //! The bound comes from the segment's longest entry, not from its live-byte
@@ -20,7 +21,7 @@
 //!   tombstones, which may move ahead of objects still waiting in a batch. So the
 //!   output never runs ahead of the scan position, and the seglets it needs beyond
 //!   those the pass has already retired are bounded by the span of one batch plus
-//!   one entry (see `upfront_seglets_for`). The span is checked after every entry,
+//!   one entry (see `upfront::upfront_seglets_for`). The span is checked after every entry,
 //!   tombstones included: a batch left waiting while a run of tombstones was
 //!   copied let the copy run megabytes ahead of the retired seglets, and the
 //!   pass ran out of them (regression test
@@ -36,18 +37,16 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
-use crate::cleaner::{CpuCharge, PassOutcome, Relocator, RELOCATION_BATCH};
+use super::{Cleaner, Relocator, RELOCATION_BATCH};
 use crate::entry::{EntryType, ScannedLayout};
-use crate::log::{Log, ObjectView, SegmentMeta, SegmentState};
+use crate::log::read::ObjectView;
+use crate::log::scan::Found;
+use crate::log::{Log, SegmentMeta};
 use crate::pool::AllocClass;
 use crate::segment::SegmentWriter;
 use crate::tombstones::{Move, PendingMoves};
-use crate::{MAX_KEY_BYTES, MAX_VALUE_BYTES, SEGLET_BYTES};
-
-/// A batch of objects waiting for their buckets is relocated once it spans this
-/// many bytes of the source, even if it holds fewer than `RELOCATION_BATCH`
-/// objects: it bounds how far the scan runs ahead of the seglets already retired.
-const BATCH_SPAN_BYTES: usize = SEGLET_BYTES;
+use crate::upfront::BATCH_SPAN_BYTES;
+use crate::{LogRef, SEGLET_BYTES};
 
 /// Source seglets this pass retired, in order, with the epoch of their retirement.
 /// The pass takes them back for its output once their epoch is safe; what it does
@@ -110,7 +109,7 @@ impl Recycler {
 
 /// A compaction in progress: the source, the new copy and the seglets in between.
 /// The same pass, with `survivor` set, copies one segment into a new survivor
-/// segment for combined cleaning in bounded memory (`combined_incremental`).
+/// segment for combined cleaning in bounded memory (`incremental`).
 pub(crate) struct Pass<'a> {
     pub(crate) log: &'a Log,
     pub(crate) source: &'a SegmentMeta,
@@ -128,7 +127,7 @@ pub(crate) struct Pass<'a> {
 /// What a copy into a survivor segment does besides copying: the source's header
 /// stays behind (the survivor has its own), tombstones naming the source die with
 /// it, and what is copied is counted in the survivor's counters, as in combined
-/// cleaning (`cleaner`).
+/// cleaning (`combined`).
 pub(crate) struct SurvivorCopy {
     /// The tombstones copied, moved in the lists a batch at a time (bounded: a
     /// victim may hold hundreds of thousands).
@@ -147,7 +146,27 @@ impl SurvivorCopy {
     }
 }
 
-impl Pass<'_> {
+impl<'a> Pass<'a> {
+    /// A pass copying `source` into `w`, which already holds the up-front seglets;
+    /// `survivor` when `w` is a new survivor segment.
+    pub(crate) fn new(
+        log: &'a Log,
+        source: &'a SegmentMeta,
+        w: SegmentWriter,
+        survivor: Option<SurvivorCopy>,
+    ) -> Self {
+        Self {
+            log,
+            source,
+            w,
+            recycler: Recycler::default(),
+            retired_upto: 0,
+            seglets_retired: 0,
+            copied: 0,
+            survivor,
+        }
+    }
+
     /// Makes room in the copy for `len` more bytes: retired source seglets first
     /// (the pool is for writers), then the pool, then waiting for the epoch of a
     /// retired source seglet. The up-front seglets guarantee the last step always
@@ -179,7 +198,7 @@ impl Pass<'_> {
     }
 
     /// Copies the entry at `e` to the end of the new copy (room already made).
-    fn copy(&mut self, e: &crate::cleaner::Found) -> crate::LogRef {
+    fn copy(&mut self, e: &Found) -> LogRef {
         self.log.copy_entry(e.at, e.len, &mut self.w)
     }
 
@@ -196,145 +215,23 @@ impl Pass<'_> {
     }
 }
 
-/// Seglets a compaction takes before it starts, beyond its own segment's, for a
-/// segment whose longest entry is `largest_entry` bytes: enough for the copy to
-/// run one batch span plus one such entry ahead of the source seglets it has
-/// retired, plus one partly filled seglet at each end.
-pub(crate) fn upfront_seglets_for(largest_entry: usize) -> usize {
-    (BATCH_SPAN_BYTES + largest_entry).div_ceil(SEGLET_BYTES) + 2
-}
-
-/// The most [`upfront_seglets_for`] any segment of a log of `segment_bytes`
-/// segments can need: its entries are at most half a segment
-/// (`Log::max_entry_bytes`). The cleaner's reserve is sized from it.
-pub(crate) fn upfront_seglets(segment_bytes: usize) -> usize {
-    upfront_seglets_for(largest_possible_entry(segment_bytes))
-}
-
-pub(crate) fn largest_possible_entry(segment_bytes: usize) -> usize {
-    (MAX_KEY_BYTES + MAX_VALUE_BYTES + crate::entry::MAX_HEADER_BYTES).min(segment_bytes / 2)
-}
-
-impl Log {
-    /// Segment compaction (L§4.1): rewrites the closed segment with the most
-    /// freeable seglets into fewer seglets, keeping its id, so its replicas on
-    /// disk are untouched. Returns `None` when no segment has a seglet to gain or the
-    /// pool cannot give the pass its up-front seglets.
-    pub fn compact(&self, relocator: &dyn Relocator) -> Option<PassOutcome> {
-        let _cpu = CpuCharge::start(&self.counters.cpu_ns);
-        let meta = self.pick_for_compaction()?;
-        // Both bounds hold whatever the counters say (module doc). A segment that
-        // does not know its longest entry gets the largest possible one.
-        let largest_entry = match meta.max_entry_bytes {
-            0 => largest_possible_entry(self.config.segment_bytes),
-            n => n,
-        };
-        let upfront = meta
-            .mem_length
-            .min(upfront_seglets_for(largest_entry) * SEGLET_BYTES);
-        let mut w = SegmentWriter::new(meta.id, meta.slot, self.config.segment_bytes);
-        if !self.cleaner_reserve(&mut w, upfront) {
-            self.counters
-                .passes_without_memory
-                .fetch_add(1, Ordering::Relaxed);
-            self.release_victims(std::slice::from_ref(&meta));
-            return None;
-        }
-        // From here on the pass cannot fail: it gives source seglets away as it goes.
-        let mut pass = Pass {
-            log: self,
-            source: &meta,
-            w,
-            recycler: Recycler::default(),
-            retired_upto: 0,
-            seglets_retired: 0,
-            copied: 0,
-            survivor: None,
-        };
-        self.compact_entries(&mut pass, relocator);
-        let Pass {
-            mut w,
-            recycler,
-            retired_upto,
-            mut seglets_retired,
-            copied,
-            ..
-        } = pass;
-        let spare = w.trim_unused();
-        if !spare.is_empty() {
-            self.pool.release(&spare);
-        }
-        let new_seglets = w.seglets.len();
-        {
-            let mut table = self.segments.lock();
-            if let Some(m) = table.by_id.get_mut(&meta.id) {
-                m.state = SegmentState::Closed;
-                m.mem_length = w.length;
-                m.max_entry_bytes = w.max_entry_bytes;
-                m.seglets = std::mem::take(&mut w.seglets);
-            }
-        }
-        // Whatever the scan did not reach (nothing, unless an entry failed to parse)
-        // leaves with the old chain.
-        let rest = meta.seglets[retired_upto..].to_vec();
-        seglets_retired += rest.len();
-        recycler.finish(self);
-        self.retire(rest, None);
-        let n = &self.counters;
-        n.compactions.fetch_add(1, Ordering::Relaxed);
-        n.compaction_bytes_copied
-            .fetch_add(copied, Ordering::Relaxed);
-        Some(PassOutcome {
-            segments: 1,
-            bytes_copied: copied,
-            seglets_retired,
-            survivors: 0,
-            output_seglets: new_seglets,
-            made_progress: seglets_retired > new_seglets,
-        })
-    }
-
-    /// The closed segment whose compaction frees the most seglets, marked
-    /// `Compacting`.
-    fn pick_for_compaction(&self) -> Option<SegmentMeta> {
-        let head_id = self.head_id();
-        let mut table = self.segments.lock();
-        let best = table
-            .by_id
-            .values()
-            .filter(|m| m.state == SegmentState::Closed && m.replicated && m.id != head_id)
-            .map(|m| {
-                let c = &self.slots[m.slot as usize];
-                let keep = c.live_bytes.load(Ordering::Relaxed)
-                    + c.tombstone_bytes.load(Ordering::Relaxed)
-                    + 64;
-                let need = (keep as usize).div_ceil(SEGLET_BYTES);
-                (m.seglets.len().saturating_sub(need), m.created_at, m.id)
-            })
-            .filter(|&(gain, _, _)| gain >= 1)
-            // Most seglets gained; among equals the oldest.
-            .max_by_key(|&(gain, created, _)| (gain, u64::MAX - created))?;
-        let m = table.by_id.get_mut(&best.2)?;
-        m.state = SegmentState::Compacting;
-        Some(m.clone())
-    }
-
+impl<'a> Cleaner<'a> {
     /// Copies the live entries of `pass.source` into `pass.w` in order, relocating
     /// objects in batches whose buckets are prefetched first, and retires source
     /// seglets as the scan leaves them behind.
-    pub(crate) fn compact_entries<'a>(&'a self, pass: &mut Pass<'a>, relocator: &dyn Relocator) {
+    pub(super) fn copy_in_place(&self, pass: &mut Pass<'a>, relocator: &dyn Relocator) {
         // A survivor copy drops the tombstones naming its source: the source leaves
         // the log when the survivor joins it.
         let leaving = [pass.source.id];
         let live_ids = match pass.survivor {
-            Some(_) => self.live_segment_ids(&leaving),
-            None => self.live_segment_ids(&[]),
+            Some(_) => self.log.live_segment_ids(&leaving),
+            None => self.log.live_segment_ids(&[]),
         };
         // Objects parsed once, with their hashes and source offsets, waiting for
         // their buckets to load.
         let mut batch: Vec<(ObjectView<'a>, u64, usize)> = Vec::with_capacity(RELOCATION_BATCH);
         let mut scanned_to = 0;
-        let mut entries = self.entries(pass.source);
+        let mut entries = self.log.entries(pass.source);
         loop {
             // Collect the next objects and start loading their buckets; metadata and
             // tombstones on the way are handled at once (the header is always first,
@@ -354,7 +251,7 @@ impl Log {
                     EntryType::Object => {
                         // Parsed once by the scan (a corrupt object is left behind).
                         if let ScannedLayout::Object(layout) = e.layout {
-                            let view = self.object_with_layout(e.at, layout);
+                            let view = self.log.object_with_layout(e.at, layout);
                             let hash = relocator.hash(&view);
                             relocator.prefetch(hash);
                             batch.push((view, hash, e.offset));
@@ -366,9 +263,9 @@ impl Log {
                             pass.copy(&e);
                             pass.copied += e.len as u64;
                             if let Some(s) = &mut pass.survivor {
-                                self.survivor_bytes_added(pass.w.slot, e.len, true);
+                                self.log.survivor_bytes_added(pass.w.slot, e.len, true);
                                 s.moved_tombstones.push(
-                                    &self.tombstone_targets,
+                                    &self.log.tombstone_targets,
                                     Move {
                                         target: t.segment_id,
                                         from: pass.source.id,
@@ -377,7 +274,8 @@ impl Log {
                                         bytes: e.len as u64,
                                     },
                                 );
-                                self.counters
+                                self.log
+                                    .counters
                                     .tombstones_moved
                                     .fetch_add(1, Ordering::Relaxed);
                             }
@@ -389,7 +287,8 @@ impl Log {
                         _ => match &mut pass.survivor {
                             Some(s) => s.tombstones_dropped += 1,
                             None => {
-                                self.counters
+                                self.log
+                                    .counters
                                     .tombstones_dropped
                                     .fetch_add(1, Ordering::Relaxed);
                             }
@@ -421,9 +320,9 @@ impl Log {
                 // writer may already count the copy dead.
                 let slot = w.slot;
                 let moved = relocator.relocate(&view, hash, &mut || {
-                    let at = self.copy_entry(at, len, w);
+                    let at = self.log.copy_entry(at, len, w);
                     if counted {
-                        self.survivor_bytes_added(slot, len, false);
+                        self.log.survivor_bytes_added(slot, len, false);
                     }
                     at
                 });
