@@ -34,7 +34,7 @@
 //!   old and part new, so the replica manager waits before copying it
 //!   (`Log::copy_for_replica`).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 
 use super::{Cleaner, Relocator, RELOCATION_BATCH};
@@ -229,7 +229,7 @@ impl<'a> Cleaner<'a> {
         };
         // Objects parsed once, with their hashes and source offsets, waiting for
         // their buckets to load.
-        let mut batch: Vec<(ObjectView<'a>, u64, usize)> = Vec::with_capacity(RELOCATION_BATCH);
+        let mut batch: Batch<'a> = Vec::with_capacity(RELOCATION_BATCH);
         let mut scanned_to = 0;
         let mut entries = self.log.entries(pass.source);
         loop {
@@ -241,64 +241,7 @@ impl<'a> Cleaner<'a> {
                     break false;
                 };
                 scanned_to = e.offset + e.len;
-                match e.kind {
-                    // A survivor has its own header, written when it was opened.
-                    EntryType::SegmentHeader if pass.survivor.is_some() => {}
-                    EntryType::SegmentHeader => {
-                        pass.room_for(e.len);
-                        pass.copy(&e);
-                    }
-                    EntryType::Object => {
-                        // Parsed once by the scan (a corrupt object is left behind).
-                        if let ScannedLayout::Object(layout) = e.layout {
-                            let view = self.log.object_with_layout(e.at, layout);
-                            let hash = relocator.hash(&view);
-                            relocator.prefetch(hash);
-                            batch.push((view, hash, e.offset));
-                        }
-                    }
-                    EntryType::Tombstone => match e.layout {
-                        ScannedLayout::Tombstone(t) if live_ids.contains(&t.segment_id) => {
-                            pass.room_for(e.len);
-                            pass.copy(&e);
-                            pass.copied += e.len as u64;
-                            if let Some(s) = &mut pass.survivor {
-                                self.log.survivor_bytes_added(pass.w.slot, e.len, true);
-                                s.moved_tombstones.push(
-                                    &self.log.tombstone_targets,
-                                    Move {
-                                        target: t.segment_id,
-                                        from: pass.source.id,
-                                        to: pass.w.id,
-                                        to_slot: pass.w.slot,
-                                        bytes: e.len as u64,
-                                    },
-                                );
-                                self.log
-                                    .counters
-                                    .tombstones_moved
-                                    .fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        // Its target left the log, and its bytes left this segment's
-                        // count of live tombstones then (`tombstone_targets_left`);
-                        // or, for a survivor copy, its target is the source, and
-                        // they leave when the source's counts are forgotten.
-                        _ => match &mut pass.survivor {
-                            Some(s) => s.tombstones_dropped += 1,
-                            None => {
-                                self.log
-                                    .counters
-                                    .tombstones_dropped
-                                    .fetch_add(1, Ordering::Relaxed);
-                            }
-                        },
-                    },
-                    // Digests, safe versions and tablet statistics matter only in the
-                    // head (the newest ones win in recovery), and a closed segment is
-                    // never the head.
-                    EntryType::LogDigest | EntryType::SafeVersion | EntryType::TabletStats => {}
-                }
+                pass.take(&e, &live_ids, &mut batch, relocator);
                 // Checked after every entry, not only after objects (module doc).
                 match batch.first() {
                     None => pass.done_until(scanned_to),
@@ -310,29 +253,121 @@ impl<'a> Cleaner<'a> {
                     }
                 }
             };
-            let counted = pass.survivor.is_some();
-            for (view, hash, _) in batch.drain(..) {
-                let (at, len) = (view.location(), view.entry_len());
-                pass.room_for(len);
-                let w = &mut pass.w;
-                // A survivor counts its objects inside the copy, under the bucket
-                // lock, as combined cleaning does: once the lock is released a
-                // writer may already count the copy dead.
-                let slot = w.slot;
-                let moved = relocator.relocate(&view, hash, &mut || {
-                    let at = self.log.copy_entry(at, len, w);
-                    if counted {
-                        self.log.survivor_bytes_added(slot, len, false);
-                    }
-                    at
-                });
-                if moved {
-                    pass.copied += len as u64;
-                }
-            }
+            pass.relocate_batch(&mut batch, relocator);
             pass.done_until(scanned_to);
             if !more {
                 break;
+            }
+        }
+    }
+}
+
+/// Objects waiting for their buckets to load: each parsed once, with its hash and
+/// its offset in the source.
+type Batch<'a> = Vec<(ObjectView<'a>, u64, usize)>;
+
+impl<'a> Pass<'a> {
+    /// Handles one scanned entry: an object joins the batch (its bucket starts to
+    /// load), a header or a live tombstone is copied at once, anything else stays
+    /// behind.
+    fn take(
+        &mut self,
+        e: &Found,
+        live_ids: &HashSet<u64>,
+        batch: &mut Batch<'a>,
+        relocator: &dyn Relocator,
+    ) {
+        match e.kind {
+            // A survivor has its own header, written when it was opened.
+            EntryType::SegmentHeader if self.survivor.is_some() => {}
+            EntryType::SegmentHeader => {
+                self.room_for(e.len);
+                self.copy(e);
+            }
+            EntryType::Object => {
+                // Parsed once by the scan (a corrupt object is left behind).
+                if let ScannedLayout::Object(layout) = e.layout {
+                    let view = self.log.object_with_layout(e.at, layout);
+                    let hash = relocator.hash(&view);
+                    relocator.prefetch(hash);
+                    batch.push((view, hash, e.offset));
+                }
+            }
+            EntryType::Tombstone => match e.layout {
+                ScannedLayout::Tombstone(t) if live_ids.contains(&t.segment_id) => {
+                    self.copy_tombstone(e, t.segment_id)
+                }
+                _ => self.drop_tombstone(),
+            },
+            // Digests, safe versions and tablet statistics matter only in the head
+            // (the newest ones win in recovery), and a closed segment is never the
+            // head.
+            EntryType::LogDigest | EntryType::SafeVersion | EntryType::TabletStats => {}
+        }
+    }
+
+    /// Copies a live tombstone naming segment `target`; into a survivor it is
+    /// counted there and moved in the lists (L§3).
+    fn copy_tombstone(&mut self, e: &Found, target: u64) {
+        self.room_for(e.len);
+        self.copy(e);
+        self.copied += e.len as u64;
+        let log = self.log;
+        if let Some(s) = &mut self.survivor {
+            log.survivor_bytes_added(self.w.slot, e.len, true);
+            s.moved_tombstones.push(
+                &log.tombstone_targets,
+                Move {
+                    target,
+                    from: self.source.id,
+                    to: self.w.id,
+                    to_slot: self.w.slot,
+                    bytes: e.len as u64,
+                },
+            );
+            log.counters
+                .tombstones_moved
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Leaves a dead tombstone behind. Its target left the log, and its bytes left
+    /// this segment's count of live tombstones then (`tombstone_targets_left`); or,
+    /// for a survivor copy, its target is the source, and they leave when the
+    /// source's counts are forgotten.
+    fn drop_tombstone(&mut self) {
+        match &mut self.survivor {
+            Some(s) => s.tombstones_dropped += 1,
+            None => {
+                self.log
+                    .counters
+                    .tombstones_dropped
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Relocates the batch's objects that the hash table still refers to (L§6.2).
+    fn relocate_batch(&mut self, batch: &mut Batch<'a>, relocator: &dyn Relocator) {
+        let log = self.log;
+        let counted = self.survivor.is_some();
+        for (view, hash, _) in batch.drain(..) {
+            let (at, len) = (view.location(), view.entry_len());
+            self.room_for(len);
+            let w = &mut self.w;
+            // A survivor counts its objects inside the copy, under the bucket lock,
+            // as combined cleaning does: once the lock is released a writer may
+            // already count the copy dead.
+            let slot = w.slot;
+            let moved = relocator.relocate(&view, hash, &mut || {
+                let at = log.copy_entry(at, len, w);
+                if counted {
+                    log.survivor_bytes_added(slot, len, false);
+                }
+                at
+            });
+            if moved {
+                self.copied += len as u64;
             }
         }
     }

@@ -196,57 +196,19 @@ impl<'a> Cleaner<'a> {
         balancer::choose(&self.balancer_input())
     }
 
-    /// Runs one pass of whichever cleaner the balancer picks; `None` if no cleaning
-    /// was needed or nothing could be cleaned.
+    /// Runs one pass of whichever cleaner the balancer picks (L§5.2); `None` if no
+    /// cleaning was needed or nothing could be cleaned.
     pub fn clean(&self, relocator: &dyn Relocator) -> Option<(CleanKind, PassOutcome)> {
         self.log.reclaim();
-        let kind = self.cleaning_needed();
-        let outcome = match kind {
+        let outcome = match self.cleaning_needed() {
             CleanKind::None => return None,
-            CleanKind::Compaction => self
-                .compact(relocator)
-                .map(|o| (CleanKind::Compaction, o))
-                .or_else(|| {
-                    self.try_clean_combined(relocator, 1)
-                        .map(|o| (CleanKind::Combined, o))
-                }),
-            // Combined cleaning forced by tombstones or by the disk log may free no
-            // memory (it frees tombstones or disk space); otherwise it must.
-            CleanKind::Combined => {
-                let combined = self
-                    .try_clean_combined(
-                        relocator,
-                        usize::from(!balancer::needs_combined(&self.balancer_input())),
-                    )
-                    .map(|o| (CleanKind::Combined, o));
-                // A forced pass that freed no memory while writers wait for it is
-                // followed by a compaction. Otherwise, when the combined budget is
-                // too small for victims that matter, forced passes clean one small
-                // segment after another and the writers starve (measured: W7 at 95%,
-                // 217,000 passes of 40 KB each with the disk log near its limit,
-                // docs/benchmarks.md, session 10).
-                let freed_memory = combined
-                    .as_ref()
-                    .is_some_and(|(_, o)| o.seglets_retired > o.output_seglets + 1);
-                let writers_wait = self.log.pool.available(AllocClass::Write) == 0;
-                if self.log.config.compaction
-                    && (combined.is_none() || (!freed_memory && writers_wait))
-                {
-                    match self.compact(relocator) {
-                        Some(o) if o.made_progress || combined.is_none() => {
-                            Some((CleanKind::Compaction, o))
-                        }
-                        _ => combined,
-                    }
-                } else {
-                    combined
-                }
-            }
+            CleanKind::Compaction => self.compaction_first(relocator),
+            CleanKind::Combined => self.combined_first(relocator),
         };
         // L§7: when no other pass can make progress, clean one segment in bounded
-        // memory (`combined_incremental`). Without it a log whose segments hold
-        // only live data and tombstones, with less free than one victim's live
-        // data, could never collect those tombstones again.
+        // memory (`incremental`). Without it a log whose segments hold only live
+        // data and tombstones, with less free than one victim's live data, could
+        // never collect those tombstones again.
         let outcome = outcome.or_else(|| {
             let forced = balancer::needs_combined(&self.balancer_input());
             self.clean_combined_incremental(relocator, forced)
@@ -254,5 +216,44 @@ impl<'a> Cleaner<'a> {
         });
         self.log.reclaim();
         outcome
+    }
+
+    /// A compaction, or a combined pass that frees memory if no segment has a
+    /// seglet to gain.
+    fn compaction_first(&self, relocator: &dyn Relocator) -> Option<(CleanKind, PassOutcome)> {
+        self.compact(relocator)
+            .map(|o| (CleanKind::Compaction, o))
+            .or_else(|| {
+                self.try_clean_combined(relocator, 1)
+                    .map(|o| (CleanKind::Combined, o))
+            })
+    }
+
+    /// A combined pass, followed by a compaction when it could not run or freed no
+    /// memory while writers wait for it.
+    fn combined_first(&self, relocator: &dyn Relocator) -> Option<(CleanKind, PassOutcome)> {
+        // Combined cleaning forced by tombstones or by the disk log may free no
+        // memory (it frees tombstones or disk space); otherwise it must.
+        let min_gain = usize::from(!balancer::needs_combined(&self.balancer_input()));
+        let combined = self
+            .try_clean_combined(relocator, min_gain)
+            .map(|o| (CleanKind::Combined, o));
+        // A forced pass that freed no memory while writers wait for it is followed
+        // by a compaction. Otherwise, when the combined budget is too small for
+        // victims that matter, forced passes clean one small segment after another
+        // and the writers starve (measured: W7 at 95%, 217,000 passes of 40 KB
+        // each with the disk log near its limit, docs/benchmarks.md, session 10).
+        let freed_memory = combined
+            .as_ref()
+            .is_some_and(|(_, o)| o.seglets_retired > o.output_seglets + 1);
+        let writers_wait = self.log.pool.available(AllocClass::Write) == 0;
+        let compact_too = combined.is_none() || (!freed_memory && writers_wait);
+        if !(self.log.config.compaction && compact_too) {
+            return combined;
+        }
+        match self.compact(relocator) {
+            Some(o) if o.made_progress || combined.is_none() => Some((CleanKind::Compaction, o)),
+            _ => combined,
+        }
     }
 }
