@@ -7,6 +7,14 @@
 //! self-describing and checksummed (`entry`), so a log can be parsed back from raw
 //! bytes after a crash.
 //!
+//! Parts: [`Log`] (`log` and its children: head, reads, accounting, replica
+//! reads, segment scans) owns the memory and the segment table; [`Cleaner`]
+//! (`cleaner`) is the two-level cleaner (L§4), a separate type that borrows a `Log`
+//! and works through its `pub(crate)` interface, in plan / copy / commit steps;
+//! `balancer` decides which level runs (L§5.2); `entry` is the on-log format;
+//! `pool`, `segment`, `epoch`, `tombstones` and `upfront` are the leaves both use.
+//! The log never imports the cleaner (`scripts/check-module-cycles`).
+//!
 //! Invariants:
 //! - A [`LogRef`] names the first byte of an entry as a 48-bit offset into the pool.
 //!   Seglet 0 is never handed out, so `LogRef(0)` never names an entry.
@@ -17,7 +25,7 @@
 //!
 //! Thread-safety: all types here are `Send + Sync`. Readers never take a lock; the
 //! head is appended to under one mutex; the cleaner runs concurrently on its own
-//! thread.
+//! threads (any number of [`Cleaner`]s over one log; combined passes take turns).
 //!
 //! Time: the log reads no time itself; its one wait (a replica copy that finds a
 //! segment half-compacted backs off 100 µs) runs on [`LogConfig::clock`].

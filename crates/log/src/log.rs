@@ -43,12 +43,12 @@ pub(crate) enum SegmentState {
     /// ends).
     Cleaning,
     /// Being compacted: its in-memory chain is being replaced seglet by seglet
-    /// (`compaction`), so its bytes must not be read until the pass ends.
+    /// (`cleaner::in_place`), so its bytes must not be read until the pass ends.
     Compacting,
     /// A survivor of combined cleaning whose replicas are being written: not yet in
     /// the log (no digest names it) until they are durable (L§6.4).
     Pending,
-    /// Cleaned by a one-segment combined pass (`combined_incremental`) whose
+    /// Cleaned by a one-segment combined pass (`cleaner::incremental`) whose
     /// survivor is being replicated: still in the log (the digest names it until
     /// the survivor is durable) but no longer in memory, where its seglets became
     /// the survivor's.

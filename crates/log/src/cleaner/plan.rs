@@ -15,7 +15,7 @@ pub(super) enum Victims {
     /// Victims for a batch pass, and an upper bound of their live bytes.
     Batch(Vec<SegmentMeta>, usize),
     /// The best victim, whose live data does not fit the memory free for a batch
-    /// pass's survivors: cleaned alone in bounded memory (`combined_incremental`).
+    /// pass's survivors: cleaned alone in bounded memory (`cleaner::incremental`).
     Alone(SegmentMeta),
 }
 

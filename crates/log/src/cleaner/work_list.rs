@@ -46,7 +46,7 @@ const _: () = assert!(std::mem::size_of::<Candidate>() == 32);
 /// 160 MiB server's peak in L Table 1's W1, docs/benchmarks.md issue 17). The list
 /// holds whole victims only and never passes the bound: a victim that would take it
 /// past is given back, and a first victim that would is cleaned alone without a
-/// list (`combined_incremental`).
+/// list (`cleaner::incremental`).
 pub const COMBINED_WORK_LIST_SHARE: usize = 128;
 
 /// Entries a combined pass's work list takes before it stops taking victims: see

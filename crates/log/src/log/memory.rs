@@ -189,7 +189,7 @@ pub struct LogStats {
     /// would not have freed enough memory.
     pub combined_passes_refused: u64,
     /// Combined passes that cleaned one segment in bounded memory because no other
-    /// pass could make progress (`combined_incremental`; also in `combined_passes`).
+    /// pass could make progress (`cleaner::incremental`; also in `combined_passes`).
     pub incremental_combined_passes: u64,
     /// Live tombstones combined cleaning copied into survivors (their targets were
     /// still in the log).
