@@ -451,8 +451,8 @@ pub fn diagnostics(store: &ObjectStore) -> String {
         "stats: {:?}; balancer input: {:?}; cleaning needed: {:?}; retired seglets: {}; \
          reserves: {:?}; manual passes:",
         log.stats(),
-        log.balancer_input(),
-        log.cleaning_needed(),
+        ramstore_log::Cleaner::new(log).balancer_input(),
+        ramstore_log::Cleaner::new(log).cleaning_needed(),
         log.retired_seglets(),
         log.pool().reserves()
     );

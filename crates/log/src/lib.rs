@@ -7,6 +7,14 @@
 //! self-describing and checksummed (`entry`), so a log can be parsed back from raw
 //! bytes after a crash.
 //!
+//! Parts: [`Log`] (`log` and its children: head, reads, accounting, replica
+//! reads, segment scans) owns the memory and the segment table; [`Cleaner`]
+//! (`cleaner`) is the two-level cleaner (L§4), a separate type that borrows a `Log`
+//! and works through its `pub(crate)` interface, in plan / copy / commit steps;
+//! `balancer` decides which level runs (L§5.2); `entry` is the on-log format;
+//! `pool`, `segment`, `epoch`, `tombstones` and `upfront` are the leaves both use.
+//! The log never imports the cleaner (`scripts/check-module-cycles`).
+//!
 //! Invariants:
 //! - A [`LogRef`] names the first byte of an entry as a 48-bit offset into the pool.
 //!   Seglet 0 is never handed out, so `LogRef(0)` never names an entry.
@@ -17,7 +25,7 @@
 //!
 //! Thread-safety: all types here are `Send + Sync`. Readers never take a lock; the
 //! head is appended to under one mutex; the cleaner runs concurrently on its own
-//! thread.
+//! threads (any number of [`Cleaner`]s over one log; combined passes take turns).
 //!
 //! Time: the log reads no time itself; its one wait (a replica copy that finds a
 //! segment half-compacted backs off 100 µs) runs on [`LogConfig::clock`].
@@ -28,8 +36,6 @@
 
 pub mod balancer;
 pub mod cleaner;
-mod combined_incremental;
-mod compaction;
 pub mod entry;
 pub mod epoch;
 #[allow(clippy::module_inception)]
@@ -38,14 +44,19 @@ pub mod pool;
 pub mod replica;
 pub mod segment;
 mod tombstones;
+mod upfront;
 pub mod varint;
 
 pub use balancer::CleanKind;
-pub use cleaner::{thread_cpu_ns, PassOutcome, Relocator};
-pub use log::{
-    AppendError, Appended, DeadObject, HeadMetadata, Log, LogConfig, LogConfigError, LogStats,
-    NewObject, NoMetadata, ObjectView, DEFAULT_DELETE_RESERVE_FRACTION, MAX_DELETE_RESERVE_BYTES,
+pub use cleaner::{thread_cpu_ns, Cleaner, PassOutcome, Relocator};
+pub use log::config::{
+    HeadMetadata, LogConfig, LogConfigError, NoMetadata, DEFAULT_DELETE_RESERVE_FRACTION,
+    MAX_DELETE_RESERVE_BYTES,
 };
+pub use log::head::{AppendError, Appended, DeadObject, NewObject};
+pub use log::memory::LogStats;
+pub use log::read::ObjectView;
+pub use log::Log;
 pub use replica::{NoReplicas, ReplicaSink, SegmentRole};
 
 /// Bytes in one seglet, the unit of log memory allocation (L§5.1).

@@ -22,7 +22,7 @@ pub struct SegmentWriter {
     /// Most bytes this segment may hold.
     pub limit: usize,
     /// Length of the longest entry written so far: bounds how far a compaction of
-    /// this segment runs ahead of the seglets it has freed (`compaction`).
+    /// this segment runs ahead of the seglets it has freed (`cleaner::in_place`).
     pub max_entry_bytes: usize,
 }
 

@@ -2,11 +2,11 @@
 //! balancer, `balancer::choose`): at most two segments, and at most 1/64 of memory.
 
 use ramstore_log::balancer::CLEAN_AHEAD_MAX_MEMORY_SHARE;
-use ramstore_log::{Log, LogConfig};
+use ramstore_log::{Cleaner, Log, LogConfig};
 
 fn clean_ahead_fraction(memory_bytes: usize) -> f64 {
     let log = Log::new(LogConfig::new(memory_bytes)).expect("log");
-    log.balancer_input().clean_ahead_fraction
+    Cleaner::new(&log).balancer_input().clean_ahead_fraction
 }
 
 /// Regression (issue 17, session 28): two 8 MiB segments are 1/8 of 128 MiB, so
@@ -33,5 +33,8 @@ fn balancer_input_clean_ahead_of_zero_segments_is_no_cap() {
     let mut config = LogConfig::new(128 << 20);
     config.clean_ahead_segments = 0;
     let log = Log::new(config).expect("log");
-    assert_eq!(log.balancer_input().clean_ahead_fraction, 1.0);
+    assert_eq!(
+        Cleaner::new(&log).balancer_input().clean_ahead_fraction,
+        1.0
+    );
 }

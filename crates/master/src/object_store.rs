@@ -13,7 +13,7 @@ use arc_swap::ArcSwap;
 use ramstore_index::HashTable;
 use ramstore_log::entry::TabletStat;
 use ramstore_log::{
-    Appended, DeadObject, HeadMetadata, Log, LogConfig, LogRef, NewObject, ObjectView,
+    Appended, Cleaner, DeadObject, HeadMetadata, Log, LogConfig, LogRef, NewObject, ObjectView,
     MAX_KEY_BYTES, MAX_VALUE_BYTES,
 };
 use ramstore_wire::counter::{self, CounterText};
@@ -63,11 +63,14 @@ pub(crate) struct Inner {
 
 impl Cleanable for Inner {
     fn clean_once(&self) -> bool {
-        matches!(self.log.clean(self), Some((_, pass)) if pass.made_progress)
+        matches!(Cleaner::new(&self.log).clean(self), Some((_, pass)) if pass.made_progress)
     }
 
     fn wants_cleaning(&self) -> bool {
-        !matches!(self.log.cleaning_needed(), ramstore_log::CleanKind::None)
+        !matches!(
+            Cleaner::new(&self.log).cleaning_needed(),
+            ramstore_log::CleanKind::None
+        )
     }
 }
 
@@ -952,13 +955,13 @@ impl ObjectStore {
         use ramstore_log::CleanKind;
         let inner = &*self.inner;
         inner.log.reclaim();
+        let cleaner = Cleaner::new(&inner.log);
         let result = match kind {
-            None => inner.log.clean(inner),
+            None => cleaner.clean(inner),
             Some(CleanKind::Compaction) => {
-                inner.log.compact(inner).map(|o| (CleanKind::Compaction, o))
+                cleaner.compact(inner).map(|o| (CleanKind::Compaction, o))
             }
-            Some(CleanKind::Combined) => inner
-                .log
+            Some(CleanKind::Combined) => cleaner
                 .clean_combined(inner)
                 .map(|o| (CleanKind::Combined, o)),
             Some(CleanKind::None) => None,

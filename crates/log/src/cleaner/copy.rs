@@ -1,0 +1,349 @@
+//! Moving the survivors of a batch combined pass (L§4.2, §6.1, §6.4): the seglets
+//! its survivors may take, taken before anything is read; the scan of its victims
+//! into a bounded work list; and the copy of that list, oldest first, into new
+//! survivor segments. (Compaction and the one-segment pass copy `in_place`.)
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+use super::work_list::{combined_work_list_entries, Candidate, WorkList};
+use super::{Cleaner, Relocator, RELOCATION_BATCH};
+use crate::balancer;
+use crate::entry::{EntryType, ScannedLayout};
+use crate::log::read::ObjectView;
+use crate::log::SegmentMeta;
+use crate::pool::AllocClass;
+use crate::segment::SegmentWriter;
+use crate::tombstones::{Move, PendingMoves};
+
+/// What scanning a batch pass's victims gave.
+pub(super) enum Scanned {
+    /// The work list of the whole victims scanned (the rest were given back).
+    List(WorkList),
+    /// The first victim alone has more live entries than the list may hold; the
+    /// others were given back.
+    FirstTooLarge(SegmentMeta),
+}
+
+/// The survivors a pass wrote, and the bytes it copied into them.
+pub(super) struct Survivors {
+    pub writers: Vec<SegmentWriter>,
+    pub copied: u64,
+}
+
+impl Cleaner<'_> {
+    /// Takes the seglets the survivors of victims holding `keep_estimate` live
+    /// bytes may need, before the scan: the budget includes free seglets that
+    /// writers may take while the victims are read, and a pass that found out only
+    /// after reading 32 segments would waste all that work (measured: one such pass
+    /// after every compaction at 90%, docs/benchmarks.md, session 9). The estimate
+    /// is an upper bound of what the scan finds (counters only fall while segments
+    /// are closed). `None`, with the victims given back, if the pool refuses.
+    pub(super) fn take_stash(
+        &self,
+        victims: &[SegmentMeta],
+        keep_estimate: usize,
+    ) -> Option<Vec<u32>> {
+        let stash_estimate = self.survivor_seglets_estimate(keep_estimate);
+        let mut stash = Vec::with_capacity(stash_estimate);
+        if !self
+            .log
+            .pool
+            .allocate(stash_estimate, AllocClass::Cleaner, &mut stash)
+        {
+            self.no_memory(victims);
+            return None;
+        }
+        Some(stash)
+    }
+
+    /// Counts a pass that could not take its seglets and gives its victims back.
+    pub(super) fn no_memory(&self, victims: &[SegmentMeta]) {
+        self.log
+            .counters
+            .passes_without_memory
+            .fetch_add(1, Ordering::Relaxed);
+        self.release_victims(victims);
+    }
+
+    /// Reads the victims' live entries into a work list. Every segment in the log
+    /// counts in `in_log`, victims included: a tombstone naming a victim dies with
+    /// it, but which victims this pass keeps is known only after the scan
+    /// (`WorkList::prepare` drops those).
+    ///
+    /// The list holds 32 bytes per entry and stops taking victims once it holds
+    /// `combined_work_list_entries`, so memory outside the log stays bounded
+    /// (docs/design-notes.md "Memory outside the log"); it holds only whole
+    /// victims, and the victims not scanned go back. Objects are checked in batches
+    /// whose buckets are prefetched first.
+    pub(super) fn scan_victims(
+        &self,
+        mut victims: Vec<SegmentMeta>,
+        in_log: &HashSet<u64>,
+        relocator: &dyn Relocator,
+    ) -> Scanned {
+        let max_entries = combined_work_list_entries(self.log.config.memory_bytes);
+        let mut found: Vec<Candidate> = Vec::new();
+        let mut tombstones_dropped = 0u64;
+        let mut batch: Vec<(Candidate, ObjectView<'_>)> = Vec::with_capacity(RELOCATION_BATCH);
+        let check_batch = |batch: &mut Vec<(Candidate, ObjectView<'_>)>,
+                           found: &mut Vec<Candidate>| {
+            for (c, view) in batch.drain(..) {
+                if relocator.is_live(&view, c.hash_or_target) {
+                    found.push(c);
+                }
+            }
+        };
+        let mut scanned = 0;
+        let mut first_too_large = false;
+        'victims: for (index, m) in victims.iter().enumerate() {
+            // The list holds only whole victims: a victim whose entries would take
+            // it past the bound is given back unscanned-for (its entries dropped).
+            // If that is the first, the pass cleans it alone without a list, so the
+            // list never holds more than the bound.
+            check_batch(&mut batch, &mut found);
+            let (found_before, dropped_before) = (found.len(), tombstones_dropped);
+            // At most MAX_SEGMENTS_PER_COMBINED_PASS (32) victims.
+            let victim = index as u16;
+            for e in self.log.entries(m) {
+                if found.len() + batch.len() >= max_entries {
+                    batch.clear();
+                    found.truncate(found_before);
+                    tombstones_dropped = dropped_before;
+                    first_too_large = index == 0;
+                    break 'victims;
+                }
+                match (e.kind, e.layout) {
+                    (EntryType::Object, ScannedLayout::Object(layout)) => {
+                        let view = self.log.object_with_layout(e.at, layout);
+                        let hash = relocator.hash(&view);
+                        relocator.prefetch(hash);
+                        let c = Candidate::new(view.birth(), &e, victim, hash);
+                        batch.push((c, view));
+                        if batch.len() == RELOCATION_BATCH {
+                            check_batch(&mut batch, &mut found);
+                        }
+                    }
+                    (EntryType::Tombstone, ScannedLayout::Tombstone(t))
+                        if in_log.contains(&t.segment_id) =>
+                    {
+                        found.push(Candidate::new(m.created_at, &e, victim, t.segment_id));
+                    }
+                    (EntryType::Tombstone, _) => tombstones_dropped += 1,
+                    _ => {}
+                }
+            }
+            scanned = index + 1;
+        }
+        check_batch(&mut batch, &mut found);
+        debug_assert!(found.len() <= max_entries, "the work list passed its bound");
+        if first_too_large {
+            let first = victims.swap_remove(0);
+            self.release_victims(&victims);
+            return Scanned::FirstTooLarge(first);
+        }
+        if scanned < victims.len() {
+            let rest = victims.split_off(scanned);
+            self.release_victims(&rest);
+        }
+        Scanned::List(WorkList {
+            victims,
+            entries: found,
+            tombstones_dropped,
+        })
+    }
+
+    /// Fits the stash to what the survivors of `list` may need, if the pass pays.
+    /// Never runs a pass that uses more memory than it frees (L§7,
+    /// `balancer::combined_pass_pays`): the gain is judged on the survivors' size
+    /// as packed (`survivor_seglets_expected`, which the real packing never
+    /// exceeds), the stash keeps a safe upper bound for allocation
+    /// (`survivor_seglets_for`). The estimate it was taken with covers that unless
+    /// the counters were behind the scan; then it is topped up. On `false` the
+    /// stash and the victims have been given back.
+    pub(super) fn fit_stash(
+        &self,
+        list: &WorkList,
+        stash: &mut Vec<u32>,
+        min_gain_seglets: usize,
+    ) -> bool {
+        let pool = &self.log.pool;
+        let stash_seglets = self.survivor_seglets_for(list.lens());
+        let expected_seglets = self.survivor_seglets_expected(list.lens());
+        let victim_seglets: usize = list.victims.iter().map(|m| m.seglets.len()).sum();
+        if !balancer::combined_pass_pays(expected_seglets, victim_seglets, min_gain_seglets) {
+            self.log
+                .counters
+                .combined_passes_refused
+                .fetch_add(1, Ordering::Relaxed);
+            pool.release(stash);
+            self.release_victims(&list.victims);
+            return false;
+        }
+        if stash.len() > stash_seglets {
+            let spare = stash.split_off(stash_seglets);
+            pool.release(&spare);
+        } else if stash.len() < stash_seglets
+            && !pool.allocate(stash_seglets - stash.len(), AllocClass::Cleaner, stash)
+        {
+            pool.release(stash);
+            self.no_memory(&list.victims);
+            return false;
+        }
+        true
+    }
+
+    /// Copies the work list, in its order, into new survivor segments whose
+    /// seglets come from `stash`; unused seglets go back to the pool. Objects are
+    /// relocated under their bucket locks (L§6.2), tombstones move in the lists.
+    pub(super) fn write_survivors(
+        &self,
+        list: &WorkList,
+        mut stash: Vec<u32>,
+        relocator: &dyn Relocator,
+    ) -> Survivors {
+        let found = &list.entries;
+        let mut survivors: Vec<SegmentWriter> = Vec::new();
+        let mut copied = 0u64;
+        // Told to the lists a batch at a time: bounded whatever the victims hold.
+        let mut moved_tombstones = PendingMoves::new();
+        for (i, c) in found.iter().enumerate() {
+            // Survivors are written in age order, so consecutive objects hit random
+            // buckets: start loading a later one's bucket now.
+            if let Some(ahead) = found.get(i + RELOCATION_BATCH) {
+                if ahead.kind == EntryType::Object {
+                    relocator.prefetch(ahead.hash_or_target);
+                }
+            }
+            let len = c.len as usize;
+            let need_new = survivors.last().is_none_or(|w| w.room() < len);
+            if need_new {
+                survivors.push(self.open_survivor());
+            }
+            let Some(w) = survivors.last_mut() else {
+                unreachable!("a survivor was just opened")
+            };
+            self.attach_from_stash(w, len, &mut stash);
+            copied += match c.kind {
+                EntryType::Object => self.copy_object(c, w, &list.victims, relocator),
+                _ => self.copy_tombstone(c, w, &list.victims, &mut moved_tombstones),
+            };
+        }
+        moved_tombstones.flush(&self.log.tombstone_targets);
+        for w in &mut survivors {
+            stash.extend(w.trim_unused());
+        }
+        self.log.pool.release(&stash);
+        Survivors {
+            writers: survivors,
+            copied,
+        }
+    }
+
+    /// Relocates the object `c` into `w` if the hash table still refers to it;
+    /// returns the bytes copied.
+    fn copy_object(
+        &self,
+        c: &Candidate,
+        w: &mut SegmentWriter,
+        victims: &[SegmentMeta],
+        relocator: &dyn Relocator,
+    ) -> u64 {
+        // Parsed again here rather than kept from the scan: the work list stays at
+        // 32 bytes an entry, and the copy reads these bytes next anyway. The scan
+        // parsed it, so it parses.
+        let Ok(view) = self.log.object(c.at) else {
+            debug_assert!(false, "an object parsed by the scan did not parse again");
+            return 0;
+        };
+        let len = c.len as usize;
+        let (slot, from_slot) = (w.slot, victims[c.victim as usize].slot);
+        // Counted inside the copy, under the bucket lock: once the lock is released
+        // a writer may already count the copy dead.
+        let moved = relocator.relocate(&view, c.hash_or_target, &mut || {
+            let at = self.log.copy_entry(c.at, len, w);
+            self.log.survivor_bytes_added(slot, len, false, from_slot);
+            at
+        });
+        if moved {
+            len as u64
+        } else {
+            0
+        }
+    }
+
+    /// Copies the live tombstone `c` into `w` and records its move in the lists;
+    /// returns the bytes copied.
+    fn copy_tombstone(
+        &self,
+        c: &Candidate,
+        w: &mut SegmentWriter,
+        victims: &[SegmentMeta],
+        moved_tombstones: &mut PendingMoves,
+    ) -> u64 {
+        let len = c.len as usize;
+        self.log.copy_entry(c.at, len, w);
+        let from_slot = victims[c.victim as usize].slot;
+        self.log.survivor_bytes_added(w.slot, len, true, from_slot);
+        moved_tombstones.push(
+            &self.log.tombstone_targets,
+            Move {
+                target: c.hash_or_target,
+                from: victims[c.victim as usize].id,
+                to: w.id,
+                to_slot: w.slot,
+                bytes: len as u64,
+            },
+        );
+        self.log
+            .counters
+            .tombstones_moved
+            .fetch_add(1, Ordering::Relaxed);
+        len as u64
+    }
+
+    /// A new survivor segment (its header is written when its first seglet is
+    /// attached).
+    pub(super) fn open_survivor(&self) -> SegmentWriter {
+        let (id, slot) = {
+            let mut table = self.log.segments.lock();
+            // Every slot in use belongs to a segment holding at least one seglet that
+            // is not free (survivors get theirs at once from the stash), and there
+            // are more slots than seglets: a slot is always free here. Running out
+            // would mean lost accounting, and continuing would free live data.
+            let slot = table
+                .free_slots
+                .pop()
+                .expect("segment slots exhausted: more segments than seglets");
+            let id = table.next_id;
+            table.next_id += 1;
+            (id, slot)
+        };
+        let c = &self.log.slots[slot as usize];
+        c.segment_id.store(id, Ordering::Release);
+        c.live_bytes.store(0, Ordering::Relaxed);
+        c.tombstone_bytes.store(0, Ordering::Relaxed);
+        c.relocated_live_bytes.store(0, Ordering::Relaxed);
+        c.relocated_tombstone_bytes.store(0, Ordering::Relaxed);
+        SegmentWriter::new(id, slot, self.log.config.segment_bytes)
+    }
+
+    /// Attaches seglets from the pass's stash so `w` can take `extra` more bytes (and
+    /// writes the segment header first if `w` is new).
+    fn attach_from_stash(&self, w: &mut SegmentWriter, extra: usize, stash: &mut Vec<u32>) {
+        let mut header = Vec::new();
+        if w.length == 0 {
+            crate::entry::encode_segment_header(self.log.config.master_id, w.id, &mut header);
+        }
+        let n = w.seglets_needed(header.len() + extra);
+        assert!(n <= stash.len(), "combined cleaning stash too small");
+        let taken = stash.split_off(stash.len() - n);
+        let before = w.seglets.len();
+        w.attach(&self.log.pool, &taken);
+        self.log.map_seglets(w, before);
+        if !header.is_empty() {
+            w.write(&self.log.pool, &header);
+            w.note_entry(header.len());
+        }
+    }
+}

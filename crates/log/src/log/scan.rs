@@ -1,0 +1,127 @@
+//! Walking a closed segment's in-memory chain entry by entry, and copying an entry
+//! to a writer: what the cleaner reads and writes with (L§4), and what the
+//! tombstone accounting check scans.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+use super::{Log, SegmentMeta, SegmentState};
+use crate::entry::{EntryType, ScannedLayout};
+use crate::pool::SegletPool;
+use crate::segment::SegmentWriter;
+use crate::{LogRef, SEGLET_BYTES};
+
+/// One entry found by scanning a segment.
+#[derive(Clone, Copy)]
+pub(crate) struct Found {
+    pub at: LogRef,
+    /// Where the entry starts in its segment's in-memory chain.
+    pub offset: usize,
+    pub len: usize,
+    pub kind: EntryType,
+    /// The entry's fields, parsed once by the scan.
+    pub layout: ScannedLayout,
+}
+
+impl Log {
+    /// Ids of the segments in the log: tombstones naming any other segment are dead.
+    pub(crate) fn live_segment_ids(&self, leaving: &[u64]) -> HashSet<u64> {
+        let table = self.segments.lock();
+        table
+            .by_id
+            .values()
+            .filter(|m| m.state != SegmentState::Emergency && !leaving.contains(&m.id))
+            .map(|m| m.id)
+            .collect()
+    }
+
+    /// The entries of a closed segment's in-memory chain, in order. Stops at the first
+    /// entry that does not parse (which would mean memory corruption: everything
+    /// before it is still returned).
+    pub(crate) fn entries<'a>(&'a self, meta: &'a SegmentMeta) -> impl Iterator<Item = Found> + 'a {
+        let mut offset = 0;
+        std::iter::from_fn(move || {
+            if offset >= meta.mem_length {
+                return None;
+            }
+            let at =
+                SegletPool::log_ref(meta.seglets[offset / SEGLET_BYTES], offset % SEGLET_BYTES);
+            let Ok((header, layout)) = self.scan_entry(at) else {
+                debug_assert!(false, "unparsable entry in segment {} at {offset}", meta.id);
+                return None;
+            };
+            let start = offset;
+            offset += header.total_len;
+            Some(Found {
+                at,
+                offset: start,
+                len: header.total_len,
+                kind: header.entry_type,
+                layout,
+            })
+        })
+    }
+
+    /// Copies the entry at `from` (of `len` bytes) to the end of `w`.
+    pub(crate) fn copy_entry(&self, from: LogRef, len: usize, w: &mut SegmentWriter) -> LogRef {
+        let at = w.ref_at(w.length);
+        let pool = &self.pool;
+        pool.for_each_piece(from, len, |piece| w.write(pool, piece));
+        w.note_entry(len);
+        at
+    }
+
+    /// Checks the live-tombstone accounting against the log itself: every closed
+    /// segment's count must equal the bytes of its tombstones whose target is still in
+    /// the log (found by scanning), each count must equal what the target lists name,
+    /// and the total must be the sum over segments. Only meaningful while no pass runs
+    /// (tests call it between operations). Returns the first discrepancy.
+    pub fn verify_tombstone_accounting(&self) -> Result<(), String> {
+        let _no_combined = self.combined_pass.lock();
+        let table = self.segments.lock();
+        let in_log: HashSet<u64> = table
+            .by_id
+            .values()
+            .filter(|m| m.state != SegmentState::Emergency)
+            .map(|m| m.id)
+            .collect();
+        let targets = self.tombstone_targets.lock();
+        let mut total = 0u64;
+        for m in table.by_id.values() {
+            let counted = self.slots[m.slot as usize]
+                .tombstone_bytes
+                .load(Ordering::Relaxed);
+            total += counted;
+            let listed = targets.bytes_held_by(m.id);
+            if listed != counted {
+                return Err(format!(
+                    "segment {}: {counted} live tombstone bytes counted, {listed} listed",
+                    m.id
+                ));
+            }
+            if m.state != SegmentState::Closed {
+                continue;
+            }
+            let mut scanned = 0u64;
+            for e in self.entries(m) {
+                if matches!(e.layout, ScannedLayout::Tombstone(t) if in_log.contains(&t.segment_id))
+                {
+                    scanned += e.len as u64;
+                }
+            }
+            if scanned != counted {
+                return Err(format!(
+                    "segment {}: {counted} live tombstone bytes counted, {scanned} found",
+                    m.id
+                ));
+            }
+        }
+        let global = self.tombstone_bytes_total();
+        if global != total {
+            return Err(format!(
+                "{global} live tombstone bytes in total, {total} summed over segments"
+            ));
+        }
+        Ok(())
+    }
+}

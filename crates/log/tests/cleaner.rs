@@ -1,0 +1,176 @@
+//! The cleaner as its own type over the log (issue 19, "Owned parts"): a
+//! `Cleaner` borrows a `Log` and a `Relocator` and runs the two levels of L§4 —
+//! compaction (level 1) and combined cleaning (level 2) — keeping every live
+//! object readable where the relocator now points.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+use ramstore_log::{
+    CleanKind, Cleaner, DeadObject, Log, LogConfig, LogRef, NewObject, ObjectView, Relocator,
+};
+
+const VALUE_BYTES: usize = 1000;
+const KEYS: u32 = 2000;
+
+/// A hash table of one map under one lock: enough to specify what the cleaner asks
+/// of its owner.
+#[derive(Default)]
+struct MapRelocator {
+    table: Mutex<HashMap<Vec<u8>, (LogRef, usize)>>,
+}
+
+fn key_of(object: &ObjectView<'_>) -> Vec<u8> {
+    let mut key = Vec::new();
+    object.copy_key(&mut key);
+    key
+}
+
+impl Relocator for MapRelocator {
+    fn hash(&self, object: &ObjectView<'_>) -> u64 {
+        key_of(object)
+            .iter()
+            .fold(0u64, |h, &b| h * 31 + u64::from(b))
+    }
+
+    fn is_live(&self, object: &ObjectView<'_>, _hash: u64) -> bool {
+        self.table.lock().get(&key_of(object)).map(|&(r, _)| r) == Some(object.location())
+    }
+
+    fn relocate(
+        &self,
+        object: &ObjectView<'_>,
+        _hash: u64,
+        copy: &mut dyn FnMut() -> LogRef,
+    ) -> bool {
+        let mut table = self.table.lock();
+        match table.get_mut(&key_of(object)) {
+            Some(entry) if entry.0 == object.location() => {
+                entry.0 = copy();
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+fn value(key: u32, version: u64) -> Vec<u8> {
+    vec![(key as u64 + version) as u8; VALUE_BYTES]
+}
+
+/// A log of 1 MiB segments holding `KEYS` objects written twice over for every
+/// even key (half the first versions are dead), its head rolled so every segment
+/// that holds objects is closed (and, with no replicas, replicated).
+fn log_with_dead_objects() -> (Log, MapRelocator) {
+    let mut config = LogConfig::new(32 << 20);
+    config.segment_bytes = 1 << 20;
+    let log = Log::new(config).expect("log");
+    let relocator = MapRelocator::default();
+    for version in 1..=2u64 {
+        for k in (0..KEYS).filter(|k| version == 1 || k % 2 == 0) {
+            let key = k.to_le_bytes();
+            let value = value(k, version);
+            let old = relocator.table.lock().get(&key[..]).copied();
+            let replaces = old.map(|(location, _)| DeadObject {
+                version: version - 1,
+                location,
+            });
+            let object = NewObject {
+                table_id: 1,
+                key: &key,
+                version,
+                value: &value,
+            };
+            let appended = log.append_object(&object, replaces).expect("append");
+            let len = log.object(appended.entry).expect("object").entry_len();
+            if let Some((r, old_len)) = old {
+                log.object_died(r, old_len);
+            }
+            relocator
+                .table
+                .lock()
+                .insert(key.to_vec(), (appended.entry, len));
+        }
+    }
+    assert!(log.roll_head_now(), "the head rolls");
+    (log, relocator)
+}
+
+/// Every key reads back its newest value where the relocator points.
+fn assert_all_readable(log: &Log, relocator: &MapRelocator) {
+    let _pin = log.pin();
+    for k in 0..KEYS {
+        let version = if k % 2 == 0 { 2 } else { 1 };
+        let (r, _) = relocator.table.lock()[&k.to_le_bytes()[..]];
+        let object = log.object(r).expect("a live object parses");
+        let mut got = Vec::new();
+        object.copy_value(&mut got);
+        assert_eq!(object.version(), version, "key {k}");
+        assert_eq!(got, value(k, version), "key {k}");
+        assert!(object.checksum_ok(), "key {k}");
+    }
+}
+
+#[test]
+fn cleaning_needed_fresh_log_is_none() {
+    let log = Log::new(LogConfig::new(32 << 20)).expect("log");
+    assert_eq!(Cleaner::new(&log).cleaning_needed(), CleanKind::None);
+    assert_eq!(Cleaner::new(&log).clean(&MapRelocator::default()), None);
+}
+
+#[test]
+fn compact_frees_dead_seglets_and_keeps_live_objects_readable() {
+    let (log, relocator) = log_with_dead_objects();
+    let before = log.stats();
+    let outcome = Cleaner::new(&log)
+        .compact(&relocator)
+        .expect("a segment to compact");
+    assert!(outcome.made_progress, "{outcome:?}");
+    assert!(
+        outcome.seglets_retired > outcome.output_seglets,
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.survivors, 0, "compaction writes no survivor");
+    let after = log.stats();
+    assert_eq!(after.compactions, before.compactions + 1);
+    // Compaction keeps the segment's replicas: the disk log does not shrink.
+    assert_eq!(after.disk_log_bytes, before.disk_log_bytes);
+    assert_all_readable(&log, &relocator);
+    log.verify_tombstone_accounting()
+        .expect("tombstone accounting");
+}
+
+#[test]
+fn clean_combined_writes_survivors_and_shrinks_the_disk_log() {
+    let (log, relocator) = log_with_dead_objects();
+    let before = log.stats();
+    let outcome = Cleaner::new(&log)
+        .clean_combined_with_gain(&relocator, 0)
+        .expect("victims to clean");
+    assert!(outcome.survivors >= 1, "{outcome:?}");
+    assert!(outcome.bytes_copied > 0, "{outcome:?}");
+    let after = log.stats();
+    assert_eq!(after.combined_passes, before.combined_passes + 1);
+    assert!(
+        after.disk_log_bytes < before.disk_log_bytes,
+        "{} bytes on disk before, {} after",
+        before.disk_log_bytes,
+        after.disk_log_bytes
+    );
+    assert_all_readable(&log, &relocator);
+    log.verify_tombstone_accounting()
+        .expect("tombstone accounting");
+}
+
+#[test]
+fn clean_combined_incremental_cleans_one_segment_into_one_survivor() {
+    let (log, relocator) = log_with_dead_objects();
+    let outcome = Cleaner::new(&log)
+        .clean_combined_incremental(&relocator, true)
+        .expect("a segment to clean");
+    assert_eq!((outcome.segments, outcome.survivors), (1, 1), "{outcome:?}");
+    assert_eq!(log.stats().incremental_combined_passes, 1);
+    assert_all_readable(&log, &relocator);
+    log.verify_tombstone_accounting()
+        .expect("tombstone accounting");
+}
