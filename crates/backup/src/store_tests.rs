@@ -1,6 +1,8 @@
 use super::*;
+use crate::config::SyncMode;
 use crate::disk::MemDisk;
 use crate::faulty::{FaultPlan, FaultyDisk};
+use crate::metadata::{ReplicaMetadata, METADATA_SLOT_BYTES};
 use crate::scan::FrameProblem;
 use std::io;
 use std::time::Duration;

@@ -167,7 +167,9 @@ impl CoordinatorService {
         out
     }
 
-    /// Hands `req` to the part that owns it and encodes its answer.
+    /// Hands `req` to the part that owns it and encodes its answer: each request
+    /// family has a function of its own, tried in turn; a request none of them
+    /// takes was sent to the wrong kind of server.
     async fn answer_request(
         &self,
         id: u64,
@@ -175,7 +177,25 @@ impl CoordinatorService {
         req: &Request<'_>,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
-        let answer = match *req {
+        if let Some(answer) = self.answer_table_request(req).await {
+            return encode_answer(id, op, answer, out);
+        }
+        if let Some(answer) = self.answer_membership_change(req) {
+            return encode_answer(id, op, answer, out);
+        }
+        if let Some(encoded) = self.answer_self_encoding(id, op, req, out) {
+            return encoded;
+        }
+        misdirected(id, op, req, out)
+    }
+
+    /// Tables and tablet splits (R§4.2), owned by [`Changes`] and the core; `None`
+    /// for a request of another family.
+    async fn answer_table_request(
+        &self,
+        req: &Request<'_>,
+    ) -> Option<Result<Response<'static>, CoordinatorError>> {
+        Some(match *req {
             Request::CreateTable { server_span, name } => {
                 let created = self.changes.create_table(name, server_span).await;
                 created.map(|table_id| Response::CreateTable { table_id })
@@ -192,6 +212,17 @@ impl CoordinatorService {
                 let split = self.changes.split_tablet(name, split_hash).await;
                 split.map(|()| Response::SplitTablet)
             }
+            _ => return None,
+        })
+    }
+
+    /// Servers joining, crashing on an operator's word, and leaving (R§3, R§7);
+    /// `None` for a request of another family.
+    fn answer_membership_change(
+        &self,
+        req: &Request<'_>,
+    ) -> Option<Result<Response<'static>, CoordinatorError>> {
+        Some(match *req {
             Request::Enlist {
                 replaces_server_id,
                 services,
@@ -217,45 +248,39 @@ impl CoordinatorService {
                 .crash_server(server_id)
                 .map(|()| Response::CrashServer),
             Request::Leave { server_id } => self.changes.leave(server_id).map(|()| Response::Leave),
-            // Answers that encode themselves (a tablet map streams its entries;
-            // the statistics borrow a string built here).
-            Request::GetTabletMap => return self.encode_tablet_map(id, out),
+            _ => return None,
+        })
+    }
+
+    /// Answers that encode themselves: a tablet map streams its entries, the
+    /// statistics borrow a string built here, and failure detection and zombie
+    /// checks are answered by their parts (R§7.2, R§7.11). `None` for a request of
+    /// another family.
+    fn answer_self_encoding(
+        &self,
+        id: u64,
+        op: Opcode,
+        req: &Request<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(), WireError>> {
+        Some(match *req {
+            Request::GetTabletMap => self.encode_tablet_map(id, out),
             Request::GetServerStats => {
                 let text = self.stats_text();
-                return encode_response(id, op, &Response::GetServerStats { text: &text }, out);
+                encode_response(id, op, &Response::GetServerStats { text: &text }, out)
             }
-            // Failure detection and zombies (R§7.2, R§7.11).
             Request::Ping { nonce, caller_id } => {
-                return self.membership.answer_ping(id, nonce, caller_id, out)
+                self.membership.answer_ping(id, nonce, caller_id, out)
             }
             Request::SuspectServer {
                 caller_id,
                 server_id,
-            } => return self.suspicion.answer_suspect(id, caller_id, server_id, out),
+            } => self.suspicion.answer_suspect(id, caller_id, server_id, out),
             Request::RenewLease { caller_id } => {
-                return self.membership.answer_renew_lease(id, caller_id, out)
+                self.membership.answer_renew_lease(id, caller_id, out)
             }
-            Request::PingServer { .. } => {
-                return invalid(
-                    id,
-                    op,
-                    "this is the coordinator; PingServer is a storage-server operation",
-                    out,
-                )
-            }
-            _ => {
-                return invalid(
-                    id,
-                    op,
-                    "this is the coordinator; send object operations to a master",
-                    out,
-                )
-            }
-        };
-        match answer {
-            Ok(response) => encode_response(id, op, &response, out),
-            Err(e) => encode_error(id, op, &e, out),
-        }
+            _ => return None,
+        })
     }
 
     /// The tablet map, streamed into `out`.
@@ -267,6 +292,30 @@ impl CoordinatorService {
         }
         enc.finish()
     }
+}
+
+/// Encodes the answer of a request family that answers with a response or an error.
+fn encode_answer(
+    id: u64,
+    op: Opcode,
+    answer: Result<Response<'_>, CoordinatorError>,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    match answer {
+        Ok(response) => encode_response(id, op, &response, out),
+        Err(e) => encode_error(id, op, &e, out),
+    }
+}
+
+/// A request for a storage server, sent to the coordinator: refused as invalid.
+fn misdirected(id: u64, op: Opcode, req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
+    let message = match req {
+        Request::PingServer { .. } => {
+            "this is the coordinator; PingServer is a storage-server operation"
+        }
+        _ => "this is the coordinator; send object operations to a master",
+    };
+    invalid(id, op, message, out)
 }
 
 /// INVALID_REQUEST with `message`.

@@ -17,7 +17,8 @@
 //! `ramstore-harness` binary). See docs/reliability.md.
 //!
 //! This is the workspace's test-support crate: fixtures that start real processes
-//! (etcd, clusters) live here rather than in a product library, and only tests,
+//! (etcd, clusters) and [`counting_alloc`] (the counting global allocator of the
+//! `no_alloc` tests) live here rather than in a product library, and only tests,
 //! `scripts/soak` and other test-support code depend on it, so the `ramstore`
 //! binary never links it.
 //!
@@ -31,6 +32,7 @@
 //! their own clients.
 
 pub mod cluster;
+pub mod counting_alloc;
 pub mod disk;
 pub mod etcd;
 pub mod faults;

@@ -2,54 +2,14 @@
 //! the log and encoded into a reused output buffer performs zero heap allocations
 //! (R§11.3, docs/design.md §8). Measured with a counting global allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
+use ramstore_harness::counting_alloc::{start_counting, stop_counting, Counting};
 use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_rpc::{Handled, Service};
 use ramstore_server::StorageService;
 use ramstore_wire::{decode_response, encode_request, RejectRules, Request, Response};
 
-struct Counting;
-
-// Per thread, so tests running in parallel do not count each other's allocations.
-// Const-initialised cells without destructors are safe to touch from the allocator.
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn count_one() {
-    if COUNTING.with(Cell::get) {
-        ALLOCATIONS.with(|a| a.set(a.get() + 1));
-    }
-}
-
-fn start_counting() {
-    ALLOCATIONS.with(|a| a.set(0));
-    COUNTING.with(|c| c.set(true));
-}
-
-fn stop_counting() -> usize {
-    COUNTING.with(|c| c.set(false));
-    ALLOCATIONS.with(Cell::get)
-}
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_one();
-        System.realloc(ptr, layout, new_size)
-    }
-}
-
+// The counting allocator is shared with the other `no_alloc` tests
+// (`ramstore_harness::counting_alloc`); each test binary installs its own.
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 

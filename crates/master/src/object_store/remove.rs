@@ -1,0 +1,116 @@
+//! Deletes of an object store: a tombstone is logged for the dead object, and the
+//! safe version is raised before it exists so versions never go back (R§3.1, R§7.6).
+
+use std::sync::atomic::Ordering;
+
+use ramstore_log::{Appended, DeadObject, LogRef, MAX_KEY_BYTES};
+use ramstore_wire::RejectRules;
+
+use super::{key_hash, ObjectStore};
+use crate::error::WriteError;
+
+impl ObjectStore {
+    /// Replays a tombstone of a crashed master's log (R§7.6): the key's object
+    /// dies if its version is at most `version`. Returns whether one died.
+    pub fn replay_tombstone(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        version: u64,
+    ) -> Result<bool, WriteError> {
+        let rules = RejectRules {
+            given_version: version,
+            version_gt_given: true,
+            ..RejectRules::default()
+        };
+        match self.remove_as(table_id, key, &rules, true) {
+            Ok(removed) => Ok(removed.is_some()),
+            Err(WriteError::WrongVersion { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes an object; returns the version it had, or `None` if there was none.
+    pub fn remove(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        rules: &RejectRules,
+    ) -> Result<Option<u64>, WriteError> {
+        self.remove_as(table_id, key, rules, false)
+    }
+
+    /// [`Self::remove`]; `replaying` lets crash recovery's replay reach a tablet
+    /// that is still being recovered.
+    fn remove_as(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        rules: &RejectRules,
+        replaying: bool,
+    ) -> Result<Option<u64>, WriteError> {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(WriteError::KeyTooLarge(key.len()));
+        }
+        let hash = key_hash(key);
+        let inner = &*self.inner;
+        let log = &inner.log;
+        let _pin = log.pin();
+        let (appended, version): (Appended, u64) = {
+            let mut guard = inner.index.lock(hash);
+            let tablets = inner.shared.tablets.load();
+            let tablet = tablets
+                .find(table_id, hash)
+                .filter(|t| replaying || !t.is_recovering())
+                .ok_or(WriteError::UnknownTablet)?;
+            let mut current = None;
+            let found = guard.find(|r| match log.object(LogRef(r)) {
+                Ok(view) if view.table_id() == table_id && view.key_eq(key) => {
+                    current = Some((view.version(), view.entry_len()));
+                    true
+                }
+                _ => false,
+            });
+            rules.check(current.map(|(v, _)| v))?;
+            let (Some((slot, r)), Some((version, len))) = (found, current) else {
+                return Ok(None);
+            };
+            // Raise the safe version before the tombstone exists, so that any head
+            // opened from now on records it (R§3.1): versions of this key stay
+            // monotonic even after the tombstone is cleaned.
+            let safe = &inner.shared.safe_version;
+            let before = safe.fetch_max(version + 1, Ordering::SeqCst);
+            let appended = match log.append_tombstone(
+                table_id,
+                key,
+                DeadObject {
+                    version,
+                    location: LogRef(r),
+                },
+            ) {
+                Ok(a) => a,
+                Err(e) => {
+                    // Nothing was deleted: undo our raise unless another delete has
+                    // raised it further since (a higher value is never wrong).
+                    if before < version + 1 {
+                        let _ = safe.compare_exchange(
+                            version + 1,
+                            before,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        );
+                    }
+                    self.kick_cleaner();
+                    return Err(e.into());
+                }
+            };
+            guard.remove(slot);
+            log.object_died(LogRef(r), len);
+            tablet.object_removed(len);
+            (appended, version)
+        };
+        log.replicate(&appended);
+        self.note_head(appended.segment_id);
+        Ok(Some(version))
+    }
+}

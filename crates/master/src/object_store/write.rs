@@ -1,0 +1,296 @@
+//! The write path of an object store: writes, reloads, replays and increments,
+//! all through one `update` that holds the key's bucket lock from reading the
+//! current version to publishing the new reference (R§3.1, R§4.1).
+
+use std::sync::atomic::Ordering;
+
+use ramstore_log::{
+    DeadObject, Log, LogRef, NewObject, ObjectView, MAX_KEY_BYTES, MAX_VALUE_BYTES,
+};
+use ramstore_wire::counter::{self, CounterText};
+use ramstore_wire::RejectRules;
+
+use super::{key_hash, ObjectStore};
+use crate::error::WriteError;
+
+/// The current entry of a key, found under its bucket lock.
+struct Current {
+    slot: ramstore_index::Slot,
+    at: LogRef,
+    version: u64,
+    len: usize,
+}
+
+/// The value a write stores: borrowed from the caller, or computed (increments).
+// The counter's text lives on the stack for one write: boxing it would put an
+// allocation on every increment, and no collection holds these.
+#[allow(clippy::large_enum_variant)]
+enum NewValue<'a> {
+    Borrowed(&'a [u8]),
+    Counter(CounterText),
+}
+
+impl NewValue<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            NewValue::Borrowed(b) => b,
+            NewValue::Counter(t) => t.as_bytes(),
+        }
+    }
+}
+
+/// The longest stored value an increment reads as a number: longer than any
+/// text [`CounterText`] writes, so every counter either front end made fits.
+const MAX_COUNTER_TEXT_BYTES: usize = 400;
+
+/// The number in `view`'s value, read with `parse` (decimal text, see
+/// [`ramstore_wire::counter`]), or `NotNumeric`. Copies the value into a stack
+/// buffer: a value may span seglets, and an increment must not allocate.
+fn counter_text<T>(
+    view: &ObjectView<'_>,
+    parse: impl FnOnce(&[u8]) -> Option<T>,
+) -> Result<T, WriteError> {
+    let len = view.value_len();
+    if len > MAX_COUNTER_TEXT_BYTES {
+        return Err(WriteError::NotNumeric(len));
+    }
+    let mut buf = [0u8; MAX_COUNTER_TEXT_BYTES];
+    let mut at = 0;
+    view.value_pieces(|piece| {
+        // The pieces add up to `len`, checked above to fit.
+        let end = (at + piece.len()).min(buf.len());
+        buf[at..end].copy_from_slice(&piece[..end - at]);
+        at = end;
+    });
+    parse(&buf[..at]).ok_or(WriteError::NotNumeric(len))
+}
+
+fn object_len(log: &Log, at: LogRef) -> usize {
+    // The entry was just appended by this thread: it parses.
+    log.object(at).map_or(0, |v| v.entry_len())
+}
+
+impl ObjectStore {
+    /// Writes an object; returns its new version.
+    pub fn write(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        rules: &RejectRules,
+    ) -> Result<u64, WriteError> {
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(WriteError::ValueTooLarge(value.len()));
+        }
+        self.update(table_id, key, rules, None, |_| {
+            Ok(NewValue::Borrowed(value))
+        })
+    }
+
+    /// Puts back an object as it was in a log being reloaded (cold start, recovery
+    /// replay, R§7.6): with exactly `version`, replacing any current object. The
+    /// caller keeps only the newest version of each key and raises the safe version
+    /// ([`ObjectStore::raise_safe_version`]) above every version it saw.
+    pub fn restore(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        version: u64,
+    ) -> Result<(), WriteError> {
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(WriteError::ValueTooLarge(value.len()));
+        }
+        self.update(
+            table_id,
+            key,
+            &RejectRules::default(),
+            Some(version),
+            |_| Ok(NewValue::Borrowed(value)),
+        )
+        .map(|_| ())
+    }
+
+    /// Replays an object of a crashed master's log (R§7.6): it becomes the key's
+    /// object, with exactly `version`, unless the key already holds a version at
+    /// least as new (entries arrive in any order). Returns whether it was applied.
+    /// A replaced object dies as in any overwrite (a tombstone is logged for it),
+    /// so the recovered log is as safe to clean as one written by clients.
+    pub fn replay_object(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        version: u64,
+    ) -> Result<bool, WriteError> {
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(WriteError::ValueTooLarge(value.len()));
+        }
+        let applied = self.update(
+            table_id,
+            key,
+            &RejectRules::default(),
+            Some(version),
+            |current| match current {
+                Some(c) if c.version() >= version => Err(WriteError::WrongVersion {
+                    current: c.version(),
+                }),
+                _ => Ok(NewValue::Borrowed(value)),
+            },
+        );
+        match applied {
+            Ok(_) => Ok(true),
+            Err(WriteError::WrongVersion { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Adds `delta` to an object whose value is an integer in decimal text (a
+    /// missing object counts as 0 and is created), and stores the sum as decimal
+    /// text: the form Redis's INCR reads and writes ([`ramstore_wire::counter`]),
+    /// so native and Redis counters are one. Returns the new value and version.
+    /// A value that is not such an integer is `NotNumeric`; a sum outside i64 is
+    /// `Overflow`. Atomic: the read, the check of `rules` and the write happen
+    /// under the key's bucket lock.
+    pub fn increment_i64(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        delta: i64,
+        rules: &RejectRules,
+    ) -> Result<(i64, u64), WriteError> {
+        let mut new = 0;
+        let version = self.update(table_id, key, rules, None, |current| {
+            let old = match current {
+                Some(view) => counter_text(view, counter::parse_i64)?,
+                None => 0,
+            };
+            new = old.checked_add(delta).ok_or(WriteError::Overflow)?;
+            Ok(NewValue::Counter(CounterText::from_i64(new)))
+        })?;
+        Ok((new, version))
+    }
+
+    /// Adds `delta` to an object whose value is a number in decimal text (a
+    /// missing object counts as 0.0), and stores the sum as Redis's INCRBYFLOAT
+    /// does ([`ramstore_wire::counter`]). A non-finite result is refused as an
+    /// overflow.
+    pub fn increment_f64(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        delta: f64,
+        rules: &RejectRules,
+    ) -> Result<(f64, u64), WriteError> {
+        let mut new = 0.0;
+        let version = self.update(table_id, key, rules, None, |current| {
+            let old = match current {
+                Some(view) => counter_text(view, counter::parse_f64)?,
+                None => 0.0,
+            };
+            new = old + delta;
+            if !new.is_finite() {
+                return Err(WriteError::Overflow);
+            }
+            // -0 is stored as "0": answer the number stored.
+            if new == 0.0 {
+                new = 0.0;
+            }
+            Ok(NewValue::Counter(CounterText::from_f64(new)))
+        })?;
+        Ok((new, version))
+    }
+
+    /// The write path shared by writes and increments: under the key's bucket lock,
+    /// find the current object, check the rules, compute the value, append it with a
+    /// tombstone for the old version, and publish it. Returns the new version.
+    fn update<'v>(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        rules: &RejectRules,
+        forced_version: Option<u64>,
+        compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
+    ) -> Result<u64, WriteError> {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(WriteError::KeyTooLarge(key.len()));
+        }
+        let hash = key_hash(key);
+        let inner = &*self.inner;
+        let log = &inner.log;
+        let _pin = log.pin();
+        let (appended, version) = {
+            let mut guard = inner.index.lock(hash);
+            let tablets = inner.shared.tablets.load();
+            let tablet = tablets
+                .find(table_id, hash)
+                .filter(|t| forced_version.is_some() || !t.is_recovering())
+                .ok_or(WriteError::UnknownTablet)?;
+            let mut current_view = None;
+            let current = guard
+                .find(|r| match log.object(LogRef(r)) {
+                    Ok(view) if view.table_id() == table_id && view.key_eq(key) => {
+                        current_view = Some(view);
+                        true
+                    }
+                    _ => false,
+                })
+                .and_then(|(slot, r)| {
+                    current_view.as_ref().map(|v| Current {
+                        slot,
+                        at: LogRef(r),
+                        version: v.version(),
+                        len: v.entry_len(),
+                    })
+                });
+            rules.check(current.as_ref().map(|c| c.version))?;
+            let value = compute(current_view.as_ref())?;
+            let value = value.bytes();
+            let version = match (&current, forced_version) {
+                (_, Some(v)) => v,
+                (Some(c), None) => c.version + 1,
+                (None, None) => inner.shared.safe_version.load(Ordering::SeqCst),
+            };
+            let appended = log.append_object(
+                &NewObject {
+                    table_id,
+                    key,
+                    version,
+                    value,
+                },
+                current.as_ref().map(|c| DeadObject {
+                    version: c.version,
+                    location: c.at,
+                }),
+            );
+            let appended = match appended {
+                Ok(a) => a,
+                Err(e) => {
+                    self.kick_cleaner();
+                    return Err(e.into());
+                }
+            };
+            let new_len = object_len(log, appended.entry);
+            match &current {
+                Some(c) => {
+                    guard.replace(c.slot, appended.entry.0);
+                    log.object_died(c.at, c.len);
+                    tablet.object_removed(c.len);
+                }
+                None => {
+                    if guard.insert(appended.entry.0).is_err() {
+                        // The hash table's overflow arena is exhausted: the appended
+                        // object was never visible and is simply dead.
+                        log.object_died(appended.entry, new_len);
+                        return Err(WriteError::NoSpace);
+                    }
+                }
+            }
+            tablet.object_added(new_len);
+            (appended, version)
+        };
+        log.replicate(&appended);
+        self.note_head(appended.segment_id);
+        Ok(version)
+    }
+}
