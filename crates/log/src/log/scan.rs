@@ -86,11 +86,24 @@ impl Log {
     }
 
     /// Copies the entry at `from` (of `len` bytes) to the end of `w`.
+    ///
+    /// Asks for the writer's lines `SCAN_PREFETCH_BYTES` ahead, as many as this entry
+    /// fills: the cleaner writes its output in order too, and a store to a line not
+    /// in cache waits for it (the copy's stores were most of its cost, issue 17).
     pub(crate) fn copy_entry(&self, from: LogRef, len: usize, w: &mut SegmentWriter) -> LogRef {
         let at = w.ref_at(w.length);
         let pool = &self.pool;
         pool.for_each_piece(from, len, |piece| w.write(pool, piece));
         w.note_entry(len);
+        let end = w.length + SCAN_PREFETCH_BYTES;
+        let mut line = (end - len.min(SCAN_PREFETCH_BYTES)) & !(CACHE_LINE_BYTES - 1);
+        while line < end {
+            match w.seglets.get(line / SEGLET_BYTES) {
+                Some(&seglet) => self.pool.prefetch(seglet, line % SEGLET_BYTES),
+                None => break,
+            }
+            line += CACHE_LINE_BYTES;
+        }
         at
     }
 
