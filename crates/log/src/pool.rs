@@ -320,9 +320,7 @@ impl SegletPool {
                 .base
                 .as_ptr()
                 .add(seglet as usize * SEGLET_BYTES + offset);
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                p as *const i8,
-            );
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
         }
     }
 

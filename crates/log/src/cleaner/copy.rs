@@ -10,8 +10,8 @@ use super::work_list::{combined_work_list_entries, Candidate, WorkList};
 use super::{Cleaner, Relocator, RELOCATION_BATCH};
 use crate::balancer;
 use crate::entry::{EntryType, ScannedLayout};
-use crate::log::read::ObjectView;
 use crate::log::memory::RelocatedSums;
+use crate::log::read::ObjectView;
 use crate::log::SegmentMeta;
 use crate::pool::AllocClass;
 use crate::segment::SegmentWriter;
@@ -253,12 +253,7 @@ impl Cleaner<'_> {
 
     /// Relocates the object `c` into `w` if the hash table still refers to it;
     /// returns the bytes copied.
-    fn copy_object(
-        &self,
-        c: &Candidate,
-        w: &mut SegmentWriter,
-        relocator: &dyn Relocator,
-    ) -> u64 {
+    fn copy_object(&self, c: &Candidate, w: &mut SegmentWriter, relocator: &dyn Relocator) -> u64 {
         // Parsed again here rather than kept from the scan: the work list stays at
         // 32 bytes an entry, and the copy reads these bytes next anyway. The scan
         // parsed it, so it parses.

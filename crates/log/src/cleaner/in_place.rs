@@ -39,9 +39,9 @@ use std::sync::atomic::Ordering;
 
 use super::{Cleaner, Relocator, RELOCATION_BATCH};
 use crate::entry::{EntryType, ScannedLayout};
+use crate::log::memory::RelocatedSums;
 use crate::log::read::ObjectView;
 use crate::log::scan::Found;
-use crate::log::memory::RelocatedSums;
 use crate::log::{Log, SegmentMeta};
 use crate::pool::AllocClass;
 use crate::segment::SegmentWriter;

@@ -113,8 +113,7 @@ impl Log {
         let from = &self.slots[from_slot as usize];
         let RelocatedSums { live, tombstone } = std::mem::take(sums);
         if live > 0 {
-            from.relocated_live_bytes
-                .fetch_add(live, Ordering::Relaxed);
+            from.relocated_live_bytes.fetch_add(live, Ordering::Relaxed);
             self.relocating_live_bytes
                 .fetch_add(live, Ordering::Relaxed);
             self.live_object_bytes.fetch_add(live, Ordering::Relaxed);
