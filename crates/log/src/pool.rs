@@ -304,6 +304,26 @@ impl SegletPool {
         std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
     }
 
+    /// A hint that the cache line holding byte `offset` of `seglet` is read soon;
+    /// does nothing where there is no such hint, or out of bounds.
+    #[inline]
+    pub fn prefetch(&self, seglet: u32, offset: usize) {
+        if seglet >= self.seglet_count || offset >= SEGLET_BYTES {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is only a hint: it never faults and reads nothing into
+        // the program, and the address is inside the pool's allocation (checked
+        // above). SSE is part of x86_64.
+        unsafe {
+            let p = self
+                .base
+                .as_ptr()
+                .add(seglet as usize * SEGLET_BYTES + offset);
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
+        }
+    }
+
     /// The bytes of `seglet` from `offset` to the end of the seglet.
     ///
     /// Reading is safe for any published entry; bytes past the end of what was

@@ -51,6 +51,11 @@ pub struct CleanerRun {
     /// Combined passes in the window that read their victims and gave them back.
     pub combined_passes_refused: u64,
     pub cleaner_cpu_seconds: f64,
+    /// Bytes the cleaner copied in memory (compaction + combined) in the window.
+    pub cleaner_bytes_copied: u64,
+    /// Cleaner CPU per byte it copied, in ns: its cost per unit of work, which
+    /// other processes on a shared machine do not inflate (issue 17).
+    pub cleaner_cpu_ns_per_byte_copied: f64,
     /// Live entry bytes ÷ memory at the end of the window.
     pub live_fraction_end: f64,
     pub tombstone_fraction_end: f64,
@@ -141,6 +146,8 @@ pub(super) fn run_one(spec: RunSpec, budget: Budget) -> CleanerRun {
         passes_without_memory: 0,
         combined_passes_refused: 0,
         cleaner_cpu_seconds: 0.0,
+        cleaner_bytes_copied: 0,
+        cleaner_cpu_ns_per_byte_copied: 0.0,
         live_fraction_end: 0.0,
         tombstone_fraction_end: 0.0,
         objects: 0,
@@ -281,15 +288,17 @@ pub(super) fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> an
     out.ops_per_sec = ops as f64 / secs;
     out.cleaner_bytes_per_write_byte =
         (s1.combined_bytes_copied - s0.combined_bytes_copied) as f64 / appended;
-    out.memory_copy_per_write_byte = ((s1.combined_bytes_copied - s0.combined_bytes_copied)
-        + (s1.compaction_bytes_copied - s0.compaction_bytes_copied))
-        as f64
-        / appended;
+    let bytes_copied = (s1.combined_bytes_copied - s0.combined_bytes_copied)
+        + (s1.compaction_bytes_copied - s0.compaction_bytes_copied);
+    out.memory_copy_per_write_byte = bytes_copied as f64 / appended;
+    out.cleaner_bytes_copied = bytes_copied;
     out.compactions = s1.compactions - s0.compactions;
     out.combined_passes = s1.combined_passes - s0.combined_passes;
     out.passes_without_memory = s1.passes_without_memory - s0.passes_without_memory;
     out.combined_passes_refused = s1.combined_passes_refused - s0.combined_passes_refused;
     out.cleaner_cpu_seconds = (s1.cleaner_cpu_ns - s0.cleaner_cpu_ns) as f64 / 1e9;
+    out.cleaner_cpu_ns_per_byte_copied =
+        (s1.cleaner_cpu_ns - s0.cleaner_cpu_ns) as f64 / bytes_copied.max(1) as f64;
     out.live_fraction_end = s1.live_object_bytes as f64 / s1.memory_bytes as f64;
     out.tombstone_fraction_end = s1.tombstone_bytes as f64 / s1.memory_bytes as f64;
     out.backup_mb_per_sec = (sink1.bytes - sink0.bytes) as f64 / secs / 1e6;

@@ -10,6 +10,7 @@ use super::work_list::{combined_work_list_entries, Candidate, WorkList};
 use super::{Cleaner, Relocator, RELOCATION_BATCH};
 use crate::balancer;
 use crate::entry::{EntryType, ScannedLayout};
+use crate::log::memory::RelocatedSums;
 use crate::log::read::ObjectView;
 use crate::log::SegmentMeta;
 use crate::pool::AllocClass;
@@ -207,6 +208,8 @@ impl Cleaner<'_> {
         let mut copied = 0u64;
         // Told to the lists a batch at a time: bounded whatever the victims hold.
         let mut moved_tombstones = PendingMoves::new();
+        // The victims' second counts, added once at the end (`relocations_counted`).
+        let mut sums = vec![RelocatedSums::default(); list.victims.len()];
         for (i, c) in found.iter().enumerate() {
             // Survivors are written in age order, so consecutive objects hit random
             // buckets: start loading a later one's bucket now.
@@ -224,12 +227,20 @@ impl Cleaner<'_> {
                 unreachable!("a survivor was just opened")
             };
             self.attach_from_stash(w, len, &mut stash);
-            copied += match c.kind {
-                EntryType::Object => self.copy_object(c, w, &list.victims, relocator),
-                _ => self.copy_tombstone(c, w, &list.victims, &mut moved_tombstones),
+            let (bytes, tombstone) = match c.kind {
+                EntryType::Object => (self.copy_object(c, w, relocator), false),
+                _ => (
+                    self.copy_tombstone(c, w, &list.victims, &mut moved_tombstones),
+                    true,
+                ),
             };
+            sums[c.victim as usize].add(bytes as usize, tombstone);
+            copied += bytes;
         }
         moved_tombstones.flush(&self.log.tombstone_targets);
+        for (victim, sums) in list.victims.iter().zip(&mut sums) {
+            self.log.relocations_counted(victim.slot, sums);
+        }
         for w in &mut survivors {
             stash.extend(w.trim_unused());
         }
@@ -242,13 +253,7 @@ impl Cleaner<'_> {
 
     /// Relocates the object `c` into `w` if the hash table still refers to it;
     /// returns the bytes copied.
-    fn copy_object(
-        &self,
-        c: &Candidate,
-        w: &mut SegmentWriter,
-        victims: &[SegmentMeta],
-        relocator: &dyn Relocator,
-    ) -> u64 {
+    fn copy_object(&self, c: &Candidate, w: &mut SegmentWriter, relocator: &dyn Relocator) -> u64 {
         // Parsed again here rather than kept from the scan: the work list stays at
         // 32 bytes an entry, and the copy reads these bytes next anyway. The scan
         // parsed it, so it parses.
@@ -257,12 +262,12 @@ impl Cleaner<'_> {
             return 0;
         };
         let len = c.len as usize;
-        let (slot, from_slot) = (w.slot, victims[c.victim as usize].slot);
-        // Counted inside the copy, under the bucket lock: once the lock is released
-        // a writer may already count the copy dead.
+        let slot = w.slot;
+        // Counted in the survivor inside the copy, under the bucket lock: once the
+        // lock is released a writer may already count the copy dead.
         let moved = relocator.relocate(&view, c.hash_or_target, &mut || {
             let at = self.log.copy_entry(c.at, len, w);
-            self.log.survivor_bytes_added(slot, len, false, from_slot);
+            self.log.survivor_entry_counted(slot, len, false);
             at
         });
         if moved {
@@ -283,8 +288,7 @@ impl Cleaner<'_> {
     ) -> u64 {
         let len = c.len as usize;
         self.log.copy_entry(c.at, len, w);
-        let from_slot = victims[c.victim as usize].slot;
-        self.log.survivor_bytes_added(w.slot, len, true, from_slot);
+        self.log.survivor_entry_counted(w.slot, len, true);
         moved_tombstones.push(
             &self.log.tombstone_targets,
             Move {

@@ -39,6 +39,7 @@ use std::sync::atomic::Ordering;
 
 use super::{Cleaner, Relocator, RELOCATION_BATCH};
 use crate::entry::{EntryType, ScannedLayout};
+use crate::log::memory::RelocatedSums;
 use crate::log::read::ObjectView;
 use crate::log::scan::Found;
 use crate::log::{Log, SegmentMeta};
@@ -135,6 +136,9 @@ pub(crate) struct SurvivorCopy {
     /// Tombstones left behind because their target is not in the log (or is the
     /// source itself).
     pub(crate) tombstones_dropped: u64,
+    /// The source's second counts, added once when the copy ends
+    /// (`Log::relocations_counted`).
+    sums: RelocatedSums,
 }
 
 impl SurvivorCopy {
@@ -142,6 +146,7 @@ impl SurvivorCopy {
         Self {
             moved_tombstones: PendingMoves::new(),
             tombstones_dropped: 0,
+            sums: RelocatedSums::default(),
         }
     }
 }
@@ -259,6 +264,9 @@ impl<'a> Cleaner<'a> {
                 break;
             }
         }
+        if let Some(s) = &mut pass.survivor {
+            self.log.relocations_counted(pass.source.slot, &mut s.sums);
+        }
     }
 }
 
@@ -314,7 +322,8 @@ impl<'a> Pass<'a> {
         self.copied += e.len as u64;
         let log = self.log;
         if let Some(s) = &mut self.survivor {
-            log.survivor_bytes_added(self.w.slot, e.len, true, self.source.slot);
+            log.survivor_entry_counted(self.w.slot, e.len, true);
+            s.sums.add(e.len, true);
             s.moved_tombstones.push(
                 &log.tombstone_targets,
                 Move {
@@ -358,16 +367,19 @@ impl<'a> Pass<'a> {
             // A survivor counts its objects inside the copy, under the bucket lock,
             // as combined cleaning does: once the lock is released a writer may
             // already count the copy dead.
-            let (slot, from_slot) = (w.slot, self.source.slot);
+            let slot = w.slot;
             let moved = relocator.relocate(&view, hash, &mut || {
                 let at = log.copy_entry(at, len, w);
                 if counted {
-                    log.survivor_bytes_added(slot, len, false, from_slot);
+                    log.survivor_entry_counted(slot, len, false);
                 }
                 at
             });
             if moved {
                 self.copied += len as u64;
+                if let Some(s) = &mut self.survivor {
+                    s.sums.add(len, false);
+                }
             }
         }
     }
