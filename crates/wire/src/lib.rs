@@ -138,6 +138,7 @@ pub use encoder::{
     BackupReplicasEncoder, BackupStartPartitioningEncoder, EnumerateResponseEncoder,
     MultiReadRequestEncoder, MultiReadResponseEncoder, MultiRemoveRequestEncoder,
     MultiRemoveResponseEncoder, MultiWriteRequestEncoder, MultiWriteResponseEncoder,
+    PriorityPullResponseEncoder,
     RecoverPartitionEncoder, ServerListUpdateEncoder, TabletMapEncoder,
 };
 pub use error::WireError;
