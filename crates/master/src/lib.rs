@@ -24,6 +24,7 @@
 
 mod cleaner_thread;
 pub mod config;
+pub mod migration;
 pub mod error;
 pub mod object_store;
 pub mod tablets;

@@ -21,7 +21,7 @@ use ramstore_wire::counter::{self, CounterText};
 use crate::cleaner_thread::{Cleanable, CleanerThread};
 use crate::config::{CleanerMode, StoreConfig};
 use crate::error::{ReadError, WriteError};
-use crate::tablets::{Tablet, TabletMap};
+use crate::tablets::{Access, Tablet, TabletMap};
 use crate::ConfigError;
 use ramstore_wire::RejectRules;
 
@@ -33,6 +33,9 @@ pub use ramstore_wire::key_hash;
 pub(crate) struct Shared {
     /// Higher than every version of an object that was deleted (R§3.1).
     pub safe_version: AtomicU64,
+    /// The largest version this master has given an object (a migration's safe
+    /// version starts above it, K§2.3).
+    pub max_version: AtomicU64,
     pub tablets: ArcSwap<TabletMap>,
 }
 
@@ -161,7 +164,7 @@ impl std::fmt::Debug for LogHandle {
 /// of its `StoreConfig` (a no-op until replication exists: then writes live in DRAM
 /// only).
 pub struct ObjectStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     cleaner: Option<CleanerThread>,
     /// The head segment the last write landed in: a new one wakes the cleaner.
     last_head: std::sync::atomic::AtomicU64,
@@ -172,6 +175,7 @@ impl ObjectStore {
     pub fn new(config: StoreConfig) -> Result<Self, ConfigError> {
         let shared = Arc::new(Shared {
             safe_version: AtomicU64::new(1),
+            max_version: AtomicU64::new(0),
             tablets: ArcSwap::from_pointee(TabletMap::default()),
         });
         let log_config = LogConfig {
@@ -472,19 +476,25 @@ impl ObjectStore {
         key: &[u8],
         f: impl FnOnce(&ObjectView<'_>) -> R,
     ) -> Result<R, ReadError> {
+        self.read_with_as(table_id, key, Access::Client, f)
+    }
+
+    /// [`Self::read_with`] for `access`: a client's read of a migrating-in tablet
+    /// is refused with `Migrating` (the migration's gate decides, K§2.3).
+    pub(crate) fn read_with_as<R>(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        access: Access,
+        f: impl FnOnce(&ObjectView<'_>) -> R,
+    ) -> Result<R, ReadError> {
         if key.len() > MAX_KEY_BYTES {
             return Err(ReadError::KeyTooLarge(key.len()));
         }
         let hash = key_hash(key);
-        if self
-            .inner
-            .shared
-            .tablets
-            .load()
-            .find_serving(table_id, hash)
-            .is_none()
-        {
-            return Err(ReadError::UnknownTablet);
+        match self.inner.shared.tablets.load().find(table_id, hash) {
+            None => return Err(ReadError::UnknownTablet),
+            Some(t) => t.admits(access).map_err(ReadError::from)?,
         }
         let log = &self.inner.log;
         let _pin = log.pin();
@@ -521,10 +531,22 @@ impl ObjectStore {
         value: &[u8],
         rules: &RejectRules,
     ) -> Result<u64, WriteError> {
+        self.write_as(table_id, key, value, rules, Access::Client)
+    }
+
+    /// [`Self::write`] for `access` (see [`Self::read_with_as`]).
+    pub(crate) fn write_as(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        rules: &RejectRules,
+        access: Access,
+    ) -> Result<u64, WriteError> {
         if value.len() > MAX_VALUE_BYTES {
             return Err(WriteError::ValueTooLarge(value.len()));
         }
-        self.update(table_id, key, rules, None, |_| {
+        self.update(table_id, key, rules, (access, None), |_| {
             Ok(NewValue::Borrowed(value))
         })
     }
@@ -547,7 +569,7 @@ impl ObjectStore {
             table_id,
             key,
             &RejectRules::default(),
-            Some(version),
+            (Access::Replay, Some(version)),
             |_| Ok(NewValue::Borrowed(value)),
         )
         .map(|_| ())
@@ -572,7 +594,7 @@ impl ObjectStore {
             table_id,
             key,
             &RejectRules::default(),
-            Some(version),
+            (Access::Replay, Some(version)),
             |current| match current {
                 Some(c) if c.version() >= version => Err(WriteError::WrongVersion {
                     current: c.version(),
@@ -600,7 +622,7 @@ impl ObjectStore {
             version_gt_given: true,
             ..RejectRules::default()
         };
-        match self.remove_as(table_id, key, &rules, true) {
+        match self.remove_as(table_id, key, &rules, Access::Replay) {
             Ok(removed) => Ok(removed.is_some()),
             Err(WriteError::WrongVersion { .. }) => Ok(false),
             Err(e) => Err(e),
@@ -630,8 +652,20 @@ impl ObjectStore {
         delta: i64,
         rules: &RejectRules,
     ) -> Result<(i64, u64), WriteError> {
+        self.increment_i64_as(table_id, key, delta, rules, Access::Client)
+    }
+
+    /// [`Self::increment_i64`] for `access` (see [`Self::read_with_as`]).
+    pub(crate) fn increment_i64_as(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        delta: i64,
+        rules: &RejectRules,
+        access: Access,
+    ) -> Result<(i64, u64), WriteError> {
         let mut new = 0;
-        let version = self.update(table_id, key, rules, None, |current| {
+        let version = self.update(table_id, key, rules, (access, None), |current| {
             let old = match current {
                 Some(view) => counter_text(view, counter::parse_i64)?,
                 None => 0,
@@ -653,8 +687,20 @@ impl ObjectStore {
         delta: f64,
         rules: &RejectRules,
     ) -> Result<(f64, u64), WriteError> {
+        self.increment_f64_as(table_id, key, delta, rules, Access::Client)
+    }
+
+    /// [`Self::increment_f64`] for `access` (see [`Self::read_with_as`]).
+    pub(crate) fn increment_f64_as(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        delta: f64,
+        rules: &RejectRules,
+        access: Access,
+    ) -> Result<(f64, u64), WriteError> {
         let mut new = 0.0;
-        let version = self.update(table_id, key, rules, None, |current| {
+        let version = self.update(table_id, key, rules, (access, None), |current| {
             let old = match current {
                 Some(view) => counter_text(view, counter::parse_f64)?,
                 None => 0.0,
@@ -680,7 +726,7 @@ impl ObjectStore {
         table_id: u64,
         key: &[u8],
         rules: &RejectRules,
-        forced_version: Option<u64>,
+        (access, forced_version): (Access, Option<u64>),
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<u64, WriteError> {
         if key.len() > MAX_KEY_BYTES {
@@ -695,8 +741,8 @@ impl ObjectStore {
             let tablets = inner.shared.tablets.load();
             let tablet = tablets
                 .find(table_id, hash)
-                .filter(|t| forced_version.is_some() || !t.is_recovering())
                 .ok_or(WriteError::UnknownTablet)?;
+            tablet.admits(access).map_err(WriteError::from)?;
             let mut current_view = None;
             let current = guard
                 .find(|r| match log.object(LogRef(r)) {
@@ -722,6 +768,11 @@ impl ObjectStore {
                 (Some(c), None) => c.version + 1,
                 (None, None) => inner.shared.safe_version.load(Ordering::SeqCst),
             };
+            // A migration's safe version must exceed every version issued (K§2.3);
+            // the store-wide maximum is written only when it grows.
+            if inner.shared.max_version.load(Ordering::Relaxed) < version {
+                inner.shared.max_version.fetch_max(version, Ordering::SeqCst);
+            }
             let appended = log.append_object(
                 &NewObject {
                     table_id,
@@ -772,17 +823,17 @@ impl ObjectStore {
         key: &[u8],
         rules: &RejectRules,
     ) -> Result<Option<u64>, WriteError> {
-        self.remove_as(table_id, key, rules, false)
+        self.remove_as(table_id, key, rules, Access::Client)
     }
 
-    /// [`Self::remove`]; `replaying` lets crash recovery's replay reach a tablet
-    /// that is still being recovered.
-    fn remove_as(
+    /// [`Self::remove`] for `access`: replay reaches a tablet that is still being
+    /// recovered; see also [`Self::read_with_as`].
+    pub(crate) fn remove_as(
         &self,
         table_id: u64,
         key: &[u8],
         rules: &RejectRules,
-        replaying: bool,
+        access: Access,
     ) -> Result<Option<u64>, WriteError> {
         if key.len() > MAX_KEY_BYTES {
             return Err(WriteError::KeyTooLarge(key.len()));
@@ -796,8 +847,8 @@ impl ObjectStore {
             let tablets = inner.shared.tablets.load();
             let tablet = tablets
                 .find(table_id, hash)
-                .filter(|t| replaying || !t.is_recovering())
                 .ok_or(WriteError::UnknownTablet)?;
+            tablet.admits(access).map_err(WriteError::from)?;
             let mut current = None;
             let found = guard.find(|r| match log.object(LogRef(r)) {
                 Ok(view) if view.table_id() == table_id && view.key_eq(key) => {
@@ -898,7 +949,20 @@ impl ObjectStore {
         let tablet = tablets
             .find_serving(table_id, cursor)
             .ok_or(ReadError::UnknownTablet)?;
-        let end = tablet.end_hash;
+        self.scan(table_id, cursor, tablet.end_hash, max_bytes, out)
+    }
+
+    /// The bucket-cursor scan of [`Self::enumerate`] over `[cursor, end]`, which
+    /// the caller has checked lies in a tablet it may read (also a migration's
+    /// pulls, K§2.3).
+    pub(crate) fn scan(
+        &self,
+        table_id: u64,
+        cursor: u64,
+        end: u64,
+        max_bytes: usize,
+        out: &mut Vec<EnumeratedObject>,
+    ) -> Result<Option<u64>, ReadError> {
         let index = &self.inner.index;
         let log = &self.inner.log;
         let _pin = log.pin();
