@@ -75,6 +75,7 @@ pub mod failure_detector;
 pub mod file_storage;
 pub mod lease;
 pub mod membership;
+pub mod migration;
 pub mod notifier;
 pub mod partition;
 pub mod process;

@@ -32,6 +32,7 @@ use crate::coordinator::CoordinatorCore;
 use crate::error::CoordinatorError;
 use crate::failure_detector::FailureDetectorConfig;
 use crate::membership::MembershipGuard;
+use crate::migration::Migrator;
 use crate::notifier::Notifier;
 use crate::recovery::{Recoveries, RecoveryDriver};
 use crate::server_list::{ServerId, MAX_FAILURE_DOMAIN_BYTES};
@@ -50,6 +51,7 @@ pub struct CoordinatorService {
     membership: Arc<MembershipGuard>,
     suspicion: Arc<SuspicionDriver>,
     recovery: Arc<RecoveryDriver>,
+    migrator: Arc<Migrator>,
 }
 
 fn error_status(e: &CoordinatorError) -> Status {
@@ -60,6 +62,10 @@ fn error_status(e: &CoordinatorError) -> Status {
         | CoordinatorError::BadFailureDomain { .. }
         | CoordinatorError::BadServerSpan(_) => Status::InvalidRequest,
         CoordinatorError::NoMasters => Status::Retry,
+        CoordinatorError::NotOneTablet { .. }
+        | CoordinatorError::BadMigrationTarget { .. }
+        | CoordinatorError::MigrationInProgress(_)
+        | CoordinatorError::MigrationRefused(_) => Status::InvalidRequest,
         _ => Status::Internal,
     }
 }
@@ -104,6 +110,7 @@ impl CoordinatorService {
                 membership.clone(),
             )),
             recovery: Arc::new(RecoveryDriver::new(cluster.clone(), notifier.clone())),
+            migrator: Arc::new(Migrator::new(cluster.clone(), notifier.clone())),
             membership,
             notifier,
             cluster,
@@ -117,6 +124,8 @@ impl CoordinatorService {
 
     /// Retries failed notifications forever; spawn it once.
     pub async fn retry_loop(self: Arc<Self>) {
+        // Migrations a previous coordinator left half-started (R§9).
+        tokio::spawn(self.migrator.clone().resume());
         self.notifier.retry_loop().await
     }
 
@@ -217,6 +226,29 @@ impl CoordinatorService {
                 .crash_server(server_id)
                 .map(|()| Response::CrashServer),
             Request::Leave { server_id } => self.changes.leave(server_id).map(|()| Response::Leave),
+            Request::MigrateTablet {
+                name,
+                start_hash,
+                end_hash,
+                target_server_id,
+            } => self
+                .migrator
+                .migrate(name, (start_hash, end_hash), ServerId(target_server_id))
+                .await
+                .map(|migration_id| Response::MigrateTablet { migration_id }),
+            Request::MigrationDone {
+                migration_id,
+                bytes,
+                objects,
+            } => self
+                .migrator
+                .done(migration_id, bytes, objects)
+                .await
+                .map(|()| Response::MigrationDone),
+            Request::ListMigrations => {
+                let text = self.migrator.list_text();
+                return encode_response(id, op, &Response::ListMigrations { text: &text }, out);
+            }
             // Answers that encode themselves (a tablet map streams its entries;
             // the statistics borrow a string built here).
             Request::GetTabletMap => return self.encode_tablet_map(id, out),

@@ -24,8 +24,8 @@
 
 mod cleaner_thread;
 pub mod config;
-pub mod migration;
 pub mod error;
+pub mod migration;
 pub mod object_store;
 pub mod tablets;
 

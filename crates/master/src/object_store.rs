@@ -771,7 +771,10 @@ impl ObjectStore {
             // A migration's safe version must exceed every version issued (K§2.3);
             // the store-wide maximum is written only when it grows.
             if inner.shared.max_version.load(Ordering::Relaxed) < version {
-                inner.shared.max_version.fetch_max(version, Ordering::SeqCst);
+                inner
+                    .shared
+                    .max_version
+                    .fetch_max(version, Ordering::SeqCst);
             }
             let appended = log.append_object(
                 &NewObject {

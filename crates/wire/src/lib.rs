@@ -138,8 +138,8 @@ pub use encoder::{
     BackupReplicasEncoder, BackupStartPartitioningEncoder, EnumerateResponseEncoder,
     MultiReadRequestEncoder, MultiReadResponseEncoder, MultiRemoveRequestEncoder,
     MultiRemoveResponseEncoder, MultiWriteRequestEncoder, MultiWriteResponseEncoder,
-    PriorityPullResponseEncoder,
-    RecoverPartitionEncoder, ServerListUpdateEncoder, TabletMapEncoder,
+    PriorityPullResponseEncoder, RecoverPartitionEncoder, ServerListUpdateEncoder,
+    TabletMapEncoder,
 };
 pub use error::WireError;
 pub use fields::{

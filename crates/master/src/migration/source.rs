@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::error::ReadError;
-use crate::object_store::{key_hash, EnumeratedObject, ObjectStore};
+use crate::object_store::{EnumeratedObject, ObjectStore};
 use crate::tablets::{Access, TabletState};
 use crate::ConfigError;
 
@@ -62,9 +62,7 @@ impl ObjectStore {
     ) -> Result<Option<u64>, ReadError> {
         let end = {
             let map = self.inner.shared.tablets.load();
-            let tablet = map
-                .find(table_id, cursor)
-                .ok_or(ReadError::UnknownTablet)?;
+            let tablet = map.find(table_id, cursor).ok_or(ReadError::UnknownTablet)?;
             tablet.admits(Access::Pull).map_err(ReadError::from)?;
             tablet.end_hash.min(end_hash)
         };
@@ -103,6 +101,7 @@ impl ObjectStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object_store::key_hash;
     use crate::{CleanerMode, RejectRules, StoreConfig};
 
     fn store() -> ObjectStore {

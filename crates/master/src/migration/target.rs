@@ -230,13 +230,11 @@ impl ObjectStore {
                 shared.tablets.store(std::sync::Arc::new(map.with(tablet)));
                 Ok(true)
             }
-            Some(t) if t.start_hash == start_hash && t.end_hash == end_hash => {
-                match t.state() {
-                    TabletState::MigratingIn => Ok(true),
-                    TabletState::Normal => Ok(false),
-                    _ => Err(bad),
-                }
-            }
+            Some(t) if t.start_hash == start_hash && t.end_hash == end_hash => match t.state() {
+                TabletState::MigratingIn => Ok(true),
+                TabletState::Normal => Ok(false),
+                _ => Err(bad),
+            },
             Some(_) => Err(bad),
         }
     }
@@ -254,7 +252,9 @@ impl ObjectStore {
         let tablet = map
             .tablets
             .iter()
-            .find(|t| t.table_id == table_id && t.start_hash == start_hash && t.end_hash == end_hash)
+            .find(|t| {
+                t.table_id == table_id && t.start_hash == start_hash && t.end_hash == end_hash
+            })
             .ok_or(ConfigError::BadTablet {
                 table_id,
                 start_hash,
