@@ -6,6 +6,7 @@ mod bench;
 mod cluster;
 mod config;
 mod data;
+mod migrate;
 mod output;
 mod reach;
 mod size;
@@ -469,6 +470,42 @@ enum Command {
         #[command(flatten)]
         at: At,
     },
+    /// Split a table's tablet so that one starts at key hash HASH (no data moves).
+    Split {
+        /// The table's name.
+        table: String,
+        /// The key hash the new tablet starts at (decimal, or hex with 0x).
+        #[arg(long, value_name = "HASH", value_parser = migrate::parse_hash)]
+        at: u64,
+        #[command(flatten)]
+        at_: At,
+    },
+    /// Move a tablet to another master while clients keep using it (live
+    /// migration, K§2.3): waits until every record has moved and prints the bytes
+    /// moved and MB/s.
+    Migrate {
+        /// The table's name.
+        table: String,
+        /// The server to move it to (its id, as `ramstore status` shows it).
+        #[arg(long, value_name = "SERVER_ID")]
+        to: u64,
+        /// The key-hash range to move, START:END inclusive (decimal, or hex with
+        /// 0x); split out of its tablet first if needed. Default: the table's
+        /// only tablet.
+        #[arg(long, value_name = "START:END", value_parser = migrate::parse_range)]
+        range: Option<(u64, u64)>,
+        /// Return once ownership has moved, without waiting for the records.
+        #[arg(long)]
+        no_wait: bool,
+        #[command(flatten)]
+        at: At,
+    },
+    /// List migrations in progress and those finished since the coordinator
+    /// started.
+    Migrations {
+        #[command(flatten)]
+        at: At,
+    },
     /// Print a shell completion script (e.g. `ramstore completions bash >
     /// /etc/bash_completion.d/ramstore`).
     Completions {
@@ -797,6 +834,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::CrashServer { id, at } => {
             data::crash_server(&at.connect(top)?, &at.addr(top), id, at.format())
         }
+        Command::Split { table, at, at_ } => {
+            migrate::split(&at_.connect(top)?, &table, at, at_.format())
+        }
+        Command::Migrate {
+            table,
+            to,
+            range,
+            no_wait,
+            at,
+        } => {
+            let args = migrate::MigrateArgs {
+                table: &table,
+                to,
+                range,
+                wait: !no_wait,
+            };
+            migrate::migrate(&at.connect(top)?, &at.addr(top), args, at.format())
+        }
+        Command::Migrations { at } => migrate::list(&at.connect(top)?, at.format()),
         Command::Completions { shell } => {
             // Into memory first: clap_complete panics on a failed write, and a
             // closed pipe must end the command quietly.

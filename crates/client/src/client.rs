@@ -448,7 +448,7 @@ impl Inner {
     }
 
     /// A request to the coordinator, within the operation deadline.
-    async fn coordinator<T>(
+    pub(crate) async fn coordinator<T>(
         &self,
         req: Request<'_>,
         parse: impl FnOnce(Response<'_>) -> Option<T>,
@@ -946,7 +946,7 @@ impl Client {
     }
 
     /// Refreshes the cached map, retrying until the operation deadline.
-    async fn refresh_now(&self) -> Result<(), ClientError> {
+    pub(crate) async fn refresh_now(&self) -> Result<(), ClientError> {
         let inner = &*self.inner;
         let mut retry = Retrier::new(&inner.options, inner.options.operation_deadline);
         let mut unreachable = None;
