@@ -119,6 +119,8 @@ fn migrate_tablet_under_load_keeps_history_linearizable_and_moves_every_object()
         "ownership moves when the call returns"
     );
     let done = wait_done(&c, id);
+    let moved = start.elapsed();
+    eprintln!("migration: {done:?}");
     assert_eq!(done.source, source);
     assert!(
         done.objects.unwrap_or(0) >= STABLE as u64 / 2,
@@ -128,11 +130,16 @@ fn migrate_tablet_under_load_keeps_history_linearizable_and_moves_every_object()
     let history = workload.stop(&config, &c);
     let report = check(&history, &CheckOptions::default());
     assert!(report.is_clean(), "{report}");
-    assert!(
-        history.ops.len() > 100,
-        "the load ran: {}",
+    let during = history
+        .ops
+        .iter()
+        .filter(|o| o.invoke_ns > 500_000_000 && o.invoke_ns < moved.as_nanos() as u64)
+        .count();
+    eprintln!(
+        "operations: {} ({during} during the migration)",
         history.ops.len()
     );
+    assert!(during > 0, "the load ran during the migration");
 
     let seen = enumerator.join().unwrap();
     for i in 0..STABLE {
