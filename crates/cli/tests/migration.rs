@@ -104,7 +104,7 @@ fn migrate_tablet_under_load_keeps_history_linearizable_and_moves_every_object()
             for o in c.enumerate(t) {
                 let o = o.expect("enumeration batch");
                 *seen.entry(o.key).or_default() += 1;
-                if seen.len() % 2000 == 0 {
+                if seen.len().is_multiple_of(2000) {
                     thread::sleep(Duration::from_millis(20));
                 }
             }
