@@ -69,7 +69,7 @@ pub enum Action {
     TakeMigratingTablet {
         server_id: ServerId,
         address: String,
-        record: crate::migration::MigrationRecord,
+        record: crate::migrations::MigrationRecord,
         source_address: String,
     },
 }
@@ -546,12 +546,21 @@ impl CoordinatorCore {
                     .servers()
                     .get(t.server_id)
                     .is_some_and(ServerEntry::is_up)
-                    && !crate::migration::is_migrating_in(&self.state, t)
+                    && !self.state.migrations().is_migrating_in(t)
             })
             .copied()
             .collect();
         let mut actions = take_actions(&self.state, &owned);
-        actions.extend(crate::migration::reissue(&self.state));
+        // Migrations whose target owns the tablet: resend TakeMigratingTablet.
+        let migrating = self.state.migrations().iter().filter(|m| {
+            m.state == crate::migrations::MigrationState::Pulling
+                && self
+                    .state
+                    .servers()
+                    .get(m.target)
+                    .is_some_and(ServerEntry::is_up)
+        });
+        actions.extend(migrating.map(|m| take_migrating_action(&self.state, m)));
         actions.push(Action::PushServerList);
         actions
     }
@@ -594,6 +603,19 @@ pub(crate) fn address_of(state: &CoordinatorState, id: ServerId) -> String {
         .get(id)
         .map(|e| e.address.clone())
         .unwrap_or_default()
+}
+
+/// The action that tells migration `m`'s target to own its tablet and pull.
+pub(crate) fn take_migrating_action(
+    state: &CoordinatorState,
+    m: &crate::migrations::MigrationRecord,
+) -> Action {
+    Action::TakeMigratingTablet {
+        server_id: m.target,
+        address: address_of(state, m.target),
+        record: *m,
+        source_address: address_of(state, m.source),
+    }
 }
 
 fn take_actions(state: &CoordinatorState, tablets: &[TabletEntry]) -> Vec<Action> {

@@ -76,6 +76,7 @@ pub mod file_storage;
 pub mod lease;
 pub mod membership;
 pub mod migration;
+pub mod migrations;
 pub mod notifier;
 pub mod partition;
 pub mod process;

@@ -15,7 +15,7 @@
 //!    the record and has the source drop the range (`DropTabletOwnership`).
 //!
 //! A restarted coordinator resends step 4 for every `Pulling` record
-//! ([`reissue`]) and re-drives `Preparing` records from step 2
+//! ([`CoordinatorCore::reissue_actions`]) and re-drives `Preparing` records from step 2
 //! ([`Migrator::resume`]).
 //!
 //! Thread-safety: [`Migrator`] is `Send + Sync`; it holds the core's lock for one
@@ -27,138 +27,20 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ramstore_wire::{decode_response, encode_request, ErrorBody, Request, Response, Status};
-use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
-use crate::coordinator::{address_of, Action, CoordinatorCore};
+use crate::coordinator::{address_of, take_migrating_action, Action, CoordinatorCore};
 use crate::error::CoordinatorError;
 use crate::notifier::{Notifier, NOTIFY_DEADLINE_MS};
-use crate::server_list::{ServerEntry, ServerId};
-use crate::state::CoordinatorState;
-use crate::tables::TabletEntry;
+use crate::server_list::ServerId;
+
+pub use crate::migrations::{MigrationRecord, MigrationState, Migrations};
 
 /// How long the coordinator waits between attempts to reach a source that did
 /// not answer PrepareMigration.
 const PREPARE_RETRY_MS: u64 = 100;
 /// How many finished migrations `ListMigrations` remembers (not persisted).
 const DONE_KEPT: usize = 64;
-
-/// Where a migration is (design notes "Migration (Rocksteady)").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MigrationState {
-    /// Recorded; the source may be fencing the tablet; it still owns it.
-    Preparing,
-    /// The target owns the tablet and is pulling its records.
-    Pulling,
-}
-
-/// One migration in progress, as persisted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MigrationRecord {
-    pub id: u64,
-    pub table_id: u64,
-    pub start_hash: u64,
-    pub end_hash: u64,
-    pub source: ServerId,
-    pub target: ServerId,
-    pub state: MigrationState,
-    /// The source's safe version (0 until `Pulling`).
-    pub safe_version: u64,
-}
-
-impl MigrationRecord {
-    pub fn contains(&self, hash: u64) -> bool {
-        (self.start_hash..=self.end_hash).contains(&hash)
-    }
-
-    fn overlaps(&self, table_id: u64, start: u64, end: u64) -> bool {
-        self.table_id == table_id && self.start_hash <= end && start <= self.end_hash
-    }
-}
-
-/// Every migration in progress, and the id the next one gets (ids are never
-/// reused, also across coordinator restarts).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Migrations {
-    next_id: u64,
-    records: Vec<MigrationRecord>,
-}
-
-impl Default for Migrations {
-    fn default() -> Self {
-        Self {
-            next_id: 1,
-            records: Vec::new(),
-        }
-    }
-}
-
-impl Migrations {
-    pub fn iter(&self) -> impl Iterator<Item = &MigrationRecord> {
-        self.records.iter()
-    }
-
-    pub fn get(&self, id: u64) -> Option<&MigrationRecord> {
-        self.records.iter().find(|m| m.id == id)
-    }
-
-    /// Forgets the migrations of a dropped table.
-    pub(crate) fn forget_table(&mut self, table_id: u64) {
-        self.records.retain(|m| m.table_id != table_id);
-    }
-
-    pub(crate) fn validate(&self, server_known: impl Fn(ServerId) -> bool) -> Result<(), String> {
-        for m in &self.records {
-            if m.id == 0 || m.id >= self.next_id {
-                return Err(format!("migration id {} is out of range", m.id));
-            }
-            if !server_known(m.source) || !server_known(m.target) {
-                return Err(format!("migration {} names an unknown server", m.id));
-            }
-            if m.start_hash > m.end_hash {
-                return Err(format!("migration {} has an empty range", m.id));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Whether `t` is the range of a migration in `Pulling` (its owner is the
-/// target, which must learn of it as a migration, never as a plain tablet).
-pub(crate) fn is_migrating_in(state: &CoordinatorState, t: &TabletEntry) -> bool {
-    state.migrations().iter().any(|m| {
-        m.state == MigrationState::Pulling
-            && m.table_id == t.table_id
-            && m.start_hash == t.start_hash
-            && m.end_hash == t.end_hash
-    })
-}
-
-/// The `TakeMigratingTablet` actions a restarted coordinator resends (R§9).
-pub(crate) fn reissue(state: &CoordinatorState) -> Vec<Action> {
-    state
-        .migrations()
-        .iter()
-        .filter(|m| m.state == MigrationState::Pulling)
-        .filter(|m| {
-            state
-                .servers()
-                .get(m.target)
-                .is_some_and(ServerEntry::is_up)
-        })
-        .map(|m| take_action(state, m))
-        .collect()
-}
-
-fn take_action(state: &CoordinatorState, m: &MigrationRecord) -> Action {
-    Action::TakeMigratingTablet {
-        server_id: m.target,
-        address: address_of(state, m.target),
-        record: *m,
-        source_address: address_of(state, m.source),
-    }
-}
 
 impl CoordinatorCore {
     /// Checks a migration request and records it as `Preparing` (step 1). Refused,
@@ -208,9 +90,8 @@ impl CoordinatorCore {
             return Err(CoordinatorError::MigrationInProgress(m.id));
         }
         let mut next = state.clone();
-        let migrations = next.migrations_mut();
-        let record = MigrationRecord {
-            id: migrations.next_id,
+        let record = next.migrations_mut().add(MigrationRecord {
+            id: 0,
             table_id: tablet.table_id,
             start_hash,
             end_hash,
@@ -218,9 +99,7 @@ impl CoordinatorCore {
             target,
             state: MigrationState::Preparing,
             safe_version: 0,
-        };
-        migrations.next_id += 1;
-        migrations.records.push(record);
+        });
         self.commit(next)?;
         Ok(record)
     }
@@ -252,15 +131,8 @@ impl CoordinatorCore {
             moved.state = MigrationState::Pulling;
             moved.safe_version = safe_version;
         }
-        for r in next
-            .migrations_mut()
-            .records
-            .iter_mut()
-            .filter(|r| r.id == id)
-        {
-            *r = moved;
-        }
-        let action = take_action(&next, &moved);
+        next.migrations_mut().replace(moved);
+        let action = take_migrating_action(&next, &moved);
         self.commit(next)?;
         Ok(vec![action])
     }
@@ -270,8 +142,7 @@ impl CoordinatorCore {
     pub fn abort_migration(&mut self, id: u64) -> Result<(), CoordinatorError> {
         let mut next = self.state().clone();
         next.migrations_mut()
-            .records
-            .retain(|m| m.id != id || m.state != MigrationState::Preparing);
+            .remove_if(id, |m| m.state == MigrationState::Preparing);
         self.commit(next)
     }
 
@@ -285,7 +156,7 @@ impl CoordinatorCore {
             return Ok(Vec::new());
         }
         let mut next = self.state().clone();
-        next.migrations_mut().records.retain(|r| r.id != id);
+        next.migrations_mut().remove_if(id, |_| true);
         let action = Action::DropTablet {
             server_id: m.source,
             address: address_of(&next, m.source),

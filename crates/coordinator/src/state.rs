@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::migration::Migrations;
+use crate::migrations::Migrations;
 use crate::server_list::ServerList;
 use crate::tables::Tables;
 

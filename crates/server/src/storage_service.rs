@@ -50,6 +50,8 @@ mod direct;
 mod membership;
 /// Live tablet migration, as source and as target (K§2.3).
 pub(crate) mod migration;
+/// The source's side of live migration: fence and pulls (K§2.3).
+mod migration_source;
 /// The native front end: frames in, frames out.
 mod native;
 /// The object-store calls of both front ends.

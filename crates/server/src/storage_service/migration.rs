@@ -1,10 +1,10 @@
 //! This storage server's side of live tablet migration (Rocksteady, K§2.3;
 //! design notes "Migration (Rocksteady)"), as source and as target.
 //!
-//! * As source: `PrepareMigration` fences the tablet and answers the safe
-//!   version; `Pull` and `PriorityPull` read the fenced tablet. All three run on
-//!   the slow path (the blocking pool), never on the fast path, so the source's
-//!   own clients are not delayed by them.
+//! * As source (`migration_source.rs`): `PrepareMigration` fences the tablet
+//!   and answers the safe version; `Pull` and `PriorityPull` read the fenced
+//!   tablet. All three run on the slow path (the blocking pool), never on the
+//!   fast path, so the source's own clients are not delayed by them.
 //! * As target: `TakeMigratingTablet` owns the tablet at once and starts
 //!   [`run_incoming`]: [`PULL_PARTITIONS`] background pullers and one priority
 //!   puller, then the finish (durable, tablet normal, `MigrationDone`).
@@ -27,16 +27,14 @@ use ramstore_master::key_hash;
 use ramstore_master::migration::{ClientOp, Gate, IncomingMigration, PulledObject};
 use ramstore_rpc::Transport;
 use ramstore_wire::{
-    decode_response, encode_request, encode_response, EnumerateResponseEncoder, MultiReadItems,
-    MultiReadRequestEncoder, Opcode, PriorityPullResponseEncoder, Request, Response, Status,
-    WireError,
+    decode_response, encode_request, encode_response, MultiReadRequestEncoder, Opcode, Request,
+    Response, Status, WireError,
 };
 use tokio::sync::Notify;
 
-use super::object_ops::{read_status, status_body};
 use super::request_path::Durability;
 use super::wire_reply::answer_message;
-use super::{StorageService, MAX_ENUMERATE_BATCH_BYTES};
+use super::StorageService;
 
 pub use ramstore_master::migration::Partition;
 
@@ -114,86 +112,6 @@ impl StorageService {
                 Gated::Wait
             }
         }
-    }
-
-    /// PrepareMigration (as source): fence and answer the safe version.
-    pub(super) fn prepare_migration(
-        &self,
-        id: u64,
-        (table_id, start_hash, end_hash): (u64, u64, u64),
-        migration_id: u64,
-        out: &mut Vec<u8>,
-    ) -> Result<(), WireError> {
-        let op = Opcode::PrepareMigration;
-        match self.store.prepare_migration(table_id, start_hash, end_hash) {
-            Ok(safe_version) => {
-                tracing::info!(
-                    migration_id,
-                    table_id,
-                    start_hash,
-                    end_hash,
-                    safe_version,
-                    "migration: tablet fenced for migrating out"
-                );
-                encode_response(id, op, &Response::PrepareMigration { safe_version }, out)
-            }
-            Err(e) => answer_message(id, op, Status::InvalidRequest, &e.to_string(), out),
-        }
-    }
-
-    /// Pull (as source): the next batch of a partition of a fenced tablet.
-    pub(super) fn answer_pull(
-        &self,
-        id: u64,
-        (table_id, cursor, end_hash): (u64, u64, u64),
-        max_bytes: u32,
-        out: &mut Vec<u8>,
-    ) -> Result<(), WireError> {
-        let mut objects = Vec::new();
-        let max = (max_bytes as usize).clamp(1, MAX_ENUMERATE_BATCH_BYTES);
-        match self
-            .store
-            .pull(table_id, cursor, end_hash, max, &mut objects)
-        {
-            Ok(next) => {
-                let mut enc = EnumerateResponseEncoder::for_pull(id, out);
-                for o in &objects {
-                    enc.push(o.version, &o.key, &o.value)?;
-                }
-                enc.finish(next.is_some(), next.unwrap_or(0))
-            }
-            Err(e) => encode_response(
-                id,
-                Opcode::Pull,
-                &Response::Error(status_body(read_status(e))),
-                out,
-            ),
-        }
-    }
-
-    /// PriorityPull (as source): the records of the keys asked for.
-    pub(super) fn answer_priority_pull(
-        &self,
-        id: u64,
-        items: MultiReadItems<'_>,
-        out: &mut Vec<u8>,
-    ) -> Result<(), WireError> {
-        let mut found = Vec::new();
-        for item in items.iter() {
-            match self.store.pull_key(item.table_id, item.key) {
-                Ok(Some(o)) => found.push(o),
-                Ok(None) => {}
-                Err(e) => {
-                    let body = status_body(read_status(e));
-                    return encode_response(id, Opcode::PriorityPull, &Response::Error(body), out);
-                }
-            }
-        }
-        let mut enc = PriorityPullResponseEncoder::new(id, out);
-        for o in &found {
-            enc.push_parts(o.version, &o.key, &[&o.value])?;
-        }
-        enc.finish()
     }
 
     /// TakeMigratingTablet (as target): own the tablet now and start pulling.
