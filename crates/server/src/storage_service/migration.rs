@@ -256,6 +256,7 @@ async fn run_incoming(service: Arc<StorageService>, m: Arc<IncomingMigration>, w
         if service.is_zombie() {
             return;
         }
+        service.back_off().await;
     }
     if let Err(e) = service
         .store
