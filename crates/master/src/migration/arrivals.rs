@@ -34,8 +34,11 @@ impl Partition {
 }
 
 /// Splits `[start, end]` into at most `parts` (at least 1) contiguous partitions
-/// of nearly equal width.
+/// of nearly equal width; none for an empty range (`start > end`, bad input).
 pub fn partitions(start: u64, end: u64, parts: u32) -> Vec<Partition> {
+    if start > end {
+        return Vec::new();
+    }
     let width = u128::from(end - start) + 1;
     let parts = u128::from(parts.max(1)).min(width);
     let step = width / parts;
@@ -188,6 +191,12 @@ mod tests {
             }
             assert!(ps.len() <= parts as usize);
         }
+    }
+
+    #[test]
+    fn partitions_of_an_empty_range_are_none() {
+        assert!(partitions(10, 9, 4).is_empty());
+        assert!(Arrivals::new(u64::MAX, 0, 4).partitions().is_empty());
     }
 
     #[test]
