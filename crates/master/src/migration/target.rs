@@ -110,12 +110,14 @@ impl IncomingMigration {
         self.arrivals.lock().settle(key);
     }
 
-    /// Applies pulled records of partition `partition` and moves its cursor to
-    /// `next` (`None`: the partition is done), in one critical section, so a
-    /// record is applied only while its key is not settled ("settled stays
-    /// settled": a key deleted here is never resurrected) and replaces only an
-    /// older version (the replay rule, R§7.6). On an error (a full log) nothing
-    /// moves and the batch can be pulled and applied again.
+    /// Applies pulled records of partition `partition` and then moves its cursor
+    /// to `next` (`None`: the partition is done). Each record is applied in a
+    /// critical section of its own, only while its key is not settled ("settled
+    /// stays settled": a key deleted here is never resurrected), and replaces
+    /// only an older version (the replay rule, R§7.6); the lock is let go between
+    /// records so a PriorityPull's answer (a client waits for it) never waits
+    /// for a whole background batch. On an error (a full log) the cursor does
+    /// not move and the batch can be pulled and applied again.
     pub fn apply_pull<'a>(
         &self,
         store: &ObjectStore,
@@ -123,11 +125,11 @@ impl IncomingMigration {
         objects: impl IntoIterator<Item = PulledObject<'a>>,
         next: Option<u64>,
     ) -> Result<(), WriteError> {
-        let mut arrivals = self.arrivals.lock();
         for o in objects {
+            let arrivals = self.arrivals.lock();
             self.apply_one(store, &arrivals, o)?;
         }
-        arrivals.advance(partition, next);
+        self.arrivals.lock().advance(partition, next);
         Ok(())
     }
 
