@@ -15,7 +15,7 @@ use crate::arg_groups::{
     parse_failure_domain, parse_lease_ttl_ms, parse_replica_check_interval, parse_store,
     BackupSync, DetectorArgs, MonitorArgs, RecoveryArgs, TimeoutArgs,
 };
-use crate::{bench, output, reach, size};
+use crate::{bench, migrate, output, reach, size};
 
 #[derive(Parser)]
 #[command(
@@ -343,6 +343,42 @@ pub(crate) enum Command {
         /// The server id (see `ramstore status`): its current run is declared
         /// crashed.
         id: u64,
+        #[command(flatten)]
+        at: At,
+    },
+    /// Split a table's tablet so that one starts at key hash HASH (no data moves).
+    Split {
+        /// The table's name.
+        table: String,
+        /// The key hash the new tablet starts at (decimal, or hex with 0x).
+        #[arg(long, value_name = "HASH", value_parser = migrate::parse_hash)]
+        at: u64,
+        #[command(flatten)]
+        at_: At,
+    },
+    /// Move a tablet to another master while clients keep using it (live
+    /// migration, K§2.3): waits until every record has moved and prints the bytes
+    /// moved and MB/s.
+    Migrate {
+        /// The table's name.
+        table: String,
+        /// The server to move it to (its id, as `ramstore status` shows it).
+        #[arg(long, value_name = "SERVER_ID")]
+        to: u64,
+        /// The key-hash range to move, START:END inclusive (decimal, or hex with
+        /// 0x); split out of its tablet first if needed. Default: the table's
+        /// only tablet.
+        #[arg(long, value_name = "START:END", value_parser = migrate::parse_range)]
+        range: Option<(u64, u64)>,
+        /// Return once ownership has moved, without waiting for the records.
+        #[arg(long)]
+        no_wait: bool,
+        #[command(flatten)]
+        at: At,
+    },
+    /// List migrations in progress and those finished since the coordinator
+    /// started.
+    Migrations {
         #[command(flatten)]
         at: At,
     },

@@ -24,7 +24,7 @@ pub fn table_id(client: &BlockingClient, name: &str) -> Result<u64> {
     })
 }
 
-fn explain(e: ClientError) -> anyhow::Error {
+pub(crate) fn explain(e: ClientError) -> anyhow::Error {
     match e {
         ClientError::TooLarge(what) => {
             anyhow::anyhow!("too large: {what} (keys ≤ 65,535 bytes, values ≤ 1 MiB)")
@@ -82,7 +82,7 @@ fn parse_stats(text: &str) -> BTreeMap<String, String> {
 }
 
 /// Parses the coordinator's `key=value` stats.
-fn coordinator_stats(
+pub(crate) fn coordinator_stats(
     client: &BlockingClient,
     coordinator: &str,
 ) -> Result<BTreeMap<String, String>> {
@@ -363,7 +363,7 @@ fn backup_columns(server: &BTreeMap<String, String>) -> [String; 3] {
 
 /// The servers of the coordinator's stats (`server.<id>=ADDRESS STATE …`), by
 /// index, then run (the stats map sorts keys as text).
-fn server_entries(stats: &BTreeMap<String, String>) -> Vec<(u64, &String)> {
+pub(crate) fn server_entries(stats: &BTreeMap<String, String>) -> Vec<(u64, &String)> {
     let mut servers: Vec<(u64, &String)> = stats
         .iter()
         .filter_map(|(k, v)| Some((k.strip_prefix("server.")?.parse().ok()?, v)))
@@ -373,7 +373,7 @@ fn server_entries(stats: &BTreeMap<String, String>) -> Vec<(u64, &String)> {
 }
 
 /// The newest run (incarnation) of each server index among `ids`.
-fn newest_runs(ids: impl Iterator<Item = u64>) -> BTreeMap<u64, u64> {
+pub(crate) fn newest_runs(ids: impl Iterator<Item = u64>) -> BTreeMap<u64, u64> {
     let mut newest = BTreeMap::new();
     for id in ids {
         let e = newest.entry(server_id::index(id)).or_insert(id);

@@ -8,6 +8,7 @@ mod bench;
 mod cluster;
 mod config;
 mod data;
+mod migrate;
 mod output;
 mod reach;
 mod size;
@@ -240,6 +241,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::CrashServer { id, at } => {
             data::crash_server(&at.connect(top)?, &at.addr(top), id, at.format())
         }
+        Command::Split { table, at, at_ } => {
+            migrate::split(&at_.connect(top)?, &table, at, at_.format())
+        }
+        Command::Migrate {
+            table,
+            to,
+            range,
+            no_wait,
+            at,
+        } => {
+            let args = migrate::MigrateArgs {
+                table: &table,
+                to,
+                range,
+                wait: !no_wait,
+            };
+            migrate::migrate(&at.connect(top)?, &at.addr(top), args, at.format())
+        }
+        Command::Migrations { at } => migrate::list(&at.connect(top)?, at.format()),
         Command::Completions { shell } => {
             // Into memory first: clap_complete panics on a failed write, and a
             // closed pipe must end the command quietly.

@@ -141,6 +141,26 @@ impl BlockingClient {
         block!(self, self.client.split_tablet(name, split_hash))
     }
 
+    /// See [`Client::migrate_tablet`].
+    pub fn migrate_tablet(
+        &self,
+        name: &str,
+        start_hash: u64,
+        end_hash: u64,
+        target_server_id: u64,
+    ) -> Result<u64, ClientError> {
+        block!(
+            self,
+            self.client
+                .migrate_tablet(name, start_hash, end_hash, target_server_id)
+        )
+    }
+
+    /// See [`Client::migrations`].
+    pub fn migrations(&self) -> Result<Vec<crate::MigrationInfo>, ClientError> {
+        block!(self, self.client.migrations())
+    }
+
     /// See [`Client::read`].
     ///
     /// ```no_run

@@ -100,6 +100,7 @@ mod blocking;
 mod client;
 mod enumerate;
 mod error;
+mod migration;
 mod multi;
 mod options;
 mod retry;
@@ -110,6 +111,7 @@ pub use blocking::{BlockingClient, BlockingEnumeration, BLOCKING_RUNTIME_THREADS
 pub use client::{Client, PingReply};
 pub use enumerate::{EnumeratedObject, Enumeration, ENUMERATE_BATCH_BYTES};
 pub use error::ClientError;
+pub use migration::MigrationInfo;
 pub use multi::{MultiRemoveOp, MultiWriteOp};
 pub use options::{
     ClientOptions, DEFAULT_NO_SPACE_PATIENCE_MS, DEFAULT_OPERATION_DEADLINE_MS,

@@ -63,6 +63,15 @@ pub enum Action {
     /// Send the current server list ([`CoordinatorCore::server_list`]) to every UP
     /// server.
     PushServerList,
+    /// Tell the master at `address` to own the tablet as the target of migration
+    /// `migration_id` and pull its records from the source (K§2.3); if it already
+    /// does, nothing happens.
+    TakeMigratingTablet {
+        server_id: ServerId,
+        address: String,
+        record: crate::migrations::MigrationRecord,
+        source_address: String,
+    },
 }
 
 /// The coordinator's state and its persistence; no networking.
@@ -270,6 +279,7 @@ impl CoordinatorCore {
             .tables_mut()
             .remove(name)
             .ok_or_else(|| CoordinatorError::TableDoesntExist(name.to_owned()))?;
+        next.migrations_mut().forget_table(table.id);
         let actions = table
             .tablets
             .iter()
@@ -310,6 +320,15 @@ impl CoordinatorCore {
             .ok_or_else(|| CoordinatorError::TableDoesntExist(name.to_owned()))?;
         if table.tablets.iter().any(|t| t.start_hash == split_hash) {
             return Ok(Vec::new());
+        }
+        let table_id = table.id;
+        if let Some(m) = self
+            .state
+            .migrations()
+            .iter()
+            .find(|m| m.table_id == table_id && m.contains(split_hash))
+        {
+            return Err(CoordinatorError::MigrationInProgress(m.id));
         }
         table.split_at(split_hash);
         // split_hash does not start a tablet (checked above), so the split made
@@ -444,7 +463,11 @@ impl CoordinatorCore {
             .tables()
             .tablets()
             .any(|t| t.server_id == crashed);
-        if !crashed_now || owns {
+        // A migration source's log holds the records not pulled yet: its
+        // replicas must stay until lineage recovery exists (design notes
+        // "Migration (Rocksteady)").
+        let migrating_from = self.state.migrations().iter().any(|m| m.source == crashed);
+        if !crashed_now || owns || migrating_from {
             return Ok(Vec::new());
         }
         let mut next = self.state.clone();
@@ -512,6 +535,8 @@ impl CoordinatorCore {
     /// `DropTablet` lost in such a crash is not reissued; the orphaned tablet holds
     /// only memory, as its table id is never reused.
     pub fn reissue_actions(&self) -> Vec<Action> {
+        // A tablet migrating in is sent as TakeMigratingTablet only: a plain
+        // TakeTabletOwnership arriving first would make it serve empty.
         let owned: Vec<TabletEntry> = self
             .state
             .tables()
@@ -521,10 +546,21 @@ impl CoordinatorCore {
                     .servers()
                     .get(t.server_id)
                     .is_some_and(ServerEntry::is_up)
+                    && !self.state.migrations().is_migrating_in(t)
             })
             .copied()
             .collect();
         let mut actions = take_actions(&self.state, &owned);
+        // Migrations whose target owns the tablet: resend TakeMigratingTablet.
+        let migrating = self.state.migrations().iter().filter(|m| {
+            m.state == crate::migrations::MigrationState::Pulling
+                && self
+                    .state
+                    .servers()
+                    .get(m.target)
+                    .is_some_and(ServerEntry::is_up)
+        });
+        actions.extend(migrating.map(|m| take_migrating_action(&self.state, m)));
         actions.push(Action::PushServerList);
         actions
     }
@@ -532,12 +568,12 @@ impl CoordinatorCore {
     /// Persists `next` and then makes it the current state (R§9: write to external
     /// storage before acting). Bumps the server-list and tablet-map versions if they
     /// changed; writes nothing if nothing changed.
-    fn commit(&mut self, mut next: CoordinatorState) -> Result<(), CoordinatorError> {
-        let servers_changed = next.servers() != self.state.servers();
-        let tablets_changed = next.tables() != self.state.tables();
-        if !servers_changed && !tablets_changed {
+    pub(crate) fn commit(&mut self, mut next: CoordinatorState) -> Result<(), CoordinatorError> {
+        if next == self.state {
             return Ok(());
         }
+        let servers_changed = next.servers() != self.state.servers();
+        let tablets_changed = next.tables() != self.state.tables();
         if servers_changed {
             next.servers_mut().bump_version();
         }
@@ -561,12 +597,25 @@ impl CoordinatorCore {
 
 /// The address of server `id`. Every tablet owner is in the server list (checked at
 /// load; servers are never deleted from it), so the empty fallback is never used.
-fn address_of(state: &CoordinatorState, id: ServerId) -> String {
+pub(crate) fn address_of(state: &CoordinatorState, id: ServerId) -> String {
     state
         .servers()
         .get(id)
         .map(|e| e.address.clone())
         .unwrap_or_default()
+}
+
+/// The action that tells migration `m`'s target to own its tablet and pull.
+pub(crate) fn take_migrating_action(
+    state: &CoordinatorState,
+    m: &crate::migrations::MigrationRecord,
+) -> Action {
+    Action::TakeMigratingTablet {
+        server_id: m.target,
+        address: address_of(state, m.target),
+        record: *m,
+        source_address: address_of(state, m.source),
+    }
 }
 
 fn take_actions(state: &CoordinatorState, tablets: &[TabletEntry]) -> Vec<Action> {

@@ -46,6 +46,26 @@ pub enum CoordinatorError {
         start_hash: u64,
         owner: ServerId,
     },
+    /// The tablet is being migrated (K§2.3): it cannot be split or migrated
+    /// again until migration `0` is done.
+    #[error("migration {0} of that range is in progress")]
+    MigrationInProgress(u64),
+    /// The range given is not exactly one tablet of the table.
+    #[error("[{start_hash:#x}, {end_hash:#x}] is not exactly one tablet of table {table:?}; split it first (`ramstore split`)")]
+    NotOneTablet {
+        table: String,
+        start_hash: u64,
+        end_hash: u64,
+    },
+    /// The migration target cannot take the tablet.
+    #[error("cannot migrate to {target}: {reason}")]
+    BadMigrationTarget {
+        target: ServerId,
+        reason: &'static str,
+    },
+    /// The source master refused to give up the tablet (nothing changed).
+    #[error("the source master refused the migration: {0}")]
+    MigrationRefused(String),
     /// External storage failed (the change was not applied), or the stored state could
     /// not be read back (at start-up).
     #[error("external storage: {0}")]

@@ -14,6 +14,10 @@
 //!   tablet's owner is in the server list.
 //! - `server_list_version` / `tablet_map_version` grow by one on every operation that
 //!   changes the server list / any tablet, and never otherwise.
+//! - A tablet migration (K§2.3, `migration`) is recorded before any master hears of
+//!   it and its tablet changes owner in the same document write that records it
+//!   `Pulling`; a range has at most one migration in progress, and a migrating
+//!   tablet is neither split nor recovered from its target's log alone.
 //!
 //! Durability contract (R§9, "write to external storage before acting"): every
 //! mutating operation first writes the whole new state (one JSON document under the
@@ -75,6 +79,8 @@ pub mod failure_detector;
 pub mod file_storage;
 pub mod lease;
 pub mod membership;
+pub mod migration;
+pub mod migrations;
 pub mod notifier;
 pub mod partition;
 pub mod process;

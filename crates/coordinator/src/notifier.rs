@@ -82,7 +82,8 @@ impl Notifier {
         match action {
             Action::TakeTablet { server_id, .. }
             | Action::DropTablet { server_id, .. }
-            | Action::SplitTablet { server_id, .. } => self.cluster.is_up(*server_id),
+            | Action::SplitTablet { server_id, .. }
+            | Action::TakeMigratingTablet { server_id, .. } => self.cluster.is_up(*server_id),
             _ => true,
         }
     }
@@ -131,6 +132,24 @@ impl Notifier {
             Action::PushServerList => {
                 self.push_server_list().await;
                 true
+            }
+            Action::TakeMigratingTablet {
+                server_id,
+                address,
+                record,
+                source_address,
+            } => {
+                let req = Request::TakeMigratingTablet {
+                    server_id: server_id.0,
+                    table_id: record.table_id,
+                    start_hash: record.start_hash,
+                    end_hash: record.end_hash,
+                    migration_id: record.id,
+                    source_server_id: record.source.0,
+                    safe_version: record.safe_version,
+                    source_address,
+                };
+                self.notify(address, &req).await
             }
         }
     }

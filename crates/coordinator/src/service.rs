@@ -32,6 +32,7 @@ use crate::coordinator::CoordinatorCore;
 use crate::error::CoordinatorError;
 use crate::failure_detector::FailureDetectorConfig;
 use crate::membership::MembershipGuard;
+use crate::migration::Migrator;
 use crate::notifier::Notifier;
 use crate::recovery::{Recoveries, RecoveryDriver};
 use crate::server_list::{ServerId, MAX_FAILURE_DOMAIN_BYTES};
@@ -50,6 +51,7 @@ pub struct CoordinatorService {
     membership: Arc<MembershipGuard>,
     suspicion: Arc<SuspicionDriver>,
     recovery: Arc<RecoveryDriver>,
+    migrator: Arc<Migrator>,
 }
 
 fn error_status(e: &CoordinatorError) -> Status {
@@ -60,6 +62,10 @@ fn error_status(e: &CoordinatorError) -> Status {
         | CoordinatorError::BadFailureDomain { .. }
         | CoordinatorError::BadServerSpan(_) => Status::InvalidRequest,
         CoordinatorError::NoMasters => Status::Retry,
+        CoordinatorError::NotOneTablet { .. }
+        | CoordinatorError::BadMigrationTarget { .. }
+        | CoordinatorError::MigrationInProgress(_)
+        | CoordinatorError::MigrationRefused(_) => Status::InvalidRequest,
         _ => Status::Internal,
     }
 }
@@ -104,6 +110,7 @@ impl CoordinatorService {
                 membership.clone(),
             )),
             recovery: Arc::new(RecoveryDriver::new(cluster.clone(), notifier.clone())),
+            migrator: Arc::new(Migrator::new(cluster.clone(), notifier.clone())),
             membership,
             notifier,
             cluster,
@@ -117,6 +124,8 @@ impl CoordinatorService {
 
     /// Retries failed notifications forever; spawn it once.
     pub async fn retry_loop(self: Arc<Self>) {
+        // Migrations a previous coordinator left half-started (R§9).
+        tokio::spawn(self.migrator.clone().resume());
         self.notifier.retry_loop().await
     }
 
@@ -181,6 +190,9 @@ impl CoordinatorService {
             return encode_answer(id, op, answer, out);
         }
         if let Some(answer) = self.answer_membership_change(req) {
+            return encode_answer(id, op, answer, out);
+        }
+        if let Some(answer) = self.answer_migration_request(req).await {
             return encode_answer(id, op, answer, out);
         }
         if let Some(encoded) = self.answer_self_encoding(id, op, req, out) {
@@ -252,6 +264,36 @@ impl CoordinatorService {
         })
     }
 
+    /// Live migration (K§2.3), owned by the [`Migrator`]; `None` for a request of
+    /// another family.
+    async fn answer_migration_request(
+        &self,
+        req: &Request<'_>,
+    ) -> Option<Result<Response<'static>, CoordinatorError>> {
+        Some(match *req {
+            Request::MigrateTablet {
+                name,
+                start_hash,
+                end_hash,
+                target_server_id,
+            } => self
+                .migrator
+                .migrate(name, (start_hash, end_hash), ServerId(target_server_id))
+                .await
+                .map(|migration_id| Response::MigrateTablet { migration_id }),
+            Request::MigrationDone {
+                migration_id,
+                bytes,
+                objects,
+            } => self
+                .migrator
+                .done(migration_id, bytes, objects)
+                .await
+                .map(|()| Response::MigrationDone),
+            _ => return None,
+        })
+    }
+
     /// Answers that encode themselves: a tablet map streams its entries, the
     /// statistics borrow a string built here, and failure detection and zombie
     /// checks are answered by their parts (R§7.2, R§7.11). `None` for a request of
@@ -268,6 +310,10 @@ impl CoordinatorService {
             Request::GetServerStats => {
                 let text = self.stats_text();
                 encode_response(id, op, &Response::GetServerStats { text: &text }, out)
+            }
+            Request::ListMigrations => {
+                let text = self.migrator.list_text();
+                encode_response(id, op, &Response::ListMigrations { text: &text }, out)
             }
             Request::Ping { nonce, caller_id } => {
                 self.membership.answer_ping(id, nonce, caller_id, out)

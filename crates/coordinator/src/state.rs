@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::migrations::Migrations;
 use crate::server_list::ServerList;
 use crate::tables::Tables;
 
@@ -21,6 +22,10 @@ pub const STATE_FORMAT: u32 = 1;
 pub struct CoordinatorState {
     servers: ServerList,
     tables: Tables,
+    /// Tablet migrations in progress (K§2.3); absent from documents written
+    /// before migrations existed.
+    #[serde(default)]
+    migrations: Migrations,
 }
 
 impl CoordinatorState {
@@ -40,11 +45,21 @@ impl CoordinatorState {
         &mut self.tables
     }
 
+    pub fn migrations(&self) -> &Migrations {
+        &self.migrations
+    }
+
+    pub(crate) fn migrations_mut(&mut self) -> &mut Migrations {
+        &mut self.migrations
+    }
+
     /// Checks every invariant the coordinator relies on, so that a restored document
     /// that was damaged (or hand-edited) is refused at start-up rather than acted on.
     pub(crate) fn validate(&self) -> Result<(), String> {
         self.servers.validate()?;
-        self.tables.validate(|id| self.servers.get(id).is_some())
+        self.tables.validate(|id| self.servers.get(id).is_some())?;
+        self.migrations
+            .validate(|id| self.servers.get(id).is_some())
     }
 }
 

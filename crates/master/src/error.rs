@@ -14,6 +14,28 @@ pub enum ReadError {
     /// The key is longer than the largest key ever stored.
     #[error("key of {0} bytes is longer than the limit of {max} bytes", max = ramstore_log::MAX_KEY_BYTES)]
     KeyTooLarge(usize),
+    /// The key's tablet is migrating in (K§2.3): the migration's gate decides
+    /// whether the key's record has arrived ([`crate::migration`]).
+    #[error("the tablet is being migrated to this master")]
+    Migrating,
+}
+
+impl From<crate::tablets::Refused> for ReadError {
+    fn from(r: crate::tablets::Refused) -> Self {
+        match r {
+            crate::tablets::Refused::NotServing => ReadError::UnknownTablet,
+            crate::tablets::Refused::Migrating => ReadError::Migrating,
+        }
+    }
+}
+
+impl From<crate::tablets::Refused> for WriteError {
+    fn from(r: crate::tablets::Refused) -> Self {
+        match r {
+            crate::tablets::Refused::NotServing => WriteError::UnknownTablet,
+            crate::tablets::Refused::Migrating => WriteError::Migrating,
+        }
+    }
 }
 
 /// Why a write, delete or increment did not happen. Nothing was changed.
@@ -45,6 +67,9 @@ pub enum WriteError {
     /// Log memory is full: retry after the cleaner has run (retryable).
     #[error("log memory is full; retry later")]
     NoSpace,
+    /// As [`ReadError::Migrating`].
+    #[error("the tablet is being migrated to this master")]
+    Migrating,
 }
 
 impl WriteError {

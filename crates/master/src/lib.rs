@@ -11,6 +11,11 @@
 //!   complete, checksummed entry.
 //! - A full log refuses writes with `NoSpace` (retryable) and never loses an object;
 //!   deletes keep working after writes are refused (the delete reserve).
+//! - A tablet's state ([`tablets::TabletState`]) says who may use it: clients a
+//!   normal one; replay a recovering one; only a migration's pulls one migrating
+//!   out; clients a migrating-in one only through the migration's gate
+//!   ([`migration`], K§2.3), so a key whose record may still be on the source is
+//!   never answered from the target. Checking the state is one atomic load.
 //!
 //! Thread-safety: `ObjectStore` is `Send + Sync`; reads take no lock; writes serialise
 //! per hash bucket and on the log head; the cleaner runs on its own thread(s).
@@ -25,6 +30,7 @@
 mod cleaner_thread;
 pub mod config;
 pub mod error;
+pub mod migration;
 pub mod object_store;
 pub mod tablets;
 

@@ -17,7 +17,7 @@ use ramstore_log::{Cleaner, HeadMetadata, Log, LogConfig, LogRef, ObjectView, MA
 use crate::cleaner_thread::{Cleanable, CleanerThread};
 use crate::config::{CleanerMode, StoreConfig};
 use crate::error::ReadError;
-use crate::tablets::TabletMap;
+use crate::tablets::{Access, TabletMap};
 use crate::ConfigError;
 use ramstore_wire::RejectRules;
 
@@ -38,6 +38,9 @@ pub use ramstore_wire::key_hash;
 pub(crate) struct Shared {
     /// Higher than every version of an object that was deleted (R§3.1).
     pub safe_version: AtomicU64,
+    /// The largest version this master has given an object (a migration's safe
+    /// version starts above it, K§2.3).
+    pub max_version: AtomicU64,
     pub tablets: ArcSwap<TabletMap>,
 }
 
@@ -143,7 +146,7 @@ impl std::fmt::Debug for LogHandle {
 /// of its `StoreConfig` (a no-op until replication exists: then writes live in DRAM
 /// only).
 pub struct ObjectStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     cleaner: Option<CleanerThread>,
     /// The head segment the last write landed in: a new one wakes the cleaner.
     last_head: std::sync::atomic::AtomicU64,
@@ -154,6 +157,7 @@ impl ObjectStore {
     pub fn new(config: StoreConfig) -> Result<Self, ConfigError> {
         let shared = Arc::new(Shared {
             safe_version: AtomicU64::new(1),
+            max_version: AtomicU64::new(0),
             tablets: ArcSwap::from_pointee(TabletMap::default()),
         });
         let log_config = LogConfig {
@@ -232,19 +236,25 @@ impl ObjectStore {
         key: &[u8],
         f: impl FnOnce(&ObjectView<'_>) -> R,
     ) -> Result<R, ReadError> {
+        self.read_with_as(table_id, key, Access::Client, f)
+    }
+
+    /// [`Self::read_with`] for `access`: a client's read of a migrating-in tablet
+    /// is refused with `Migrating` (the migration's gate decides, K§2.3).
+    pub(crate) fn read_with_as<R>(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        access: Access,
+        f: impl FnOnce(&ObjectView<'_>) -> R,
+    ) -> Result<R, ReadError> {
         if key.len() > MAX_KEY_BYTES {
             return Err(ReadError::KeyTooLarge(key.len()));
         }
         let hash = key_hash(key);
-        if self
-            .inner
-            .shared
-            .tablets
-            .load()
-            .find_serving(table_id, hash)
-            .is_none()
-        {
-            return Err(ReadError::UnknownTablet);
+        match self.inner.shared.tablets.load().find(table_id, hash) {
+            None => return Err(ReadError::UnknownTablet),
+            Some(t) => t.admits(access).map_err(ReadError::from)?,
         }
         let log = &self.inner.log;
         let _pin = log.pin();

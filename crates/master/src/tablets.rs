@@ -2,10 +2,66 @@
 //! that recovery partitions by (R§7.5).
 //!
 //! The map is replaced whole on every change (rare) and read without a lock on every
-//! operation (`ArcSwap`).
+//! operation (`ArcSwap`). A tablet's [`TabletState`] is one atomic byte, so whether
+//! it serves clients costs one load on the read path.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
+
+/// What a tablet is doing, and so who may use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum TabletState {
+    /// Served to clients.
+    Normal = 0,
+    /// Being filled by crash recovery (R§7.6): only replay writes to it, and
+    /// clients are answered UNKNOWN_TABLET until the coordinator hands it over,
+    /// so a partly replayed tablet is never served.
+    Recovering = 1,
+    /// Being migrated away (K§2.3): the target owns it now, clients are answered
+    /// UNKNOWN_TABLET; only the target's pulls read it.
+    MigratingOut = 2,
+    /// Being migrated in (K§2.3): owned and served, but a client operation on a
+    /// key whose record may not have arrived yet goes through the migration's
+    /// gate ([`crate::migration::Arrivals`]).
+    MigratingIn = 3,
+}
+
+impl TabletState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => TabletState::Recovering,
+            2 => TabletState::MigratingOut,
+            3 => TabletState::MigratingIn,
+            _ => TabletState::Normal,
+        }
+    }
+}
+
+/// Who is using a tablet: decides whether its state admits the operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// A client operation.
+    Client,
+    /// A client operation on a migrating-in tablet that the migration's gate let
+    /// through (the key's record has arrived, or it does not matter: a blind
+    /// write).
+    Arrived,
+    /// Replaying log entries (recovery, cold start, pulled records): any state
+    /// but migrating out.
+    Replay,
+    /// A migration target pulling records: migrating-out tablets only.
+    Pull,
+}
+
+/// Why a tablet refused an access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Not ours to serve this way: UNKNOWN_TABLET.
+    NotServing,
+    /// A client operation on a migrating-in tablet: the gate decides.
+    Migrating,
+}
 
 /// One tablet and its live-object statistics.
 #[derive(Debug)]
@@ -15,10 +71,8 @@ pub struct Tablet {
     pub end_hash: u64,
     entries: AtomicU64,
     bytes: AtomicU64,
-    /// Being filled by crash recovery (R§7.6): only replay writes to it, and
-    /// clients are answered UNKNOWN_TABLET until the coordinator hands it over,
-    /// so a partly replayed tablet is never served.
-    recovering: AtomicBool,
+    /// A [`TabletState`].
+    state: AtomicU8,
 }
 
 impl Tablet {
@@ -29,17 +83,43 @@ impl Tablet {
             end_hash,
             entries: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
-            recovering: AtomicBool::new(false),
+            state: AtomicU8::new(TabletState::Normal as u8),
         }
     }
 
-    /// Whether crash recovery is still filling the tablet (see the field).
+    pub fn state(&self) -> TabletState {
+        TabletState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set_state(&self, state: TabletState) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+
+    /// Whether crash recovery is still filling the tablet.
     pub fn is_recovering(&self) -> bool {
-        self.recovering.load(Ordering::Acquire)
+        self.state() == TabletState::Recovering
     }
 
     pub(crate) fn set_recovering(&self, recovering: bool) {
-        self.recovering.store(recovering, Ordering::Release);
+        let state = if recovering {
+            TabletState::Recovering
+        } else {
+            TabletState::Normal
+        };
+        self.set_state(state);
+    }
+
+    /// Whether the tablet's state admits `access` (one atomic load).
+    pub(crate) fn admits(&self, access: Access) -> Result<(), Refused> {
+        use TabletState::*;
+        match (self.state(), access) {
+            (Normal, Access::Client | Access::Arrived | Access::Replay)
+            | (MigratingIn, Access::Arrived | Access::Replay)
+            | (Recovering, Access::Replay)
+            | (MigratingOut, Access::Pull) => Ok(()),
+            (MigratingIn, Access::Client) => Err(Refused::Migrating),
+            _ => Err(Refused::NotServing),
+        }
     }
 
     pub fn contains(&self, table_id: u64, hash: u64) -> bool {
@@ -79,10 +159,11 @@ pub struct TabletMap {
 }
 
 impl TabletMap {
-    /// The tablet holding `hash` of `table_id`, if it serves clients (is not
-    /// being recovered).
+    /// The tablet holding `hash` of `table_id`, if it serves clients (is
+    /// [`TabletState::Normal`]).
     pub fn find_serving(&self, table_id: u64, hash: u64) -> Option<&Arc<Tablet>> {
-        self.find(table_id, hash).filter(|t| !t.is_recovering())
+        self.find(table_id, hash)
+            .filter(|t| t.state() == TabletState::Normal)
     }
 
     /// The tablet holding `hash` of `table_id`.

@@ -58,6 +58,7 @@ pub(crate) fn run_enlisted(
     transport: Arc<dyn Transport>,
 ) -> Vec<JoinHandle<()>> {
     service.set_server_id(server_id);
+    service.set_migration_links(transport.clone(), options.coordinator.clone());
     let mut tasks = Vec::new();
     if let Some(m) = manager {
         tasks.push(m.start(

@@ -48,6 +48,10 @@ use crate::replica_manager::ReplicaManager;
 mod direct;
 /// Zombie state, lease and pings: the service's side of membership.
 mod membership;
+/// Live tablet migration, as source and as target (K§2.3).
+pub(crate) mod migration;
+/// The source's side of live migration: fence and pulls (K§2.3).
+mod migration_source;
 /// The native front end: frames in, frames out.
 mod native;
 /// The object-store calls of both front ends.
@@ -125,6 +129,8 @@ pub struct StorageService {
     /// Where slow-path requests and recovery replay run (the blocking pool;
     /// inline in a simulation).
     pub(crate) blocking: crate::blocking::Blocking,
+    /// Migrations in and out of this master (K§2.3).
+    pub(crate) migrations: migration::Migrations,
 }
 
 impl StorageService {
@@ -158,6 +164,7 @@ impl StorageService {
             clock,
             rng: ramstore_clock::system_rng(),
             blocking: crate::blocking::Blocking::Pool,
+            migrations: migration::Migrations::default(),
         }
     }
 

@@ -30,6 +30,7 @@
 
 pub mod clock;
 pub mod cluster;
+pub mod migrate;
 pub mod net;
 pub mod run;
 pub mod trace;

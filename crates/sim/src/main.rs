@@ -77,6 +77,9 @@ struct Args {
     /// show the simulator finds it.
     #[arg(long)]
     planted_bug: bool,
+    /// Keep migrating random tablets to other masters while the clients run.
+    #[arg(long)]
+    migrations: bool,
     /// Print every fault as it happens (stderr).
     #[arg(long)]
     verbose: bool,
@@ -112,6 +115,7 @@ fn main() {
         sim_seconds: args.sim_seconds,
         faults: !args.no_faults,
         planted_bug: args.planted_bug,
+        migrations: args.migrations,
         clients: args.clients.max(1),
         verbose: args.verbose,
     };
@@ -132,11 +136,12 @@ fn main() {
     }
     print!("{}", summary.report);
     println!(
-        "faults={} crashes={} failovers={} recoveries={} messages={} dropped={} events={} unknown_ops={}",
+        "faults={} crashes={} failovers={} recoveries={} migrations={} messages={} dropped={} events={} unknown_ops={}",
         summary.faults,
         summary.crashes,
         summary.failovers,
         summary.recoveries,
+        summary.migrations,
         summary.delivered,
         summary.dropped,
         summary.events,

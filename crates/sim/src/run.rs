@@ -33,6 +33,9 @@ pub struct SimConfig {
     pub clients: usize,
     /// Print every fault as it happens (to stderr).
     pub verbose: bool,
+    /// Keep migrating random tablets while the clients run (K§2.3,
+    /// [`crate::migrate`]).
+    pub migrations: bool,
 }
 
 /// What a run did and found.
@@ -49,6 +52,8 @@ pub struct Summary {
     pub crashes: u64,
     pub failovers: u64,
     pub recoveries: u64,
+    /// Tablet migrations that finished.
+    pub migrations: u64,
     pub delivered: u64,
     pub dropped: u64,
     pub events: u64,
@@ -174,6 +179,20 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
         .faults
         .then(|| tokio::spawn(faults.clone().drive(end)));
     let watcher = tokio::spawn(faults.clone().restart_zombies());
+    let migrations_done = Arc::new(AtomicU64::new(0));
+    let migrator = if config.migrations {
+        let admin = connect(&cluster, rng.as_ref(), "client-migrator").await?;
+        Some(tokio::spawn(crate::migrate::drive(
+            admin,
+            ("sim", table),
+            clock.clone(),
+            SeededRng::handle(rng.next_u64()),
+            end,
+            migrations_done.clone(),
+        )))
+    } else {
+        None
+    };
     let reporter = config.verbose.then(|| {
         let cluster = cluster.clone();
         tokio::spawn(async move {
@@ -189,6 +208,10 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
         d.abort();
     }
     faults.heal_everything();
+    if let Some(m) = migrator {
+        // It stops at `end`, after the migration in progress is done.
+        let _ = m.await;
+    }
     for w in workers {
         // A worker ends after its current operation; it cannot fail.
         let _ = w.await;
@@ -231,6 +254,7 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
         crashes: cluster.stats.crashes.load(Ordering::Relaxed),
         failovers: cluster.stats.failovers.load(Ordering::Relaxed),
         recoveries,
+        migrations: migrations_done.load(Ordering::Relaxed),
         delivered: cluster.net.stats.delivered.load(Ordering::Relaxed),
         dropped: cluster.net.stats.dropped.load(Ordering::Relaxed),
         events: trace.events(),

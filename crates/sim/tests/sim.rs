@@ -81,3 +81,38 @@ fn run_planted_bug_is_found_by_every_seed() {
         assert_ne!(field(&last, "violations"), "0", "{last}");
     }
 }
+
+#[test]
+fn run_migrations_without_faults_keep_every_seed_linearizable() {
+    let mut failed = Vec::new();
+    for seed in 1..=4 {
+        let seed = seed.to_string();
+        let out = Command::new(env!("CARGO_BIN_EXE_ramstore-sim"))
+            .args([
+                "--servers",
+                "4",
+                "--sim-seconds",
+                "20",
+                "--no-faults",
+                "--migrations",
+                "--seed",
+                &seed,
+            ])
+            .output()
+            .expect("the simulator binary runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let last = stdout.lines().last().unwrap_or_default().to_string();
+        let moved: u64 = stdout
+            .lines()
+            .find_map(|l| {
+                l.split_whitespace()
+                    .find_map(|f| f.strip_prefix("migrations="))
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if out.status.code() != Some(0) || field(&last, "violations") != "0" || moved == 0 {
+            failed.push(format!("{last} migrations={moved}"));
+        }
+    }
+    assert!(failed.is_empty(), "seeds that failed: {failed:#?}");
+}

@@ -148,6 +148,19 @@ impl<'o> MultiReadRequestEncoder<'o> {
         ))
     }
 
+    /// A PriorityPull request (K§2.3): the same items, the keys whose records a
+    /// migration target needs now.
+    pub fn priority_pull(request_id: u64, out: &'o mut Vec<u8>) -> Self {
+        Self(ListFrame::begin(
+            out,
+            Opcode::PriorityPull,
+            0,
+            request_id,
+            MAX_MULTI_OPS,
+            |_| {},
+        ))
+    }
+
     pub fn push(&mut self, table_id: u64, key: &[u8]) -> Result<(), WireError> {
         self.0
             .push(|out| MultiReadItem { table_id, key }.write(out))
@@ -363,9 +376,18 @@ encoder_common!(EnumerateResponseEncoder);
 
 impl<'o> EnumerateResponseEncoder<'o> {
     pub fn new(request_id: u64, out: &'o mut Vec<u8>) -> Self {
+        Self::answering(Opcode::Enumerate, request_id, out)
+    }
+
+    /// An OK Pull response (K§2.3): the same layout as an Enumerate response.
+    pub fn for_pull(request_id: u64, out: &'o mut Vec<u8>) -> Self {
+        Self::answering(Opcode::Pull, request_id, out)
+    }
+
+    fn answering(op: Opcode, request_id: u64, out: &'o mut Vec<u8>) -> Self {
         Self(ListFrame::begin(
             out,
-            Opcode::Enumerate,
+            op,
             FLAG_RESPONSE,
             request_id,
             usize::MAX,
@@ -411,6 +433,39 @@ impl<'o> EnumerateResponseEncoder<'o> {
         }
         patch_u64(frame.out, at + 1, next_cursor);
         frame.finish()
+    }
+}
+
+/// Builds an OK PriorityPull response frame object by object (K§2.3).
+#[must_use = "an encoder discards its frame unless `finish` is called"]
+pub struct PriorityPullResponseEncoder<'o>(ListFrame<'o>);
+encoder_common!(PriorityPullResponseEncoder);
+encoder_finish!(PriorityPullResponseEncoder);
+
+impl<'o> PriorityPullResponseEncoder<'o> {
+    pub fn new(request_id: u64, out: &'o mut Vec<u8>) -> Self {
+        Self(ListFrame::begin(
+            out,
+            Opcode::PriorityPull,
+            FLAG_RESPONSE,
+            request_id,
+            usize::MAX,
+            |_| {},
+        ))
+    }
+
+    /// An object whose value is given as several slices, copied once into the frame.
+    pub fn push_parts(
+        &mut self,
+        version: u64,
+        key: &[u8],
+        value: &[&[u8]],
+    ) -> Result<(), WireError> {
+        self.0.push(|out| {
+            put_u64(out, version);
+            put_key(out, key)?;
+            put_value_parts(out, value)
+        })
     }
 }
 

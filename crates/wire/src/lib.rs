@@ -84,6 +84,29 @@
 //! Leave response             (empty)
 //! ```
 //!
+//! # Live migration (K§2.3)
+//!
+//! ```text
+//! MigrateTablet request      name | start_hash u64 | end_hash u64 | target_server_id u64
+//! MigrateTablet response     migration_id u64 (ownership has moved)
+//! ListMigrations request     (empty)
+//! ListMigrations response    text (u32 len + UTF-8: `key=value` lines, one per migration)
+//! MigrationDone request      migration_id u64 | bytes u64 | objects u64
+//! MigrationDone response     (empty)
+//! PrepareMigration request   server_id u64 | table_id u64 | start_hash u64 | end_hash u64
+//!                            | migration_id u64
+//! PrepareMigration response  safe_version u64
+//! TakeMigratingTablet request  server_id u64 | table_id u64 | start_hash u64 | end_hash u64
+//!                            | migration_id u64 | source_server_id u64 | safe_version u64
+//!                            | source_address
+//! TakeMigratingTablet response (empty)
+//! Pull request               table_id u64 | cursor u64 | end_hash u64 | max_bytes u32
+//! Pull response              (as Enumerate's) has_next u8 | next_cursor u64 | objects
+//! PriorityPull request       (as MultiRead's) count u32 | count × (table_id u64 | key)
+//! PriorityPull response      count u32 | count × (version u64 | key | value): the keys
+//!                            asked for that exist
+//! ```
+//!
 //! # Failure detection (R§7.2, R§7.11, C§4.1)
 //!
 //! ```text
@@ -138,7 +161,8 @@ pub use encoder::{
     BackupReplicasEncoder, BackupStartPartitioningEncoder, EnumerateResponseEncoder,
     MultiReadRequestEncoder, MultiReadResponseEncoder, MultiRemoveRequestEncoder,
     MultiRemoveResponseEncoder, MultiWriteRequestEncoder, MultiWriteResponseEncoder,
-    RecoverPartitionEncoder, ServerListUpdateEncoder, TabletMapEncoder,
+    PriorityPullResponseEncoder, RecoverPartitionEncoder, ServerListUpdateEncoder,
+    TabletMapEncoder,
 };
 pub use error::WireError;
 pub use fields::{

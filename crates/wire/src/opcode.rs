@@ -59,11 +59,25 @@ pub enum Opcode {
     /// SIGTERM); recover its data now, as a restart's rather than a crash's
     /// (design notes "Server identity across restarts").
     Leave = 31,
+    /// Client → coordinator: move a tablet to another master (K§2.3).
+    MigrateTablet = 32,
+    /// Client → coordinator: the migrations in progress and recently done.
+    ListMigrations = 33,
+    /// Migration target → coordinator: every record of the range has arrived.
+    MigrationDone = 34,
+    /// Coordinator → migration source: fence the tablet and say its safe version.
+    PrepareMigration = 35,
+    /// Coordinator → migration target: own the tablet now and pull its records.
+    TakeMigratingTablet = 36,
+    /// Migration target → source: the next batch of a hash partition's records.
+    Pull = 37,
+    /// Migration target → source: these keys' records, now (a client waits).
+    PriorityPull = 38,
 }
 
 impl Opcode {
     /// Every opcode, in code order (for tests and tables).
-    pub const ALL: [Opcode; 31] = [
+    pub const ALL: [Opcode; 38] = [
         Opcode::Ping,
         Opcode::CreateTable,
         Opcode::GetTableId,
@@ -95,6 +109,13 @@ impl Opcode {
         Opcode::PingServer,
         Opcode::RenewLease,
         Opcode::Leave,
+        Opcode::MigrateTablet,
+        Opcode::ListMigrations,
+        Opcode::MigrationDone,
+        Opcode::PrepareMigration,
+        Opcode::TakeMigratingTablet,
+        Opcode::Pull,
+        Opcode::PriorityPull,
     ];
 
     /// The code sent on the wire.

@@ -199,6 +199,57 @@ pub enum Request<'a> {
     Leave {
         server_id: u64,
     },
+    /// Move the tablet `[start_hash, end_hash]` of table `name` (exactly one
+    /// tablet) to master `target_server_id` (K§2.3). Answered once ownership has
+    /// moved, with the migration's id.
+    MigrateTablet {
+        name: &'a str,
+        start_hash: u64,
+        end_hash: u64,
+        target_server_id: u64,
+    },
+    /// The migrations the coordinator knows of, as `key=value` lines.
+    ListMigrations,
+    /// The target of migration `migration_id` holds every record of the range;
+    /// it pulled `objects` objects of `bytes` bytes.
+    MigrationDone {
+        migration_id: u64,
+        bytes: u64,
+        objects: u64,
+    },
+    /// Stop serving the tablet (clients get UNKNOWN_TABLET) and answer a version
+    /// above every version issued so far (`server_id` as for TakeTabletOwnership).
+    PrepareMigration {
+        server_id: u64,
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+        migration_id: u64,
+    },
+    /// Own the tablet now, serving it while its records are pulled from
+    /// `source_server_id` at `source_address`; issue only versions above
+    /// `safe_version`.
+    TakeMigratingTablet {
+        server_id: u64,
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+        migration_id: u64,
+        source_server_id: u64,
+        safe_version: u64,
+        source_address: &'a str,
+    },
+    /// Records of `table_id` with key hash in `[cursor, end_hash]`, whole hash
+    /// buckets, about `max_bytes` of them, from a tablet being migrated away.
+    Pull {
+        table_id: u64,
+        cursor: u64,
+        end_hash: u64,
+        max_bytes: u32,
+    },
+    /// The records of these keys, from a tablet being migrated away. Build with
+    /// [`crate::MultiReadRequestEncoder::priority_pull`].
+    PriorityPull(MultiReadItems<'a>),
 }
 
 impl Request<'_> {
@@ -235,6 +286,13 @@ impl Request<'_> {
             Request::PingServer { .. } => Opcode::PingServer,
             Request::RenewLease { .. } => Opcode::RenewLease,
             Request::Leave { .. } => Opcode::Leave,
+            Request::MigrateTablet { .. } => Opcode::MigrateTablet,
+            Request::ListMigrations => Opcode::ListMigrations,
+            Request::MigrationDone { .. } => Opcode::MigrationDone,
+            Request::PrepareMigration { .. } => Opcode::PrepareMigration,
+            Request::TakeMigratingTablet { .. } => Opcode::TakeMigratingTablet,
+            Request::Pull { .. } => Opcode::Pull,
+            Request::PriorityPull(_) => Opcode::PriorityPull,
         }
     }
 }
@@ -384,6 +442,42 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
         Opcode::Leave => Request::Leave {
             server_id: r.u64()?,
         },
+        Opcode::MigrateTablet => Request::MigrateTablet {
+            name: r.string()?,
+            start_hash: r.u64()?,
+            end_hash: r.u64()?,
+            target_server_id: r.u64()?,
+        },
+        Opcode::ListMigrations => Request::ListMigrations,
+        Opcode::MigrationDone => Request::MigrationDone {
+            migration_id: r.u64()?,
+            bytes: r.u64()?,
+            objects: r.u64()?,
+        },
+        Opcode::PrepareMigration => Request::PrepareMigration {
+            server_id: r.u64()?,
+            table_id: r.u64()?,
+            start_hash: r.u64()?,
+            end_hash: r.u64()?,
+            migration_id: r.u64()?,
+        },
+        Opcode::TakeMigratingTablet => Request::TakeMigratingTablet {
+            server_id: r.u64()?,
+            table_id: r.u64()?,
+            start_hash: r.u64()?,
+            end_hash: r.u64()?,
+            migration_id: r.u64()?,
+            source_server_id: r.u64()?,
+            safe_version: r.u64()?,
+            source_address: r.string()?,
+        },
+        Opcode::Pull => Request::Pull {
+            table_id: r.u64()?,
+            cursor: r.u64()?,
+            end_hash: r.u64()?,
+            max_bytes: r.u32()?,
+        },
+        Opcode::PriorityPull => Request::PriorityPull(List::read(r)?),
     })
 }
 
@@ -579,6 +673,71 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             put_string(out, address)?;
         }
         Request::RenewLease { caller_id } => put_u64(out, *caller_id),
+        Request::MigrateTablet {
+            name,
+            start_hash,
+            end_hash,
+            target_server_id,
+        } => {
+            put_string(out, name)?;
+            put_u64(out, *start_hash);
+            put_u64(out, *end_hash);
+            put_u64(out, *target_server_id);
+        }
+        Request::ListMigrations => {}
+        Request::MigrationDone {
+            migration_id,
+            bytes,
+            objects,
+        } => {
+            put_u64(out, *migration_id);
+            put_u64(out, *bytes);
+            put_u64(out, *objects);
+        }
+        Request::PrepareMigration {
+            server_id,
+            table_id,
+            start_hash,
+            end_hash,
+            migration_id,
+        } => {
+            put_u64(out, *server_id);
+            put_u64(out, *table_id);
+            put_u64(out, *start_hash);
+            put_u64(out, *end_hash);
+            put_u64(out, *migration_id);
+        }
+        Request::TakeMigratingTablet {
+            server_id,
+            table_id,
+            start_hash,
+            end_hash,
+            migration_id,
+            source_server_id,
+            safe_version,
+            source_address,
+        } => {
+            put_u64(out, *server_id);
+            put_u64(out, *table_id);
+            put_u64(out, *start_hash);
+            put_u64(out, *end_hash);
+            put_u64(out, *migration_id);
+            put_u64(out, *source_server_id);
+            put_u64(out, *safe_version);
+            put_string(out, source_address)?;
+        }
+        Request::Pull {
+            table_id,
+            cursor,
+            end_hash,
+            max_bytes,
+        } => {
+            put_u64(out, *table_id);
+            put_u64(out, *cursor);
+            put_u64(out, *end_hash);
+            put_u32(out, *max_bytes);
+        }
+        Request::PriorityPull(items) => items.write(out),
     }
     Ok(())
 }

@@ -116,6 +116,32 @@ pub enum Response<'a> {
     RenewLease {
         lease_ms: u32,
     },
+    /// Ownership has moved; the migration goes on under this id.
+    MigrateTablet {
+        migration_id: u64,
+    },
+    /// `key=value` lines, one migration per line.
+    ListMigrations {
+        text: &'a str,
+    },
+    MigrationDone,
+    /// The tablet is fenced; every version the master issued is below this.
+    PrepareMigration {
+        safe_version: u64,
+    },
+    TakeMigratingTablet,
+    /// A batch of records; continue from `next_cursor` if `has_next`. Build with
+    /// [`crate::EnumerateResponseEncoder::for_pull`].
+    Pull {
+        has_next: bool,
+        next_cursor: u64,
+        objects: EnumeratedObjects<'a>,
+    },
+    /// The records of the keys asked for that exist (a key not answered does not
+    /// exist). Build with [`crate::PriorityPullResponseEncoder`].
+    PriorityPull {
+        objects: EnumeratedObjects<'a>,
+    },
     /// Any status other than OK, for any opcode.
     Error(ErrorBody<'a>),
 }
@@ -191,6 +217,13 @@ impl Response<'_> {
             Response::SuspectServer => Opcode::SuspectServer,
             Response::PingServer { .. } => Opcode::PingServer,
             Response::RenewLease { .. } => Opcode::RenewLease,
+            Response::MigrateTablet { .. } => Opcode::MigrateTablet,
+            Response::ListMigrations { .. } => Opcode::ListMigrations,
+            Response::MigrationDone => Opcode::MigrationDone,
+            Response::PrepareMigration { .. } => Opcode::PrepareMigration,
+            Response::TakeMigratingTablet => Opcode::TakeMigratingTablet,
+            Response::Pull { .. } => Opcode::Pull,
+            Response::PriorityPull { .. } => Opcode::PriorityPull,
             Response::Error(_) => return None,
         })
     }
@@ -297,6 +330,25 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
             answered: r.bool("answered")?,
         },
         Opcode::RenewLease => Response::RenewLease { lease_ms: r.u32()? },
+        Opcode::MigrateTablet => Response::MigrateTablet {
+            migration_id: r.u64()?,
+        },
+        Opcode::ListMigrations => Response::ListMigrations {
+            text: r.long_string()?,
+        },
+        Opcode::MigrationDone => Response::MigrationDone,
+        Opcode::PrepareMigration => Response::PrepareMigration {
+            safe_version: r.u64()?,
+        },
+        Opcode::TakeMigratingTablet => Response::TakeMigratingTablet,
+        Opcode::Pull => Response::Pull {
+            has_next: r.bool("has_next")?,
+            next_cursor: r.u64()?,
+            objects: List::read(r)?,
+        },
+        Opcode::PriorityPull => Response::PriorityPull {
+            objects: List::read(r)?,
+        },
     })
 }
 
@@ -444,7 +496,22 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
         }
         Response::PingServer { answered } => put_bool(out, *answered),
         Response::RenewLease { lease_ms } => put_u32(out, *lease_ms),
-        Response::CrashServer
+        Response::MigrateTablet { migration_id } => put_u64(out, *migration_id),
+        Response::ListMigrations { text } => put_long_string(out, text)?,
+        Response::PrepareMigration { safe_version } => put_u64(out, *safe_version),
+        Response::Pull {
+            has_next,
+            next_cursor,
+            objects,
+        } => {
+            put_bool(out, *has_next);
+            put_u64(out, *next_cursor);
+            objects.write(out);
+        }
+        Response::PriorityPull { objects } => objects.write(out),
+        Response::MigrationDone
+        | Response::TakeMigratingTablet
+        | Response::CrashServer
         | Response::Leave
         | Response::SuspectServer
         | Response::DropTable

@@ -122,7 +122,7 @@ impl Inner {
 
 impl Client {
     /// Refreshes the cached map, retrying until the operation deadline.
-    pub(super) async fn refresh_now(&self) -> Result<(), ClientError> {
+    pub(crate) async fn refresh_now(&self) -> Result<(), ClientError> {
         let inner = &*self.inner;
         let mut retry = Retrier::new(&inner.options, inner.options.operation_deadline);
         let mut unreachable = None;

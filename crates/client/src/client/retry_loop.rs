@@ -235,7 +235,7 @@ impl Inner {
     }
 
     /// A request to the coordinator, within the operation deadline.
-    pub(super) async fn coordinator<T>(
+    pub(crate) async fn coordinator<T>(
         &self,
         req: Request<'_>,
         parse: impl FnOnce(Response<'_>) -> Option<T>,

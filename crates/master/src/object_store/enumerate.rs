@@ -26,7 +26,20 @@ impl ObjectStore {
         let tablet = tablets
             .find_serving(table_id, cursor)
             .ok_or(ReadError::UnknownTablet)?;
-        let end = tablet.end_hash;
+        self.scan(table_id, cursor, tablet.end_hash, max_bytes, out)
+    }
+
+    /// The bucket-cursor scan of [`Self::enumerate`] over `[cursor, end]`, which
+    /// the caller has checked lies in a tablet it may read (also a migration's
+    /// pulls, K§2.3).
+    pub(crate) fn scan(
+        &self,
+        table_id: u64,
+        cursor: u64,
+        end: u64,
+        max_bytes: usize,
+        out: &mut Vec<EnumeratedObject>,
+    ) -> Result<Option<u64>, ReadError> {
         let index = &self.inner.index;
         let log = &self.inner.log;
         let _pin = log.pin();

@@ -8,6 +8,7 @@ use ramstore_wire::RejectRules;
 
 use super::{key_hash, ObjectStore};
 use crate::error::WriteError;
+use crate::tablets::Access;
 
 impl ObjectStore {
     /// Replays a tombstone of a crashed master's log (R§7.6): the key's object
@@ -23,7 +24,7 @@ impl ObjectStore {
             version_gt_given: true,
             ..RejectRules::default()
         };
-        match self.remove_as(table_id, key, &rules, true) {
+        match self.remove_as(table_id, key, &rules, Access::Replay) {
             Ok(removed) => Ok(removed.is_some()),
             Err(WriteError::WrongVersion { .. }) => Ok(false),
             Err(e) => Err(e),
@@ -37,17 +38,17 @@ impl ObjectStore {
         key: &[u8],
         rules: &RejectRules,
     ) -> Result<Option<u64>, WriteError> {
-        self.remove_as(table_id, key, rules, false)
+        self.remove_as(table_id, key, rules, Access::Client)
     }
 
-    /// [`Self::remove`]; `replaying` lets crash recovery's replay reach a tablet
-    /// that is still being recovered.
-    fn remove_as(
+    /// [`Self::remove`] for `access`: replay reaches a tablet that is still being
+    /// recovered; see also [`Self::read_with_as`].
+    pub(crate) fn remove_as(
         &self,
         table_id: u64,
         key: &[u8],
         rules: &RejectRules,
-        replaying: bool,
+        access: Access,
     ) -> Result<Option<u64>, WriteError> {
         if key.len() > MAX_KEY_BYTES {
             return Err(WriteError::KeyTooLarge(key.len()));
@@ -61,8 +62,8 @@ impl ObjectStore {
             let tablets = inner.shared.tablets.load();
             let tablet = tablets
                 .find(table_id, hash)
-                .filter(|t| replaying || !t.is_recovering())
                 .ok_or(WriteError::UnknownTablet)?;
+            tablet.admits(access).map_err(WriteError::from)?;
             let mut current = None;
             let found = guard.find(|r| match log.object(LogRef(r)) {
                 Ok(view) if view.table_id() == table_id && view.key_eq(key) => {

@@ -12,6 +12,7 @@ use ramstore_wire::RejectRules;
 
 use super::{key_hash, ObjectStore};
 use crate::error::WriteError;
+use crate::tablets::Access;
 
 /// The current entry of a key, found under its bucket lock.
 struct Current {
@@ -79,10 +80,22 @@ impl ObjectStore {
         value: &[u8],
         rules: &RejectRules,
     ) -> Result<u64, WriteError> {
+        self.write_as(table_id, key, value, rules, Access::Client)
+    }
+
+    /// [`Self::write`] for `access` (see [`Self::read_with_as`]).
+    pub(crate) fn write_as(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        rules: &RejectRules,
+        access: Access,
+    ) -> Result<u64, WriteError> {
         if value.len() > MAX_VALUE_BYTES {
             return Err(WriteError::ValueTooLarge(value.len()));
         }
-        self.update(table_id, key, rules, None, |_| {
+        self.update(table_id, key, rules, (access, None), |_| {
             Ok(NewValue::Borrowed(value))
         })
     }
@@ -105,7 +118,7 @@ impl ObjectStore {
             table_id,
             key,
             &RejectRules::default(),
-            Some(version),
+            (Access::Replay, Some(version)),
             |_| Ok(NewValue::Borrowed(value)),
         )
         .map(|_| ())
@@ -130,7 +143,7 @@ impl ObjectStore {
             table_id,
             key,
             &RejectRules::default(),
-            Some(version),
+            (Access::Replay, Some(version)),
             |current| match current {
                 Some(c) if c.version() >= version => Err(WriteError::WrongVersion {
                     current: c.version(),
@@ -159,8 +172,20 @@ impl ObjectStore {
         delta: i64,
         rules: &RejectRules,
     ) -> Result<(i64, u64), WriteError> {
+        self.increment_i64_as(table_id, key, delta, rules, Access::Client)
+    }
+
+    /// [`Self::increment_i64`] for `access` (see [`Self::read_with_as`]).
+    pub(crate) fn increment_i64_as(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        delta: i64,
+        rules: &RejectRules,
+        access: Access,
+    ) -> Result<(i64, u64), WriteError> {
         let mut new = 0;
-        let version = self.update(table_id, key, rules, None, |current| {
+        let version = self.update(table_id, key, rules, (access, None), |current| {
             let old = match current {
                 Some(view) => counter_text(view, counter::parse_i64)?,
                 None => 0,
@@ -182,8 +207,20 @@ impl ObjectStore {
         delta: f64,
         rules: &RejectRules,
     ) -> Result<(f64, u64), WriteError> {
+        self.increment_f64_as(table_id, key, delta, rules, Access::Client)
+    }
+
+    /// [`Self::increment_f64`] for `access` (see [`Self::read_with_as`]).
+    pub(crate) fn increment_f64_as(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        delta: f64,
+        rules: &RejectRules,
+        access: Access,
+    ) -> Result<(f64, u64), WriteError> {
         let mut new = 0.0;
-        let version = self.update(table_id, key, rules, None, |current| {
+        let version = self.update(table_id, key, rules, (access, None), |current| {
             let old = match current {
                 Some(view) => counter_text(view, counter::parse_f64)?,
                 None => 0.0,
@@ -209,7 +246,7 @@ impl ObjectStore {
         table_id: u64,
         key: &[u8],
         rules: &RejectRules,
-        forced_version: Option<u64>,
+        (access, forced_version): (Access, Option<u64>),
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<u64, WriteError> {
         if key.len() > MAX_KEY_BYTES {
@@ -224,8 +261,8 @@ impl ObjectStore {
             let tablets = inner.shared.tablets.load();
             let tablet = tablets
                 .find(table_id, hash)
-                .filter(|t| forced_version.is_some() || !t.is_recovering())
                 .ok_or(WriteError::UnknownTablet)?;
+            tablet.admits(access).map_err(WriteError::from)?;
             let mut current_view = None;
             let current = guard
                 .find(|r| match log.object(LogRef(r)) {
@@ -251,6 +288,14 @@ impl ObjectStore {
                 (Some(c), None) => c.version + 1,
                 (None, None) => inner.shared.safe_version.load(Ordering::SeqCst),
             };
+            // A migration's safe version must exceed every version issued (K§2.3);
+            // the store-wide maximum is written only when it grows.
+            if inner.shared.max_version.load(Ordering::Relaxed) < version {
+                inner
+                    .shared
+                    .max_version
+                    .fetch_max(version, Ordering::SeqCst);
+            }
             let appended = log.append_object(
                 &NewObject {
                     table_id,

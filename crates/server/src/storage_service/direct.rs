@@ -162,7 +162,7 @@ impl StorageService {
     pub fn remove_local(&self, table_id: u64, key: &[u8]) -> DirectAnswer<Option<u64>> {
         let op = Opcode::Remove;
         self.serve(op, Local::new(), |_| {
-            let answer = match self.store.remove(table_id, key, &Default::default()) {
+            let answer = match self.remove_object(table_id, key, &Default::default()) {
                 Ok(removed) => Direct::Done(removed),
                 Err(e) => self.update_refused(op, e),
             };

@@ -109,6 +109,10 @@ fn slow_only(frame: &[u8]) -> Option<(u64, Opcode)> {
             | Opcode::BackupReadReplica
             | Opcode::BackupStartPartitioning
             | Opcode::BackupGetRecoveryData
+            | Opcode::PrepareMigration
+            | Opcode::TakeMigratingTablet
+            | Opcode::Pull
+            | Opcode::PriorityPull
     )
     .then_some((raw.request_id, op))
 }
@@ -196,7 +200,11 @@ impl StorageService {
             | Request::BackupGetReplicas { .. }
             | Request::BackupReadReplica { .. }
             | Request::BackupStartPartitioning { .. }
-            | Request::BackupGetRecoveryData { .. } => return Ok(Step::HandOff),
+            | Request::BackupGetRecoveryData { .. }
+            | Request::PrepareMigration { .. }
+            | Request::TakeMigratingTablet { .. }
+            | Request::Pull { .. }
+            | Request::PriorityPull(_) => return Ok(Step::HandOff),
             // A buffered backup write is answered here; one that syncs or closes a
             // replica waits for the disk on the slow path, which decodes it again
             // (a few field reads beside a disk write).
@@ -218,6 +226,9 @@ impl StorageService {
             | Request::SuspectServer { .. }
             | Request::RenewLease { .. }
             | Request::Leave { .. }
+            | Request::MigrateTablet { .. }
+            | Request::ListMigrations
+            | Request::MigrationDone { .. }
             | Request::GetTabletMap => {
                 answer_message(
                     id,
@@ -284,7 +295,7 @@ impl StorageService {
         key: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<Durability, WireError> {
-        let response = match self.store.remove(table_id, key, r) {
+        let response = match self.remove_object(table_id, key, r) {
             Ok(removed) => Response::Remove {
                 existed: removed.is_some(),
                 version: removed.unwrap_or(0),
@@ -373,7 +384,7 @@ impl StorageService {
     ) -> Result<Durability, WireError> {
         let mut enc = MultiRemoveResponseEncoder::new(id, out);
         for item in items.iter() {
-            match self.store.remove(item.table_id, item.key, &item.rules) {
+            match self.remove_object(item.table_id, item.key, &item.rules) {
                 Ok(Some(v)) => enc.push(Status::Ok, true, v)?,
                 Ok(None) => enc.push(Status::Ok, false, 0)?,
                 Err(ramstore_master::WriteError::WrongVersion { current }) => {

@@ -5,13 +5,19 @@
 //! caller's closure made of the object; an update's answer always waits for the
 //! log's end ([`Durability::LogEnd`]). Accepted writes and NO_SPACE refusals are
 //! noted in [`super::FullLog`] here, so both front ends count them alike.
+//!
+//! Every call passes the migration gate first ([`StorageService::migration_gate`],
+//! K§2.3): on a tablet migrating in, a key whose record may still be on the
+//! source is answered RETRY while a PriorityPull brings it.
 
 use ramstore_log::ObjectView;
 use ramstore_master::{ReadError, RejectRules, WriteError};
 use ramstore_wire::{ErrorBody, Status};
 
+use super::migration::{Gated, MIGRATION_RETRY_MS};
 use super::request_path::Durability;
 use super::StorageService;
+use ramstore_master::migration::ClientOp;
 
 /// The message of a NO_SPACE answer (L§7: the log is full until its cleaner frees
 /// space, or for good if the live data leaves no room).
@@ -23,6 +29,7 @@ pub(crate) fn read_status(e: ReadError) -> Status {
         ReadError::UnknownTablet => Status::UnknownTablet,
         ReadError::ObjectDoesntExist => Status::ObjectDoesntExist,
         ReadError::KeyTooLarge(_) => Status::TooLarge,
+        ReadError::Migrating => Status::Retry,
         _ => Status::Internal,
     }
 }
@@ -37,12 +44,14 @@ pub(crate) fn write_status(e: WriteError) -> Status {
         WriteError::NotNumeric(_) => Status::NotNumeric,
         WriteError::Overflow => Status::Overflow,
         WriteError::NoSpace => Status::NoSpace,
+        WriteError::Migrating => Status::Retry,
         _ => Status::Internal,
     }
 }
 
 pub(crate) fn error_body(e: WriteError) -> ErrorBody<'static> {
     match e {
+        WriteError::Migrating => status_body(Status::Retry),
         WriteError::WrongVersion { current } => ErrorBody::WrongVersion {
             current_version: current,
         },
@@ -53,10 +62,27 @@ pub(crate) fn error_body(e: WriteError) -> ErrorBody<'static> {
     }
 }
 
+/// The body of an error answer with `status`; RETRY (a key being pulled by a
+/// migration) carries its short delay.
 pub(crate) fn status_body(status: Status) -> ErrorBody<'static> {
-    ErrorBody::Message {
-        status,
-        message: "",
+    match status {
+        Status::Retry => ErrorBody::Retry {
+            delay_ms: MIGRATION_RETRY_MS,
+        },
+        status => ErrorBody::Message {
+            status,
+            message: "",
+        },
+    }
+}
+
+/// A write's kind for the migration gate: one without reject rules does not
+/// depend on the old record.
+fn write_kind(rules: &RejectRules) -> ClientOp {
+    if *rules == RejectRules::default() {
+        ClientOp::BlindWrite
+    } else {
+        ClientOp::ReadsRecord
     }
 }
 
@@ -70,10 +96,15 @@ impl StorageService {
         f: impl FnOnce(&ObjectView<'_>) -> T,
     ) -> (Result<T, ReadError>, Durability) {
         let mut durability = Durability::Now;
-        let result = self.store.read_with(table_id, key, |view| {
+        let read = |view: &ObjectView<'_>| {
             durability = self.read_durability(view);
             f(view)
-        });
+        };
+        let result = match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
+            Gated::Plain => self.store.read_with(table_id, key, read),
+            Gated::Arrived(_) => self.store.read_with_arrived(table_id, key, read),
+            Gated::Wait => Err(ReadError::Migrating),
+        };
         if let Err(e) = result {
             durability = self.miss_durability(e);
         }
@@ -88,7 +119,35 @@ impl StorageService {
         value: &[u8],
         rules: &RejectRules,
     ) -> Result<u64, WriteError> {
-        self.accepted(self.store.write(table_id, key, value, rules))
+        let written = match self.migration_gate(table_id, key, write_kind(rules)) {
+            Gated::Plain => self.store.write(table_id, key, value, rules),
+            Gated::Arrived(m) => {
+                let written = self.store.write_arrived(table_id, key, value, rules);
+                if written.is_ok() {
+                    // Its version is above every pulled one: authoritative.
+                    m.settle(key);
+                }
+                written
+            }
+            Gated::Wait => Err(WriteError::Migrating),
+        };
+        self.accepted(written)
+    }
+
+    /// Deletes `key` of `table_id` unless `rules` refuse it: the version it had,
+    /// if any. On a tablet migrating in, only once the key's record has arrived
+    /// (its answer says whether the object existed).
+    pub(crate) fn remove_object(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        rules: &RejectRules,
+    ) -> Result<Option<u64>, WriteError> {
+        match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
+            Gated::Plain => self.store.remove(table_id, key, rules),
+            Gated::Arrived(_) => self.store.remove_arrived(table_id, key, rules),
+            Gated::Wait => Err(WriteError::Migrating),
+        }
     }
 
     /// Adds `delta` to the little-endian i64 `key` of `table_id`: the new value's
@@ -100,7 +159,13 @@ impl StorageService {
         delta: i64,
         rules: &RejectRules,
     ) -> Result<([u8; 8], u64), WriteError> {
-        let result = self.store.increment_i64(table_id, key, delta, rules);
+        let result = match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
+            Gated::Plain => self.store.increment_i64(table_id, key, delta, rules),
+            Gated::Arrived(_) => self
+                .store
+                .increment_i64_arrived(table_id, key, delta, rules),
+            Gated::Wait => Err(WriteError::Migrating),
+        };
         self.accepted(result.map(|(v, version)| (v.to_le_bytes(), version)))
     }
 
@@ -113,7 +178,13 @@ impl StorageService {
         delta: f64,
         rules: &RejectRules,
     ) -> Result<([u8; 8], u64), WriteError> {
-        let result = self.store.increment_f64(table_id, key, delta, rules);
+        let result = match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
+            Gated::Plain => self.store.increment_f64(table_id, key, delta, rules),
+            Gated::Arrived(_) => self
+                .store
+                .increment_f64_arrived(table_id, key, delta, rules),
+            Gated::Wait => Err(WriteError::Migrating),
+        };
         self.accepted(result.map(|(v, version)| (v.to_le_bytes(), version)))
     }
 

@@ -128,6 +128,8 @@ pub(crate) fn is_object_op(op: Opcode) -> bool {
             | Opcode::MultiWrite
             | Opcode::MultiRemove
             | Opcode::Enumerate
+            | Opcode::Pull
+            | Opcode::PriorityPull
     )
 }
 
@@ -209,7 +211,7 @@ impl StorageService {
 
     /// What an answer needing `durability` must wait for (step 5), or `None` to
     /// answer at once: always `None` for a master that does not replicate.
-    fn durability_wait(&self, durability: Durability) -> Option<DurabilityWait> {
+    pub(crate) fn durability_wait(&self, durability: Durability) -> Option<DurabilityWait> {
         let manager = self.replicas.as_ref()?;
         let point = match durability {
             Durability::Now => return None,

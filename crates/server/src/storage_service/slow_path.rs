@@ -20,6 +20,7 @@ use super::wire_reply::{answer_bad_request, answer_message, no_backup};
 use super::{StorageService, MAX_ENUMERATE_BATCH_BYTES};
 use crate::metrics::Op;
 use crate::recovery_master::{self, PartitionJob};
+use ramstore_master::ReadError;
 
 impl StorageService {
     /// The answer to a handed-off request `frame`, once its work is done.
@@ -27,7 +28,10 @@ impl StorageService {
         let op = decode_raw_header(&frame)
             .ok()
             .and_then(|h| Opcode::try_from(h.opcode).ok());
-        if matches!(op, Some(Opcode::PingServer | Opcode::RecoverPartition)) {
+        if matches!(
+            op,
+            Some(Opcode::PingServer | Opcode::RecoverPartition | Opcode::TakeMigratingTablet)
+        ) {
             if let Some(answer) = self.slow_async(&frame) {
                 return answer;
             }
@@ -53,6 +57,36 @@ impl StorageService {
         let id = header.request_id;
         if let Request::PingServer { server_id, address } = req {
             return Some(self.ping_server_answer(id, server_id, address));
+        }
+        if let Request::TakeMigratingTablet {
+            server_id,
+            table_id,
+            start_hash,
+            end_hash,
+            migration_id,
+            source_server_id,
+            safe_version,
+            source_address,
+        } = req
+        {
+            let mut out = Vec::new();
+            let op = Opcode::TakeMigratingTablet;
+            let answered = if server_id != self.server_id() {
+                answer_message(id, op, Status::ServerNotUp, NOT_THE_SERVER_MEANT, &mut out)
+            } else {
+                let migration = ramstore_master::migration::IncomingMigration::new(
+                    migration_id,
+                    (table_id, start_hash, end_hash),
+                    source_server_id,
+                    source_address.to_owned(),
+                    safe_version,
+                );
+                self.take_migrating_tablet(id, migration, &mut out)
+            };
+            if answered.is_err() {
+                out.clear();
+            }
+            return Some(Box::pin(async move { out }));
         }
         let job = PartitionJob::from_request(&req)?;
         Some(Box::pin(self.clone().recover_partition(id, job)))
@@ -90,6 +124,25 @@ impl StorageService {
                 tracing::info!(table_id, start_hash, end_hash, "dropped tablet");
                 encode_response(id, op, &Response::DropTabletOwnership, &mut out)
             }
+            Request::PrepareMigration { server_id, .. } if server_id != self.server_id() => {
+                answer_message(id, op, Status::ServerNotUp, NOT_THE_SERVER_MEANT, &mut out)
+            }
+            Request::PrepareMigration {
+                table_id,
+                start_hash,
+                end_hash,
+                migration_id,
+                ..
+            } => {
+                self.prepare_migration(id, (table_id, start_hash, end_hash), migration_id, &mut out)
+            }
+            Request::Pull {
+                table_id,
+                cursor,
+                end_hash,
+                max_bytes,
+            } => self.answer_pull(id, (table_id, cursor, end_hash), max_bytes, &mut out),
+            Request::PriorityPull(items) => self.answer_priority_pull(id, items, &mut out),
             Request::BackupWrite { .. }
             | Request::BackupFree { .. }
             | Request::BackupGetReplicas { .. }
@@ -138,6 +191,12 @@ impl StorageService {
                     enc.push(o.version, &o.key, &o.value)?;
                 }
                 enc.finish(next.is_some(), next.unwrap_or(0))
+            }
+            // A tablet migrating in is enumerated once all of it has arrived
+            // (design notes "Migration (Rocksteady)"): exactly once, R§3.
+            Err(ReadError::UnknownTablet) if self.store.is_migrating_in(table_id, cursor) => {
+                let body = status_body(read_status(ReadError::Migrating));
+                encode_response(id, op, &Response::Error(body), out)
             }
             Err(e) => encode_response(id, op, &Response::Error(status_body(read_status(e))), out),
         };

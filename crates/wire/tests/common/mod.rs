@@ -219,6 +219,56 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
         ),
         ("renew_lease_request", Request::RenewLease { caller_id: 5 }),
         ("leave_request", Request::Leave { server_id: 3 }),
+        (
+            "migrate_tablet_request",
+            Request::MigrateTablet {
+                name: "users",
+                start_hash: 0x10,
+                end_hash: u64::MAX,
+                target_server_id: 4,
+            },
+        ),
+        ("list_migrations_request", Request::ListMigrations),
+        (
+            "migration_done_request",
+            Request::MigrationDone {
+                migration_id: 9,
+                bytes: 1 << 20,
+                objects: 1000,
+            },
+        ),
+        (
+            "prepare_migration_request",
+            Request::PrepareMigration {
+                server_id: 3,
+                table_id: 7,
+                start_hash: 0,
+                end_hash: 0xff,
+                migration_id: 9,
+            },
+        ),
+        (
+            "take_migrating_tablet_request",
+            Request::TakeMigratingTablet {
+                server_id: 4,
+                table_id: 7,
+                start_hash: 0,
+                end_hash: 0xff,
+                migration_id: 9,
+                source_server_id: 3,
+                safe_version: 1234,
+                source_address: "10.0.0.3:11100",
+            },
+        ),
+        (
+            "pull_request",
+            Request::Pull {
+                table_id: 7,
+                cursor: 0x40,
+                end_hash: 0x7f,
+                max_bytes: 1 << 20,
+            },
+        ),
     ]
 }
 
@@ -392,6 +442,13 @@ pub fn list_request_frames() -> Vec<(&'static str, Vec<u8>)> {
     e.finish().expect("finish");
     frames.push(("recover_partition_request", out));
 
+    let mut out = Vec::new();
+    let mut e = MultiReadRequestEncoder::priority_pull(ID, &mut out);
+    e.push(7, b"alice").expect("push");
+    e.push(7, b"bob").expect("push");
+    e.finish().expect("finish");
+    frames.push(("priority_pull_request", out));
+
     frames
 }
 
@@ -538,6 +595,33 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
         ),
         ("leave_response", Opcode::Leave, Response::Leave),
         (
+            "migrate_tablet_response",
+            Opcode::MigrateTablet,
+            Response::MigrateTablet { migration_id: 9 },
+        ),
+        (
+            "list_migrations_response",
+            Opcode::ListMigrations,
+            Response::ListMigrations {
+                text: "id=9 table=users state=pulling\n",
+            },
+        ),
+        (
+            "migration_done_response",
+            Opcode::MigrationDone,
+            Response::MigrationDone,
+        ),
+        (
+            "prepare_migration_response",
+            Opcode::PrepareMigration,
+            Response::PrepareMigration { safe_version: 1234 },
+        ),
+        (
+            "take_migrating_tablet_response",
+            Opcode::TakeMigratingTablet,
+            Response::TakeMigratingTablet,
+        ),
+        (
             "server_not_up_response",
             Opcode::Ping,
             Response::Error(ErrorBody::Message {
@@ -630,6 +714,22 @@ pub fn other_response_frames() -> Vec<(&'static str, Vec<u8>)> {
     }
     e.finish(true, ENUMERATE_NEXT_CURSOR).expect("finish");
     frames.push(("enumerate_response", out));
+
+    let mut out = Vec::new();
+    let mut e = EnumerateResponseEncoder::for_pull(ID, &mut out);
+    for (v, k, val) in enumerated() {
+        e.push(v, k, val).expect("push");
+    }
+    e.finish(true, ENUMERATE_NEXT_CURSOR).expect("finish");
+    frames.push(("pull_response", out));
+
+    let mut out = Vec::new();
+    let mut e = PriorityPullResponseEncoder::new(ID, &mut out);
+    for (v, k, val) in enumerated() {
+        e.push_parts(v, k, &[val]).expect("push");
+    }
+    e.finish().expect("finish");
+    frames.push(("priority_pull_response", out));
 
     let mut out = Vec::new();
     let mut e = TabletMapEncoder::new(ID, TABLET_MAP_VERSION, &mut out);

@@ -1,0 +1,205 @@
+//! CoordinatorCore's migration records (K§2.3, R§9): every bad request is refused
+//! with its error and changes nothing; each step is persisted and survives a
+//! restart; ownership moves in the same write that records `Pulling`.
+
+use std::sync::Arc;
+
+use ramstore_coordinator::migration::MigrationState;
+use ramstore_coordinator::ExternalStorage;
+use ramstore_coordinator::{
+    Action, CoordinatorCore, CoordinatorError, MemoryStorage, ServerId, SERVICE_BACKUP,
+    SERVICE_MASTER, STATE_KEY,
+};
+
+const GIB: u64 = 1 << 30;
+
+/// A core with masters 1 and 2, a backup-only server, and table "t" split at 2^63
+/// (both halves on the first master).
+fn setup() -> (Arc<MemoryStorage>, CoordinatorCore, Vec<ServerId>) {
+    let storage = Arc::new(MemoryStorage::new());
+    let mut core = CoordinatorCore::open(storage.clone()).unwrap();
+    let both = SERVICE_MASTER | SERVICE_BACKUP;
+    let mut ids: Vec<ServerId> = (1..=2)
+        .map(|i| {
+            core.enlist(&format!("host{i}:1"), both, GIB, "", 0, None)
+                .unwrap()
+                .0
+        })
+        .collect();
+    ids.push(
+        core.enlist("backup:1", SERVICE_BACKUP, GIB, "", 0, None)
+            .unwrap()
+            .0,
+    );
+    core.create_table("t", 1).unwrap();
+    core.split_tablet("t", 1 << 63).unwrap();
+    (storage, core, ids)
+}
+
+fn owner(core: &CoordinatorCore, start: u64) -> ServerId {
+    core.tables()
+        .find(|t| t.name == "t")
+        .and_then(|t| t.tablets.iter().find(|x| x.start_hash == start))
+        .map(|x| x.server_id)
+        .unwrap()
+}
+
+const UPPER: (u64, u64) = (1 << 63, u64::MAX);
+
+#[test]
+fn begin_migration_refuses_bad_requests_and_changes_nothing() {
+    let (storage, mut core, ids) = setup();
+    let source = owner(&core, 1 << 63);
+    let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
+    let before = storage.get(STATE_KEY).unwrap();
+    let version = core.tablet_map().0;
+    let cases: Vec<(&str, (u64, u64), ServerId)> = vec![
+        ("nope", UPPER, target),
+        ("t", (0, u64::MAX), target),
+        ("t", (1 << 63, u64::MAX - 1), target),
+        ("t", UPPER, ServerId(999)),
+        ("t", UPPER, source),
+        ("t", UPPER, ids[2]),
+    ];
+    for (name, range, to) in cases {
+        let e = core.begin_migration(name, range, to).unwrap_err();
+        match (name, to) {
+            ("nope", _) => assert!(matches!(e, CoordinatorError::TableDoesntExist(_)), "{e}"),
+            _ if range != UPPER => {
+                assert!(matches!(e, CoordinatorError::NotOneTablet { .. }), "{e}")
+            }
+            _ => assert!(
+                matches!(e, CoordinatorError::BadMigrationTarget { .. }),
+                "{e}"
+            ),
+        }
+    }
+    assert_eq!(
+        storage.get(STATE_KEY).unwrap(),
+        before,
+        "nothing was written"
+    );
+    core.server_crashed(target).unwrap();
+    let before_crash_doc = storage.get(STATE_KEY).unwrap();
+    assert!(matches!(
+        core.begin_migration("t", UPPER, target),
+        Err(CoordinatorError::BadMigrationTarget { .. })
+    ));
+    assert_eq!(storage.get(STATE_KEY).unwrap(), before_crash_doc);
+    assert!(core.migrations().is_empty());
+    assert_eq!(core.tablet_map().0, version, "a refusal moved no tablet");
+}
+
+#[test]
+fn begin_migration_refuses_an_overlapping_migration() {
+    let (_, mut core, ids) = setup();
+    let source = owner(&core, 1 << 63);
+    let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
+    let m = core.begin_migration("t", UPPER, target).unwrap();
+    assert_eq!(m.state, MigrationState::Preparing);
+    assert!(matches!(
+        core.begin_migration("t", UPPER, target),
+        Err(CoordinatorError::MigrationInProgress(id)) if id == m.id
+    ));
+    assert!(matches!(
+        core.split_tablet("t", (1 << 63) + 5),
+        Err(CoordinatorError::MigrationInProgress(_))
+    ));
+    assert_eq!(core.migrations().len(), 1);
+}
+
+#[test]
+fn migration_steps_persist_and_survive_a_restart() {
+    let (storage, mut core, ids) = setup();
+    let source = owner(&core, 1 << 63);
+    let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
+    let m = core.begin_migration("t", UPPER, target).unwrap();
+    let v0 = core.tablet_map().0;
+    assert_eq!(owner(&core, 1 << 63), source, "preparing moves nothing");
+
+    let restarted = CoordinatorCore::open(storage.clone()).unwrap();
+    assert_eq!(restarted.migrations(), core.migrations());
+
+    let actions = core.migration_ownership_moved(m.id, 77).unwrap();
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::TakeMigratingTablet { server_id, record, .. }]
+            if *server_id == target && record.safe_version == 77
+    ));
+    assert_eq!(owner(&core, 1 << 63), target);
+    assert_eq!(core.tablet_map().0, v0 + 1);
+
+    let mut restarted = CoordinatorCore::open(storage.clone()).unwrap();
+    let reissued = restarted.reissue_actions();
+    assert!(reissued
+        .iter()
+        .any(|a| matches!(a, Action::TakeMigratingTablet { record, .. } if record.id == m.id)));
+    assert!(
+        !reissued.iter().any(|a| matches!(a,
+            Action::TakeTablet { server_id, start_hash, .. }
+                if *server_id == target && *start_hash == 1 << 63)),
+        "a tablet migrating in is never sent as a plain tablet"
+    );
+
+    let done = restarted.migration_done(m.id).unwrap();
+    assert!(matches!(
+        done.as_slice(),
+        [Action::DropTablet { server_id, .. }] if *server_id == source
+    ));
+    assert!(restarted.migrations().is_empty());
+    assert!(
+        restarted.migration_done(m.id).unwrap().is_empty(),
+        "idempotent"
+    );
+    let reopened = CoordinatorCore::open(storage).unwrap();
+    assert!(reopened.migrations().is_empty());
+}
+
+#[test]
+fn abort_migration_forgets_only_a_preparing_record() {
+    let (_, mut core, ids) = setup();
+    let source = owner(&core, 1 << 63);
+    let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
+    let m = core.begin_migration("t", UPPER, target).unwrap();
+    core.abort_migration(m.id).unwrap();
+    assert!(core.migrations().is_empty());
+    let m = core.begin_migration("t", UPPER, target).unwrap();
+    assert!(m.id > 1, "ids are never reused");
+    core.migration_ownership_moved(m.id, 5).unwrap();
+    core.abort_migration(m.id).unwrap();
+    assert_eq!(
+        core.migrations().len(),
+        1,
+        "ownership has moved: no rollback"
+    );
+}
+
+#[test]
+fn finish_recovery_keeps_a_crashed_migration_source() {
+    let (_, mut core, ids) = setup();
+    let source = owner(&core, 1 << 63);
+    let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
+    let m = core.begin_migration("t", UPPER, target).unwrap();
+    core.migration_ownership_moved(m.id, 5).unwrap();
+    core.server_crashed(source).unwrap();
+    // Its other tablet is recovered onto the target.
+    core.recovered_partition(source, &[(1, 0, (1 << 63) - 1)], target)
+        .unwrap();
+    assert!(core.finish_recovery(source).unwrap().is_empty());
+    assert_eq!(
+        core.server(source).map(|s| s.status),
+        Some(ramstore_coordinator::ServerStatus::Crashed),
+        "its replicas hold records not pulled yet"
+    );
+}
+
+#[test]
+fn drop_table_forgets_its_migrations() {
+    let (storage, mut core, ids) = setup();
+    let source = owner(&core, 1 << 63);
+    let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
+    core.begin_migration("t", UPPER, target).unwrap();
+    core.drop_table("t").unwrap();
+    assert!(core.migrations().is_empty());
+    CoordinatorCore::open(storage).expect("the stored state stays valid");
+}

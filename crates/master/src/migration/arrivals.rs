@@ -1,0 +1,251 @@
+//! The migration target's record of which keys of a migrating-in tablet have
+//! arrived (K§2.3; design notes "Migration (Rocksteady)"): a pure data structure,
+//! no store, no I/O, so its rules are tested on their own (`tests` below and the
+//! model test in `tests/migration_arrivals.rs`).
+//!
+//! A key is *settled* once the target's copy of it is authoritative: its hash is
+//! below its partition's pull cursor (or the partition is done), or a
+//! PriorityPull answered for it, or a client wrote or deleted it on the target.
+//! A settled key never becomes unsettled. Pulled records are applied only for
+//! keys that are not settled, so a key deleted on the target is never
+//! resurrected by an older pulled copy.
+//!
+//! Thread-safety: none inside; the owner ([`super::IncomingMigration`]) keeps it
+//! behind one mutex.
+
+use std::collections::{BTreeSet, HashSet};
+
+use ramstore_wire::key_hash;
+
+/// One hash partition of the range, pulled in order of key hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partition {
+    pub lo: u64,
+    pub hi: u64,
+    /// The next hash to pull; `None` once the whole partition has arrived.
+    pub next: Option<u64>,
+}
+
+impl Partition {
+    /// Whether every record with key hash `hash` in this partition has arrived.
+    fn covers(&self, hash: u64) -> bool {
+        (self.lo..=self.hi).contains(&hash) && self.next.is_none_or(|next| hash < next)
+    }
+}
+
+/// Splits `[start, end]` into at most `parts` (at least 1) contiguous partitions
+/// of nearly equal width; none for an empty range (`start > end`, bad input).
+pub fn partitions(start: u64, end: u64, parts: u32) -> Vec<Partition> {
+    if start > end {
+        return Vec::new();
+    }
+    let width = u128::from(end - start) + 1;
+    let parts = u128::from(parts.max(1)).min(width);
+    let step = width / parts;
+    (0..parts)
+        .map(|i| {
+            let lo = u128::from(start) + i * step;
+            let hi = if i + 1 == parts {
+                u128::from(end)
+            } else {
+                lo + step - 1
+            };
+            // Both lie within [start, end], so they fit in u64.
+            Partition {
+                lo: lo as u64,
+                hi: hi as u64,
+                next: Some(lo as u64),
+            }
+        })
+        .collect()
+}
+
+/// What the target knows about the keys of one incoming migration.
+#[derive(Debug, Clone)]
+pub struct Arrivals {
+    partitions: Vec<Partition>,
+    /// Keys settled individually (not yet covered by their partition's cursor).
+    settled: HashSet<Vec<u8>>,
+    /// Keys a client waits for, not yet asked of the source.
+    pending: BTreeSet<Vec<u8>>,
+    /// Keys asked of the source by the PriorityPull in flight.
+    in_flight: BTreeSet<Vec<u8>>,
+}
+
+impl Arrivals {
+    /// Nothing has arrived of the range `[start, end]`, pulled in `parts`
+    /// partitions.
+    pub fn new(start: u64, end: u64, parts: u32) -> Self {
+        Self {
+            partitions: partitions(start, end, parts),
+            settled: HashSet::new(),
+            pending: BTreeSet::new(),
+            in_flight: BTreeSet::new(),
+        }
+    }
+
+    pub fn partitions(&self) -> &[Partition] {
+        &self.partitions
+    }
+
+    /// Whether the target's copy of `key` is authoritative.
+    pub fn is_settled(&self, key: &[u8]) -> bool {
+        let hash = key_hash(key);
+        self.partitions.iter().any(|p| p.covers(hash)) || self.settled.contains(key)
+    }
+
+    /// The key is authoritative here from now on (a priority pull answered, or a
+    /// client wrote or deleted it on the target).
+    pub fn settle(&mut self, key: &[u8]) {
+        if !self.is_settled(key) {
+            self.settled.insert(key.to_vec());
+        }
+        self.pending.remove(key);
+    }
+
+    /// A client waits for `key`: it joins the next PriorityPull unless it is
+    /// settled, pending or in flight already (de-duplicated). Returns whether it
+    /// was added.
+    pub fn request(&mut self, key: &[u8]) -> bool {
+        if self.is_settled(key) || self.in_flight.contains(key) {
+            return false;
+        }
+        self.pending.insert(key.to_vec())
+    }
+
+    /// The keys of the next PriorityPull (every pending key, at most `max`);
+    /// they are in flight until [`Self::priority_answered`] or
+    /// [`Self::priority_failed`].
+    pub fn take_pending(&mut self, max: usize) -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        while keys.len() < max {
+            let Some(key) = self.pending.pop_first() else {
+                break;
+            };
+            self.in_flight.insert(key.clone());
+            keys.push(key);
+        }
+        keys
+    }
+
+    /// The source answered for `keys` (the records it had were applied): they
+    /// are settled.
+    pub fn priority_answered(&mut self, keys: &[Vec<u8>]) {
+        for key in keys {
+            self.in_flight.remove(key);
+            self.settle(key);
+        }
+    }
+
+    /// The PriorityPull for `keys` failed: they wait for the next one.
+    pub fn priority_failed(&mut self, keys: &[Vec<u8>]) {
+        for key in keys {
+            if self.in_flight.remove(key) && !self.is_settled(key) {
+                self.pending.insert(key.clone());
+            }
+        }
+    }
+
+    /// Partition `index` has arrived up to (not including) `next` (`None`: all
+    /// of it). Cursors only move forward; settled keys it now covers are
+    /// forgotten (the cursor says it).
+    pub fn advance(&mut self, index: usize, next: Option<u64>) {
+        let Some(p) = self.partitions.get_mut(index) else {
+            return;
+        };
+        let next = match (p.next, next) {
+            (None, _) => None,
+            (Some(_), None) => None,
+            (Some(old), Some(new)) => Some(old.max(new).min(p.hi.saturating_add(1))),
+        };
+        // A cursor past the partition's end means it is done.
+        p.next = next.filter(|n| *n <= p.hi);
+        let p = *p;
+        self.settled.retain(|k| !p.covers(key_hash(k)));
+    }
+
+    /// Whether some client waits for a key (pending or in flight).
+    pub fn has_waiters(&self) -> bool {
+        !self.pending.is_empty() || !self.in_flight.is_empty()
+    }
+
+    /// Whether every record of the range has arrived and no PriorityPull is
+    /// pending or in flight: the tablet can become normal.
+    pub fn is_complete(&self) -> bool {
+        self.partitions.iter().all(|p| p.next.is_none()) && !self.has_waiters()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_cover_the_range_exactly() {
+        for (start, end, parts) in [(0, u64::MAX, 4), (10, 12, 4), (5, 5, 4), (0, 99, 3)] {
+            let ps = partitions(start, end, parts);
+            assert_eq!(ps[0].lo, start);
+            assert_eq!(ps[ps.len() - 1].hi, end);
+            for w in ps.windows(2) {
+                assert_eq!(w[0].hi + 1, w[1].lo);
+            }
+            assert!(ps.len() <= parts as usize);
+        }
+    }
+
+    #[test]
+    fn partitions_of_an_empty_range_are_none() {
+        assert!(partitions(10, 9, 4).is_empty());
+        assert!(Arrivals::new(u64::MAX, 0, 4).partitions().is_empty());
+    }
+
+    #[test]
+    fn request_deduplicates_and_skips_settled_keys() {
+        let mut a = Arrivals::new(0, u64::MAX, 4);
+        assert!(a.request(b"k"));
+        assert!(!a.request(b"k"), "a pending key is asked for once");
+        let keys = a.take_pending(100);
+        assert_eq!(keys, vec![b"k".to_vec()]);
+        assert!(!a.request(b"k"), "an in-flight key is asked for once");
+        a.priority_answered(&keys);
+        assert!(a.is_settled(b"k"));
+        assert!(!a.request(b"k"));
+    }
+
+    #[test]
+    fn priority_failed_puts_keys_back() {
+        let mut a = Arrivals::new(0, u64::MAX, 1);
+        a.request(b"k");
+        let keys = a.take_pending(10);
+        a.priority_failed(&keys);
+        assert_eq!(a.take_pending(10), keys);
+    }
+
+    #[test]
+    fn advance_settles_the_covered_hashes_only() {
+        let mut a = Arrivals::new(0, u64::MAX, 1);
+        let h = key_hash(b"k");
+        assert!(!a.is_settled(b"k"));
+        a.advance(0, Some(h));
+        assert!(!a.is_settled(b"k"), "the cursor is at the key, not past it");
+        a.advance(0, h.checked_add(1));
+        assert!(a.is_settled(b"k"));
+        a.advance(0, Some(0));
+        assert!(a.is_settled(b"k"), "cursors never move back");
+    }
+
+    #[test]
+    fn is_complete_waits_for_every_partition_and_waiter() {
+        let mut a = Arrivals::new(0, u64::MAX, 2);
+        a.request(b"k");
+        let keys = a.take_pending(10);
+        a.advance(0, None);
+        assert!(!a.is_complete(), "partition 1 is not pulled");
+        a.advance(1, Some(u64::MAX));
+        assert!(!a.is_complete(), "the last hash is not pulled");
+        a.advance(1, None);
+        assert!(!a.is_complete(), "a priority pull is in flight");
+        a.priority_answered(&keys);
+        assert!(a.is_complete());
+    }
+}

@@ -1,0 +1,31 @@
+//! Live tablet migration (Rocksteady, K§2.3; design notes "Migration
+//! (Rocksteady)"): the master's side of both ends.
+//!
+//! * Source (`source.rs`): [`ObjectStore::prepare_migration`] fences the tablet
+//!   (`MigratingOut`: clients get UNKNOWN_TABLET) and answers the safe version;
+//!   [`ObjectStore::pull`] and [`ObjectStore::pull_key`] read the fenced tablet
+//!   for the target.
+//! * Target (`target.rs`): [`ObjectStore::add_migrating_tablet`] owns the tablet
+//!   at once (`MigratingIn`), [`IncomingMigration`] is the gate client operations
+//!   pass and applies pulled records ("newest version wins, settled stays
+//!   settled"); [`ObjectStore::finish_migrating_tablet`] makes the tablet normal.
+//! * [`Arrivals`] (`arrivals.rs`): which keys have arrived, as plain data.
+//!
+//! Invariants: versions stay monotonic across the move (the target issues only
+//! versions above the source's safe version); a key settled on the target is
+//! never overwritten by a pulled record; a migrating-in tablet's operations never
+//! answer from a key whose record may still be on the source.
+//!
+//! Thread-safety: [`IncomingMigration`] is `Send + Sync`; its arrivals are behind
+//! one mutex, taken only for operations on a migrating-in tablet (never on the
+//! read path of a normal tablet). Lock order: that mutex, then a bucket lock.
+
+mod arrivals;
+mod source;
+mod target;
+
+pub use arrivals::{partitions, Arrivals, Partition};
+pub use target::{ClientOp, Gate, IncomingMigration, PulledObject};
+
+#[allow(unused_imports)]
+use crate::ObjectStore;

@@ -1,0 +1,430 @@
+//! The target's side of a migration (K§2.3): own the tablet at once, let client
+//! operations through the gate, apply pulled records.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::arrivals::Arrivals;
+use crate::error::{ReadError, WriteError};
+use crate::object_store::{key_hash, ObjectStore};
+use crate::tablets::{Access, Tablet, TabletState};
+use crate::{ConfigError, RejectRules};
+use ramstore_log::ObjectView;
+
+/// How many hash partitions of the range are pulled in parallel (K§2.3).
+pub const PULL_PARTITIONS: u32 = 4;
+
+/// What a client operation on a migrating-in tablet is, for the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientOp {
+    /// A write with no reject rules: its result does not depend on the old record,
+    /// and its version is above every pulled one, so it goes at once.
+    BlindWrite,
+    /// Anything that reads the old record (read, conditional write, increment,
+    /// delete, which answers whether the object existed).
+    ReadsRecord,
+}
+
+/// The gate's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Carry it out now (with the store's `*_arrived` calls).
+    Go,
+    /// The key's record may still be on the source: a PriorityPull will bring
+    /// it; answer RETRY. `true` if the key was newly queued (wake the puller).
+    Wait(bool),
+}
+
+/// One record pulled from the source.
+#[derive(Debug, Clone, Copy)]
+pub struct PulledObject<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub version: u64,
+}
+
+/// One migration into this master: its identity, and the arrivals behind a
+/// mutex. Thread-safe.
+#[derive(Debug)]
+pub struct IncomingMigration {
+    pub id: u64,
+    pub table_id: u64,
+    pub start_hash: u64,
+    pub end_hash: u64,
+    pub source_id: u64,
+    pub source_address: String,
+    pub safe_version: u64,
+    arrivals: Mutex<Arrivals>,
+    bytes: AtomicU64,
+    objects: AtomicU64,
+}
+
+impl IncomingMigration {
+    pub fn new(
+        id: u64,
+        (table_id, start_hash, end_hash): (u64, u64, u64),
+        source_id: u64,
+        source_address: String,
+        safe_version: u64,
+    ) -> Self {
+        Self {
+            id,
+            table_id,
+            start_hash,
+            end_hash,
+            source_id,
+            source_address,
+            safe_version,
+            arrivals: Mutex::new(Arrivals::new(start_hash, end_hash, PULL_PARTITIONS)),
+            bytes: AtomicU64::new(0),
+            objects: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether key hash `hash` of `table_id` is in this migration's range.
+    pub fn contains(&self, table_id: u64, hash: u64) -> bool {
+        self.table_id == table_id && (self.start_hash..=self.end_hash).contains(&hash)
+    }
+
+    /// The partitions to pull, with their cursors.
+    pub fn partitions(&self) -> Vec<super::Partition> {
+        self.arrivals.lock().partitions().to_vec()
+    }
+
+    /// Whether client operation `op` on `key` may run now (see [`Gate`]).
+    pub fn gate(&self, key: &[u8], op: ClientOp) -> Gate {
+        if op == ClientOp::BlindWrite {
+            return Gate::Go;
+        }
+        let mut arrivals = self.arrivals.lock();
+        if arrivals.is_settled(key) {
+            Gate::Go
+        } else {
+            Gate::Wait(arrivals.request(key))
+        }
+    }
+
+    /// A client wrote `key` here: its record here is authoritative.
+    pub fn settle(&self, key: &[u8]) {
+        self.arrivals.lock().settle(key);
+    }
+
+    /// Applies pulled records of partition `partition` and then moves its cursor
+    /// to `next` (`None`: the partition is done). Each record is applied in a
+    /// critical section of its own, only while its key is not settled ("settled
+    /// stays settled": a key deleted here is never resurrected), and replaces
+    /// only an older version (the replay rule, R§7.6); the lock is let go between
+    /// records so a PriorityPull's answer (a client waits for it) never waits
+    /// for a whole background batch. On an error (a full log) the cursor does
+    /// not move and the batch can be pulled and applied again.
+    pub fn apply_pull<'a>(
+        &self,
+        store: &ObjectStore,
+        partition: usize,
+        objects: impl IntoIterator<Item = PulledObject<'a>>,
+        next: Option<u64>,
+    ) -> Result<(), WriteError> {
+        for o in objects {
+            let arrivals = self.arrivals.lock();
+            self.apply_one(store, &arrivals, o)?;
+        }
+        self.arrivals.lock().advance(partition, next);
+        Ok(())
+    }
+
+    /// The keys of the next PriorityPull (at most `max`), now in flight.
+    pub fn take_pending(&self, max: usize) -> Vec<Vec<u8>> {
+        self.arrivals.lock().take_pending(max)
+    }
+
+    /// The source answered a PriorityPull for `keys` with `objects` (those that
+    /// exist): applies them and settles every key, in one critical section.
+    pub fn apply_priority<'a>(
+        &self,
+        store: &ObjectStore,
+        keys: &[Vec<u8>],
+        objects: impl IntoIterator<Item = PulledObject<'a>>,
+    ) -> Result<(), WriteError> {
+        let mut arrivals = self.arrivals.lock();
+        for o in objects {
+            if let Err(e) = self.apply_one(store, &arrivals, o) {
+                arrivals.priority_failed(keys);
+                return Err(e);
+            }
+        }
+        arrivals.priority_answered(keys);
+        Ok(())
+    }
+
+    /// The PriorityPull for `keys` failed: they go into the next one.
+    pub fn priority_failed(&self, keys: &[Vec<u8>]) {
+        self.arrivals.lock().priority_failed(keys);
+    }
+
+    /// Whether clients wait for keys (pending or in flight).
+    pub fn has_waiters(&self) -> bool {
+        self.arrivals.lock().has_waiters()
+    }
+
+    /// Whether every record has arrived and no client waits.
+    pub fn is_complete(&self) -> bool {
+        self.arrivals.lock().is_complete()
+    }
+
+    /// Bytes (keys and values) and objects pulled and applied so far.
+    pub fn progress(&self) -> (u64, u64) {
+        (
+            self.bytes.load(Ordering::Relaxed),
+            self.objects.load(Ordering::Relaxed),
+        )
+    }
+
+    fn apply_one(
+        &self,
+        store: &ObjectStore,
+        arrivals: &Arrivals,
+        o: PulledObject<'_>,
+    ) -> Result<(), WriteError> {
+        if !self.contains(self.table_id, key_hash(o.key)) || arrivals.is_settled(o.key) {
+            return Ok(());
+        }
+        if store.replay_object(self.table_id, o.key, o.value, o.version)? {
+            self.bytes
+                .fetch_add((o.key.len() + o.value.len()) as u64, Ordering::Relaxed);
+            self.objects.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+impl ObjectStore {
+    /// Owns the tablet `[start_hash, end_hash]` of `table_id` at once, as
+    /// migrating in (K§2.3), and issues only versions above `safe_version` from
+    /// now on (R§3.1). Returns whether the tablet is (still) migrating in:
+    /// `false` if it is already normal here (the migration finished; a resent
+    /// request). `BadTablet` if the range overlaps another tablet.
+    pub fn add_migrating_tablet(
+        &self,
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+        safe_version: u64,
+    ) -> Result<bool, ConfigError> {
+        let bad = ConfigError::BadTablet {
+            table_id,
+            start_hash,
+            end_hash,
+        };
+        if start_hash > end_hash {
+            return Err(bad);
+        }
+        // Before the tablet exists, so no client write of it gets a lower version.
+        self.raise_safe_version(safe_version);
+        let shared = &self.inner.shared;
+        shared.max_version.fetch_max(safe_version, Ordering::SeqCst);
+        let _changing = self.inner.tablet_changes.lock();
+        let map = shared.tablets.load();
+        match map.overlaps(table_id, start_hash, end_hash) {
+            None => {
+                let tablet = Tablet::new(table_id, start_hash, end_hash);
+                tablet.set_state(TabletState::MigratingIn);
+                shared.tablets.store(std::sync::Arc::new(map.with(tablet)));
+                Ok(true)
+            }
+            Some(t) if t.start_hash == start_hash && t.end_hash == end_hash => match t.state() {
+                TabletState::MigratingIn => Ok(true),
+                TabletState::Normal => Ok(false),
+                _ => Err(bad),
+            },
+            Some(_) => Err(bad),
+        }
+    }
+
+    /// Every record of the migrating-in tablet has arrived: it becomes normal.
+    /// Idempotent; `BadTablet` if no such tablet is owned.
+    pub fn finish_migrating_tablet(
+        &self,
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+    ) -> Result<(), ConfigError> {
+        let _changing = self.inner.tablet_changes.lock();
+        let map = self.inner.shared.tablets.load();
+        let tablet = map
+            .tablets
+            .iter()
+            .find(|t| {
+                t.table_id == table_id && t.start_hash == start_hash && t.end_hash == end_hash
+            })
+            .ok_or(ConfigError::BadTablet {
+                table_id,
+                start_hash,
+                end_hash,
+            })?;
+        if tablet.state() == TabletState::MigratingIn {
+            tablet.set_state(TabletState::Normal);
+        }
+        Ok(())
+    }
+
+    /// Whether `hash` of `table_id` lies in a tablet migrating in here.
+    pub fn is_migrating_in(&self, table_id: u64, hash: u64) -> bool {
+        self.inner
+            .shared
+            .tablets
+            .load()
+            .find(table_id, hash)
+            .is_some_and(|t| t.state() == TabletState::MigratingIn)
+    }
+
+    /// [`Self::read_with`] for a key the migration's gate let through.
+    pub fn read_with_arrived<R>(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        f: impl FnOnce(&ObjectView<'_>) -> R,
+    ) -> Result<R, ReadError> {
+        self.read_with_as(table_id, key, Access::Arrived, f)
+    }
+
+    /// [`Self::write`] for a key the migration's gate let through.
+    pub fn write_arrived(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        rules: &RejectRules,
+    ) -> Result<u64, WriteError> {
+        self.write_as(table_id, key, value, rules, Access::Arrived)
+    }
+
+    /// [`Self::remove`] for a key the migration's gate let through.
+    pub fn remove_arrived(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        rules: &RejectRules,
+    ) -> Result<Option<u64>, WriteError> {
+        self.remove_as(table_id, key, rules, Access::Arrived)
+    }
+
+    /// [`Self::increment_i64`] for a key the migration's gate let through.
+    pub fn increment_i64_arrived(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        delta: i64,
+        rules: &RejectRules,
+    ) -> Result<(i64, u64), WriteError> {
+        self.increment_i64_as(table_id, key, delta, rules, Access::Arrived)
+    }
+
+    /// [`Self::increment_f64`] for a key the migration's gate let through.
+    pub fn increment_f64_arrived(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        delta: f64,
+        rules: &RejectRules,
+    ) -> Result<(f64, u64), WriteError> {
+        self.increment_f64_as(table_id, key, delta, rules, Access::Arrived)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CleanerMode, StoreConfig};
+
+    fn store() -> ObjectStore {
+        let mut config = StoreConfig::new(16 << 20);
+        config.segment_bytes = 128 * 1024;
+        config.cleaner = CleanerMode::Manual;
+        ObjectStore::new(config).expect("store")
+    }
+
+    fn pulled<'a>(key: &'a [u8], value: &'a [u8], version: u64) -> PulledObject<'a> {
+        PulledObject {
+            key,
+            value,
+            version,
+        }
+    }
+
+    fn migration() -> IncomingMigration {
+        IncomingMigration::new(1, (1, 0, u64::MAX), 2, "source".into(), 100)
+    }
+
+    #[test]
+    fn add_migrating_tablet_refuses_plain_client_operations() {
+        let s = store();
+        assert!(s.add_migrating_tablet(1, 0, u64::MAX, 100).expect("added"));
+        let mut v = Vec::new();
+        assert_eq!(s.read(1, b"k", &mut v), Err(ReadError::Migrating));
+        let rules = RejectRules::default();
+        assert_eq!(s.write(1, b"k", b"v", &rules), Err(WriteError::Migrating));
+        let version = s.write_arrived(1, b"k", b"v", &rules).expect("write");
+        assert!(version >= 100, "version {version} below the safe version");
+        s.finish_migrating_tablet(1, 0, u64::MAX).expect("finish");
+        assert_eq!(s.read(1, b"k", &mut v), Ok(version));
+        assert!(!s.add_migrating_tablet(1, 0, u64::MAX, 100).expect("resent"));
+    }
+
+    #[test]
+    fn apply_pull_keeps_a_newer_blind_write() {
+        let s = store();
+        s.add_migrating_tablet(1, 0, u64::MAX, 100).expect("added");
+        let m = migration();
+        assert_eq!(m.gate(b"k", ClientOp::BlindWrite), Gate::Go);
+        let rules = RejectRules::default();
+        let written = s.write_arrived(1, b"k", b"new", &rules).expect("write");
+        m.settle(b"k");
+        m.apply_pull(&s, 0, [pulled(b"k", b"old", 99)], None)
+            .expect("applied");
+        let mut v = Vec::new();
+        assert_eq!(s.read_with_arrived(1, b"k", |o| o.version()), Ok(written));
+        s.finish_migrating_tablet(1, 0, u64::MAX).expect("finish");
+        s.read(1, b"k", &mut v).expect("read");
+        assert_eq!(v, b"new");
+    }
+
+    #[test]
+    fn apply_pull_never_resurrects_a_deleted_key() {
+        let s = store();
+        s.add_migrating_tablet(1, 0, u64::MAX, 100).expect("added");
+        let m = migration();
+        // The delete waits for the key's record (a PriorityPull brings it).
+        assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Wait(true));
+        assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Wait(false));
+        let keys = m.take_pending(10);
+        m.apply_priority(&s, &keys, [pulled(b"k", b"v", 42)])
+            .expect("applied");
+        assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Go);
+        let rules = RejectRules::default();
+        assert_eq!(s.remove_arrived(1, b"k", &rules), Ok(Some(42)));
+        // The background pull brings the same old record later.
+        m.apply_pull(&s, 0, [pulled(b"k", b"v", 42)], None)
+            .expect("applied");
+        assert_eq!(
+            s.read_with_arrived(1, b"k", |o| o.version()),
+            Err(ReadError::ObjectDoesntExist)
+        );
+    }
+
+    #[test]
+    fn priority_pull_of_a_missing_key_settles_it_as_absent() {
+        let s = store();
+        s.add_migrating_tablet(1, 0, u64::MAX, 100).expect("added");
+        let m = migration();
+        assert_eq!(m.gate(b"none", ClientOp::ReadsRecord), Gate::Wait(true));
+        let keys = m.take_pending(10);
+        m.apply_priority(&s, &keys, []).expect("applied");
+        assert_eq!(m.gate(b"none", ClientOp::ReadsRecord), Gate::Go);
+        assert!(!m.is_complete(), "partitions are not pulled yet");
+        for p in 0..super::PULL_PARTITIONS as usize {
+            m.apply_pull(&s, p, [], None).expect("applied");
+        }
+        assert!(m.is_complete());
+    }
+}

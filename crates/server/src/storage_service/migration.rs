@@ -1,0 +1,382 @@
+//! This storage server's side of live tablet migration (Rocksteady, K§2.3;
+//! design notes "Migration (Rocksteady)"), as source and as target.
+//!
+//! * As source (`migration_source.rs`): `PrepareMigration` fences the tablet
+//!   and answers the safe version; `Pull` and `PriorityPull` read the fenced
+//!   tablet. All three run on the slow path (the blocking pool), never on the
+//!   fast path, so the source's own clients are not delayed by them.
+//! * As target: `TakeMigratingTablet` owns the tablet at once and starts
+//!   [`run_incoming`]: [`PULL_PARTITIONS`] background pullers and one priority
+//!   puller, then the finish (durable, tablet normal, `MigrationDone`).
+//! * The gate ([`StorageService::migration_gate`]): client operations on a
+//!   migrating-in tablet ask the migration whether their key has arrived; a key
+//!   that has not is queued for the priority puller and the client is answered
+//!   RETRY ([`MIGRATION_RETRY_MS`]). When no migration comes in, the gate is one
+//!   relaxed load; on a tablet that is not migrating, one more lock-free tablet
+//!   lookup.
+//!
+//! Thread-safety: [`Migrations`] is `Send + Sync`: a counter, a short-held list
+//! lock (only for migrating tablets) and set-once links.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use ramstore_master::key_hash;
+use ramstore_master::migration::{ClientOp, Gate, IncomingMigration, PulledObject};
+use ramstore_rpc::Transport;
+use ramstore_wire::{
+    decode_response, encode_request, encode_response, MultiReadRequestEncoder, Opcode, Request,
+    Response, Status, WireError,
+};
+use tokio::sync::Notify;
+
+use super::request_path::Durability;
+use super::wire_reply::answer_message;
+use super::StorageService;
+
+pub use ramstore_master::migration::Partition;
+
+/// The delay a client is told to wait for a key whose record is being pulled.
+pub const MIGRATION_RETRY_MS: u32 = 2;
+/// Bytes of one background Pull batch (K§2.3: pulls are sized by bytes).
+pub const MIGRATION_PULL_BYTES: u32 = 1 << 20;
+/// The most keys one PriorityPull asks for.
+pub const MAX_PRIORITY_PULL_KEYS: usize = 256;
+/// Deadline of one Pull, PriorityPull or MigrationDone.
+const MIGRATION_CALL_DEADLINE_MS: u64 = 5_000;
+/// Wait after a failed pull before trying again.
+const MIGRATION_BACKOFF_MS: u64 = 50;
+/// How often the priority puller looks for pending keys without being woken.
+const PRIORITY_POLL_MS: u64 = 20;
+
+/// One migration coming in, with the wake-up of its priority puller.
+struct Incoming {
+    migration: Arc<IncomingMigration>,
+    wake: Arc<Notify>,
+}
+
+/// The migrations of this server. Thread-safe.
+#[derive(Default)]
+pub(crate) struct Migrations {
+    /// How many migrations come in (the gate's fast check).
+    active: AtomicUsize,
+    incoming: Mutex<Vec<Incoming>>,
+    /// How to reach sources and the coordinator (set once enlisted).
+    links: OnceLock<(Arc<dyn Transport>, String)>,
+}
+
+/// The gate's decision for one client operation.
+pub(crate) enum Gated {
+    /// Not a migrating-in tablet: the plain store call.
+    Plain,
+    /// Migrating in, and the key may be used: the `*_arrived` store call (and
+    /// for a blind write, settle the key afterwards).
+    Arrived(Arc<IncomingMigration>),
+    /// Answer RETRY: the key's record is being pulled.
+    Wait,
+}
+
+impl StorageService {
+    /// Where migrations reach sources and the coordinator (`coordinator`: its
+    /// addresses separated by commas). Set once, when the server has enlisted.
+    pub(crate) fn set_migration_links(&self, transport: Arc<dyn Transport>, coordinator: String) {
+        let _ = self.migrations.links.set((transport, coordinator));
+    }
+
+    /// The gate of a client operation `op` on `key` of `table_id` (module doc).
+    pub(crate) fn migration_gate(&self, table_id: u64, key: &[u8], op: ClientOp) -> Gated {
+        if self.migrations.active.load(Ordering::Relaxed) == 0 {
+            return Gated::Plain;
+        }
+        let hash = key_hash(key);
+        if !self.store.is_migrating_in(table_id, hash) {
+            return Gated::Plain;
+        }
+        let incoming = self.migrations.incoming.lock();
+        let Some(entry) = incoming
+            .iter()
+            .find(|e| e.migration.contains(table_id, hash))
+        else {
+            // The tablet is migrating in but its migration is not registered
+            // yet (it is being taken): wait.
+            return Gated::Wait;
+        };
+        match entry.migration.gate(key, op) {
+            Gate::Go => Gated::Arrived(entry.migration.clone()),
+            Gate::Wait(new) => {
+                if new {
+                    entry.wake.notify_one();
+                }
+                Gated::Wait
+            }
+        }
+    }
+
+    /// TakeMigratingTablet (as target): own the tablet now and start pulling.
+    pub(super) fn take_migrating_tablet(
+        self: &Arc<Self>,
+        id: u64,
+        migration: IncomingMigration,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let op = Opcode::TakeMigratingTablet;
+        let (table_id, start, end) = (migration.table_id, migration.start_hash, migration.end_hash);
+        let added = self
+            .store
+            .add_migrating_tablet(table_id, start, end, migration.safe_version);
+        match added {
+            Err(e) => answer_message(id, op, Status::InvalidRequest, &e.to_string(), out),
+            Ok(still_migrating) => {
+                let migration = Arc::new(migration);
+                if !still_migrating {
+                    // Done before; the coordinator may not have heard it.
+                    tokio::spawn(self.clone().report_done(migration));
+                } else if let Some(wake) = self.register(&migration) {
+                    tracing::info!(
+                        migration_id = migration.id,
+                        table_id,
+                        start_hash = start,
+                        end_hash = end,
+                        source = %migration.source_address,
+                        "migration: took tablet; pulling"
+                    );
+                    tokio::spawn(run_incoming(self.clone(), migration, wake));
+                }
+                encode_response(id, op, &Response::TakeMigratingTablet, out)
+            }
+        }
+    }
+
+    /// Registers an incoming migration; `None` if it is registered already.
+    fn register(&self, m: &Arc<IncomingMigration>) -> Option<Arc<Notify>> {
+        let mut incoming = self.migrations.incoming.lock();
+        if incoming.iter().any(|e| e.migration.id == m.id) {
+            return None;
+        }
+        let wake = Arc::new(Notify::new());
+        incoming.push(Incoming {
+            migration: m.clone(),
+            wake: wake.clone(),
+        });
+        self.migrations.active.fetch_add(1, Ordering::SeqCst);
+        Some(wake)
+    }
+
+    fn unregister(&self, id: u64) {
+        let mut incoming = self.migrations.incoming.lock();
+        let before = incoming.len();
+        incoming.retain(|e| e.migration.id != id);
+        if incoming.len() < before {
+            self.migrations.active.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// One request to `address`; the response frame, or `None` on a transport
+    /// failure.
+    async fn migration_call(&self, address: &str, frame: Vec<u8>) -> Option<bytes::Bytes> {
+        let (transport, _) = self.migrations.links.get()?;
+        let deadline = Duration::from_millis(MIGRATION_CALL_DEADLINE_MS);
+        transport.call(address, frame, deadline).await.ok()
+    }
+
+    async fn back_off(&self) {
+        self.clock
+            .sleep(Duration::from_millis(MIGRATION_BACKOFF_MS))
+            .await;
+    }
+
+    /// Tells the coordinator the migration is done, until it acknowledges (or
+    /// the server stops being a member).
+    async fn report_done(self: Arc<Self>, m: Arc<IncomingMigration>) {
+        let (bytes, objects) = m.progress();
+        let req = Request::MigrationDone {
+            migration_id: m.id,
+            bytes,
+            objects,
+        };
+        let mut frame = Vec::new();
+        if encode_request(0, &req, &mut frame).is_err() {
+            return;
+        }
+        let coordinators: Vec<String> = match self.migrations.links.get() {
+            Some((_, c)) => c.split(',').map(|s| s.trim().to_owned()).collect(),
+            None => return,
+        };
+        for attempt in 0usize.. {
+            if self.is_zombie() {
+                return;
+            }
+            let address = &coordinators[attempt % coordinators.len().max(1)];
+            if let Some(answer) = self.migration_call(address, frame.clone()).await {
+                if matches!(decode_response(&answer), Ok((h, _)) if h.status == Status::Ok) {
+                    tracing::info!(migration_id = m.id, bytes, objects, "migration done");
+                    return;
+                }
+            }
+            self.back_off().await;
+        }
+    }
+}
+
+/// The target's work for one incoming migration: pull every partition (in
+/// parallel) while answering priority pulls, then finish.
+async fn run_incoming(service: Arc<StorageService>, m: Arc<IncomingMigration>, wake: Arc<Notify>) {
+    let mut pullers = tokio::task::JoinSet::new();
+    for (index, p) in m.partitions().into_iter().enumerate() {
+        if p.next.is_some() {
+            pullers.spawn(pull_partition(service.clone(), m.clone(), index, p));
+        }
+    }
+    let priority = tokio::spawn(priority_puller(service.clone(), m.clone(), wake.clone()));
+    while let Some(done) = pullers.join_next().await {
+        if !matches!(done, Ok(true)) {
+            // The tablet went away (dropped): stop.
+            priority.abort();
+            service.unregister(m.id);
+            return;
+        }
+    }
+    // Every partition has arrived; clients may still wait for keys asked of the
+    // source before that.
+    while !m.is_complete() {
+        wake.notify_one();
+        service
+            .clock
+            .sleep(Duration::from_millis(PRIORITY_POLL_MS))
+            .await;
+    }
+    priority.abort();
+    // The pulled records must be on R backups before the source drops its copy.
+    while let Some(wait) = service.durability_wait(Durability::LogEnd) {
+        if wait.done().await.is_ok() {
+            break;
+        }
+        if service.is_zombie() {
+            return;
+        }
+        service.back_off().await;
+    }
+    if let Err(e) = service
+        .store
+        .finish_migrating_tablet(m.table_id, m.start_hash, m.end_hash)
+    {
+        tracing::warn!(migration_id = m.id, error = %e, "migration: tablet gone before finishing");
+        service.unregister(m.id);
+        return;
+    }
+    service.unregister(m.id);
+    service.report_done(m).await;
+}
+
+/// Pulls partition `index` to its end; `false` if the tablet went away.
+async fn pull_partition(
+    service: Arc<StorageService>,
+    m: Arc<IncomingMigration>,
+    index: usize,
+    p: Partition,
+) -> bool {
+    let mut cursor = p.next.unwrap_or(p.lo);
+    loop {
+        let req = Request::Pull {
+            table_id: m.table_id,
+            cursor,
+            end_hash: p.hi,
+            max_bytes: MIGRATION_PULL_BYTES,
+        };
+        let mut frame = Vec::new();
+        if encode_request(0, &req, &mut frame).is_err() {
+            return false;
+        }
+        let Some(bytes) = service.migration_call(&m.source_address, frame).await else {
+            service.back_off().await;
+            continue;
+        };
+        let next = match decode_response(&bytes) {
+            Ok((
+                _,
+                Response::Pull {
+                    has_next,
+                    next_cursor,
+                    objects,
+                },
+            )) => {
+                let next = has_next.then_some(next_cursor);
+                let pulled = objects.iter().map(|o| PulledObject {
+                    key: o.key,
+                    value: o.value,
+                    version: o.version,
+                });
+                match m.apply_pull(&service.store, index, pulled, next) {
+                    Ok(()) => next,
+                    Err(ramstore_master::WriteError::UnknownTablet) => return false,
+                    Err(e) => {
+                        tracing::warn!(migration_id = m.id, error = %e, "migration: applying a pull failed; retrying");
+                        service.back_off().await;
+                        continue;
+                    }
+                }
+            }
+            _ => {
+                service.back_off().await;
+                continue;
+            }
+        };
+        match next {
+            Some(n) => cursor = n,
+            None => return true,
+        }
+    }
+}
+
+/// Sends every pending key to the source in one PriorityPull at a time (batched
+/// and de-duplicated by the arrivals), applying the answers; runs until aborted.
+async fn priority_puller(
+    service: Arc<StorageService>,
+    m: Arc<IncomingMigration>,
+    wake: Arc<Notify>,
+) {
+    loop {
+        let keys = m.take_pending(MAX_PRIORITY_PULL_KEYS);
+        if keys.is_empty() {
+            let poll = service.clock.sleep(Duration::from_millis(PRIORITY_POLL_MS));
+            tokio::select! {
+                _ = wake.notified() => {}
+                _ = poll => {}
+            }
+            continue;
+        }
+        let mut frame = Vec::new();
+        let mut enc = MultiReadRequestEncoder::priority_pull(0, &mut frame);
+        let encoded = keys.iter().try_for_each(|k| enc.push(m.table_id, k));
+        if encoded.and_then(|()| enc.finish()).is_err() {
+            m.priority_failed(&keys);
+            service.back_off().await;
+            continue;
+        }
+        let answered = match service.migration_call(&m.source_address, frame).await {
+            Some(bytes) => match decode_response(&bytes) {
+                Ok((_, Response::PriorityPull { objects })) => {
+                    let pulled = objects.iter().map(|o| PulledObject {
+                        key: o.key,
+                        value: o.value,
+                        version: o.version,
+                    });
+                    m.apply_priority(&service.store, &keys, pulled).is_ok()
+                }
+                _ => {
+                    m.priority_failed(&keys);
+                    false
+                }
+            },
+            None => {
+                m.priority_failed(&keys);
+                false
+            }
+        };
+        if !answered {
+            service.back_off().await;
+        }
+    }
+}

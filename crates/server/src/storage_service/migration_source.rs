@@ -1,0 +1,93 @@
+//! The source's side of a migration (K§2.3; `migration.rs` has the target's):
+//! fence the tablet, then answer the target's pulls. Slow path only.
+
+use ramstore_wire::{
+    encode_response, EnumerateResponseEncoder, MultiReadItems, Opcode, PriorityPullResponseEncoder,
+    Response, Status, WireError,
+};
+
+use super::object_ops::{read_status, status_body};
+use super::wire_reply::answer_message;
+use super::{StorageService, MAX_ENUMERATE_BATCH_BYTES};
+
+impl StorageService {
+    /// PrepareMigration (as source): fence and answer the safe version.
+    pub(super) fn prepare_migration(
+        &self,
+        id: u64,
+        (table_id, start_hash, end_hash): (u64, u64, u64),
+        migration_id: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let op = Opcode::PrepareMigration;
+        match self.store.prepare_migration(table_id, start_hash, end_hash) {
+            Ok(safe_version) => {
+                tracing::info!(
+                    migration_id,
+                    table_id,
+                    start_hash,
+                    end_hash,
+                    safe_version,
+                    "migration: tablet fenced for migrating out"
+                );
+                encode_response(id, op, &Response::PrepareMigration { safe_version }, out)
+            }
+            Err(e) => answer_message(id, op, Status::InvalidRequest, &e.to_string(), out),
+        }
+    }
+
+    /// Pull (as source): the next batch of a partition of a fenced tablet.
+    pub(super) fn answer_pull(
+        &self,
+        id: u64,
+        (table_id, cursor, end_hash): (u64, u64, u64),
+        max_bytes: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let mut objects = Vec::new();
+        let max = (max_bytes as usize).clamp(1, MAX_ENUMERATE_BATCH_BYTES);
+        match self
+            .store
+            .pull(table_id, cursor, end_hash, max, &mut objects)
+        {
+            Ok(next) => {
+                let mut enc = EnumerateResponseEncoder::for_pull(id, out);
+                for o in &objects {
+                    enc.push(o.version, &o.key, &o.value)?;
+                }
+                enc.finish(next.is_some(), next.unwrap_or(0))
+            }
+            Err(e) => encode_response(
+                id,
+                Opcode::Pull,
+                &Response::Error(status_body(read_status(e))),
+                out,
+            ),
+        }
+    }
+
+    /// PriorityPull (as source): the records of the keys asked for.
+    pub(super) fn answer_priority_pull(
+        &self,
+        id: u64,
+        items: MultiReadItems<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let mut found = Vec::new();
+        for item in items.iter() {
+            match self.store.pull_key(item.table_id, item.key) {
+                Ok(Some(o)) => found.push(o),
+                Ok(None) => {}
+                Err(e) => {
+                    let body = status_body(read_status(e));
+                    return encode_response(id, Opcode::PriorityPull, &Response::Error(body), out);
+                }
+            }
+        }
+        let mut enc = PriorityPullResponseEncoder::new(id, out);
+        for o in &found {
+            enc.push_parts(o.version, &o.key, &[&o.value])?;
+        }
+        enc.finish()
+    }
+}
