@@ -19,7 +19,19 @@ pub(super) enum Victims {
     Alone(SegmentMeta),
 }
 
+/// Whether segment `m` may be a combined pass's victim: closed, on its backups, not
+/// the head, and holding bytes on disk to win back.
+fn combined_candidate(m: &SegmentMeta, head_id: u64) -> bool {
+    m.state == SegmentState::Closed && m.replicated && m.id != head_id && m.disk_length > 0
+}
+
 impl Cleaner<'_> {
+    /// The bytes cleaning segment `m` must keep: its live objects and tombstones.
+    fn kept_bytes(&self, m: &SegmentMeta) -> usize {
+        let c = &self.log.slots[m.slot as usize];
+        (c.live_bytes.load(Ordering::Relaxed) + c.tombstone_bytes.load(Ordering::Relaxed)) as usize
+    }
+
     /// Seglets a batch combined pass may give its survivors (L§7): what the
     /// cleaner may take from the pool, less the reserve compaction needs when
     /// two-level cleaning is on (`balancer::combined_budget_seglets`).
@@ -63,17 +75,9 @@ impl Cleaner<'_> {
         let mut scored: Vec<(f64, u64, usize, usize)> = table
             .by_id
             .values()
-            .filter(|m| {
-                m.state == SegmentState::Closed
-                    && m.replicated
-                    && m.id != head_id
-                    && m.disk_length > 0
-            })
+            .filter(|m| combined_candidate(m, head_id))
             .filter_map(|m| {
-                let c = &self.log.slots[m.slot as usize];
-                let keep = (c.live_bytes.load(Ordering::Relaxed)
-                    + c.tombstone_bytes.load(Ordering::Relaxed))
-                    as usize;
+                let keep = self.kept_bytes(m);
                 let naming = targets.bytes_naming(m.id);
                 let u = keep as f64 / m.disk_length.max(1) as f64;
                 (u < MAX_UTILIZATION_TO_CLEAN || naming > 0).then(|| {
@@ -189,11 +193,7 @@ impl Cleaner<'_> {
             .values()
             .filter(|m| m.state == SegmentState::Closed && m.replicated && m.id != head_id)
             .map(|m| {
-                let c = &self.log.slots[m.slot as usize];
-                let keep = c.live_bytes.load(Ordering::Relaxed)
-                    + c.tombstone_bytes.load(Ordering::Relaxed)
-                    + 64;
-                let need = (keep as usize).div_ceil(SEGLET_BYTES);
+                let need = (self.kept_bytes(m) + 64).div_ceil(SEGLET_BYTES);
                 (m.seglets.len().saturating_sub(need), m.created_at, m.id)
             })
             .filter(|&(gain, _, _)| gain >= 1)
@@ -219,17 +219,9 @@ impl Cleaner<'_> {
         let best = table
             .by_id
             .values()
-            .filter(|m| {
-                m.state == SegmentState::Closed
-                    && m.replicated
-                    && m.id != head_id
-                    && m.disk_length > 0
-            })
+            .filter(|m| combined_candidate(m, head_id))
             .filter_map(|m| {
-                let c = &self.log.slots[m.slot as usize];
-                let keep = (c.live_bytes.load(Ordering::Relaxed)
-                    + c.tombstone_bytes.load(Ordering::Relaxed))
-                    as usize;
+                let keep = self.kept_bytes(m);
                 let naming = targets.bytes_naming(m.id);
                 let frees_memory = m.seglets.len() >= keep.div_ceil(SEGLET_BYTES) + 2;
                 let shrinks_disk =
