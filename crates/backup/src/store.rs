@@ -403,5 +403,11 @@ impl<D: Disk> BackupStore<D> {
 }
 
 #[cfg(test)]
+#[path = "store_fault_tests.rs"]
+mod fault_tests;
+#[cfg(test)]
+#[path = "store_restart_tests.rs"]
+mod restart_tests;
+#[cfg(test)]
 #[path = "store_tests.rs"]
 mod tests;
