@@ -142,6 +142,8 @@ mod overflow;
 mod table;
 
 #[cfg(test)]
+mod overflow_reuse_tests;
+#[cfg(test)]
 mod tests;
 
 use std::fmt;
