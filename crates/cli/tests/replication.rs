@@ -226,7 +226,7 @@ fn backup_crash_during_writes_keeps_writes_acknowledged_and_recreates_replicas()
         (writer.count() > segment_writes + segment_writes / 2).then_some(())
     });
     cluster.servers[victim].proc.kill();
-    wait_until(
+    cluster.wait_until(
         "the coordinator to declare the backup crashed",
         PATIENCE,
         || {

@@ -408,6 +408,26 @@ impl Cluster {
         &self.coordinator.addr
     }
 
+    /// [`wait_until`], but a timeout also shows the end of the coordinator's output
+    /// (its decisions: suspicions, crashes, recoveries), so a failure says why.
+    #[track_caller]
+    pub fn wait_until<T>(&self, what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + timeout;
+        let mut f = f;
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            if Instant::now() >= deadline {
+                let transcript = self.coordinator.proc.transcript();
+                let lines: Vec<&str> = transcript.lines().collect();
+                let tail = lines[lines.len().saturating_sub(60)..].join("\n");
+                panic!("timed out waiting for {what}; the coordinator's last lines:\n{tail}");
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Client options for this cluster with an operation deadline of `deadline`.
     pub fn options(&self, deadline: Duration) -> ClientOptions {
         ClientOptions {
