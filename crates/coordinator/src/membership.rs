@@ -10,14 +10,13 @@
 
 use std::sync::Arc;
 
-use ramstore_wire::{encode_response, ErrorBody, Opcode, Response, Status, WireError};
+use ramstore_wire::{encode_response, Opcode, Response, WireError};
 
 use crate::cluster::Cluster;
 use crate::lease::{Grant, Liveness};
 use crate::server_list::{ServerId, ServerStatus};
 
-/// The answer to a caller that is not UP (R§7.11).
-pub const NOT_UP_MESSAGE: &str = "you are not UP in the cluster";
+pub use ramstore_wire::{not_up, NOT_UP_MESSAGE};
 
 /// Zombie checks and lease grants. Thread-safe.
 pub struct MembershipGuard {
@@ -90,12 +89,4 @@ impl MembershipGuard {
         };
         encode_response(id, Opcode::RenewLease, &response, out)
     }
-}
-
-/// SERVER_NOT_UP for a caller that is not UP.
-pub fn not_up() -> Response<'static> {
-    Response::Error(ErrorBody::Message {
-        status: Status::ServerNotUp,
-        message: NOT_UP_MESSAGE,
-    })
 }

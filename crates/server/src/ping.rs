@@ -6,11 +6,9 @@
 use std::time::Duration;
 
 use ramstore_rpc::Transport;
-use ramstore_wire::{decode_response, encode_request, ErrorBody, Request, Response, Status};
+use ramstore_wire::{decode_response, encode_request, Request, Response, Status};
 
-/// What a server answers a caller it lists CRASHED or removed (R§7.11); the
-/// coordinator answers the same.
-pub const NOT_UP_MESSAGE: &str = "you are not UP in the cluster";
+pub use ramstore_wire::{not_up, NOT_UP_MESSAGE};
 
 /// How a ping went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,12 +49,4 @@ pub async fn ping(
         Ok((_, Response::Error(e))) if e.status() == Status::ServerNotUp => Pinged::NotUp,
         _ => Pinged::Failed,
     }
-}
-
-/// SERVER_NOT_UP "you are not UP in the cluster" (R§7.11).
-pub fn not_up() -> Response<'static> {
-    Response::Error(ErrorBody::Message {
-        status: Status::ServerNotUp,
-        message: NOT_UP_MESSAGE,
-    })
 }

@@ -180,8 +180,8 @@ pub use list::{
 pub use opcode::Opcode;
 pub use request::{decode_request, encode_request, Request};
 pub use response::{
-    decode_response, encode_error_response, encode_read_response_header, encode_response,
-    ErrorBody, Response,
+    decode_response, encode_error_response, encode_read_response_header, encode_response, not_up,
+    ErrorBody, Response, NOT_UP_MESSAGE,
 };
 pub use rules::{
     Refusal, RejectRules, RULES_BYTES, RULE_DOESNT_EXIST, RULE_EXISTS, RULE_VERSION_GT_GIVEN,

@@ -181,6 +181,18 @@ impl<'a> ErrorBody<'a> {
     }
 }
 
+/// What a server or the coordinator answers a caller it lists CRASHED or removed
+/// (R§7.11): how a zombie learns it is one. One text, so both sides say the same.
+pub const NOT_UP_MESSAGE: &str = "you are not UP in the cluster";
+
+/// SERVER_NOT_UP with [`NOT_UP_MESSAGE`].
+pub fn not_up() -> Response<'static> {
+    Response::Error(ErrorBody::Message {
+        status: Status::ServerNotUp,
+        message: NOT_UP_MESSAGE,
+    })
+}
+
 impl Response<'_> {
     /// The opcode whose OK layout this is; `None` for [`Response::Error`], which any
     /// opcode may answer.
