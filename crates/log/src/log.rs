@@ -90,11 +90,6 @@ pub(crate) struct SlotCounters {
     pub segment_id: AtomicU64,
     pub live_bytes: AtomicU64,
     pub tombstone_bytes: AtomicU64,
-    /// Live object and tombstone bytes a combined pass in progress has copied out of
-    /// this (victim) segment into survivors: counted twice, here and in the
-    /// survivor, until the pass forgets this segment's counts.
-    pub relocated_live_bytes: AtomicU64,
-    pub relocated_tombstone_bytes: AtomicU64,
     /// Every entry of the segment is durable on backups (or was when it was
     /// copied here), so a read may return it without waiting (docs/design.md §5 "Read").
     pub read_durable: AtomicBool,
@@ -153,17 +148,12 @@ pub struct Log {
     seglet_index: Box<[AtomicU32]>,
     /// Seglets (and the slot, for whole segments) waiting for their epoch to pass.
     retired: Mutex<Vec<Retired>>,
-    /// Sums of the slots' live object and tombstone bytes. While a combined pass
-    /// runs, an entry it relocated is counted in its victim and its survivor alike;
-    /// the `relocating_*` sums are those second counts, so the log's live and
-    /// tombstone totals (what the balancer decides from, L§5.2) are the differences.
-    /// Without that, a pass at 128 MiB overstated live data by up to 4% of memory for
-    /// as long as it copied and replicated, and the balancer, seeing tombstones as a
-    /// larger share of less freeable memory, forced more combined passes.
+    /// The log's live object and tombstone bytes (what the balancer decides from,
+    /// L§5.2): the slots' counts of the segments in the log, each entry once. An
+    /// entry a combined pass relocated joins them only when its victim leaves
+    /// (`Log::victim_left`), so it is never counted twice meanwhile.
     live_object_bytes: AtomicU64,
     tombstone_bytes: AtomicU64,
-    relocating_live_bytes: AtomicU64,
-    relocating_tombstone_bytes: AtomicU64,
     /// Live tombstone bytes by target segment and holder (see `tombstones`).
     pub(crate) tombstone_targets: Mutex<TombstoneTargets>,
     /// Held for the whole of a combined-cleaning pass: passes run one at a time, so
@@ -258,8 +248,6 @@ impl Log {
             seglet_index,
             retired: Mutex::new(Vec::new()),
             live_object_bytes: AtomicU64::new(0),
-            relocating_live_bytes: AtomicU64::new(0),
-            relocating_tombstone_bytes: AtomicU64::new(0),
             tombstone_bytes: AtomicU64::new(0),
             tombstone_targets: Mutex::new(TombstoneTargets::with_capacity(slot_count)),
             combined_pass: Mutex::new(()),

@@ -9,6 +9,7 @@ use super::copy::Survivors;
 use super::in_place::{Pass, SurvivorCopy};
 use super::work_list::WorkList;
 use super::{Cleaner, PassOutcome};
+use crate::log::memory::RelocatedSums;
 use crate::log::{SegmentMeta, SegmentState, SegmentTable};
 use crate::replica::SegmentRole;
 use crate::segment::SegmentWriter;
@@ -22,6 +23,7 @@ impl Cleaner<'_> {
         let Survivors {
             writers: mut survivors,
             copied,
+            relocated,
         } = survivors;
         let victim_ids = list.victim_ids();
         let now = log.clock();
@@ -39,8 +41,8 @@ impl Cleaner<'_> {
         self.swap_in_survivors(&written, &victim_ids);
 
         let mut retired = 0;
-        for m in list.victims {
-            self.forget_slot_counts(m.slot);
+        for (m, moved) in list.victims.into_iter().zip(relocated) {
+            self.forget_slot_counts(m.slot, moved);
             retired += m.seglets.len();
             log.retire(m.seglets, Some(m.slot));
         }
@@ -145,7 +147,7 @@ impl Cleaner<'_> {
             }
         }
         self.swap_in_survivors(&[(survivor_id, survivor_bytes)], &[victim.id]);
-        self.forget_slot_counts(victim.slot);
+        self.forget_slot_counts(victim.slot, copy.sums);
         // Whatever the scan did not reach (nothing, unless an entry failed to
         // parse) leaves with the victim's slot.
         let rest = victim.seglets[retired_upto..].to_vec();
@@ -231,16 +233,13 @@ impl Cleaner<'_> {
         sink.cleaned(&survivor_ids, victim_ids);
     }
 
-    /// Removes a cleaned segment's remaining live and tombstone bytes (counted in
-    /// its slot) from the totals.
-    pub(super) fn forget_slot_counts(&self, slot: u32) {
+    /// A victim leaves the log: its remaining live and tombstone bytes (counted in
+    /// its slot) leave the totals, and what the pass relocated out of it
+    /// (`moved`, counted in its survivors only) joins them, in one step each.
+    pub(super) fn forget_slot_counts(&self, slot: u32, moved: RelocatedSums) {
         let c = &self.log.slots[slot as usize];
         let live = c.live_bytes.swap(0, Ordering::Relaxed);
         let tomb = c.tombstone_bytes.swap(0, Ordering::Relaxed);
-        self.log.forget_counted(live, tomb);
-        // What this victim's survivors hold is counted once again.
-        let moved_live = c.relocated_live_bytes.swap(0, Ordering::Relaxed);
-        let moved_tomb = c.relocated_tombstone_bytes.swap(0, Ordering::Relaxed);
-        self.log.relocation_done(moved_live, moved_tomb);
+        self.log.victim_left(live, tomb, moved);
     }
 }

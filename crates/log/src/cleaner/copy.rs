@@ -30,6 +30,9 @@ pub(super) enum Scanned {
 pub(super) struct Survivors {
     pub writers: Vec<SegmentWriter>,
     pub copied: u64,
+    /// What was relocated out of each victim (in `WorkList::victims` order), added
+    /// to the log's totals when that victim's counts are forgotten.
+    pub relocated: Vec<RelocatedSums>,
 }
 
 impl Cleaner<'_> {
@@ -208,7 +211,7 @@ impl Cleaner<'_> {
         let mut copied = 0u64;
         // Told to the lists a batch at a time: bounded whatever the victims hold.
         let mut moved_tombstones = PendingMoves::new();
-        // The victims' second counts, added once at the end (`relocations_counted`).
+        // Added to the log's totals when each victim leaves (`forget_slot_counts`).
         let mut sums = vec![RelocatedSums::default(); list.victims.len()];
         for (i, c) in found.iter().enumerate() {
             // Survivors are written in age order, so consecutive objects hit random
@@ -238,9 +241,6 @@ impl Cleaner<'_> {
             copied += bytes;
         }
         moved_tombstones.flush(&self.log.tombstone_targets);
-        for (victim, sums) in list.victims.iter().zip(&mut sums) {
-            self.log.relocations_counted(victim.slot, sums);
-        }
         for w in &mut survivors {
             stash.extend(w.trim_unused());
         }
@@ -248,6 +248,7 @@ impl Cleaner<'_> {
         Survivors {
             writers: survivors,
             copied,
+            relocated: sums,
         }
     }
 
@@ -327,8 +328,6 @@ impl Cleaner<'_> {
         c.segment_id.store(id, Ordering::Release);
         c.live_bytes.store(0, Ordering::Relaxed);
         c.tombstone_bytes.store(0, Ordering::Relaxed);
-        c.relocated_live_bytes.store(0, Ordering::Relaxed);
-        c.relocated_tombstone_bytes.store(0, Ordering::Relaxed);
         SegmentWriter::new(id, slot, self.log.config.segment_bytes)
     }
 

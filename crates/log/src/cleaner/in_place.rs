@@ -136,9 +136,9 @@ pub(crate) struct SurvivorCopy {
     /// Tombstones left behind because their target is not in the log (or is the
     /// source itself).
     pub(crate) tombstones_dropped: u64,
-    /// The source's second counts, added once when the copy ends
-    /// (`Log::relocations_counted`).
-    sums: RelocatedSums,
+    /// What was relocated out of the source, added to the log's totals when the
+    /// source leaves (`Cleaner::forget_slot_counts`).
+    pub(crate) sums: RelocatedSums,
 }
 
 impl SurvivorCopy {
@@ -263,9 +263,6 @@ impl<'a> Cleaner<'a> {
             if !more {
                 break;
             }
-        }
-        if let Some(s) = &mut pass.survivor {
-            self.log.relocations_counted(pass.source.slot, &mut s.sums);
         }
     }
 }

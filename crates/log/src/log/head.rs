@@ -113,10 +113,6 @@ impl Log {
         counters.segment_id.store(new_id, Ordering::Release);
         counters.live_bytes.store(0, Ordering::Relaxed);
         counters.tombstone_bytes.store(0, Ordering::Relaxed);
-        counters.relocated_live_bytes.store(0, Ordering::Relaxed);
-        counters
-            .relocated_tombstone_bytes
-            .store(0, Ordering::Relaxed);
         let durable_on_close = self.config.replicas.durable_on_close();
         counters
             .read_durable

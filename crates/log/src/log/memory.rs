@@ -8,8 +8,9 @@ use super::Log;
 use crate::LogRef;
 use crate::SEGLET_BYTES;
 
-/// Bytes a pass relocated out of one victim whose second count (see
-/// `Log::relocations_counted`) it has not added yet.
+/// Bytes a pass relocated out of one victim: counted in its survivors' slots as
+/// they were copied, and in the log's totals only when the victim leaves
+/// (`Log::victim_left`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct RelocatedSums {
     pub live: u64,
@@ -80,11 +81,12 @@ impl Log {
     }
 
     /// A live entry of `len` bytes was copied into the survivor in `slot`: counted
-    /// there at once (under the bucket lock for an object: once the lock is released
-    /// a writer may count the copy dead, `object_died`). Until the victim's counts
-    /// are forgotten (`Cleaner::forget_slot_counts`) the entry is counted in both;
-    /// the pass adds that second count to the victim's and the log's sums later, for
-    /// many entries at once (`RelocatedSums`).
+    /// in the slot at once (under the bucket lock for an object: once the lock is
+    /// released a writer may count the copy dead, `object_died`), and in the log's
+    /// totals only when its victim leaves (`victim_left`). Until then the victim's
+    /// count, part of the totals, holds it: so the totals count every entry once
+    /// while a pass copies and replicates (L§5.2; regression: issue 17, up to 4% of
+    /// a 128 MiB log counted twice), and the copy costs one atomic add.
     pub(crate) fn survivor_entry_counted(&self, slot: u32, len: usize, tombstone: bool) {
         let c = &self.slots[slot as usize];
         let counter = if tombstone {
@@ -95,53 +97,19 @@ impl Log {
         counter.fetch_add(len as u64, Ordering::Relaxed);
     }
 
-    /// Adds what a pass relocated out of the victim in `from_slot` (`sums`, counted
-    /// in its survivors by `survivor_entry_counted`) to the victim's relocated
-    /// bytes and to the log's totals, and empties `sums`. Must run before the
-    /// victim's counts are forgotten.
-    ///
-    /// Why deferring is exact: each relocated byte goes into the log-wide sum and
-    /// into `relocating_*` alike, and the log's totals are their difference
-    /// (`live_object_bytes`), so the totals the balancer reads are the same whether
-    /// these adds come per entry or per pass. Meanwhile the raw sums are lower by
-    /// the same amount, which never takes them below zero: the victim's own count,
-    /// part of the raw sum until it is forgotten, still holds every deferred byte.
-    /// Per entry these were four atomic adds, two of them on lines every writer
-    /// updates too: 8% of the cleaner's CPU at 90% utilisation (issue 17,
-    /// docs/benchmarks.md session 29).
-    pub(crate) fn relocations_counted(&self, from_slot: u32, sums: &mut RelocatedSums) {
-        let from = &self.slots[from_slot as usize];
-        let RelocatedSums { live, tombstone } = std::mem::take(sums);
-        if live > 0 {
-            from.relocated_live_bytes.fetch_add(live, Ordering::Relaxed);
-            self.relocating_live_bytes
-                .fetch_add(live, Ordering::Relaxed);
-            self.live_object_bytes.fetch_add(live, Ordering::Relaxed);
-        }
-        if tombstone > 0 {
-            from.relocated_tombstone_bytes
-                .fetch_add(tombstone, Ordering::Relaxed);
-            self.relocating_tombstone_bytes
-                .fetch_add(tombstone, Ordering::Relaxed);
-            self.tombstone_bytes.fetch_add(tombstone, Ordering::Relaxed);
-        }
-    }
-
-    /// A victim whose survivors hold `live_bytes` and `tombstone_bytes` it had
-    /// counted left the log: those entries are counted once again.
-    pub(crate) fn relocation_done(&self, live_bytes: u64, tombstone_bytes: u64) {
-        self.relocating_live_bytes
-            .fetch_sub(live_bytes, Ordering::Relaxed);
-        self.relocating_tombstone_bytes
-            .fetch_sub(tombstone_bytes, Ordering::Relaxed);
-    }
-
-    /// Removes a cleaned segment's remaining counts from the totals.
-    pub(crate) fn forget_counted(&self, live_bytes: u64, tombstone_bytes: u64) {
+    /// A victim left the log: its remaining counts (`live_bytes`,
+    /// `tombstone_bytes`, which include everything relocated out of it) leave the
+    /// totals and what its survivors hold of it (`moved`) joins them. One
+    /// subtraction each: `moved` never exceeds what the victim still counts, since
+    /// a relocated entry dies in its survivor's count, not the victim's.
+    pub(crate) fn victim_left(&self, live_bytes: u64, tombstone_bytes: u64, moved: RelocatedSums) {
+        debug_assert!(moved.live <= live_bytes && moved.tombstone <= tombstone_bytes);
         self.live_object_bytes
-            .fetch_sub(live_bytes, Ordering::Relaxed);
-        self.tombstone_bytes
-            .fetch_sub(tombstone_bytes, Ordering::Relaxed);
+            .fetch_sub(live_bytes.saturating_sub(moved.live), Ordering::Relaxed);
+        self.tombstone_bytes.fetch_sub(
+            tombstone_bytes.saturating_sub(moved.tombstone),
+            Ordering::Relaxed,
+        );
     }
 
     /// Hands seglets (and a slot) back once no operation can still see them.
@@ -211,20 +179,14 @@ impl Log {
         self.retired.lock().iter().map(|(_, s, _)| s.len()).sum()
     }
 
-    /// Live object bytes, each entry counted once (see `relocating_live_bytes`).
+    /// Live object bytes, each entry counted once (see `survivor_entry_counted`).
     pub(crate) fn live_object_bytes(&self) -> u64 {
-        // The two sums are read apart, so a pass forgetting its victims in between
-        // can put them briefly out of step: saturate rather than wrap.
-        let relocating = self.relocating_live_bytes.load(Ordering::Relaxed);
-        let all = self.live_object_bytes.load(Ordering::Relaxed);
-        all.saturating_sub(relocating)
+        self.live_object_bytes.load(Ordering::Relaxed)
     }
 
     /// Tombstone bytes, each entry counted once.
     pub(crate) fn tombstone_bytes_total(&self) -> u64 {
-        let relocating = self.relocating_tombstone_bytes.load(Ordering::Relaxed);
-        let all = self.tombstone_bytes.load(Ordering::Relaxed);
-        all.saturating_sub(relocating)
+        self.tombstone_bytes.load(Ordering::Relaxed)
     }
 }
 
