@@ -412,20 +412,13 @@ impl Cluster {
     /// (its decisions: suspicions, crashes, recoveries), so a failure says why.
     #[track_caller]
     pub fn wait_until<T>(&self, what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
-        let deadline = Instant::now() + timeout;
-        let mut f = f;
-        loop {
-            if let Some(v) = f() {
-                return v;
-            }
-            if Instant::now() >= deadline {
-                let transcript = self.coordinator.proc.transcript();
-                let lines: Vec<&str> = transcript.lines().collect();
-                let tail = lines[lines.len().saturating_sub(60)..].join("\n");
-                panic!("timed out waiting for {what}; the coordinator's last lines:\n{tail}");
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
+        let Some(v) = poll_until(timeout, f) else {
+            let transcript = self.coordinator.proc.transcript();
+            let lines: Vec<&str> = transcript.lines().collect();
+            let tail = lines[lines.len().saturating_sub(60)..].join("\n");
+            panic!("timed out waiting for {what}; the coordinator's last lines:\n{tail}");
+        };
+        v
     }
 
     /// Client options for this cluster with an operation deadline of `deadline`.
@@ -507,13 +500,25 @@ impl Dev {
 
 /// Polls `f` every few milliseconds until it returns `Some`, for at most `timeout`.
 #[track_caller]
-pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn wait_until<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    // A `match`, not a closure, so the panic names the caller (`track_caller`).
+    match poll_until(timeout, f) {
+        Some(v) => v,
+        None => panic!("timed out waiting for {what}"),
+    }
+}
+
+/// Polls `f` every few milliseconds until it returns `Some`; `None` once `timeout`
+/// has passed.
+fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
-            return v;
+            return Some(v);
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        if Instant::now() >= deadline {
+            return None;
+        }
         thread::sleep(Duration::from_millis(10));
     }
 }
