@@ -85,12 +85,59 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// A port that was free a moment ago (bound to port 0, then released).
+/// Lowest port [`try_free_port`] hands out (below it: well-known services).
+const TEST_PORT_FLOOR: u16 = 10_000;
+
+/// A port that was free a moment ago, for a process started later to bind.
+///
+/// Why not port 0's pick: the kernel takes port-0 binds *and every outgoing
+/// connection's source port* from one ephemeral range, so between this call and
+/// the later bind a client connection anywhere on the machine can take the port
+/// ("Address already in use", seen in CI). The ports handed out here lie below
+/// that range, where only explicit binds go; a per-process cursor (started at a
+/// pid-dependent place) keeps this process's tests from being handed one port
+/// twice, and a trial bind skips ports in use.
 pub fn try_free_port() -> Result<u16, HarnessError> {
+    try_free_ports(1)
+}
+
+/// The first of `count` consecutive ports that were all free a moment ago, from
+/// the same cursor as [`try_free_port`] (so no other test is handed one of them).
+fn try_free_ports(count: u16) -> Result<u16, HarnessError> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
+    let ceiling = ephemeral_range_start().max(TEST_PORT_FLOOR + 1000);
+    let count = count.max(1);
+    let span = u32::from(ceiling - TEST_PORT_FLOOR - count);
+    // Start where another test binary (another pid) is unlikely to be.
+    let seed = std::process::id().wrapping_mul(2_654_435_761) % span;
+    let _ = CURSOR.compare_exchange(u32::MAX, seed, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..span.min(4096) {
+        let offset = CURSOR.fetch_add(u32::from(count), Ordering::Relaxed) % span;
+        // In range by construction: offset + count <= span + count = ceiling - floor.
+        let first = TEST_PORT_FLOOR + offset as u16;
+        if (first..first + count).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return Ok(first);
+        }
+    }
+    if count > 1 {
+        return Err(HarnessError::Io(format!(
+            "no run of {count} free ports found"
+        )));
+    }
+    // Everything tried was busy: fall back to the kernel's pick.
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| HarnessError::Io(format!("bind 127.0.0.1:0: {e}")))
+}
+
+/// The first port of the kernel's ephemeral range (Linux default 32768).
+fn ephemeral_range_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// [`try_free_port`] for tests: panics if nothing can bind.
@@ -113,17 +160,7 @@ pub fn dead_addr() -> String {
 
 /// A port `p` such that `p..=p + extra` were all free a moment ago.
 pub fn free_port_run(extra: u16) -> u16 {
-    for _ in 0..100 {
-        let first = free_port();
-        if first.checked_add(extra).is_none() {
-            continue;
-        }
-        let all_free = (1..=extra).all(|i| TcpListener::bind(("127.0.0.1", first + i)).is_ok());
-        if all_free {
-            return first;
-        }
-    }
-    panic!("no run of {} free ports found", extra + 1);
+    try_free_ports(extra.saturating_add(1)).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The result of a one-shot CLI command.

@@ -39,7 +39,8 @@ pub struct DelayProxy {
 
 impl DelayProxy {
     /// Listens on `listen` (inside namespace `netns` when given) and forwards each
-    /// connection to `target`.
+    /// connection to `target`. Port 0 picks a free port at bind time (no race with
+    /// other tests for a port chosen earlier); [`DelayProxy::addr`] tells which.
     pub fn start(
         listen: &str,
         target: &str,
@@ -59,10 +60,18 @@ impl DelayProxy {
                     .map_err(|e| HarnessError::Io(format!("proxy bind {listen_s}: {e}")))
             });
             let listener = match bound {
-                Ok(l) => {
-                    let _ = tx.send(Ok(()));
-                    l
-                }
+                Ok(l) => match l.local_addr() {
+                    Ok(bound_addr) => {
+                        let _ = tx.send(Ok(bound_addr.to_string()));
+                        l
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(HarnessError::Io(format!(
+                            "proxy local address {listen_s}: {e}"
+                        ))));
+                        return;
+                    }
+                },
                 Err(e) => {
                     let _ = tx.send(Err(e));
                     return;
@@ -83,15 +92,13 @@ impl DelayProxy {
                 pipe(&server, &client, s.clone());
             }
         });
-        rx.recv()
+        let listen = rx
+            .recv()
             .map_err(|_| HarnessError::Io("proxy thread ended".into()))??;
-        Ok(DelayProxy {
-            listen: listen.to_string(),
-            setting,
-        })
+        Ok(DelayProxy { listen, setting })
     }
 
-    /// The address it listens on.
+    /// The address it listens on (the bound port when started on port 0).
     pub fn addr(&self) -> &str {
         &self.listen
     }

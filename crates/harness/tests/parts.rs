@@ -58,13 +58,6 @@ fn echo_server() -> String {
     addr
 }
 
-fn free_addr() -> String {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind")
-        .to_string()
-}
-
 fn round_trip(addr: &str, msg: &[u8]) -> (Vec<u8>, Duration) {
     let mut s = TcpStream::connect(addr).expect("connect through the proxy");
     s.set_read_timeout(Some(Duration::from_secs(10)))
@@ -79,7 +72,7 @@ fn round_trip(addr: &str, msg: &[u8]) -> (Vec<u8>, Duration) {
 #[test]
 fn proxy_forwards_in_order_and_delays_both_ways_when_told() {
     let target = echo_server();
-    let proxy = DelayProxy::start(&free_addr(), &target, None).expect("proxy starts");
+    let proxy = DelayProxy::start("127.0.0.1:0", &target, None).expect("proxy starts");
     let (got, _) = round_trip(proxy.addr(), b"hello");
     assert_eq!(got, b"hello");
 
@@ -157,5 +150,30 @@ fn transcript_after_exit_holds_everything_the_process_wrote() {
             "stderr drained"
         );
         assert!(proc.stdout_lines().iter().any(|l| l == "out-last"));
+    }
+}
+
+/// Regression (CI, stop 28): a port picked by binding port 0 was taken by another
+/// connection's source port before the proxy bound it. Ports handed out now lie
+/// below the kernel's ephemeral range and are never handed out twice in a process.
+#[test]
+fn free_port_hands_out_distinct_ports_below_the_ephemeral_range() {
+    let ephemeral_start: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768);
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let port = ramstore_harness::local::free_port();
+        assert!(
+            port < ephemeral_start,
+            "port {port} is in the ephemeral range"
+        );
+        assert!(seen.insert(port), "port {port} handed out twice");
+    }
+    let first = ramstore_harness::local::free_port_run(3);
+    for p in first..=first + 3 {
+        assert!(!seen.contains(&p), "run port {p} was handed out before");
+        TcpListener::bind(("127.0.0.1", p)).expect("a run port is free");
     }
 }
