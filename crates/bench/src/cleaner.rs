@@ -89,7 +89,7 @@ pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
                     let t = Instant::now();
                     let r = run_one(spec, budget);
                     eprintln!(
-                        "  {:>5} B {:<7} {:<9} {:>3}%: {:>9} writes/s  cleaner/write {:.2}  copy/write {:.2}  compactions {} combined {} no-memory {} refused {}  live {:.3}  tomb {:.3}  free {:.3} retired {:.3} dead {:.3}  cpu {:.2}s ({:.2} ns/B copied)  stalled {:.2}s  nospace {}  ({:.1}s){}",
+                        "  {:>5} B {:<7} {:<9} {:>3}%: {:>9} writes/s  cleaner/write {:.2}  copy/write {:.2}  compactions {} combined {} no-memory {} refused {}  live {:.3}  tomb {:.3}  free {:.3} retired {:.3} dead {:.3}  cpu {:.2}s ({:.2} ns/B copied)  survivor sync {:.2}s  stalled {:.2}s  nospace {}  ({:.1}s){}",
                         value_size,
                         dist.name(),
                         mode_name(two_level),
@@ -108,6 +108,7 @@ pub fn run(args: &CleanerArgs) -> anyhow::Result<()> {
                         r.mean_dead_fraction,
                         r.cleaner_cpu_seconds,
                         r.cleaner_cpu_ns_per_byte_copied,
+                        r.survivor_sync_seconds,
                         r.stalled_seconds,
                         r.nospace_retries,
                         t.elapsed().as_secs_f64(),

@@ -124,6 +124,7 @@ pub(crate) struct CleanerCounters {
     pub combined_passes_refused: AtomicU64,
     pub incremental_combined_passes: AtomicU64,
     pub tombstones_moved: AtomicU64,
+    pub survivor_sync_ns: AtomicU64,
 }
 
 /// Bytes every head sets aside for its tablet statistics entry.

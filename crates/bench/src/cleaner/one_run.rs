@@ -51,6 +51,8 @@ pub struct CleanerRun {
     /// Combined passes in the window that read their victims and gave them back.
     pub combined_passes_refused: u64,
     pub cleaner_cpu_seconds: f64,
+    /// Wall time cleaning passes waited for their survivors to be durable.
+    pub survivor_sync_seconds: f64,
     /// Bytes the cleaner copied in memory (compaction + combined) in the window.
     pub cleaner_bytes_copied: u64,
     /// Cleaner CPU per byte it copied, in ns: its cost per unit of work, which
@@ -146,6 +148,7 @@ pub(super) fn run_one(spec: RunSpec, budget: Budget) -> CleanerRun {
         passes_without_memory: 0,
         combined_passes_refused: 0,
         cleaner_cpu_seconds: 0.0,
+        survivor_sync_seconds: 0.0,
         cleaner_bytes_copied: 0,
         cleaner_cpu_ns_per_byte_copied: 0.0,
         live_fraction_end: 0.0,
@@ -297,6 +300,7 @@ pub(super) fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> an
     out.passes_without_memory = s1.passes_without_memory - s0.passes_without_memory;
     out.combined_passes_refused = s1.combined_passes_refused - s0.combined_passes_refused;
     out.cleaner_cpu_seconds = (s1.cleaner_cpu_ns - s0.cleaner_cpu_ns) as f64 / 1e9;
+    out.survivor_sync_seconds = (s1.survivor_sync_ns - s0.survivor_sync_ns) as f64 / 1e9;
     out.cleaner_cpu_ns_per_byte_copied =
         (s1.cleaner_cpu_ns - s0.cleaner_cpu_ns) as f64 / bytes_copied.max(1) as f64;
     out.live_fraction_end = s1.live_object_bytes as f64 / s1.memory_bytes as f64;

@@ -211,6 +211,8 @@ impl Cleaner<'_> {
     /// segments it may free.
     pub(super) fn swap_in_survivors(&self, survivors: &[(u64, usize)], victim_ids: &[u64]) {
         let sink = &self.log.config.replicas;
+        let clock = &self.log.config.clock;
+        let began = clock.now();
         for &(id, length) in survivors {
             sink.opened(id, SegmentRole::Survivor);
             sink.replicate(id, 0, length);
@@ -218,6 +220,12 @@ impl Cleaner<'_> {
         }
         let survivor_ids: Vec<u64> = survivors.iter().map(|&(id, _)| id).collect();
         sink.sync_closed(&survivor_ids);
+        let waited_ns = u64::try_from(clock.now().saturating_duration_since(began).as_nanos())
+            .unwrap_or(u64::MAX);
+        self.log
+            .counters
+            .survivor_sync_ns
+            .fetch_add(waited_ns, std::sync::atomic::Ordering::Relaxed);
         {
             let mut table = self.log.segments.lock();
             for id in &survivor_ids {

@@ -216,6 +216,9 @@ pub struct LogStats {
     pub tombstones_dropped: u64,
     pub cleaner_cpu_ns: u64,
     pub emergency_heads: u64,
+    /// Wall time cleaning passes spent waiting for their survivors to be durable
+    /// on the backups (L§6.4) before the victims could leave the log.
+    pub survivor_sync_ns: u64,
     /// Cleaning passes that found work but could not take the seglets for their
     /// output (the cleaner then waits for memory to come back).
     pub passes_without_memory: u64,
@@ -271,6 +274,7 @@ impl Log {
             tombstones_moved: get(&c.tombstones_moved),
             cleaner_cpu_ns: get(&c.cpu_ns),
             emergency_heads: get(&c.emergency_heads),
+            survivor_sync_ns: get(&c.survivor_sync_ns),
         }
     }
 }
