@@ -80,6 +80,7 @@ pub mod file_storage;
 pub mod lease;
 pub mod membership;
 pub mod migration;
+pub mod migration_recovery;
 pub mod migrations;
 pub mod notifier;
 pub mod partition;
