@@ -69,8 +69,11 @@ impl Lineage {
         match self {
             Lineage::RollBack(m) => masters.iter().find(|e| e.id == m.source).cloned(),
             Lineage::NewSource(m) => {
-                let others: Vec<ServerEntry> =
-                    masters.iter().filter(|e| e.id != m.target).cloned().collect();
+                let others: Vec<ServerEntry> = masters
+                    .iter()
+                    .filter(|e| e.id != m.target)
+                    .cloned()
+                    .collect();
                 pick(&others)
             }
         }
@@ -115,7 +118,12 @@ impl CoordinatorCore {
             .copied()
             .filter(|m| m.target == crashed && m.state == MigrationState::Pulling)
             .ok_or(CoordinatorError::LineageChanged(id))?;
-        if !self.state().servers().get(m.source).is_some_and(ServerEntry::is_up) {
+        if !self
+            .state()
+            .servers()
+            .get(m.source)
+            .is_some_and(ServerEntry::is_up)
+        {
             return Err(CoordinatorError::LineageChanged(id));
         }
         let mut next = self.state().clone();
