@@ -16,9 +16,7 @@ mod common;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{
-    free_port, spawn_ramstore, wait_until, Cluster, Proc, Server, READY_TIMEOUT,
-};
+use common::{free_port, spawn_ramstore, wait_until, Cluster, Proc, Server, READY_TIMEOUT};
 use ramstore_checker::{check, CheckOptions};
 use ramstore_client::{BlockingClient, ClientError, ClientOptions, MultiWriteOp};
 use ramstore_harness::etcd::TestEtcd;
@@ -56,10 +54,17 @@ fn slow_pulls() {
 /// Arguments of a server replicating with R = 1 into `dir`.
 fn server_args(dir: &std::path::Path) -> Vec<String> {
     let dir = dir.display().to_string();
-    ["--replicas", "1", "--backup-dir", &dir, "--memory", "128MiB"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    [
+        "--replicas",
+        "1",
+        "--backup-dir",
+        &dir,
+        "--memory",
+        "128MiB",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 /// A file-store coordinator and three replicating servers.
@@ -74,8 +79,12 @@ fn cluster() -> Cluster {
     cluster
 }
 
+/// A client of `coordinators`, once one of them answers (a standby listens only
+/// after it has taken over).
 fn client(coordinators: &str) -> BlockingClient {
-    BlockingClient::connect(options(coordinators)).expect("client connects")
+    wait_until("a coordinator to answer", PATIENCE, || {
+        BlockingClient::connect(options(coordinators)).ok()
+    })
 }
 
 fn options(coordinators: &str) -> ClientOptions {
