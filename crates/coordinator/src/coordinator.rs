@@ -464,8 +464,9 @@ impl CoordinatorCore {
             .tablets()
             .any(|t| t.server_id == crashed);
         // A migration source's log holds the records not pulled yet: its
-        // replicas must stay until lineage recovery exists (design notes
-        // "Migration (Rocksteady)").
+        // replicas must stay until lineage recovery has replayed them onto a
+        // new source, which the record then names (K§2.3.4, design notes
+        // "Migration: lineage recovery").
         let migrating_from = self.state.migrations().iter().any(|m| m.source == crashed);
         if !crashed_now || owns || migrating_from {
             return Ok(Vec::new());

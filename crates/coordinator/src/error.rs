@@ -63,6 +63,10 @@ pub enum CoordinatorError {
         target: ServerId,
         reason: &'static str,
     },
+    /// Lineage recovery (K§2.3.4) found migration `0` no longer as it planned
+    /// for (finished, or its source or target changed): nothing was applied.
+    #[error("migration {0} changed during its lineage recovery")]
+    LineageChanged(u64),
     /// The source master refused to give up the tablet (nothing changed).
     #[error("the source master refused the migration: {0}")]
     MigrationRefused(String),

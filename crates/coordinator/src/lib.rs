@@ -17,7 +17,10 @@
 //! - A tablet migration (K§2.3, `migration`) is recorded before any master hears of
 //!   it and its tablet changes owner in the same document write that records it
 //!   `Pulling`; a range has at most one migration in progress, and a migrating
-//!   tablet is neither split nor recovered from its target's log alone.
+//!   tablet is neither split nor recovered from its target's log alone: lineage
+//!   recovery (K§2.3.4, `migration_recovery`) replays a crashed target's log onto
+//!   the source's fenced copy (roll back), or a crashed source's log onto another
+//!   master that becomes the source.
 //!
 //! Durability contract (R§9, "write to external storage before acting"): every
 //! mutating operation first writes the whole new state (one JSON document under the
@@ -80,6 +83,7 @@ pub mod file_storage;
 pub mod lease;
 pub mod membership;
 pub mod migration;
+pub mod migration_recovery;
 pub mod migrations;
 pub mod notifier;
 pub mod partition;

@@ -155,6 +155,17 @@ impl CoordinatorCore {
         if m.state != MigrationState::Pulling {
             return Ok(Vec::new());
         }
+        // A target declared crashed is rolled back by lineage recovery
+        // (`migration_recovery`), which relies on the source keeping its copy:
+        // a late MigrationDone from it must not have the source drop it.
+        if !self
+            .state()
+            .servers()
+            .get(m.target)
+            .is_some_and(|e| e.is_up())
+        {
+            return Ok(Vec::new());
+        }
         let mut next = self.state().clone();
         next.migrations_mut().remove_if(id, |_| true);
         let action = Action::DropTablet {

@@ -20,6 +20,11 @@
 //! 5. When the crashed master owns no tablet, it becomes Removed and its backups
 //!    free its replicas ([`CoordinatorCore::finish_recovery`]).
 //!
+//! A range a migration in progress names the crashed master for is recovered
+//! by lineage (K§2.3.4, [`crate::migration_recovery`]): in a partition of its
+//! own, onto the source (the target crashed: roll back) or onto a master other
+//! than the target (the source crashed: the new source).
+//!
 //! A master that never replicated its log (R = 0) has nothing to recover: its
 //! tablets go to other masters empty, as its objects lived only in its DRAM.
 //!
@@ -51,8 +56,9 @@ use rand::seq::SliceRandom;
 use tokio::task::JoinSet;
 
 use crate::cluster::Cluster;
+use crate::migration_recovery::{fence_new_source, Lineage};
 use crate::notifier::Notifier;
-use crate::partition::{partition, PartitionLimits, TabletLoad};
+use crate::partition::{partition, PartitionLimits};
 use crate::recovery_log::{announce, fetch_order, find_log, tablet_loads, FoundLog};
 use crate::server_list::{ServerEntry, ServerId, ServerStatus};
 use crate::tables::TabletEntry;
@@ -129,8 +135,10 @@ enum Attempt {
 /// What an attempt starts from, read from the core under one lock.
 struct Snapshot {
     entry: ServerEntry,
-    /// The crashed master's tablets.
+    /// The crashed master's tablets (not those migrating in).
     tablets: Vec<TabletEntry>,
+    /// Migrations that name the crashed master (K§2.3.4).
+    lineage: Vec<Lineage>,
     /// Addresses of the UP backups.
     backups: Vec<String>,
     /// The UP masters, candidates to recover onto.
@@ -147,6 +155,11 @@ struct Plan {
     masters: Vec<ServerEntry>,
     /// The digest's segments in fetch order, with the backups bucketing each.
     sources: Vec<(u64, Vec<String>)>,
+    /// Per partition: the lineage range it recovers and the master it must be
+    /// recovered onto (`None`: an ordinary partition, dealt round-robin).
+    pinned: Vec<Option<(Lineage, ServerEntry)>>,
+    /// Lineage ranges left for a later attempt (no master fits yet).
+    waiting: usize,
 }
 
 /// Recovers crashed masters and keeps their progress. Thread-safe.
@@ -276,7 +289,7 @@ impl RecoveryDriver {
         if view.entry.status != ServerStatus::Crashed {
             return Attempt::Done;
         }
-        if view.tablets.is_empty() {
+        if view.tablets.is_empty() && view.lineage.is_empty() {
             return self.finish(crashed).await;
         }
         if !view.entry.has_replicated_log() {
@@ -310,8 +323,12 @@ impl RecoveryDriver {
             p.partitions_total = plan.parts.len() as u64;
             p.state = format!("replaying {} partitions", plan.parts.len());
         });
+        let waiting = plan.waiting;
         match self.replay(crashed, plan).await {
-            0 => self.finish(crashed).await,
+            0 if waiting == 0 => self.finish(crashed).await,
+            0 => Attempt::Again(format!(
+                "{waiting} migrating ranges wait for their source to be recovered"
+            )),
             failed => Attempt::Again(format!("{failed} partitions failed")),
         }
     }
@@ -328,23 +345,11 @@ impl RecoveryDriver {
             .filter(|t| t.server_id == crashed)
             // A tablet still migrating in is partly on the source: recovering
             // only the target's log would serve it without the records not
-            // pulled yet. It stays unavailable until lineage recovery exists
-            // (design notes "Migration (Rocksteady)").
-            .filter(|t| {
-                let migrating = migrations.is_migrating_in(t);
-                if migrating {
-                    tracing::error!(
-                        crashed_id = crashed.0,
-                        table_id = t.table_id,
-                        start_hash = t.start_hash,
-                        "the target of a migration crashed: its tablet is not recovered \
-                         (no lineage recovery yet); it stays unavailable"
-                    );
-                }
-                !migrating
-            })
+            // pulled yet. Lineage recovery replays it onto the source instead.
+            .filter(|t| !migrations.is_migrating_in(t))
             .copied()
             .collect();
+        let lineage = core.lineage_of(crashed);
         let up: Vec<ServerEntry> = core
             .state()
             .servers()
@@ -362,6 +367,7 @@ impl RecoveryDriver {
         Some(Snapshot {
             entry,
             tablets,
+            lineage,
             backups,
             masters,
         })
@@ -384,6 +390,33 @@ impl RecoveryDriver {
         let recovery_id: u64 = rng.next_u64();
         let mut masters = view.masters.clone();
         masters.shuffle(&mut rng.as_rand());
+        let mut parts: Vec<Vec<(u64, u64, u64)>> = parts
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .map(|t| (t.table_id, t.start_hash, t.end_hash))
+                    .collect()
+            })
+            .collect();
+        let mut pinned: Vec<Option<(Lineage, ServerEntry)>> = vec![None; parts.len()];
+        let mut waiting = 0;
+        for l in &view.lineage {
+            let pick = |c: &[ServerEntry]| c.choose(&mut rng.as_rand()).cloned();
+            match l.recovery_master(&view.masters, pick) {
+                Some(master) => {
+                    tracing::info!(
+                        crashed_id = crashed.0,
+                        migration_id = l.record().id,
+                        recovery_master = master.id.0,
+                        lineage = ?l,
+                        "recovery: a migrating range is recovered by lineage (K§2.3.4)"
+                    );
+                    parts.push(vec![l.range()]);
+                    pinned.push(Some((*l, master)));
+                }
+                None => waiting += 1,
+            }
+        }
         let announced = announced_tablets(&parts);
         let mut holder_addresses: Vec<String> = log.holders.values().flatten().cloned().collect();
         holder_addresses.sort();
@@ -399,19 +432,13 @@ impl RecoveryDriver {
                 "segment {missing} of the log is on no backup that started partitioning"
             ));
         }
-        let parts = parts
-            .iter()
-            .map(|p| {
-                p.iter()
-                    .map(|t| (t.table_id, t.start_hash, t.end_hash))
-                    .collect()
-            })
-            .collect();
         Ok(Plan {
             recovery_id,
             parts,
             masters,
             sources,
+            pinned,
+            waiting,
         })
     }
 
@@ -421,7 +448,10 @@ impl RecoveryDriver {
         let plan = Arc::new(plan);
         let mut running: JoinSet<PartitionOutcome> = JoinSet::new();
         for i in 0..plan.parts.len() {
-            let master = plan.masters[i % plan.masters.len()].clone();
+            let master = match &plan.pinned[i] {
+                Some((_, master)) => master.clone(),
+                None => plan.masters[i % plan.masters.len()].clone(),
+            };
             let (this, plan) = (self.clone(), plan.clone());
             running.spawn(async move {
                 let result = this.run_partition(crashed, &plan, i, &master).await;
@@ -434,12 +464,16 @@ impl RecoveryDriver {
                 failed += 1;
                 continue;
             };
-            let handed_out = match result {
-                Ok(replayed) => {
+            let handed_out = match (result, &plan.pinned[i]) {
+                (Ok(replayed), Some((lineage, master))) => {
+                    self.hand_out_lineage(crashed, *lineage, master, replayed)
+                        .await
+                }
+                (Ok(replayed), None) => {
                     self.hand_out(crashed, i, &plan.parts[i], master, replayed)
                         .await
                 }
-                Err(why) => {
+                (Err(why), _) => {
                     tracing::warn!(crashed_id = crashed.0, partition = i, recovery_master = master.0, %why, "recovery: a partition failed; it is retried");
                     false
                 }
@@ -478,6 +512,69 @@ impl RecoveryDriver {
             }
             Err(e) => {
                 tracing::warn!(crashed_id = crashed.0, partition = i, error = %e, "recovery: cannot hand out a recovered partition");
+                false
+            }
+        }
+    }
+
+    /// A lineage range was replayed onto `master` (K§2.3.4): roll the migration
+    /// back (the target crashed) or make `master` its source (the source
+    /// crashed; fenced first, then recorded, R§9). False if it must be retried.
+    async fn hand_out_lineage(
+        &self,
+        crashed: ServerId,
+        lineage: Lineage,
+        master: &ServerEntry,
+        (entries, bytes): (u64, u64),
+    ) -> bool {
+        let id = lineage.record().id;
+        let recorded = match lineage {
+            Lineage::RollBack(_) => self.cluster.core().migration_rolled_back(id, crashed),
+            Lineage::NewSource(m) => match fence_new_source(&self.cluster, &m, master).await {
+                Ok(()) => self
+                    .cluster
+                    .core()
+                    .migration_source_recovered(id, crashed, master.id),
+                Err(why) => {
+                    tracing::warn!(crashed_id = crashed.0, migration_id = id, new_source = master.id.0, %why, "recovery: cannot fence the migration's new source; retried");
+                    return false;
+                }
+            },
+        };
+        match recorded {
+            Ok(actions) => {
+                tracing::info!(
+                    crashed_id = crashed.0,
+                    migration_id = id,
+                    master = master.id.0,
+                    entries,
+                    lineage = ?lineage,
+                    "recovery: migrating range recovered by lineage"
+                );
+                self.notifier.carry_out(actions).await;
+                self.recoveries.update(crashed, |p| {
+                    p.partitions_done += 1;
+                    p.entries_replayed += entries;
+                    p.bytes_replayed += bytes;
+                });
+                true
+            }
+            Err(e) => {
+                // The migration finished or moved meanwhile: the copy on
+                // `master` is not needed (and never served: it is fenced or
+                // recovering). The next attempt sees the new state.
+                tracing::warn!(crashed_id = crashed.0, migration_id = id, error = %e, "recovery: lineage range not handed out; retried");
+                if let Lineage::NewSource(m) = lineage {
+                    self.notifier
+                        .carry_out(vec![crate::coordinator::Action::DropTablet {
+                            server_id: master.id,
+                            address: master.address.clone(),
+                            table_id: m.table_id,
+                            start_hash: m.start_hash,
+                            end_hash: m.end_hash,
+                        }])
+                        .await;
+                }
                 false
             }
         }
@@ -551,17 +648,18 @@ impl RecoveryDriver {
 }
 
 /// Every partition's tablets as announced to the backups (R§7.5).
-fn announced_tablets(parts: &[Vec<TabletLoad>]) -> Vec<PartitionTablet> {
+fn announced_tablets(parts: &[Vec<(u64, u64, u64)>]) -> Vec<PartitionTablet> {
     parts
         .iter()
         .enumerate()
         .flat_map(|(i, p)| {
-            p.iter().map(move |t| PartitionTablet {
-                partition_id: i as u32,
-                table_id: t.table_id,
-                start_hash: t.start_hash,
-                end_hash: t.end_hash,
-            })
+            p.iter()
+                .map(move |&(table_id, start_hash, end_hash)| PartitionTablet {
+                    partition_id: i as u32,
+                    table_id,
+                    start_hash,
+                    end_hash,
+                })
         })
         .collect()
 }

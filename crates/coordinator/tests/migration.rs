@@ -203,3 +203,144 @@ fn drop_table_forgets_its_migrations() {
     assert!(core.migrations().is_empty());
     CoordinatorCore::open(storage).expect("the stored state stays valid");
 }
+
+// Lineage recovery (K§2.3.4, `migration_recovery`).
+
+use ramstore_coordinator::migration_recovery::Lineage;
+use ramstore_coordinator::ServerStatus;
+
+/// [`setup`] with the upper half migrating (`Pulling`) from its owner to the
+/// other master, and a third master: (storage, core, source, target, third,
+/// migration id).
+fn pulling() -> (
+    Arc<MemoryStorage>,
+    CoordinatorCore,
+    ServerId,
+    ServerId,
+    ServerId,
+    u64,
+) {
+    let (storage, mut core, ids) = setup();
+    let source = owner(&core, 1 << 63);
+    let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
+    let both = SERVICE_MASTER | SERVICE_BACKUP;
+    let third = core.enlist("host3:1", both, GIB, "", 0, None).unwrap().0;
+    let m = core.begin_migration("t", UPPER, target).unwrap();
+    core.migration_ownership_moved(m.id, 5).unwrap();
+    (storage, core, source, target, third, m.id)
+}
+
+#[test]
+fn lineage_of_rolls_back_for_a_crashed_target_and_moves_a_crashed_source() {
+    let (_, core, source, target, third, id) = pulling();
+    let m = core.migrations()[0];
+    assert_eq!(core.lineage_of(target), vec![Lineage::RollBack(m)]);
+    assert_eq!(core.lineage_of(source), vec![Lineage::NewSource(m)]);
+    assert!(core.lineage_of(third).is_empty());
+    assert_eq!(m.id, id);
+}
+
+#[test]
+fn migration_rolled_back_returns_the_range_to_the_source_and_deletes_the_record() {
+    let (storage, mut core, source, target, _, id) = pulling();
+    core.server_crashed(target).unwrap();
+    let v0 = core.tablet_map().0;
+    let actions = core.migration_rolled_back(id, target).unwrap();
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::TakeTablet { server_id, start_hash, .. }]
+            if *server_id == source && *start_hash == 1 << 63
+    ));
+    assert_eq!(owner(&core, 1 << 63), source);
+    assert_eq!(core.tablet_map().0, v0 + 1);
+    assert!(core.migrations().is_empty(), "rolled back: no record");
+    let reopened = CoordinatorCore::open(storage).unwrap();
+    assert!(reopened.migrations().is_empty(), "persisted (R§9)");
+    assert_eq!(owner(&reopened, 1 << 63), source);
+    assert!(
+        matches!(core.migration_rolled_back(id, target), Err(CoordinatorError::LineageChanged(i)) if i == id),
+        "a second hand-out finds nothing to do"
+    );
+}
+
+#[test]
+fn migration_rolled_back_refuses_a_changed_record_and_changes_nothing() {
+    let (storage, mut core, source, target, _, id) = pulling();
+    let before = storage.get(STATE_KEY).unwrap();
+    assert!(
+        matches!(core.migration_rolled_back(id, source), Err(CoordinatorError::LineageChanged(i)) if i == id),
+        "the crashed server is not the target"
+    );
+    core.server_crashed(target).unwrap();
+    core.server_crashed(source).unwrap();
+    let crashed_doc = storage.get(STATE_KEY).unwrap();
+    assert_ne!(before, crashed_doc);
+    assert!(
+        matches!(core.migration_rolled_back(id, target), Err(CoordinatorError::LineageChanged(i)) if i == id),
+        "the source is not up to take the range back"
+    );
+    assert_eq!(storage.get(STATE_KEY).unwrap(), crashed_doc);
+    assert_eq!(owner(&core, 1 << 63), target);
+}
+
+#[test]
+fn migration_source_recovered_moves_the_source_and_lets_the_old_one_be_removed() {
+    let (storage, mut core, source, target, third, id) = pulling();
+    core.server_crashed(source).unwrap();
+    // The crashed source's other tablet is recovered as usual.
+    core.recovered_partition(source, &[(1, 0, (1 << 63) - 1)], third)
+        .unwrap();
+    assert!(
+        core.finish_recovery(source).unwrap().is_empty(),
+        "kept while the migration names it"
+    );
+    let actions = core.migration_source_recovered(id, source, third).unwrap();
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::TakeMigratingTablet { server_id, record, source_address, .. }]
+            if *server_id == target && record.source == third && source_address == "host3:1"
+    ));
+    assert_eq!(owner(&core, 1 << 63), target, "the target keeps the range");
+    assert!(!core.finish_recovery(source).unwrap().is_empty());
+    assert_eq!(
+        core.server(source).map(|s| s.status),
+        Some(ServerStatus::Removed)
+    );
+    let mut restarted = CoordinatorCore::open(storage).unwrap();
+    assert!(
+        restarted.reissue_actions().iter().any(|a| matches!(a,
+            Action::TakeMigratingTablet { record, source_address, .. }
+                if record.id == id && source_address == "host3:1")),
+        "a new coordinator points the target at the new source"
+    );
+    let done = restarted.migration_done(id).unwrap();
+    assert!(
+        matches!(done.as_slice(), [Action::DropTablet { server_id, .. }] if *server_id == third),
+        "the new source drops its copy when the migration is done"
+    );
+}
+
+#[test]
+fn migration_source_recovered_refuses_the_target_or_a_changed_record() {
+    let (storage, mut core, source, target, third, id) = pulling();
+    core.server_crashed(source).unwrap();
+    let before = storage.get(STATE_KEY).unwrap();
+    for (crashed, new_source) in [(source, target), (target, third), (source, ServerId(999))] {
+        assert!(
+            matches!(core.migration_source_recovered(id, crashed, new_source), Err(CoordinatorError::LineageChanged(i)) if i == id),
+            "crashed {crashed:?} new source {new_source:?}"
+        );
+    }
+    assert_eq!(storage.get(STATE_KEY).unwrap(), before, "nothing written");
+}
+
+/// Regression: a MigrationDone that reaches the coordinator after the target
+/// was declared crashed must not have the source drop the copy that lineage
+/// recovery rolls back onto.
+#[test]
+fn migration_done_from_a_crashed_target_is_ignored() {
+    let (_, mut core, _, target, _, id) = pulling();
+    core.server_crashed(target).unwrap();
+    assert!(core.migration_done(id).unwrap().is_empty());
+    assert_eq!(core.migrations().len(), 1);
+}

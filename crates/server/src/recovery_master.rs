@@ -15,6 +15,12 @@
 //! write; the answer is sent only once everything replayed is durable, so the
 //! coordinator never hands out a tablet whose data a second crash could lose.
 //!
+//! A tablet this master holds fenced for a migration whose target crashed is
+//! not added but reclaimed (lineage rollback, K§2.3.4): the target's entries are
+//! replayed on top of the source's copy, newest version wins, so every write the
+//! target acknowledged (all above the source's safe version) lands and nothing
+//! the target never changed moves.
+//!
 //! The partition's tablets are added in the recovering state: replay fills
 //! them, but clients are answered UNKNOWN_TABLET until the coordinator, having
 //! recorded the move, sends TakeTabletOwnership — a partly replayed tablet is
@@ -262,11 +268,23 @@ where
 {
     let clock = owner.as_ref().as_ref().clock().clone();
     let started = clock.now();
+    // Tablets this master already held fenced for a migration whose target
+    // crashed (lineage rollback, K§2.3.4): replay goes on top of the fenced
+    // copy, and a failure fences it again instead of dropping it.
+    let mut kept = Vec::new();
     for &(table_id, start_hash, end_hash) in &job.tablets {
         // Not served until the coordinator hands it over (TakeTabletOwnership).
         let store = owner.as_ref().as_ref();
-        if let Err(e) = store.add_recovering_tablet(table_id, start_hash, end_hash) {
-            drop_tablets(&owner, &job);
+        let added = match store.reclaim_fenced_tablet(table_id, start_hash, end_hash) {
+            Ok(true) => {
+                kept.push((table_id, start_hash, end_hash));
+                Ok(())
+            }
+            Ok(false) => store.add_recovering_tablet(table_id, start_hash, end_hash),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = added {
+            drop_tablets(&owner, &job, &kept);
             return Err(RecoveryError::Tablet {
                 table_id,
                 start_hash,
@@ -290,18 +308,26 @@ where
         ),
         Err(e) => {
             tracing::warn!(crashed_id = job.crashed_id, partition_id = job.partition_id, error = %e, "partition recovery failed");
-            drop_tablets(&owner, &job);
+            drop_tablets(&owner, &job, &kept);
         }
     }
     result
 }
 
-fn drop_tablets<S: AsRef<ObjectStore>>(owner: &Arc<S>, job: &PartitionJob) {
+/// Undoes a failed partition: drops the tablets it added, fences again those it
+/// `kept` (a source's copy, which holds records found nowhere else).
+fn drop_tablets<S: AsRef<ObjectStore>>(
+    owner: &Arc<S>,
+    job: &PartitionJob,
+    kept: &[(u64, u64, u64)],
+) {
+    let store = owner.as_ref().as_ref();
     for &(table_id, start_hash, end_hash) in &job.tablets {
-        owner
-            .as_ref()
-            .as_ref()
-            .drop_tablet(table_id, start_hash, end_hash);
+        if kept.contains(&(table_id, start_hash, end_hash)) {
+            store.refence_tablet(table_id, start_hash, end_hash);
+        } else {
+            store.drop_tablet(table_id, start_hash, end_hash);
+        }
     }
 }
 

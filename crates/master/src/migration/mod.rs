@@ -10,6 +10,10 @@
 //!   pass and applies pulled records ("newest version wins, settled stays
 //!   settled"); [`ObjectStore::finish_migrating_tablet`] makes the tablet normal.
 //! * [`Arrivals`] (`arrivals.rs`): which keys have arrived, as plain data.
+//! * Lineage (`lineage.rs`, K§2.3.4): when the source or the target crashes
+//!   mid-migration, crash recovery refills the source's fenced copy
+//!   ([`ObjectStore::reclaim_fenced_tablet`]) or fences a recovered copy as the
+//!   new source ([`ObjectStore::prepare_migration`] of a recovering tablet).
 //!
 //! Invariants: versions stay monotonic across the move (the target issues only
 //! versions above the source's safe version); a key settled on the target is
@@ -21,6 +25,7 @@
 //! read path of a normal tablet). Lock order: that mutex, then a bucket lock.
 
 mod arrivals;
+mod lineage;
 mod source;
 mod target;
 

@@ -14,7 +14,8 @@ impl ObjectStore {
     /// operation epochs), then returns the safe version: above every version this
     /// master issued, so the target's versions of every key stay monotonic
     /// (K§2.3, R§3.1). Idempotent on a fenced tablet. `BadTablet` unless the range
-    /// is exactly one tablet that is normal or already fenced.
+    /// is exactly one tablet that is normal, recovering (a copy lineage
+    /// recovery rebuilt, becoming the new source, K§2.3.4) or already fenced.
     pub fn prepare_migration(
         &self,
         table_id: u64,
@@ -38,6 +39,10 @@ impl ObjectStore {
                 .ok_or_else(bad)?;
             match tablet.state() {
                 TabletState::Normal => tablet.set_state(TabletState::MigratingOut),
+                // A copy crash recovery rebuilt from a crashed source's log:
+                // it becomes the migration's new source (K§2.3.4, `lineage.rs`).
+                // Recovering tablets are never served, so nothing to wait for.
+                TabletState::Recovering => tablet.set_state(TabletState::MigratingOut),
                 TabletState::MigratingOut => {}
                 _ => return Err(bad()),
             }

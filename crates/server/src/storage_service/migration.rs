@@ -15,9 +15,16 @@
 //!   relaxed load; on a tablet that is not migrating, one more lock-free tablet
 //!   lookup.
 //!
-//! Thread-safety: [`Migrations`] is `Send + Sync`: a counter, a short-held list
-//! lock (only for migrating tablets) and set-once links.
+//! * Lineage (K§2.3.4): if the source crashes, the coordinator recovers its
+//!   copy of the range onto another master and resends `TakeMigratingTablet`
+//!   naming it; the pullers go on from their cursors against the new source
+//!   ([`Migrations`]'s moved sources). Pulled records are applied only to keys
+//!   not settled, so nothing the target wrote or deleted is undone.
+//!
+//! Thread-safety: [`Migrations`] is `Send + Sync`: a counter, short-held list
+//! locks (only for migrating tablets) and set-once links.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -50,6 +57,24 @@ const MIGRATION_CALL_DEADLINE_MS: u64 = 5_000;
 const MIGRATION_BACKOFF_MS: u64 = 50;
 /// How often the priority puller looks for pending keys without being woken.
 const PRIORITY_POLL_MS: u64 = 20;
+/// Test knob (never set in production): when this environment variable holds a
+/// number of milliseconds, background Pulls ask for [`SLOW_PULL_BYTES`] at a
+/// time and each puller pauses that long after every batch, so a crash test can
+/// reliably kill a server in the middle of a migration.
+pub const SLOW_PULL_ENV: &str = "RAMSTORE_TEST_MIGRATION_PULL_PAUSE_MS";
+/// Bytes of one background Pull when [`SLOW_PULL_ENV`] is set.
+const SLOW_PULL_BYTES: u32 = 16 << 10;
+
+/// The pause after each background Pull batch ([`SLOW_PULL_ENV`]), read once.
+fn slow_pull_pause() -> Option<Duration> {
+    static PAUSE: OnceLock<Option<Duration>> = OnceLock::new();
+    *PAUSE.get_or_init(|| {
+        std::env::var(SLOW_PULL_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_millis)
+    })
+}
 
 /// One migration coming in, with the wake-up of its priority puller.
 struct Incoming {
@@ -65,6 +90,10 @@ pub(crate) struct Migrations {
     incoming: Mutex<Vec<Incoming>>,
     /// How to reach sources and the coordinator (set once enlisted).
     links: OnceLock<(Arc<dyn Transport>, String)>,
+    /// Sources that replaced a crashed one, by migration id (lineage recovery,
+    /// K§2.3.4): the coordinator recovered the crashed source's copy of the
+    /// range onto another master and named it in a resent TakeMigratingTablet.
+    moved_sources: Mutex<HashMap<u64, String>>,
 }
 
 /// The gate's decision for one client operation.
@@ -134,6 +163,7 @@ impl StorageService {
                     // Done before; the coordinator may not have heard it.
                     tokio::spawn(self.clone().report_done(migration));
                 } else if let Some(wake) = self.register(&migration) {
+                    self.migrations.moved_sources.lock().remove(&migration.id);
                     tracing::info!(
                         migration_id = migration.id,
                         table_id,
@@ -143,10 +173,48 @@ impl StorageService {
                         "migration: took tablet; pulling"
                     );
                     tokio::spawn(run_incoming(self.clone(), migration, wake));
+                } else {
+                    self.note_source(&migration);
                 }
                 encode_response(id, op, &Response::TakeMigratingTablet, out)
             }
         }
+    }
+
+    /// A resent TakeMigratingTablet of a registered migration: if it names
+    /// another source (the old one crashed and its copy was recovered there,
+    /// K§2.3.4), pulls go there from now on.
+    fn note_source(&self, m: &IncomingMigration) {
+        let registered = self
+            .migrations
+            .incoming
+            .lock()
+            .iter()
+            .find(|e| e.migration.id == m.id)
+            .map(|e| e.migration.source_address.clone());
+        let Some(first) = registered else { return };
+        let mut moved = self.migrations.moved_sources.lock();
+        if m.source_address == first {
+            moved.remove(&m.id);
+        } else if moved.get(&m.id) != Some(&m.source_address) {
+            tracing::info!(
+                migration_id = m.id,
+                source = %m.source_address,
+                "migration: the source moved (lineage recovery); pulling from it"
+            );
+            moved.insert(m.id, m.source_address.clone());
+        }
+    }
+
+    /// Where migration `m` pulls from now: its source, or the master that
+    /// replaced it ([`Self::note_source`]).
+    fn source_of(&self, m: &IncomingMigration) -> String {
+        self.migrations
+            .moved_sources
+            .lock()
+            .get(&m.id)
+            .cloned()
+            .unwrap_or_else(|| m.source_address.clone())
     }
 
     /// Registers an incoming migration; `None` if it is registered already.
@@ -168,6 +236,7 @@ impl StorageService {
         let mut incoming = self.migrations.incoming.lock();
         let before = incoming.len();
         incoming.retain(|e| e.migration.id != id);
+        self.migrations.moved_sources.lock().remove(&id);
         if incoming.len() < before {
             self.migrations.active.fetch_sub(1, Ordering::SeqCst);
         }
@@ -283,13 +352,18 @@ async fn pull_partition(
             table_id: m.table_id,
             cursor,
             end_hash: p.hi,
-            max_bytes: MIGRATION_PULL_BYTES,
+            max_bytes: if slow_pull_pause().is_some() {
+                SLOW_PULL_BYTES
+            } else {
+                MIGRATION_PULL_BYTES
+            },
         };
         let mut frame = Vec::new();
         if encode_request(0, &req, &mut frame).is_err() {
             return false;
         }
-        let Some(bytes) = service.migration_call(&m.source_address, frame).await else {
+        let source = service.source_of(&m);
+        let Some(bytes) = service.migration_call(&source, frame).await else {
             service.back_off().await;
             continue;
         };
@@ -327,6 +401,9 @@ async fn pull_partition(
             Some(n) => cursor = n,
             None => return true,
         }
+        if let Some(pause) = slow_pull_pause() {
+            service.clock.sleep(pause).await;
+        }
     }
 }
 
@@ -355,7 +432,8 @@ async fn priority_puller(
             service.back_off().await;
             continue;
         }
-        let answered = match service.migration_call(&m.source_address, frame).await {
+        let source = service.source_of(&m);
+        let answered = match service.migration_call(&source, frame).await {
             Some(bytes) => match decode_response(&bytes) {
                 Ok((_, Response::PriorityPull { objects })) => {
                     let pulled = objects.iter().map(|o| PulledObject {
