@@ -432,6 +432,16 @@ impl ReplicaManager {
         durable_at(&self.state.lock(), point)
     }
 
+    /// Whether every segment of `segment_ids` is closed on all its replicas (or
+    /// no longer tracked): the check of `sync_closed`, without the wait, for a
+    /// caller that polls on its own clock (a migration's side-log commit, K§2.3).
+    pub fn are_closed_durable(&self, segment_ids: &[u64]) -> bool {
+        let st = self.state.lock();
+        segment_ids
+            .iter()
+            .all(|id| st.segments.get(id).is_none_or(|s| s.closed_durable))
+    }
+
     /// Waits until everything up to `point` is durable on all R replicas, at most
     /// [`REPLICATION_WAIT_MS`].
     ///

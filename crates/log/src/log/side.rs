@@ -120,11 +120,25 @@ impl Log {
     }
 
     /// Commits every segment of `sides` to the log (module doc): hands over the
-    /// open ones, waits until all are closed on their replicas, marks them closed
-    /// and rolls the head so its digest names them. Blocks (replication); call it
-    /// off any async runtime and after the side logs' writers have stopped.
-    /// Returns the committed segment ids. The side logs can be used again.
+    /// open ones ([`Self::seal_side_logs`]), waits until all are closed on their
+    /// replicas ([`crate::ReplicaSink::sync_closed`]), then joins them
+    /// ([`Self::join_side_segments`]). Blocks on replication: call it off any
+    /// async runtime, after the side logs' writers have stopped. Returns the
+    /// committed segment ids. The side logs can be used again.
     pub fn commit_side_logs(&self, sides: &[&SideLog]) -> Vec<u64> {
+        let ids = self.seal_side_logs(sides);
+        if !ids.is_empty() {
+            self.config.replicas.sync_closed(&ids);
+            self.join_side_segments(&ids);
+        }
+        ids
+    }
+
+    /// The first step of a commit that waits for replication its own way (a
+    /// server polls its replica manager instead of blocking a thread): hands the
+    /// open segments of `sides` to the replica sink and returns the ids of every
+    /// segment they hold, which leave the side logs. Never blocks.
+    pub fn seal_side_logs(&self, sides: &[&SideLog]) -> Vec<u64> {
         let mut ids = Vec::new();
         for side in sides {
             let mut st = side.state.lock();
@@ -136,23 +150,29 @@ impl Log {
             ids.append(&mut st.full);
             st.bytes = 0;
         }
+        ids
+    }
+
+    /// The last step of a commit: side segments `ids` (from
+    /// [`Self::seal_side_logs`]), which the caller has seen closed on all their
+    /// replicas, join the log: closed, and named by the digest of a new head, the
+    /// one record that commits them (R§7.4, L§6.4). Never blocks for long.
+    pub fn join_side_segments(&self, ids: &[u64]) {
         if ids.is_empty() {
-            return ids;
+            return;
         }
-        let sink = &self.config.replicas;
-        sink.sync_closed(&ids);
         {
             let mut table = self.segments.lock();
-            for id in &ids {
+            for id in ids {
                 if let Some(m) = table.by_id.get_mut(id) {
-                    m.state = SegmentState::Closed;
+                    if m.state == SegmentState::Side {
+                        m.state = SegmentState::Closed;
+                    }
                 }
             }
         }
-        // The new head's digest names them: the commit record (R§7.4).
         self.roll_head_now();
-        sink.cleaned(&ids, &[]);
-        ids
+        self.config.replicas.cleaned(ids, &[]);
     }
 
     /// Opens a new segment for `st` with room for `need` bytes after its header;
