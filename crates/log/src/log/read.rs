@@ -146,9 +146,8 @@ impl<'a> ObjectView<'a> {
     /// The value, when it lies in one piece (a pull answer encodes it from
     /// here, K§2.3).
     pub fn value_slice(&self) -> Option<&'a [u8]> {
-        self.contiguous.map(|b| {
-            &b[self.layout.value_offset..self.layout.value_offset + self.layout.value_len]
-        })
+        self.contiguous
+            .map(|b| &b[self.layout.value_offset..self.layout.value_offset + self.layout.value_len])
     }
 
     /// Appends the key to `out`.

@@ -60,13 +60,19 @@ impl ObjectStore {
         max_bytes: usize,
         out: &mut Vec<EnumeratedObject>,
     ) -> Result<Option<u64>, ReadError> {
-        self.pull_with(table_id, cursor, end_hash, max_bytes, |version, key, value| {
-            out.push(EnumeratedObject {
-                key: key.to_vec(),
-                value: value.to_vec(),
-                version,
-            })
-        })
+        self.pull_with(
+            table_id,
+            cursor,
+            end_hash,
+            max_bytes,
+            |version, key, value| {
+                out.push(EnumeratedObject {
+                    key: key.to_vec(),
+                    value: value.to_vec(),
+                    version,
+                })
+            },
+        )
     }
 
     /// [`Self::pull`], calling `visit(version, key, value)` with each record in

@@ -49,13 +49,13 @@ impl StorageService {
         let start = out.len();
         let mut enc = EnumerateResponseEncoder::for_pull(id, out);
         let mut failed = None;
-        let pulled = self
-            .store
-            .pull_with(table_id, cursor, end_hash, max, |version, key, value| {
-                if failed.is_none() {
-                    failed = enc.push(version, key, value).err();
-                }
-            });
+        let pulled =
+            self.store
+                .pull_with(table_id, cursor, end_hash, max, |version, key, value| {
+                    if failed.is_none() {
+                        failed = enc.push(version, key, value).err();
+                    }
+                });
         match (pulled, failed) {
             (Ok(next), None) => enc.finish(next.is_some(), next.unwrap_or(0)),
             (Ok(_), Some(e)) => Err(e),
