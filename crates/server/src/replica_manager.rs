@@ -76,6 +76,12 @@ pub const MAX_REPLICAS: usize = 8;
 /// before it answers RETRY; below the client's 2 s RPC deadline, so the client sees
 /// the RETRY rather than a timeout.
 pub const REPLICATION_WAIT_MS: u64 = 1_000;
+/// Most bytes one round of a segment that is complete when opened (a survivor
+/// of cleaning, a migration's side-log segment) sends: an 8 MiB BackupWrite on
+/// the connection a head's small writes share would hold their
+/// acknowledgements up behind it (K§2.3: pulled records are replicated at lower
+/// priority than client writes).
+pub const SURVIVOR_ROUND_BYTES: usize = 1 << 20;
 /// Pause before a segment that found no backup (or a backup that asked to retry)
 /// is tried again.
 const RETRY_BACKOFF_MS: u64 = 20;
@@ -237,6 +243,9 @@ struct Round {
     cancel: Arc<Notify>,
     segment_id: u64,
     from: usize,
+    /// Send only the bytes before this offset (a survivor or side-log segment's
+    /// round is capped at [`SURVIVOR_ROUND_BYTES`]; its close goes with the last).
+    until: Option<usize>,
     sends: Vec<Send>,
 }
 
