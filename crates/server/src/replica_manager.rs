@@ -5,7 +5,9 @@
 //! The log reports what it appended (`replicate`) under no lock of ours but our own
 //! state mutex, and never waits. One replicator task per master plans *rounds*: a
 //! round takes one segment's new bytes, copied once from the log, to each of its R
-//! backups in concurrent BackupWrite RPCs. A segment has at most one round in
+//! backups in concurrent BackupWrite RPCs (at most [`SURVIVOR_ROUND_BYTES`] of a
+//! segment complete when opened — a survivor or a migration's side-log segment —
+//! so a head's small writes never queue behind a whole 8 MiB segment). A segment has at most one round in
 //! flight; bytes appended meanwhile wait for the next round and go together — that
 //! is group commit (docs/design.md §5 "Write"). Writers wait on a *sync point*, the end of
 //! the newest head when their operation finished; the manager wakes them when it is
