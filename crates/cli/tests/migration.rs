@@ -241,3 +241,85 @@ fn migrate_cli_moves_a_split_range_and_reports_bytes() {
     let listed = cluster.cli(&["migrations"]);
     assert!(listed.ok().contains("done"), "{}", listed.ok());
 }
+
+/// Side logs (K§2.3; design notes "Where pulled records go"): the target keeps
+/// pulled records in side logs replicated lazily, and reports MigrationDone —
+/// after which the source drops its copy — only once they are committed to its
+/// log and durable. So a target SIGKILLed right after a migration is recovered
+/// from its own backups with every pulled object.
+#[test]
+fn migrate_then_sigkill_of_the_target_recovers_every_pulled_object() {
+    let mut cluster = Cluster::start(0);
+    for i in 0..3 {
+        let dir = cluster
+            .dir
+            .path()
+            .join(format!("server-{i}"))
+            .display()
+            .to_string();
+        cluster.add_server_with(
+            "127.0.0.1:0",
+            &[
+                "--replicas",
+                "1",
+                "--backup-dir",
+                &dir,
+                "--backup-frames",
+                "24",
+                "--memory",
+                "128MiB",
+            ],
+        );
+    }
+    let c = cluster.client();
+    let t = c.create_table("t", 1).unwrap();
+    let keys: Vec<Vec<u8>> = (0..STABLE).map(stable_key).collect();
+    let values: Vec<Vec<u8>> = (0..STABLE).map(stable_value).collect();
+    for (ks, vs) in keys.chunks(500).zip(values.chunks(500)) {
+        let ops: Vec<_> = ks
+            .iter()
+            .zip(vs)
+            .map(|(k, v)| MultiWriteOp::new(t, k, v))
+            .collect();
+        for r in c.multi_write(&ops) {
+            r.expect("stable write");
+        }
+    }
+    let source = owner_of(&c, t);
+    let target = cluster
+        .servers
+        .iter()
+        .map(|s| s.id)
+        .find(|id| *id != source)
+        .unwrap();
+    let id = c.migrate_tablet("t", 0, u64::MAX, target).unwrap();
+    let done = wait_done(&c, id);
+    assert_eq!(done.objects, Some(STABLE as u64), "{done:?}");
+    wait_until(
+        "the source to drop the range",
+        Duration::from_secs(20),
+        || {
+            let text = c.server_stats(&address_of(&cluster, source)).unwrap();
+            (!text.contains(&format!("tablet.{t}."))).then_some(())
+        },
+    );
+    let at = cluster.servers.iter().position(|s| s.id == target).unwrap();
+    drop(cluster.servers.remove(at)); // SIGKILL
+    wait_until(
+        "the target's tablet to be recovered",
+        Duration::from_secs(60),
+        || {
+            let owner = c
+                .tablet_map()
+                .ok()?
+                .iter()
+                .find(|x| x.table_id == t)?
+                .server_id;
+            (owner != target).then_some(())
+        },
+    );
+    for i in 0..STABLE {
+        let (value, _) = c.read(t, &stable_key(i)).unwrap();
+        assert_eq!(value, stable_value(i), "object {i}");
+    }
+}

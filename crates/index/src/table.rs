@@ -106,6 +106,12 @@ impl HashTable {
         self.main_bytes() + self.overflow.memory_bytes() + self.overflow.free_list_bytes()
     }
 
+    /// Faults the main buckets' pages in now (`BucketArray::prefault`); safe
+    /// while the table is in use.
+    pub fn prefault(&self) -> std::io::Result<()> {
+        self.buckets.prefault()
+    }
+
     /// An upper bound of the bytes the table keeps resident: the main buckets and
     /// their locks (64 B + 1 B each), and 64 B plus 8 B of free list for every
     /// overflow bucket up to the arena's high-water mark — the only overflow memory

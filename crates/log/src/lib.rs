@@ -8,7 +8,9 @@
 //! bytes after a crash.
 //!
 //! Parts: [`Log`] (`log` and its children: head, reads, accounting, replica
-//! reads, segment scans) owns the memory and the segment table; [`Cleaner`]
+//! reads, segment scans, side logs) owns the memory and the segment table;
+//! [`SideLog`] (`log::side`) holds segments a bulk writer (a migration's target,
+//! K§2.3) fills apart from the head and commits to the log all at once; [`Cleaner`]
 //! (`cleaner`) is the two-level cleaner (L§4), a separate type that borrows a `Log`
 //! and works through its `pub(crate)` interface, in plan / copy / commit steps;
 //! `balancer` decides which level runs (L§5.2); `entry` is the on-log format;
@@ -18,8 +20,11 @@
 //! Invariants:
 //! - A [`LogRef`] names the first byte of an entry as a 48-bit offset into the pool.
 //!   Seglet 0 is never handed out, so `LogRef(0)` never names an entry.
-//! - Only the head segment and the cleaner's private survivor segments are ever
-//!   written; every other segment is immutable until it is freed.
+//! - Only the head segment, side-log segments not yet handed to the replica sink
+//!   and the cleaner's private survivor segments are ever written; every other
+//!   segment is immutable until it is freed.
+//! - No digest names a side-log segment before [`Log::commit_side_logs`] has
+//!   seen it closed on all its replicas.
 //! - Seglets of a cleaned segment are reused only after every operation that was in
 //!   progress when the segment left the log has finished (`epoch`, L§6.3).
 //!
@@ -31,7 +36,8 @@
 //! segment half-compacted backs off 100 µs) runs on [`LogConfig::clock`].
 //!
 //! Durability: none by itself. Every byte appended to the head and every survivor
-//! segment produced by combined cleaning is reported through the
+//! segment produced by combined cleaning or filled by a side log is reported
+//! through the
 //! [`replica::ReplicaSink`] seam; the durability layer makes it durable.
 
 pub mod balancer;
@@ -56,6 +62,7 @@ pub use log::config::{
 pub use log::head::{AppendError, Appended, DeadObject, NewObject};
 pub use log::memory::LogStats;
 pub use log::read::ObjectView;
+pub use log::side::SideLog;
 pub use log::Log;
 pub use replica::{NoReplicas, ReplicaSink, SegmentRole};
 

@@ -16,6 +16,7 @@ pub(crate) mod memory;
 pub(crate) mod read;
 pub(crate) mod replicas;
 pub(crate) mod scan;
+pub(crate) mod side;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -48,6 +49,9 @@ pub(crate) enum SegmentState {
     /// A survivor of combined cleaning whose replicas are being written: not yet in
     /// the log (no digest names it) until they are durable (L§6.4).
     Pending,
+    /// A side log's segment (`side`): not yet in the log (no digest names it)
+    /// until its side log is committed; never cleaned before that.
+    Side,
     /// Cleaned by a one-segment combined pass (`cleaner::incremental`) whose
     /// survivor is being replicated: still in the log (the digest names it until
     /// the survivor is durable) but no longer in memory, where its seglets became

@@ -3,13 +3,19 @@
 //! priority answers and failures, and partition advances, a key is settled
 //! exactly when the model says so, a key is never in two PriorityPulls at once,
 //! and the migration is complete exactly when every partition is done and no
-//! client waits.
+//! client waits. And of the target's store (`IncomingMigration` with its side
+//! logs): whatever clients did, pulled batches (applied [`APPLY_BATCH`] records
+//! per hold of the mutex) never overwrite a settled key, and every key reads as
+//! the model says before and after the side logs are committed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 use ramstore_master::key_hash;
-use ramstore_master::migration::Arrivals;
+use ramstore_master::migration::{
+    Arrivals, ClientOp, Gate, IncomingMigration, PulledObject, APPLY_BATCH,
+};
+use ramstore_master::{CleanerMode, ObjectStore, ReadError, RejectRules, StoreConfig};
 
 const KEYS: usize = 12;
 const PARTS: u32 = 3;
@@ -142,4 +148,146 @@ proptest! {
             prop_assert_eq!(a.is_complete(), m.next.iter().all(Option::is_none) && !waiters);
         }
     }
+}
+
+/// Store steps: what clients and pulls do on the target.
+#[derive(Debug, Clone)]
+enum StoreStep {
+    /// A client's blind write of key `k`.
+    Write(usize),
+    /// A client's delete of key `k` (it waits unless the key is settled).
+    Delete(usize),
+    /// The PriorityPull in flight is answered with the source's records.
+    Priority,
+    /// A background batch of these keys' source records (several times the
+    /// mutex's batch, so it is applied in several holds).
+    Pull(Vec<usize>),
+}
+
+fn store_step() -> impl Strategy<Value = StoreStep> {
+    prop_oneof![
+        (0..KEYS).prop_map(StoreStep::Write),
+        (0..KEYS).prop_map(StoreStep::Delete),
+        Just(StoreStep::Priority),
+        proptest::collection::vec(0..KEYS, 0..3 * APPLY_BATCH).prop_map(StoreStep::Pull),
+    ]
+}
+
+/// The source's record of key `k`, if it has one (every third key has none):
+/// versions below the safe version, 100.
+fn source_record(k: usize) -> Option<(Vec<u8>, u64)> {
+    (k % 3 != 2).then(|| (format!("source-{k}").into_bytes(), 10 + k as u64))
+}
+
+proptest! {
+    #[test]
+    fn pulled_batches_never_overwrite_settled_keys(
+        steps in proptest::collection::vec(store_step(), 1..40),
+    ) {
+        let mut config = StoreConfig::new(16 << 20);
+        config.segment_bytes = 128 * 1024;
+        config.cleaner = CleanerMode::Manual;
+        let s = ObjectStore::new(config).expect("store");
+        s.add_migrating_tablet(1, 0, u64::MAX, 100).expect("tablet");
+        let m = IncomingMigration::new(1, (1, 0, u64::MAX), 2, "source".into(), 100);
+        let rules = RejectRules::default();
+        // The model: each key's value once settled (`None`: absent), and the
+        // keys whose source record arrived unsettled.
+        let mut settled: BTreeMap<usize, Option<Vec<u8>>> = BTreeMap::new();
+        let mut arrived: BTreeSet<usize> = BTreeSet::new();
+        let mut in_flight: Vec<Vec<u8>> = Vec::new();
+        let index: BTreeMap<Vec<u8>, usize> = (0..KEYS).map(|i| (key(i), i)).collect();
+        for step in steps {
+            match step {
+                StoreStep::Write(k) => {
+                    prop_assert_eq!(m.gate(&key(k), ClientOp::BlindWrite), Gate::Go);
+                    let value = format!("client-{k}").into_bytes();
+                    s.write_arrived(1, &key(k), &value, &rules).expect("write");
+                    m.settle(&key(k));
+                    settled.insert(k, Some(value));
+                }
+                StoreStep::Delete(k) => match m.gate(&key(k), ClientOp::ReadsRecord) {
+                    Gate::Go => {
+                        prop_assert!(settled.contains_key(&k), "key {} let through unsettled", k);
+                        s.remove_arrived(1, &key(k), &rules).expect("delete");
+                        settled.insert(k, None);
+                    }
+                    Gate::Wait(_) => prop_assert!(!settled.contains_key(&k)),
+                },
+                StoreStep::Priority => {
+                    if in_flight.is_empty() {
+                        in_flight = m.take_pending(256);
+                    }
+                    let records: Vec<(Vec<u8>, Vec<u8>, u64)> = in_flight
+                        .iter()
+                        .filter_map(|kb| {
+                            source_record(index[kb]).map(|(v, ver)| (kb.clone(), v, ver))
+                        })
+                        .collect();
+                    let pulled = records.iter().map(|(kb, v, ver)| PulledObject {
+                        key: kb,
+                        value: v,
+                        version: *ver,
+                    });
+                    m.apply_priority(&s, &in_flight, pulled).expect("priority");
+                    for kb in in_flight.drain(..) {
+                        let k = index[&kb];
+                        settled
+                            .entry(k)
+                            .or_insert_with(|| source_record(k).map(|(v, _)| v));
+                    }
+                }
+                StoreStep::Pull(keys) => {
+                    let records: Vec<(Vec<u8>, Vec<u8>, u64)> = keys
+                        .iter()
+                        .filter_map(|&k| source_record(k).map(|(v, ver)| (key(k), v, ver)))
+                        .collect();
+                    let pulled = records.iter().map(|(kb, v, ver)| PulledObject {
+                        key: kb,
+                        value: v,
+                        version: *ver,
+                    });
+                    // Cursor 0: the batch settles nothing by itself.
+                    m.apply_pull(&s, 0, pulled, Some(0)).expect("pull");
+                    for &k in &keys {
+                        if !settled.contains_key(&k) && source_record(k).is_some() {
+                            arrived.insert(k);
+                        }
+                    }
+                }
+            }
+            check_store(&s, &settled, &arrived)?;
+        }
+        m.commit_side_logs(&s);
+        check_store(&s, &settled, &arrived)?;
+    }
+}
+
+/// Every key reads as the model says: its settled value, else its source record
+/// if that arrived, else nothing.
+fn check_store(
+    s: &ObjectStore,
+    settled: &BTreeMap<usize, Option<Vec<u8>>>,
+    arrived: &BTreeSet<usize>,
+) -> Result<(), TestCaseError> {
+    for k in 0..KEYS {
+        let expect = match settled.get(&k) {
+            Some(v) => v.clone(),
+            None if arrived.contains(&k) => source_record(k).map(|(v, _)| v),
+            None => None,
+        };
+        let found = s.read_with_arrived(1, &key(k), |o| {
+            let mut v = Vec::new();
+            o.copy_value(&mut v);
+            v
+        });
+        match (found, expect) {
+            (Ok(v), Some(e)) => prop_assert_eq!(v, e, "key {}", k),
+            (Err(ReadError::ObjectDoesntExist), None) => {}
+            (found, expect) => {
+                prop_assert!(false, "key {}: found {:?}, expected {:?}", k, found, expect)
+            }
+        }
+    }
+    Ok(())
 }

@@ -5,7 +5,9 @@
 //! The log reports what it appended (`replicate`) under no lock of ours but our own
 //! state mutex, and never waits. One replicator task per master plans *rounds*: a
 //! round takes one segment's new bytes, copied once from the log, to each of its R
-//! backups in concurrent BackupWrite RPCs. A segment has at most one round in
+//! backups in concurrent BackupWrite RPCs (at most [`SURVIVOR_ROUND_BYTES`] of a
+//! segment complete when opened — a survivor or a migration's side-log segment —
+//! so a head's small writes never queue behind a whole 8 MiB segment). A segment has at most one round in
 //! flight; bytes appended meanwhile wait for the next round and go together — that
 //! is group commit (docs/design.md §5 "Write"). Writers wait on a *sync point*, the end of
 //! the newest head when their operation finished; the manager wakes them when it is
@@ -76,6 +78,12 @@ pub const MAX_REPLICAS: usize = 8;
 /// before it answers RETRY; below the client's 2 s RPC deadline, so the client sees
 /// the RETRY rather than a timeout.
 pub const REPLICATION_WAIT_MS: u64 = 1_000;
+/// Most bytes one round of a segment that is complete when opened (a survivor
+/// of cleaning, a migration's side-log segment) sends: an 8 MiB BackupWrite on
+/// the connection a head's small writes share would hold their
+/// acknowledgements up behind it (K§2.3: pulled records are replicated at lower
+/// priority than client writes).
+pub const SURVIVOR_ROUND_BYTES: usize = 1 << 20;
 /// Pause before a segment that found no backup (or a backup that asked to retry)
 /// is tried again.
 const RETRY_BACKOFF_MS: u64 = 20;
@@ -237,6 +245,9 @@ struct Round {
     cancel: Arc<Notify>,
     segment_id: u64,
     from: usize,
+    /// Send only the bytes before this offset (a survivor or side-log segment's
+    /// round is capped at [`SURVIVOR_ROUND_BYTES`]; its close goes with the last).
+    until: Option<usize>,
     sends: Vec<Send>,
 }
 
@@ -430,6 +441,16 @@ impl ReplicaManager {
     /// Whether everything up to `point` is durable (see the module doc's rule).
     pub fn is_durable(&self, point: (u64, usize)) -> bool {
         durable_at(&self.state.lock(), point)
+    }
+
+    /// Whether every segment of `segment_ids` is closed on all its replicas (or
+    /// no longer tracked): the check of `sync_closed`, without the wait, for a
+    /// caller that polls on its own clock (a migration's side-log commit, K§2.3).
+    pub fn are_closed_durable(&self, segment_ids: &[u64]) -> bool {
+        let st = self.state.lock();
+        segment_ids
+            .iter()
+            .all(|id| st.segments.get(id).is_none_or(|s| s.closed_durable))
     }
 
     /// Waits until everything up to `point` is durable on all R replicas, at most

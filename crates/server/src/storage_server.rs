@@ -146,10 +146,10 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
         let owner = service.clone();
         tokio::task::spawn_blocking(move || {
             let started = owner.clock().now();
-            match owner.store().log().prefault_memory() {
+            match owner.store().prefault_memory() {
                 Ok(()) => tracing::info!(
                     elapsed_ms = owner.clock().elapsed(started).as_millis() as u64,
-                    "log memory faulted in"
+                    "log memory faulted in, hash table too"
                 ),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot fault log memory in ahead of use; pages are zeroed on first touch")

@@ -41,6 +41,25 @@ pub struct NewObject<'a> {
     pub value: &'a [u8],
 }
 
+/// An object (and the tombstone of the version it replaces) ready to be written:
+/// headers and checksums computed outside any lock.
+pub(super) struct EncodedObject {
+    obj_header: entry::EncodedHeader,
+    obj_len: usize,
+    obj_crc: u32,
+    tomb: Option<(entry::EncodedHeader, u32)>,
+    tomb_len: usize,
+    /// The segment of the replaced version (the tombstone's target).
+    target: Option<u64>,
+}
+
+impl EncodedObject {
+    /// Bytes of the tombstone and the object together.
+    pub(super) fn total(&self) -> usize {
+        self.obj_len + self.tomb_len
+    }
+}
+
 /// The object a tombstone kills.
 #[derive(Debug, Clone, Copy)]
 pub struct DeadObject {
@@ -80,7 +99,12 @@ impl Log {
                 table
                     .by_id
                     .values()
-                    .filter(|m| !matches!(m.state, SegmentState::Emergency | SegmentState::Pending))
+                    .filter(|m| {
+                        !matches!(
+                            m.state,
+                            SegmentState::Emergency | SegmentState::Pending | SegmentState::Side
+                        )
+                    })
                     .map(|m| m.id),
             );
             head.digest_ids.push(new_id);
@@ -214,6 +238,22 @@ impl Log {
         object: &NewObject<'_>,
         replaces: Option<DeadObject>,
     ) -> Result<Appended, AppendError> {
+        let encoded = self.encode_object(object, replaces)?;
+        let mut head = self.head.lock();
+        let start = self.make_room(&mut head, encoded.total(), AllocClass::Write)?;
+        let appended = self.write_object(&mut head.writer, object, &encoded, start);
+        drop(head);
+        self.object_appended(&encoded);
+        Ok(appended)
+    }
+
+    /// The headers and checksums of `object` (and of the tombstone of the version
+    /// it replaces), computed before any lock is taken.
+    pub(super) fn encode_object(
+        &self,
+        object: &NewObject<'_>,
+        replaces: Option<DeadObject>,
+    ) -> Result<EncodedObject, AppendError> {
         let birth = self.clock();
         let obj_header = entry::object_header(
             object.table_id,
@@ -228,48 +268,65 @@ impl Log {
             entry::tombstone_header(object.table_id, dead.version, seg, object.key.len())
         });
         let tomb_len = tomb.map_or(0, |h| h.as_bytes().len() + object.key.len() + 4);
-        let total = obj_len + tomb_len;
         if obj_len > self.max_entry_bytes {
             return Err(AppendError::TooLarge(obj_len));
         }
         let obj_crc = entry::entry_crc(&[obj_header.as_bytes(), object.key, object.value]);
-        let tomb_crc = tomb.map(|h| entry::entry_crc(&[h.as_bytes(), object.key]));
+        let tomb = tomb.map(|h| (h, entry::entry_crc(&[h.as_bytes(), object.key])));
+        Ok(EncodedObject {
+            obj_header,
+            obj_len,
+            obj_crc,
+            tomb,
+            tomb_len,
+            target,
+        })
+    }
 
-        let mut head = self.head.lock();
-        let start = self.make_room(&mut head, total, AllocClass::Write)?;
-        let w = &mut head.writer;
-        if let (Some(h), Some(crc)) = (tomb, tomb_crc) {
+    /// Writes an encoded object (its tombstone first) at `start`, the end of `w`,
+    /// which has room for it; counts it in `w`'s slot. The caller holds whatever
+    /// lock owns `w` (the head lock, or a side log's).
+    pub(super) fn write_object(
+        &self,
+        w: &mut SegmentWriter,
+        object: &NewObject<'_>,
+        e: &EncodedObject,
+        start: usize,
+    ) -> Appended {
+        if let Some((h, crc)) = &e.tomb {
             w.write(&self.pool, h.as_bytes());
             w.write(&self.pool, object.key);
             w.write(&self.pool, &crc.to_le_bytes());
         }
         let obj_offset = w.length;
-        w.write(&self.pool, obj_header.as_bytes());
+        w.write(&self.pool, e.obj_header.as_bytes());
         w.write(&self.pool, object.key);
         w.write(&self.pool, object.value);
-        w.write(&self.pool, &obj_crc.to_le_bytes());
-        w.note_entry(obj_len.max(tomb_len));
+        w.write(&self.pool, &e.obj_crc.to_le_bytes());
+        w.note_entry(e.obj_len.max(e.tomb_len));
         let appended = Appended {
             segment_id: w.id,
             offset: start,
-            len: total,
+            len: e.total(),
             entry: w.ref_at(obj_offset),
         };
-        let counters = &self.slots[w.slot as usize];
-        counters
+        self.slots[w.slot as usize]
             .live_bytes
-            .fetch_add(obj_len as u64, Ordering::Relaxed);
-        if let Some(target) = target {
-            self.tombstone_appended(target, w, tomb_len);
+            .fetch_add(e.obj_len as u64, Ordering::Relaxed);
+        if let Some(target) = e.target {
+            self.tombstone_appended(target, w, e.tomb_len);
         }
-        drop(head);
+        appended
+    }
+
+    /// Counts an appended object in the log's totals (after its lock is let go).
+    pub(super) fn object_appended(&self, e: &EncodedObject) {
         self.live_object_bytes
-            .fetch_add(obj_len as u64, Ordering::Relaxed);
+            .fetch_add(e.obj_len as u64, Ordering::Relaxed);
         self.tombstone_bytes
-            .fetch_add(tomb_len as u64, Ordering::Relaxed);
+            .fetch_add(e.tomb_len as u64, Ordering::Relaxed);
         self.appended_bytes
-            .fetch_add(total as u64, Ordering::Relaxed);
-        Ok(appended)
+            .fetch_add(e.total() as u64, Ordering::Relaxed);
     }
 
     /// Appends a tombstone for the object at `dead.location` (a delete). May use the

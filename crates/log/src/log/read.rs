@@ -143,6 +143,13 @@ impl<'a> ObjectView<'a> {
             .map(|b| &b[self.layout.key_offset..self.layout.key_offset + self.layout.key_len])
     }
 
+    /// The value, when it lies in one piece (a pull answer encodes it from
+    /// here, K§2.3).
+    pub fn value_slice(&self) -> Option<&'a [u8]> {
+        self.contiguous
+            .map(|b| &b[self.layout.value_offset..self.layout.value_offset + self.layout.value_len])
+    }
+
     /// Appends the key to `out`.
     pub fn copy_key(&self, out: &mut Vec<u8>) {
         self.pieces(self.layout.key_offset, self.layout.key_len, |p| {

@@ -8,7 +8,10 @@
 //! * Target (`target.rs`): [`ObjectStore::add_migrating_tablet`] owns the tablet
 //!   at once (`MigratingIn`), [`IncomingMigration`] is the gate client operations
 //!   pass and applies pulled records ("newest version wins, settled stays
-//!   settled"); [`ObjectStore::finish_migrating_tablet`] makes the tablet normal.
+//!   settled") into per-partition side logs (`ramstore_log::SideLog`: not the
+//!   head, so client writes never wait for their replication), committed to the
+//!   log before the migration is reported done;
+//!   [`ObjectStore::finish_migrating_tablet`] makes the tablet normal.
 //! * [`Arrivals`] (`arrivals.rs`): which keys have arrived, as plain data.
 //! * Lineage (`lineage.rs`, K§2.3.4): when the source or the target crashes
 //!   mid-migration, crash recovery refills the source's fenced copy
@@ -22,7 +25,9 @@
 //!
 //! Thread-safety: [`IncomingMigration`] is `Send + Sync`; its arrivals are behind
 //! one mutex, taken only for operations on a migrating-in tablet (never on the
-//! read path of a normal tablet). Lock order: that mutex, then a bucket lock.
+//! read path of a normal tablet), held for at most [`APPLY_BATCH`] pulled
+//! records at a time. Lock order: that mutex, then a bucket lock, then a side
+//! log's mutex.
 
 mod arrivals;
 mod lineage;
@@ -30,7 +35,7 @@ mod source;
 mod target;
 
 pub use arrivals::{partitions, Arrivals, Partition};
-pub use target::{ClientOp, Gate, IncomingMigration, PulledObject};
+pub use target::{ClientOp, Gate, IncomingMigration, PulledObject, APPLY_BATCH};
 
 #[allow(unused_imports)]
 use crate::ObjectStore;

@@ -65,6 +65,34 @@ impl ObjectStore {
         max_bytes: usize,
         out: &mut Vec<EnumeratedObject>,
     ) -> Result<Option<u64>, ReadError> {
+        self.pull_with(
+            table_id,
+            cursor,
+            end_hash,
+            max_bytes,
+            |version, key, value| {
+                out.push(EnumeratedObject {
+                    key: key.to_vec(),
+                    value: value.to_vec(),
+                    version,
+                })
+            },
+        )
+    }
+
+    /// [`Self::pull`], calling `visit(version, key, value)` with each record in
+    /// place in the log instead of copying it, so the answer is encoded straight
+    /// from the log (K§2.3: the source's work per pulled byte is one copy into
+    /// the response). `visit` runs under an epoch pin: it must not block. On an
+    /// error `visit` was not called.
+    pub fn pull_with(
+        &self,
+        table_id: u64,
+        cursor: u64,
+        end_hash: u64,
+        max_bytes: usize,
+        visit: impl FnMut(u64, &[u8], &[u8]),
+    ) -> Result<Option<u64>, ReadError> {
         let end = {
             let map = self.inner.shared.tablets.load();
             let tablet = map.find(table_id, cursor).ok_or(ReadError::UnknownTablet)?;
@@ -74,7 +102,7 @@ impl ObjectStore {
         if end < cursor {
             return Ok(None);
         }
-        let next = self.scan(table_id, cursor, end, max_bytes, out)?;
+        let next = self.scan_with(table_id, cursor, end, max_bytes, visit)?;
         // The scan stops at the tablet's end or `end`; past `end_hash` is done.
         Ok(next.filter(|n| *n <= end_hash))
     }

@@ -3,17 +3,24 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use super::arrivals::Arrivals;
 use crate::error::{ReadError, WriteError};
 use crate::object_store::{key_hash, ObjectStore};
 use crate::tablets::{Access, Tablet, TabletState};
 use crate::{ConfigError, RejectRules};
-use ramstore_log::ObjectView;
+use ramstore_log::{ObjectView, SideLog};
 
 /// How many hash partitions of the range are pulled in parallel (K§2.3).
 pub const PULL_PARTITIONS: u32 = 4;
+
+/// Most pulled records applied in one hold of the arrivals mutex: bounds how
+/// long a client operation on the migrating tablet (its gate takes the mutex)
+/// or a PriorityPull's answer waits behind a background batch (K§2.3: pulls
+/// run at lower priority than client requests), while the mutex is taken once
+/// per this many records rather than once per record.
+pub const APPLY_BATCH: usize = 64;
 
 /// What a client operation on a migrating-in tablet is, for the gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +63,10 @@ pub struct IncomingMigration {
     pub source_address: String,
     pub safe_version: u64,
     arrivals: Mutex<Arrivals>,
+    /// One side log per partition (K§2.3 "per-worker side logs"): pulled
+    /// records go there, not to the head; a PriorityPull's records go to their
+    /// partition's. Committed by [`Self::commit_side_logs`].
+    sides: Vec<SideLog>,
     bytes: AtomicU64,
     objects: AtomicU64,
 }
@@ -77,6 +88,7 @@ impl IncomingMigration {
             source_address,
             safe_version,
             arrivals: Mutex::new(Arrivals::new(start_hash, end_hash, PULL_PARTITIONS)),
+            sides: (0..PULL_PARTITIONS).map(|_| SideLog::new()).collect(),
             bytes: AtomicU64::new(0),
             objects: AtomicU64::new(0),
         }
@@ -111,13 +123,15 @@ impl IncomingMigration {
     }
 
     /// Applies pulled records of partition `partition` and then moves its cursor
-    /// to `next` (`None`: the partition is done). Each record is applied in a
-    /// critical section of its own, only while its key is not settled ("settled
-    /// stays settled": a key deleted here is never resurrected), and replaces
-    /// only an older version (the replay rule, R§7.6); the lock is let go between
-    /// records so a PriorityPull's answer (a client waits for it) never waits
-    /// for a whole background batch. On an error (a full log) the cursor does
-    /// not move and the batch can be pulled and applied again.
+    /// to `next` (`None`: the partition is done). A record is applied only while
+    /// its key is not settled ("settled stays settled": a key deleted here is
+    /// never resurrected; the check and the apply share one hold of the mutex)
+    /// and replaces only an older version (the replay rule, R§7.6); it goes to
+    /// the partition's side log. The mutex is held for at most [`APPLY_BATCH`]
+    /// records and handed on fairly between holds, so a client's gate or a
+    /// PriorityPull's answer never waits for a whole background batch. On an
+    /// error (a full log) the cursor does not move and the batch can be pulled
+    /// and applied again.
     pub fn apply_pull<'a>(
         &self,
         store: &ObjectStore,
@@ -125,12 +139,39 @@ impl IncomingMigration {
         objects: impl IntoIterator<Item = PulledObject<'a>>,
         next: Option<u64>,
     ) -> Result<(), WriteError> {
-        for o in objects {
+        let side = self.side(partition);
+        let mut objects = objects.into_iter().peekable();
+        while objects.peek().is_some() {
             let arrivals = self.arrivals.lock();
-            self.apply_one(store, &arrivals, o)?;
+            for o in objects.by_ref().take(APPLY_BATCH) {
+                self.apply_one(store, side, &arrivals, o)?;
+            }
+            MutexGuard::unlock_fair(arrivals);
         }
         self.arrivals.lock().advance(partition, next);
         Ok(())
+    }
+
+    /// The side log of partition `partition`.
+    fn side(&self, partition: usize) -> &SideLog {
+        // `sides` has PULL_PARTITIONS (≥ 1) entries.
+        &self.sides[partition % self.sides.len()]
+    }
+
+    /// Hands every side log's open segment to replication and returns the ids
+    /// of all their segments, to be joined to the log once they are on their
+    /// replicas (`Log::join_side_segments`; [`ramstore_log::SideLog`]). Call it
+    /// after the pullers have stopped. Never blocks.
+    pub fn seal_side_logs(&self, store: &ObjectStore) -> Vec<u64> {
+        let sides: Vec<&SideLog> = self.sides.iter().collect();
+        store.log().seal_side_logs(&sides)
+    }
+
+    /// [`Self::seal_side_logs`], the wait for their replicas and the join, in
+    /// one blocking call (for a store without a server around it).
+    pub fn commit_side_logs(&self, store: &ObjectStore) -> Vec<u64> {
+        let sides: Vec<&SideLog> = self.sides.iter().collect();
+        store.log().commit_side_logs(&sides)
     }
 
     /// The keys of the next PriorityPull (at most `max`), now in flight.
@@ -148,7 +189,13 @@ impl IncomingMigration {
     ) -> Result<(), WriteError> {
         let mut arrivals = self.arrivals.lock();
         for o in objects {
-            if let Err(e) = self.apply_one(store, &arrivals, o) {
+            let hash = key_hash(o.key);
+            let partition = arrivals
+                .partitions()
+                .iter()
+                .position(|p| (p.lo..=p.hi).contains(&hash))
+                .unwrap_or(0);
+            if let Err(e) = self.apply_one(store, self.side(partition), &arrivals, o) {
                 arrivals.priority_failed(keys);
                 return Err(e);
             }
@@ -183,13 +230,14 @@ impl IncomingMigration {
     fn apply_one(
         &self,
         store: &ObjectStore,
+        side: &SideLog,
         arrivals: &Arrivals,
         o: PulledObject<'_>,
     ) -> Result<(), WriteError> {
         if !self.contains(self.table_id, key_hash(o.key)) || arrivals.is_settled(o.key) {
             return Ok(());
         }
-        if store.replay_object(self.table_id, o.key, o.value, o.version)? {
+        if store.replay_object_into(side, self.table_id, o.key, o.value, o.version)? {
             self.bytes
                 .fetch_add((o.key.len() + o.value.len()) as u64, Ordering::Relaxed);
             self.objects.fetch_add(1, Ordering::Relaxed);

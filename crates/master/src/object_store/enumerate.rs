@@ -30,8 +30,7 @@ impl ObjectStore {
     }
 
     /// The bucket-cursor scan of [`Self::enumerate`] over `[cursor, end]`, which
-    /// the caller has checked lies in a tablet it may read (also a migration's
-    /// pulls, K§2.3).
+    /// the caller has checked lies in a tablet it may read, into owned copies.
     pub(crate) fn scan(
         &self,
         table_id: u64,
@@ -40,12 +39,36 @@ impl ObjectStore {
         max_bytes: usize,
         out: &mut Vec<EnumeratedObject>,
     ) -> Result<Option<u64>, ReadError> {
+        self.scan_with(table_id, cursor, end, max_bytes, |version, key, value| {
+            out.push(EnumeratedObject {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                version,
+            })
+        })
+    }
+
+    /// The bucket-cursor scan of [`Self::enumerate`] over `[cursor, end]`, which
+    /// the caller has checked lies in a tablet it may read (also a migration's
+    /// pulls, K§2.3): calls `visit(version, key, value)` for each object, with
+    /// key and value in place in the log (copied into a scratch buffer only when
+    /// an entry straddles two seglets), so a pull answer is encoded straight
+    /// from the log. Holds an epoch pin for the whole batch.
+    pub(crate) fn scan_with(
+        &self,
+        table_id: u64,
+        cursor: u64,
+        end: u64,
+        max_bytes: usize,
+        mut visit: impl FnMut(u64, &[u8], &[u8]),
+    ) -> Result<Option<u64>, ReadError> {
         let index = &self.inner.index;
         let log = &self.inner.log;
         let _pin = log.pin();
         let mut bytes = 0usize;
         let mut bucket = index.bucket_of(cursor);
         let mut refs = Vec::new();
+        let (mut key_buf, mut value_buf) = (Vec::new(), Vec::new());
         loop {
             refs.clear();
             index.for_each_in_bucket(bucket, |r| refs.push(LogRef(r)));
@@ -54,9 +77,15 @@ impl ObjectStore {
                 if view.table_id() != table_id {
                     continue;
                 }
-                let mut key = Vec::with_capacity(view.key_len());
-                view.copy_key(&mut key);
-                let hash = key_hash(&key);
+                let key = match view.key_slice() {
+                    Some(k) => k,
+                    None => {
+                        key_buf.clear();
+                        view.copy_key(&mut key_buf);
+                        &key_buf[..]
+                    }
+                };
+                let hash = key_hash(key);
                 // The walk may pass entries of other buckets (an overflow bucket
                 // unlinked and reused by another chain while the walk stood in it,
                 // `ramstore_index` docs); they are returned with their own bucket,
@@ -64,14 +93,16 @@ impl ObjectStore {
                 if hash < cursor || hash > end || index.bucket_of(hash) != bucket {
                     continue;
                 }
-                let mut value = Vec::with_capacity(view.value_len());
-                view.copy_value(&mut value);
+                let value = match view.value_slice() {
+                    Some(v) => v,
+                    None => {
+                        value_buf.clear();
+                        view.copy_value(&mut value_buf);
+                        &value_buf[..]
+                    }
+                };
                 bytes += key.len() + value.len();
-                out.push(EnumeratedObject {
-                    key,
-                    value,
-                    version: view.version(),
-                });
+                visit(view.version(), key, value);
             }
             let (_, last) = index.bucket_hash_range(bucket);
             if last >= end {

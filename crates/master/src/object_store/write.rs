@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use ramstore_log::{
-    DeadObject, Log, LogRef, NewObject, ObjectView, MAX_KEY_BYTES, MAX_VALUE_BYTES,
+    DeadObject, Log, LogRef, NewObject, ObjectView, SideLog, MAX_KEY_BYTES, MAX_VALUE_BYTES,
 };
 use ramstore_wire::counter::{self, CounterText};
 use ramstore_wire::RejectRules;
@@ -136,10 +136,36 @@ impl ObjectStore {
         value: &[u8],
         version: u64,
     ) -> Result<bool, WriteError> {
+        self.replay_in(None, table_id, key, value, version)
+    }
+
+    /// [`Self::replay_object`] into side log `side` instead of the head: a
+    /// migration's pulled record (K§2.3), replicated with its side log's segments
+    /// and committed with it, never waited for here.
+    pub fn replay_object_into(
+        &self,
+        side: &SideLog,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        version: u64,
+    ) -> Result<bool, WriteError> {
+        self.replay_in(Some(side), table_id, key, value, version)
+    }
+
+    fn replay_in(
+        &self,
+        side: Option<&SideLog>,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        version: u64,
+    ) -> Result<bool, WriteError> {
         if value.len() > MAX_VALUE_BYTES {
             return Err(WriteError::ValueTooLarge(value.len()));
         }
-        let applied = self.update(
+        let applied = self.update_in(
+            side,
             table_id,
             key,
             &RejectRules::default(),
@@ -246,6 +272,22 @@ impl ObjectStore {
         table_id: u64,
         key: &[u8],
         rules: &RejectRules,
+        how: (Access, Option<u64>),
+        compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
+    ) -> Result<u64, WriteError> {
+        self.update_in(None, table_id, key, rules, how, compute)
+    }
+
+    /// [`Self::update`], appending to side log `side` instead of the head when
+    /// given (a migration's pulled records, K§2.3): then nothing is reported for
+    /// replication here; the side log replicates whole segments and is committed
+    /// later ([`ramstore_log::SideLog`]).
+    fn update_in<'v>(
+        &self,
+        side: Option<&SideLog>,
+        table_id: u64,
+        key: &[u8],
+        rules: &RejectRules,
         (access, forced_version): (Access, Option<u64>),
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<u64, WriteError> {
@@ -296,18 +338,20 @@ impl ObjectStore {
                     .max_version
                     .fetch_max(version, Ordering::SeqCst);
             }
-            let appended = log.append_object(
-                &NewObject {
-                    table_id,
-                    key,
-                    version,
-                    value,
-                },
-                current.as_ref().map(|c| DeadObject {
-                    version: c.version,
-                    location: c.at,
-                }),
-            );
+            let object = NewObject {
+                table_id,
+                key,
+                version,
+                value,
+            };
+            let dead = current.as_ref().map(|c| DeadObject {
+                version: c.version,
+                location: c.at,
+            });
+            let appended = match side {
+                None => log.append_object(&object, dead),
+                Some(side) => log.append_side(side, &object, dead),
+            };
             let appended = match appended {
                 Ok(a) => a,
                 Err(e) => {
@@ -334,8 +378,10 @@ impl ObjectStore {
             tablet.object_added(new_len);
             (appended, version)
         };
-        log.replicate(&appended);
-        self.note_head(appended.segment_id);
+        if side.is_none() {
+            log.replicate(&appended);
+            self.note_head(appended.segment_id);
+        }
         Ok(version)
     }
 }

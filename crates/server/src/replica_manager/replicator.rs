@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use super::{
     drop_replica, stale_frees, take_frees, update_durability, Planned, Replica, ReplicaManager,
     Round, Send, State, FREE_DEADLINE_MS, MAX_STALE_REPLICAS, RETRY_BACKOFF_MS, ROUND_CHECK_MS,
-    ROUND_DEADLINE_MS, SWEEP_MS,
+    ROUND_DEADLINE_MS, SURVIVOR_ROUND_BYTES, SWEEP_MS,
 };
 
 impl ReplicaManager {
@@ -195,15 +195,28 @@ impl ReplicaManager {
         if sends.is_empty() {
             return Planned::Nothing;
         }
+        let from = sends.iter().map(|s| s.from).min().unwrap_or(0);
+        // A segment complete when opened goes in rounds of at most
+        // SURVIVOR_ROUND_BYTES, its close with the last (an atomic re-replica
+        // is still sent whole, as the backup expects).
+        let until = (seg.role == SegmentRole::Survivor
+            && sends.iter().all(|s| s.from == from && !s.flags.atomic)
+            && seg.appended > from + SURVIVOR_ROUND_BYTES)
+            .then_some(from + SURVIVOR_ROUND_BYTES);
+        if until.is_some() {
+            for s in &mut sends {
+                s.flags.close = false;
+            }
+        }
         seg.in_flight = true;
         let cancel = Arc::new(Notify::new());
         seg.round = Some((self.clock.now(), cancel.clone()));
-        let from = sends.iter().map(|s| s.from).min().unwrap_or(0);
         Planned::Round(Round {
             master_id: st.master_id,
             cancel,
             segment_id: id,
             from,
+            until,
             sends,
         })
     }
@@ -301,12 +314,16 @@ impl ReplicaManager {
         let mut bytes = Vec::new();
         let length =
             self.with_log(|log| log.copy_for_replica(round.segment_id, round.from, &mut bytes));
-        let Some(Some(length)) = length else {
+        let Some(Some(mut length)) = length else {
             // The segment left memory (cleaned, or an emergency head): nothing to
             // replicate any more.
             self.forget(round.segment_id);
             return;
         };
+        if let Some(until) = round.until.filter(|u| *u < length) {
+            bytes.truncate(until - round.from);
+            length = until;
+        }
         let master_id = round.master_id;
         let replies = join_all(round.sends.iter().map(|s| {
             let slice = &bytes[s.from - round.from..];

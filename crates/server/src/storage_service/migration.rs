@@ -55,6 +55,8 @@ pub const MAX_PRIORITY_PULL_KEYS: usize = 256;
 const MIGRATION_CALL_DEADLINE_MS: u64 = 5_000;
 /// Wait after a failed pull before trying again.
 const MIGRATION_BACKOFF_MS: u64 = 50;
+/// How often a side-log commit looks whether its segments are on their replicas.
+const SIDE_LOG_POLL_MS: u64 = 2;
 /// How often the priority puller looks for pending keys without being woken.
 const PRIORITY_POLL_MS: u64 = 20;
 /// Test knob (never set in production): when this environment variable holds a
@@ -301,8 +303,12 @@ async fn run_incoming(service: Arc<StorageService>, m: Arc<IncomingMigration>, w
     let priority = tokio::spawn(priority_puller(service.clone(), m.clone(), wake.clone()));
     while let Some(done) = pullers.join_next().await {
         if !matches!(done, Ok(true)) {
-            // The tablet went away (dropped): stop.
+            // The tablet went away (dropped): stop. Its side segments still join
+            // the log, so the cleaner reclaims them (their objects died with the
+            // tablet).
             priority.abort();
+            pullers.abort_all();
+            commit_side_logs(&service, &m).await;
             service.unregister(m.id);
             return;
         }
@@ -317,7 +323,12 @@ async fn run_incoming(service: Arc<StorageService>, m: Arc<IncomingMigration>, w
             .await;
     }
     priority.abort();
-    // The pulled records must be on R backups before the source drops its copy.
+    // The pulled records must be on R backups, and in the log, before the source
+    // drops its copy: the side logs' segments are replicated whole, then joined
+    // by a new head's digest (K§2.3; design notes "Where pulled records go").
+    if !commit_side_logs(&service, &m).await {
+        return;
+    }
     while let Some(wait) = service.durability_wait(Durability::LogEnd) {
         if wait.done().await.is_ok() {
             break;
@@ -337,6 +348,32 @@ async fn run_incoming(service: Arc<StorageService>, m: Arc<IncomingMigration>, w
     }
     service.unregister(m.id);
     service.report_done(m).await;
+}
+
+/// Commits the migration's side logs: seals them, waits (polling, so a
+/// simulation's single thread keeps running the replicator) until their
+/// segments are closed on all replicas, then joins them to the log with a new
+/// digest. `false` if the server stopped being a member meanwhile.
+async fn commit_side_logs(service: &Arc<StorageService>, m: &IncomingMigration) -> bool {
+    let ids = m.seal_side_logs(&service.store);
+    if let Some(manager) = &service.replicas {
+        while !manager.are_closed_durable(&ids) {
+            if service.is_zombie() || manager.is_fenced() {
+                return false;
+            }
+            service
+                .clock
+                .sleep(Duration::from_millis(SIDE_LOG_POLL_MS))
+                .await;
+        }
+    }
+    service.store.log().join_side_segments(&ids);
+    tracing::info!(
+        migration_id = m.id,
+        segments = ids.len(),
+        "migration: side logs committed"
+    );
+    true
 }
 
 /// Pulls partition `index` to its end; `false` if the tablet went away.

@@ -36,7 +36,8 @@ impl StorageService {
         }
     }
 
-    /// Pull (as source): the next batch of a partition of a fenced tablet.
+    /// Pull (as source): the next batch of a partition of a fenced tablet,
+    /// encoded straight from the log (no owned copies of the records).
     pub(super) fn answer_pull(
         &self,
         id: u64,
@@ -44,25 +45,31 @@ impl StorageService {
         max_bytes: u32,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
-        let mut objects = Vec::new();
         let max = (max_bytes as usize).clamp(1, MAX_ENUMERATE_BATCH_BYTES);
-        match self
-            .store
-            .pull(table_id, cursor, end_hash, max, &mut objects)
-        {
-            Ok(next) => {
-                let mut enc = EnumerateResponseEncoder::for_pull(id, out);
-                for o in &objects {
-                    enc.push(o.version, &o.key, &o.value)?;
-                }
-                enc.finish(next.is_some(), next.unwrap_or(0))
+        let start = out.len();
+        let mut enc = EnumerateResponseEncoder::for_pull(id, out);
+        let mut failed = None;
+        let pulled =
+            self.store
+                .pull_with(table_id, cursor, end_hash, max, |version, key, value| {
+                    if failed.is_none() {
+                        failed = enc.push(version, key, value).err();
+                    }
+                });
+        match (pulled, failed) {
+            (Ok(next), None) => enc.finish(next.is_some(), next.unwrap_or(0)),
+            (Ok(_), Some(e)) => Err(e),
+            (Err(e), _) => {
+                // No record was visited; drop the frame begun for them.
+                drop(enc);
+                out.truncate(start);
+                encode_response(
+                    id,
+                    Opcode::Pull,
+                    &Response::Error(status_body(read_status(e))),
+                    out,
+                )
             }
-            Err(e) => encode_response(
-                id,
-                Opcode::Pull,
-                &Response::Error(status_body(read_status(e))),
-                out,
-            ),
         }
     }
 
