@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ramstore_client::{server_id, BlockingClient, MigrationInfo, TabletInfo};
+use ramstore_client::{server_id, BlockingClient, MigrationInfo, MigrationMode, TabletInfo};
 use serde_json::json;
 
 use crate::data::{coordinator_stats, explain, newest_runs, server_entries, table_id};
@@ -56,6 +56,8 @@ pub struct MigrateArgs<'a> {
     pub to: u64,
     pub range: Option<(u64, u64)>,
     pub wait: bool,
+    /// Rocksteady, or one of the benchmark baselines.
+    pub mode: MigrationMode,
 }
 
 /// `ramstore migrate TABLE --to SERVER_ID [--range START:END] [--no-wait]`.
@@ -83,7 +85,7 @@ pub fn migrate(
         .unwrap_or(args.to);
     let started = Instant::now();
     let migration = client
-        .migrate_tablet(args.table, start, end, target)
+        .migrate_tablet_with_mode(args.table, start, end, target, args.mode)
         .map_err(explain)
         .with_context(|| format!("migrating table {} to server {}", args.table, args.to))?;
     let transfer = started.elapsed();
@@ -95,6 +97,7 @@ pub fn migrate(
                 &mut out,
                 &json!({"id": migration, "table": args.table, "start_hash": start,
                         "end_hash": end, "target": args.to, "state": "pulling",
+                        "mode": args.mode.name(),
                         "ownership_transfer_ms": transfer.as_secs_f64() * 1e3}),
             )?),
             _ => Ok(writeln!(
@@ -149,7 +152,7 @@ pub fn migrate(
             &json!({"id": migration, "table": args.table, "start_hash": start, "end_hash": end,
                     "source": done.source, "target": args.to, "state": "done",
                     "bytes": bytes, "objects": done.objects.unwrap_or(0), "seconds": took,
-                    "mb_per_s": mb_per_s,
+                    "mb_per_s": mb_per_s, "mode": args.mode.name(),
                     "ownership_transfer_ms": transfer.as_secs_f64() * 1e3}),
         )?,
         Format::Raw => {}

@@ -140,6 +140,7 @@ impl StorageService {
                         start_hash = start,
                         end_hash = end,
                         source = %migration.source_address,
+                        priority_pulls = migration.priority_pulls,
                         "migration: took tablet; pulling"
                     );
                     tokio::spawn(run_incoming(self.clone(), migration, wake));
@@ -229,11 +230,17 @@ async fn run_incoming(service: Arc<StorageService>, m: Arc<IncomingMigration>, w
             pullers.spawn(pull_partition(service.clone(), m.clone(), index, p));
         }
     }
-    let priority = tokio::spawn(priority_puller(service.clone(), m.clone(), wake.clone()));
+    // Without PriorityPulls (a benchmark baseline) the gate queues no key, so
+    // there is nothing for a priority puller to do.
+    let priority = m
+        .priority_pulls
+        .then(|| tokio::spawn(priority_puller(service.clone(), m.clone(), wake.clone())));
     while let Some(done) = pullers.join_next().await {
         if !matches!(done, Ok(true)) {
             // The tablet went away (dropped): stop.
-            priority.abort();
+            if let Some(p) = &priority {
+                p.abort();
+            }
             service.unregister(m.id);
             return;
         }
@@ -247,7 +254,9 @@ async fn run_incoming(service: Arc<StorageService>, m: Arc<IncomingMigration>, w
             .sleep(Duration::from_millis(PRIORITY_POLL_MS))
             .await;
     }
-    priority.abort();
+    if let Some(p) = &priority {
+        p.abort();
+    }
     // The pulled records must be on R backups before the source drops its copy.
     while let Some(wait) = service.durability_wait(Durability::LogEnd) {
         if wait.done().await.is_ok() {
