@@ -70,7 +70,10 @@ fn parse_mode(s: &str) -> anyhow::Result<MigrationMode> {
 
 fn connect(coordinator: &str) -> anyhow::Result<BlockingClient> {
     let mut options = ClientOptions::new(coordinator);
-    // Stop-and-copy answers MigrateTablet only after the whole copy.
+    // Stop-and-copy answers MigrateTablet only after the whole copy: one attempt
+    // must be allowed to wait that long, or its retry finds the migration in
+    // progress and is refused.
+    options.rpc_deadline = Duration::from_secs(300);
     options.operation_deadline = Duration::from_secs(300);
     BlockingClient::connect(options).context("connecting to the coordinator")
 }
