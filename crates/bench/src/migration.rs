@@ -30,7 +30,7 @@ mod ycsb;
 
 pub use args::MigrationArgs;
 use args::{ReportArgs, RunArgs, Step};
-use summary::{musts, phase, seconds, Marks, Run};
+use summary::{musts, phase, phases, seconds, Marks, Run};
 use ycsb::{key, Load, Zipfian};
 
 /// The table the benchmark loads and migrates.
@@ -175,9 +175,7 @@ fn run_one(a: &RunArgs) -> anyhow::Result<()> {
 
     let bytes = info.bytes.unwrap_or(0);
     let migration_s = marks.done_s - marks.start_s;
-    let b = phase(&samples, marks.measure_s, marks.start_s);
-    let d = phase(&samples, marks.start_s, marks.done_s);
-    let f = phase(&samples, marks.done_s, marks.end_s);
+    let (b, d, f) = phases(&samples, &marks);
     let run = Run {
         mode: mode.name().to_owned(),
         mb_per_s: bytes as f64 / 1e6 / migration_s.max(1e-9),

@@ -280,8 +280,13 @@ fn every_truncation_is_an_error() {
                 assert!(
                     matches!(
                         req,
-                        Request::MigrateTablet { mode: MigrationMode::Rocksteady, .. }
-                            | Request::TakeMigratingTablet { mode: MigrationMode::Rocksteady, .. }
+                        Request::MigrateTablet {
+                            mode: MigrationMode::Rocksteady,
+                            ..
+                        } | Request::TakeMigratingTablet {
+                            mode: MigrationMode::Rocksteady,
+                            ..
+                        }
                     ),
                     "{name}: {req:?}"
                 );

@@ -42,7 +42,9 @@ pub struct Phase {
 pub struct Second {
     /// Seconds after the fixed load started (the second `[t, t + 1)`).
     pub t_s: u64,
+    /// Operations that finished in this second (throughput).
     pub ops: u64,
+    /// Latency percentiles (and failures) of the operations due in this second.
     pub p50_us: u64,
     pub p99_us: u64,
     pub p999_us: u64,
@@ -86,13 +88,41 @@ pub struct Run {
 /// Percentiles and counts of the samples due in `[from_s, to_s)`.
 pub fn phase(samples: &[Sample], from_s: f64, to_s: f64) -> Phase {
     let (from, to) = ((from_s * 1e6) as u64, (to_s * 1e6) as u64);
+    phase_of(samples, to_s - from_s, |s| {
+        s.due_us >= from && s.due_us < to
+    })
+}
+
+/// The phases of a run around the migration `[start_s, done_s)`: *before*, the
+/// operations due after `measure_s` that finished before the migration started;
+/// *during*, those that overlapped it (due before it ended, finished after it
+/// started: an operation due before the start but held up by the migration
+/// counts here, not before); *after*, those due once it was done.
+pub fn phases(samples: &[Sample], m: &Marks) -> (Phase, Phase, Phase) {
+    let us = |s: f64| (s * 1e6) as u64;
+    let (measure, start, done, end) = (us(m.measure_s), us(m.start_s), us(m.done_s), us(m.end_s));
+    let finished = |s: &Sample| s.due_us + s.latency_us;
+    let before = phase_of(samples, m.start_s - m.measure_s, |s| {
+        s.due_us >= measure && finished(s) < start
+    });
+    let during = phase_of(samples, m.done_s - m.start_s, |s| {
+        s.due_us >= measure && s.due_us < done && finished(s) >= start
+    });
+    let after = phase_of(samples, m.end_s - m.done_s, |s| {
+        s.due_us >= done && s.due_us < end
+    });
+    (before, during, after)
+}
+
+/// Percentiles and counts of the samples `which` picks, over `secs` seconds.
+fn phase_of(samples: &[Sample], secs: f64, which: impl Fn(&Sample) -> bool) -> Phase {
     let mut h = histogram();
     let mut failed = 0;
-    for s in samples.iter().filter(|s| s.due_us >= from && s.due_us < to) {
+    for s in samples.iter().filter(|s| which(s)) {
         h.saturating_record(s.latency_us.clamp(1, MAX_LATENCY_US));
         failed += u64::from(s.failed);
     }
-    let secs = (to_s - from_s).max(1e-9);
+    let secs = secs.max(1e-9);
     Phase {
         ops: h.len(),
         ops_per_s: h.len() as f64 / secs,
@@ -106,12 +136,19 @@ pub fn phase(samples: &[Sample], from_s: f64, to_s: f64) -> Phase {
 
 /// One [`Second`] per whole second from 0 to `end_s`.
 pub fn seconds(samples: &[Sample], end_s: f64) -> Vec<Second> {
+    let mut finished = vec![0u64; end_s.ceil() as usize + 1];
+    for s in samples {
+        let t = ((s.due_us + s.latency_us) / 1_000_000) as usize;
+        if let Some(n) = finished.get_mut(t) {
+            *n += 1;
+        }
+    }
     (0..end_s.ceil() as u64)
         .map(|t| {
             let p = phase(samples, t as f64, (t + 1) as f64);
             Second {
                 t_s: t,
-                ops: p.ops,
+                ops: finished[t as usize],
                 p50_us: p.p50_us,
                 p99_us: p.p99_us,
                 p999_us: p.p999_us,
@@ -228,12 +265,37 @@ mod tests {
     }
 
     #[test]
+    fn phases_charge_an_operation_held_up_by_the_migration_to_during() {
+        let marks = Marks {
+            measure_s: 1.0,
+            start_s: 5.0,
+            ownership_s: 5.001,
+            done_s: 8.0,
+            end_s: 10.0,
+        };
+        let samples = [
+            sample(0.5, 10, false),        // warm-up
+            sample(2.0, 20, false),        // before
+            sample(4.9, 3_000_000, false), // due before, held up: during
+            sample(6.0, 40, true),         // during
+            sample(9.0, 50, false),        // after
+        ];
+        let (b, d, a) = phases(&samples, &marks);
+        assert_eq!((b.ops, d.ops, a.ops), (1, 2, 1));
+        assert_eq!(b.max_us, 20);
+        assert!(d.max_us >= 2_990_000, "{d:?}");
+        assert_eq!(d.failed, 1);
+        assert_eq!(a.max_us, 50);
+    }
+
+    #[test]
     fn seconds_cover_the_run_one_per_second() {
-        let samples = [sample(0.1, 10, false), sample(2.9, 5000, false)];
+        let samples = [sample(0.1, 10, false), sample(1.9, 200_000, false)];
         let s = seconds(&samples, 2.5);
         assert_eq!(s.len(), 3);
+        // Throughput counts completions, latency goes to the second it was due.
         assert_eq!((s[0].ops, s[1].ops, s[2].ops), (1, 0, 1));
-        assert!(s[2].p999_us >= 4995, "{:?}", s[2]);
+        assert!(s[1].p999_us >= 199_000, "{:?}", s[1]);
     }
 
     #[test]
