@@ -6,7 +6,9 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ramstore_client::{server_id, BlockingClient, MigrationInfo, MigrationMode, TabletInfo};
+use ramstore_client::{
+    server_id, BlockingClient, ClientOptions, MigrationInfo, MigrationMode, TabletInfo,
+};
 use serde_json::json;
 
 use crate::data::{coordinator_stats, explain, newest_runs, server_entries, table_id};
@@ -14,6 +16,8 @@ use crate::output::{print_json, Columns, Format};
 
 /// How often `migrate` asks the coordinator how the migration is going.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a stop-and-copy `MigrateTablet` may take (it answers after the copy).
+const STOP_AND_COPY_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Parses a key hash: decimal, or hexadecimal with `0x`.
 pub fn parse_hash(s: &str) -> Result<u64, String> {
@@ -83,8 +87,23 @@ pub fn migrate(
         .get(&server_id::index(args.to))
         .copied()
         .unwrap_or(args.to);
+    // Stop-and-copy answers only after the whole copy: one attempt must be
+    // allowed to wait that long (a retry would find the migration in progress
+    // and be refused), so it gets a client of its own with a long RPC deadline.
+    let patient;
+    let migrating_client = if args.mode == MigrationMode::StopAndCopy {
+        patient = BlockingClient::connect(ClientOptions {
+            rpc_deadline: STOP_AND_COPY_DEADLINE,
+            operation_deadline: STOP_AND_COPY_DEADLINE,
+            ..ClientOptions::new(coordinator.to_string())
+        })
+        .map_err(explain)?;
+        &patient
+    } else {
+        client
+    };
     let started = Instant::now();
-    let migration = client
+    let migration = migrating_client
         .migrate_tablet_with_mode(args.table, start, end, target, args.mode)
         .map_err(explain)
         .with_context(|| format!("migrating table {} to server {}", args.table, args.to))?;
