@@ -142,3 +142,22 @@ fn migrate_tablet_with_mode_no_priority_pulls_moves_every_object_without_failed_
 fn migrate_tablet_with_mode_stop_and_copy_moves_ownership_after_the_copy() {
     migrate_under_reads(MigrationMode::StopAndCopy);
 }
+
+#[test]
+fn migrate_cli_stop_and_copy_waits_for_the_copy_and_reports_the_mode() {
+    let (cluster, t, _, target) = setup();
+    let out = cluster.cli(&[
+        "migrate",
+        "t",
+        "--to",
+        &ramstore_client::server_id::index(target).to_string(),
+        "--stop-and-copy",
+        "--json",
+    ]);
+    let json: serde_json::Value = serde_json::from_str(out.ok()).unwrap();
+    assert_eq!(json["state"], "done");
+    assert_eq!(json["mode"], "stop-and-copy");
+    assert_eq!(json["objects"].as_u64(), Some(OBJECTS as u64), "{json}");
+    let c = cluster.client();
+    assert_eq!(owner_of(&c, t), target);
+}
