@@ -4,6 +4,9 @@
 //!   one malloc per object (L§2, Fig. 1).
 //! - `cleaner`: write throughput vs memory utilisation with two-level and one-level
 //!   cleaning behind a bandwidth-limited backup link (L§8.1, Fig. 6).
+//! - `migration`: live migration of half a tablet under a YCSB-B load, for
+//!   Rocksteady and two baselines, against a cluster `scripts/bench-migration`
+//!   starts (issue 20, K§2.3).
 //! - `resp-replay`: one L Table 1 workload through the Redis protocol, for
 //!   `scripts/bench-memory-vs-redis` (ramstore's and Redis's peak RSS).
 //!
@@ -13,6 +16,7 @@
 
 mod cleaner;
 mod memory;
+mod migration;
 mod replay;
 mod report;
 mod resp_replay;
@@ -35,6 +39,8 @@ enum Scenario {
     Memory(memory::MemoryArgs),
     /// Write throughput vs memory utilisation (L Fig. 6).
     Cleaner(cleaner::CleanerArgs),
+    /// Live migration under load (issue 20): `run` one mode, `report` the runs.
+    Migration(migration::MigrationArgs),
     /// Crash-recovery replay on one core (R Table V), in process.
     Replay(replay::ReplayArgs),
     /// One L Table 1 workload through the Redis protocol, against any RESP server
@@ -53,6 +59,7 @@ fn main() -> anyhow::Result<()> {
     match &cli.scenario {
         Scenario::Memory(a) => memory::run(a),
         Scenario::Cleaner(a) => cleaner::run(a),
+        Scenario::Migration(a) => migration::run(a),
         Scenario::Replay(a) => replay::run(a),
         Scenario::RespReplay(a) => resp_replay::run(a),
         Scenario::MemoryRamstore(a) => memory::run_ramstore_child(a),

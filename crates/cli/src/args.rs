@@ -373,6 +373,16 @@ pub(crate) enum Command {
         /// Return once ownership has moved, without waiting for the records.
         #[arg(long)]
         no_wait: bool,
+        /// Benchmark baseline (scripts/bench-migration): the target never sends
+        /// PriorityPulls, so a read of a key not pulled yet waits for the
+        /// background pulls. Not for production use.
+        #[arg(long, conflicts_with = "stop_and_copy")]
+        no_priority_pulls: bool,
+        /// Benchmark baseline (scripts/bench-migration): the range stays locked
+        /// on the source (clients retry) until every record is copied, and only
+        /// then does ownership move. Not for production use.
+        #[arg(long)]
+        stop_and_copy: bool,
         #[command(flatten)]
         at: At,
     },

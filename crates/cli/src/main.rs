@@ -249,13 +249,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             to,
             range,
             no_wait,
+            no_priority_pulls,
+            stop_and_copy,
             at,
         } => {
+            let mode = if stop_and_copy {
+                ramstore_client::MigrationMode::StopAndCopy
+            } else if no_priority_pulls {
+                ramstore_client::MigrationMode::NoPriorityPulls
+            } else {
+                ramstore_client::MigrationMode::Rocksteady
+            };
             let args = migrate::MigrateArgs {
                 table: &table,
                 to,
                 range,
                 wait: !no_wait,
+                mode,
             };
             migrate::migrate(&at.connect(top)?, &at.addr(top), args, at.format())
         }

@@ -6,7 +6,9 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ramstore_client::{server_id, BlockingClient, MigrationInfo, TabletInfo};
+use ramstore_client::{
+    server_id, BlockingClient, ClientOptions, MigrationInfo, MigrationMode, TabletInfo,
+};
 use serde_json::json;
 
 use crate::data::{coordinator_stats, explain, newest_runs, server_entries, table_id};
@@ -14,6 +16,8 @@ use crate::output::{print_json, Columns, Format};
 
 /// How often `migrate` asks the coordinator how the migration is going.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a stop-and-copy `MigrateTablet` may take (it answers after the copy).
+const STOP_AND_COPY_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Parses a key hash: decimal, or hexadecimal with `0x`.
 pub fn parse_hash(s: &str) -> Result<u64, String> {
@@ -56,6 +60,8 @@ pub struct MigrateArgs<'a> {
     pub to: u64,
     pub range: Option<(u64, u64)>,
     pub wait: bool,
+    /// Rocksteady, or one of the benchmark baselines.
+    pub mode: MigrationMode,
 }
 
 /// `ramstore migrate TABLE --to SERVER_ID [--range START:END] [--no-wait]`.
@@ -81,9 +87,24 @@ pub fn migrate(
         .get(&server_id::index(args.to))
         .copied()
         .unwrap_or(args.to);
+    // Stop-and-copy answers only after the whole copy: one attempt must be
+    // allowed to wait that long (a retry would find the migration in progress
+    // and be refused), so it gets a client of its own with a long RPC deadline.
+    let patient;
+    let migrating_client = if args.mode == MigrationMode::StopAndCopy {
+        patient = BlockingClient::connect(ClientOptions {
+            rpc_deadline: STOP_AND_COPY_DEADLINE,
+            operation_deadline: STOP_AND_COPY_DEADLINE,
+            ..ClientOptions::new(coordinator.to_string())
+        })
+        .map_err(explain)?;
+        &patient
+    } else {
+        client
+    };
     let started = Instant::now();
-    let migration = client
-        .migrate_tablet(args.table, start, end, target)
+    let migration = migrating_client
+        .migrate_tablet_with_mode(args.table, start, end, target, args.mode)
         .map_err(explain)
         .with_context(|| format!("migrating table {} to server {}", args.table, args.to))?;
     let transfer = started.elapsed();
@@ -95,6 +116,7 @@ pub fn migrate(
                 &mut out,
                 &json!({"id": migration, "table": args.table, "start_hash": start,
                         "end_hash": end, "target": args.to, "state": "pulling",
+                        "mode": args.mode.name(),
                         "ownership_transfer_ms": transfer.as_secs_f64() * 1e3}),
             )?),
             _ => Ok(writeln!(
@@ -149,7 +171,7 @@ pub fn migrate(
             &json!({"id": migration, "table": args.table, "start_hash": start, "end_hash": end,
                     "source": done.source, "target": args.to, "state": "done",
                     "bytes": bytes, "objects": done.objects.unwrap_or(0), "seconds": took,
-                    "mb_per_s": mb_per_s,
+                    "mb_per_s": mb_per_s, "mode": args.mode.name(),
                     "ownership_transfer_ms": transfer.as_secs_f64() * 1e3}),
         )?,
         Format::Raw => {}

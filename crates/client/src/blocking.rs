@@ -156,6 +156,27 @@ impl BlockingClient {
         )
     }
 
+    /// See [`Client::migrate_tablet_with_mode`].
+    pub fn migrate_tablet_with_mode(
+        &self,
+        name: &str,
+        start_hash: u64,
+        end_hash: u64,
+        target_server_id: u64,
+        mode: crate::MigrationMode,
+    ) -> Result<u64, ClientError> {
+        block!(
+            self,
+            self.client.migrate_tablet_with_mode(
+                name,
+                start_hash,
+                end_hash,
+                target_server_id,
+                mode
+            )
+        )
+    }
+
     /// See [`Client::migrations`].
     pub fn migrations(&self) -> Result<Vec<crate::MigrationInfo>, ClientError> {
         block!(self, self.client.migrations())

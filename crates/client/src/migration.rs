@@ -4,7 +4,7 @@
 //! its new owner answers RETRY for a key still being pulled (the client waits
 //! the short delay it is told), both handled by every operation's retry loop.
 
-use ramstore_wire::{Request, Response};
+use ramstore_wire::{MigrationMode, Request, Response};
 
 use crate::client::Client;
 use crate::error::ClientError;
@@ -92,11 +92,44 @@ impl Client {
         end_hash: u64,
         target_server_id: u64,
     ) -> Result<u64, ClientError> {
+        self.migrate_tablet_with_mode(
+            name,
+            start_hash,
+            end_hash,
+            target_server_id,
+            MigrationMode::Rocksteady,
+        )
+        .await
+    }
+
+    /// [`Client::migrate_tablet`] with the data moved as `mode` says. The modes
+    /// other than Rocksteady are baselines for `scripts/bench-migration`: without
+    /// PriorityPulls a read of a key not pulled yet waits for the background
+    /// pulls; stop-and-copy keeps the range locked on the source (clients retry)
+    /// until every record is copied, and returns only after that.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ramstore_client::Client) -> Result<(), ramstore_client::ClientError> {
+    /// use ramstore_client::MigrationMode;
+    /// let id = client
+    ///     .migrate_tablet_with_mode("users", 1 << 63, u64::MAX, 3, MigrationMode::StopAndCopy)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn migrate_tablet_with_mode(
+        &self,
+        name: &str,
+        start_hash: u64,
+        end_hash: u64,
+        target_server_id: u64,
+        mode: MigrationMode,
+    ) -> Result<u64, ClientError> {
         let req = Request::MigrateTablet {
             name,
             start_hash,
             end_hash,
             target_server_id,
+            mode,
         };
         let id = self
             .inner

@@ -552,9 +552,10 @@ impl CoordinatorCore {
             .copied()
             .collect();
         let mut actions = take_actions(&self.state, &owned);
-        // Migrations whose target owns the tablet: resend TakeMigratingTablet.
+        // Migrations whose target owns the tablet, or copies it (stop-and-copy):
+        // resend TakeMigratingTablet.
         let migrating = self.state.migrations().iter().filter(|m| {
-            m.state == crate::migrations::MigrationState::Pulling
+            m.state != crate::migrations::MigrationState::Preparing
                 && self
                     .state
                     .servers()

@@ -14,6 +14,13 @@
 //! 5. the target's `MigrationDone` → [`CoordinatorCore::migration_done`] deletes
 //!    the record and has the source drop the range (`DropTabletOwnership`).
 //!
+//! Stop-and-copy (a benchmark baseline, [`MigrationMode::StopAndCopy`]) runs
+//! the same steps in another order: after step 2 the record becomes `Copying`
+//! with the owner unchanged ([`CoordinatorCore::migration_copying`]), the
+//! target copies while clients of the range retry against the fenced source,
+//! and ownership moves in the write that step 5 makes; the client's request
+//! returns only then.
+//!
 //! A restarted coordinator resends step 4 for every `Pulling` record
 //! ([`CoordinatorCore::reissue_actions`]) and re-drives `Preparing` records from step 2
 //! ([`Migrator::resume`]).
@@ -26,7 +33,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use ramstore_wire::{decode_response, encode_request, ErrorBody, Request, Response, Status};
+use ramstore_wire::{
+    decode_response, encode_request, ErrorBody, MigrationMode, Request, Response, Status,
+};
+use tokio::sync::oneshot;
 
 use crate::cluster::Cluster;
 use crate::coordinator::{address_of, take_migrating_action, Action, CoordinatorCore};
@@ -52,6 +62,7 @@ impl CoordinatorCore {
         name: &str,
         (start_hash, end_hash): (u64, u64),
         target: ServerId,
+        mode: MigrationMode,
     ) -> Result<MigrationRecord, CoordinatorError> {
         let state = self.state();
         let table = state
@@ -99,6 +110,7 @@ impl CoordinatorCore {
             target,
             state: MigrationState::Preparing,
             safe_version: 0,
+            mode,
         });
         self.commit(next)?;
         Ok(record)
@@ -137,6 +149,28 @@ impl CoordinatorCore {
         Ok(vec![action])
     }
 
+    /// Stop-and-copy: the source fenced the tablet and answered `safe_version`;
+    /// the record becomes `Copying` and the source stays the owner. Returns the
+    /// action that has the target copy. Idempotent.
+    pub fn migration_copying(
+        &mut self,
+        id: u64,
+        safe_version: u64,
+    ) -> Result<Vec<Action>, CoordinatorError> {
+        let Some(mut m) = self.state().migrations().get(id).copied() else {
+            return Ok(Vec::new());
+        };
+        if m.state == MigrationState::Preparing {
+            m.state = MigrationState::Copying;
+            m.safe_version = safe_version;
+        }
+        let mut next = self.state().clone();
+        next.migrations_mut().replace(m);
+        let action = take_migrating_action(&next, &m);
+        self.commit(next)?;
+        Ok(vec![action])
+    }
+
     /// Forgets a migration that never moved ownership (its source refused or is
     /// gone). Changes nothing for a migration that has moved ownership.
     pub fn abort_migration(&mut self, id: u64) -> Result<(), CoordinatorError> {
@@ -152,7 +186,7 @@ impl CoordinatorCore {
         let Some(m) = self.state().migrations().get(id).copied() else {
             return Ok(Vec::new());
         };
-        if m.state != MigrationState::Pulling {
+        if m.state == MigrationState::Preparing {
             return Ok(Vec::new());
         }
         // A target declared crashed is rolled back by lineage recovery
@@ -168,6 +202,18 @@ impl CoordinatorCore {
         }
         let mut next = self.state().clone();
         next.migrations_mut().remove_if(id, |_| true);
+        if m.state == MigrationState::Copying {
+            // Stop-and-copy: ownership moves only now, in the same write.
+            if let Some(table) = next.tables_mut().by_id_mut(m.table_id) {
+                for t in table
+                    .tablets
+                    .iter_mut()
+                    .filter(|t| t.start_hash == m.start_hash && t.end_hash == m.end_hash)
+                {
+                    t.server_id = m.target;
+                }
+            }
+        }
         let action = Action::DropTablet {
             server_id: m.source,
             address: address_of(&next, m.source),
@@ -198,6 +244,8 @@ pub struct Migrator {
     cluster: Arc<Cluster>,
     notifier: Arc<Notifier>,
     done: Mutex<VecDeque<DoneMigration>>,
+    /// Stop-and-copy requests waiting for their copy to finish, by migration id.
+    copy_waiters: Mutex<Vec<(u64, oneshot::Sender<()>)>>,
 }
 
 /// How the source answered PrepareMigration.
@@ -213,26 +261,47 @@ impl Migrator {
             cluster,
             notifier,
             done: Mutex::new(VecDeque::new()),
+            copy_waiters: Mutex::new(Vec::new()),
         }
     }
 
     /// Starts migrating the tablet `[start, end]` of `name` to `target`; returns
-    /// the migration's id once ownership has moved (steps 1–4).
+    /// the migration's id once ownership has moved (steps 1–4; for stop-and-copy
+    /// after the copy, step 5).
     pub async fn migrate(
         &self,
         name: &str,
         range: (u64, u64),
         target: ServerId,
+        mode: MigrationMode,
     ) -> Result<u64, CoordinatorError> {
-        let record = self.cluster.core().begin_migration(name, range, target)?;
+        let record = self
+            .cluster
+            .core()
+            .begin_migration(name, range, target, mode)?;
         tracing::info!(
             id = record.id,
             table = name,
             source = record.source.0,
             target = target.0,
+            mode = mode.name(),
             "migration recorded"
         );
-        self.move_ownership(record).await?;
+        let copied = (mode == MigrationMode::StopAndCopy).then(|| {
+            let (tx, rx) = oneshot::channel();
+            self.copy_waiters.lock().push((record.id, tx));
+            rx
+        });
+        let moved = self.move_ownership(record).await;
+        if let Err(e) = moved {
+            self.copy_waiters.lock().retain(|(id, _)| *id != record.id);
+            return Err(e);
+        }
+        if let Some(copied) = copied {
+            // The sender goes only when `done` fires it; a dropped sender (never
+            // happens while the migrator lives) ends the wait all the same.
+            let _ = copied.await;
+        }
         Ok(record.id)
     }
 
@@ -276,11 +345,25 @@ impl Migrator {
                 }
             }
         };
-        let actions = self
-            .cluster
-            .core()
-            .migration_ownership_moved(record.id, safe_version)?;
-        tracing::info!(id = record.id, safe_version, "migration: ownership moved");
+        let actions = if record.mode == MigrationMode::StopAndCopy {
+            let actions = self
+                .cluster
+                .core()
+                .migration_copying(record.id, safe_version)?;
+            tracing::info!(
+                id = record.id,
+                safe_version,
+                "migration: copying (stop-and-copy)"
+            );
+            actions
+        } else {
+            let actions = self
+                .cluster
+                .core()
+                .migration_ownership_moved(record.id, safe_version)?;
+            tracing::info!(id = record.id, safe_version, "migration: ownership moved");
+            actions
+        };
         self.notifier.carry_out(actions).await;
         Ok(())
     }
@@ -332,6 +415,15 @@ impl Migrator {
             });
         }
         self.notifier.carry_out(actions).await;
+        let waiter = {
+            let mut waiters = self.copy_waiters.lock();
+            let found = waiters.iter().position(|(w, _)| *w == id);
+            found.map(|i| waiters.swap_remove(i).1)
+        };
+        if let Some(waiter) = waiter {
+            // The receiver may be gone (its request was cancelled): nothing waits.
+            let _ = waiter.send(());
+        }
         Ok(())
     }
 
@@ -349,6 +441,7 @@ impl Migrator {
             let state = match m.state {
                 MigrationState::Preparing => "preparing",
                 MigrationState::Pulling => "pulling",
+                MigrationState::Copying => "copying",
             };
             text.push_str(&line(&m, &name_of(m.table_id), state, None));
         }
@@ -362,8 +455,15 @@ impl Migrator {
 
 fn line(m: &MigrationRecord, table: &str, state: &str, moved: Option<(u64, u64)>) -> String {
     let mut s = format!(
-        "id={} table_id={} start_hash={:#x} end_hash={:#x} source={} target={} state={}",
-        m.id, m.table_id, m.start_hash, m.end_hash, m.source.0, m.target.0, state
+        "id={} table_id={} start_hash={:#x} end_hash={:#x} source={} target={} state={} mode={}",
+        m.id,
+        m.table_id,
+        m.start_hash,
+        m.end_hash,
+        m.source.0,
+        m.target.0,
+        state,
+        m.mode.name()
     );
     if let Some((bytes, objects)) = moved {
         s.push_str(&format!(" bytes={bytes} objects={objects}"));

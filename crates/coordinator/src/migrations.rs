@@ -3,6 +3,7 @@
 //! written before every step is acted on (R§9). Plain data; the steps are in
 //! `migration.rs`.
 
+use ramstore_wire::MigrationMode;
 use serde::{Deserialize, Serialize};
 
 use crate::server_list::ServerId;
@@ -16,6 +17,10 @@ pub enum MigrationState {
     Preparing,
     /// The target owns the tablet and is pulling its records.
     Pulling,
+    /// Stop-and-copy only (a benchmark baseline): the source is fenced and still
+    /// owns the tablet while the target copies every record; ownership moves
+    /// when the target reports the copy done.
+    Copying,
 }
 
 /// One migration in progress, as persisted.
@@ -28,8 +33,11 @@ pub struct MigrationRecord {
     pub source: ServerId,
     pub target: ServerId,
     pub state: MigrationState,
-    /// The source's safe version (0 until `Pulling`).
+    /// The source's safe version (0 until `Pulling` or `Copying`).
     pub safe_version: u64,
+    /// How the data moves; records of earlier versions are Rocksteady.
+    #[serde(default)]
+    pub mode: MigrationMode,
 }
 
 impl MigrationRecord {
@@ -93,6 +101,8 @@ impl Migrations {
 impl Migrations {
     /// Whether `t` is the range of a migration in `Pulling`: its owner is the
     /// target, which must learn of it as a migration, never as a plain tablet.
+    /// (In `Copying` the owner is still the source, whose fenced tablet a plain
+    /// TakeTabletOwnership leaves as it is.)
     pub fn is_migrating_in(&self, t: &TabletEntry) -> bool {
         self.records.iter().any(|m| {
             m.state == MigrationState::Pulling

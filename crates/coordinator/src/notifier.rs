@@ -148,6 +148,7 @@ impl Notifier {
                     source_server_id: record.source.0,
                     safe_version: record.safe_version,
                     source_address,
+                    mode: record.mode,
                 };
                 self.notify(address, &req).await
             }

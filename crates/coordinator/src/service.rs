@@ -276,9 +276,15 @@ impl CoordinatorService {
                 start_hash,
                 end_hash,
                 target_server_id,
+                mode,
             } => self
                 .migrator
-                .migrate(name, (start_hash, end_hash), ServerId(target_server_id))
+                .migrate(
+                    name,
+                    (start_hash, end_hash),
+                    ServerId(target_server_id),
+                    mode,
+                )
                 .await
                 .map(|migration_id| Response::MigrateTablet { migration_id }),
             Request::MigrationDone {

@@ -10,6 +10,7 @@ use ramstore_coordinator::{
     Action, CoordinatorCore, CoordinatorError, MemoryStorage, ServerId, SERVICE_BACKUP,
     SERVICE_MASTER, STATE_KEY,
 };
+use ramstore_wire::MigrationMode;
 
 const GIB: u64 = 1 << 30;
 
@@ -45,6 +46,7 @@ fn owner(core: &CoordinatorCore, start: u64) -> ServerId {
 }
 
 const UPPER: (u64, u64) = (1 << 63, u64::MAX);
+const ROCKSTEADY: MigrationMode = MigrationMode::Rocksteady;
 
 #[test]
 fn begin_migration_refuses_bad_requests_and_changes_nothing() {
@@ -62,7 +64,9 @@ fn begin_migration_refuses_bad_requests_and_changes_nothing() {
         ("t", UPPER, ids[2]),
     ];
     for (name, range, to) in cases {
-        let e = core.begin_migration(name, range, to).unwrap_err();
+        let e = core
+            .begin_migration(name, range, to, ROCKSTEADY)
+            .unwrap_err();
         match (name, to) {
             ("nope", _) => assert!(matches!(e, CoordinatorError::TableDoesntExist(_)), "{e}"),
             _ if range != UPPER => {
@@ -82,7 +86,7 @@ fn begin_migration_refuses_bad_requests_and_changes_nothing() {
     core.server_crashed(target).unwrap();
     let before_crash_doc = storage.get(STATE_KEY).unwrap();
     assert!(matches!(
-        core.begin_migration("t", UPPER, target),
+        core.begin_migration("t", UPPER, target, ROCKSTEADY),
         Err(CoordinatorError::BadMigrationTarget { .. })
     ));
     assert_eq!(storage.get(STATE_KEY).unwrap(), before_crash_doc);
@@ -95,10 +99,12 @@ fn begin_migration_refuses_an_overlapping_migration() {
     let (_, mut core, ids) = setup();
     let source = owner(&core, 1 << 63);
     let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
-    let m = core.begin_migration("t", UPPER, target).unwrap();
+    let m = core
+        .begin_migration("t", UPPER, target, ROCKSTEADY)
+        .unwrap();
     assert_eq!(m.state, MigrationState::Preparing);
     assert!(matches!(
-        core.begin_migration("t", UPPER, target),
+        core.begin_migration("t", UPPER, target, ROCKSTEADY),
         Err(CoordinatorError::MigrationInProgress(id)) if id == m.id
     ));
     assert!(matches!(
@@ -113,7 +119,9 @@ fn migration_steps_persist_and_survive_a_restart() {
     let (storage, mut core, ids) = setup();
     let source = owner(&core, 1 << 63);
     let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
-    let m = core.begin_migration("t", UPPER, target).unwrap();
+    let m = core
+        .begin_migration("t", UPPER, target, ROCKSTEADY)
+        .unwrap();
     let v0 = core.tablet_map().0;
     assert_eq!(owner(&core, 1 << 63), source, "preparing moves nothing");
 
@@ -156,14 +164,56 @@ fn migration_steps_persist_and_survive_a_restart() {
 }
 
 #[test]
+fn migration_copying_keeps_the_owner_until_done_moves_it_in_one_write() {
+    let (storage, mut core, ids) = setup();
+    let source = owner(&core, 1 << 63);
+    let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
+    let m = core
+        .begin_migration("t", UPPER, target, MigrationMode::StopAndCopy)
+        .unwrap();
+    let actions = core.migration_copying(m.id, 77).unwrap();
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::TakeMigratingTablet { server_id, record, .. }]
+            if *server_id == target && record.safe_version == 77
+                && record.mode == MigrationMode::StopAndCopy
+    ));
+    assert_eq!(owner(&core, 1 << 63), source, "copying moves nothing");
+    assert_eq!(core.migrations()[0].state, MigrationState::Copying);
+
+    let mut restarted = CoordinatorCore::open(storage.clone()).unwrap();
+    assert_eq!(restarted.migrations(), core.migrations());
+    assert!(
+        restarted
+            .reissue_actions()
+            .iter()
+            .any(|a| matches!(a, Action::TakeMigratingTablet { record, .. } if record.id == m.id)),
+        "a restarted coordinator has the target copy again"
+    );
+    let done = restarted.migration_done(m.id).unwrap();
+    assert!(matches!(
+        done.as_slice(),
+        [Action::DropTablet { server_id, .. }] if *server_id == source
+    ));
+    assert_eq!(owner(&restarted, 1 << 63), target, "done moves ownership");
+    let reopened = CoordinatorCore::open(storage).unwrap();
+    assert_eq!(owner(&reopened, 1 << 63), target);
+    assert!(reopened.migrations().is_empty());
+}
+
+#[test]
 fn abort_migration_forgets_only_a_preparing_record() {
     let (_, mut core, ids) = setup();
     let source = owner(&core, 1 << 63);
     let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
-    let m = core.begin_migration("t", UPPER, target).unwrap();
+    let m = core
+        .begin_migration("t", UPPER, target, ROCKSTEADY)
+        .unwrap();
     core.abort_migration(m.id).unwrap();
     assert!(core.migrations().is_empty());
-    let m = core.begin_migration("t", UPPER, target).unwrap();
+    let m = core
+        .begin_migration("t", UPPER, target, ROCKSTEADY)
+        .unwrap();
     assert!(m.id > 1, "ids are never reused");
     core.migration_ownership_moved(m.id, 5).unwrap();
     core.abort_migration(m.id).unwrap();
@@ -179,7 +229,9 @@ fn finish_recovery_keeps_a_crashed_migration_source() {
     let (_, mut core, ids) = setup();
     let source = owner(&core, 1 << 63);
     let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
-    let m = core.begin_migration("t", UPPER, target).unwrap();
+    let m = core
+        .begin_migration("t", UPPER, target, ROCKSTEADY)
+        .unwrap();
     core.migration_ownership_moved(m.id, 5).unwrap();
     core.server_crashed(source).unwrap();
     // Its other tablet is recovered onto the target.
@@ -198,7 +250,8 @@ fn drop_table_forgets_its_migrations() {
     let (storage, mut core, ids) = setup();
     let source = owner(&core, 1 << 63);
     let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
-    core.begin_migration("t", UPPER, target).unwrap();
+    core.begin_migration("t", UPPER, target, ROCKSTEADY)
+        .unwrap();
     core.drop_table("t").unwrap();
     assert!(core.migrations().is_empty());
     CoordinatorCore::open(storage).expect("the stored state stays valid");

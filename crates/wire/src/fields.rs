@@ -54,6 +54,61 @@ impl TryFrom<u8> for ServerStatus {
     }
 }
 
+/// How a tablet migration moves its data (`u8`; K§2.3, design notes "Migration
+/// (Rocksteady)"). Only [`MigrationMode::Rocksteady`] is meant for use; the other
+/// two are the baselines `scripts/bench-migration` compares it with.
+///
+/// On the wire the mode is an optional last byte of `MigrateTablet` and
+/// `TakeMigratingTablet`: absent means Rocksteady (so requests of earlier
+/// versions keep their meaning), and Rocksteady is always sent as absent (so a
+/// message has one encoding: an explicit 0 is refused).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "kebab-case")
+)]
+#[repr(u8)]
+pub enum MigrationMode {
+    /// Ownership moves at once; the target serves writes at once and reads once
+    /// the record arrived, asking the source for missing records by PriorityPull.
+    #[default]
+    Rocksteady = 0,
+    /// As Rocksteady, but the target never sends a PriorityPull: an operation on
+    /// a key not pulled yet is answered RETRY until the background pulls reach it.
+    NoPriorityPulls = 1,
+    /// The source stays the owner with the range locked (clients retry) while the
+    /// target copies every record; ownership moves only after the copy.
+    StopAndCopy = 2,
+}
+
+impl MigrationMode {
+    /// The mode's name, as the CLI and the benchmark print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MigrationMode::Rocksteady => "rocksteady",
+            MigrationMode::NoPriorityPulls => "no-priority-pulls",
+            MigrationMode::StopAndCopy => "stop-and-copy",
+        }
+    }
+}
+
+impl TryFrom<u8> for MigrationMode {
+    type Error = WireError;
+
+    fn try_from(v: u8) -> Result<Self, WireError> {
+        match v {
+            0 => Ok(MigrationMode::Rocksteady),
+            1 => Ok(MigrationMode::NoPriorityPulls),
+            2 => Ok(MigrationMode::StopAndCopy),
+            _ => Err(WireError::BadEnum {
+                field: "migration mode",
+                value: u64::from(v),
+            }),
+        }
+    }
+}
+
 /// Bit of [`Services::master`] in the services word.
 pub const SERVICE_MASTER: u32 = 1;
 /// Bit of [`Services::backup`] in the services word.
@@ -199,6 +254,14 @@ mod tests {
             assert_eq!(ServerStatus::try_from(s as u8), Ok(s));
         }
         assert!(ServerStatus::try_from(3).is_err());
+        for m in [
+            MigrationMode::Rocksteady,
+            MigrationMode::NoPriorityPulls,
+            MigrationMode::StopAndCopy,
+        ] {
+            assert_eq!(MigrationMode::try_from(m as u8), Ok(m));
+        }
+        assert!(MigrationMode::try_from(3).is_err());
         for bits in 0..8 {
             assert_eq!(Services::from_bits(bits).map(Services::bits), Ok(bits));
         }

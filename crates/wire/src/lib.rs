@@ -88,6 +88,8 @@
 //!
 //! ```text
 //! MigrateTablet request      name | start_hash u64 | end_hash u64 | target_server_id u64
+//!                            [| mode u8: 1 no PriorityPulls, 2 stop-and-copy; absent:
+//!                            Rocksteady ([`MigrationMode`])]
 //! MigrateTablet response     migration_id u64 (ownership has moved)
 //! ListMigrations request     (empty)
 //! ListMigrations response    text (u32 len + UTF-8: `key=value` lines, one per migration)
@@ -98,7 +100,7 @@
 //! PrepareMigration response  safe_version u64
 //! TakeMigratingTablet request  server_id u64 | table_id u64 | start_hash u64 | end_hash u64
 //!                            | migration_id u64 | source_server_id u64 | safe_version u64
-//!                            | source_address
+//!                            | source_address [| mode u8, as MigrateTablet's]
 //! TakeMigratingTablet response (empty)
 //! Pull request               table_id u64 | cursor u64 | end_hash u64 | max_bytes u32
 //! Pull response              (as Enumerate's) has_next u8 | next_cursor u64 | objects
@@ -166,8 +168,8 @@ pub use encoder::{
 };
 pub use error::WireError;
 pub use fields::{
-    BackupWriteFlags, NumberKind, ServerStatus, Services, BACKUP_WRITE_ATOMIC, BACKUP_WRITE_CLOSE,
-    BACKUP_WRITE_OPEN, SERVICE_BACKUP, SERVICE_MASTER, SERVICE_REPLICATED_LOG,
+    BackupWriteFlags, MigrationMode, NumberKind, ServerStatus, Services, BACKUP_WRITE_ATOMIC,
+    BACKUP_WRITE_CLOSE, BACKUP_WRITE_OPEN, SERVICE_BACKUP, SERVICE_MASTER, SERVICE_REPLICATED_LOG,
 };
 pub use frame::{decode_header, decode_raw_header, frame_len, Header, RawHeader};
 pub use list::{

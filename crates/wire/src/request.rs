@@ -6,7 +6,7 @@ use crate::codec::{
     put_u8, put_value, Reader,
 };
 use crate::error::WireError;
-use crate::fields::{BackupWriteFlags, NumberKind, Services};
+use crate::fields::{BackupWriteFlags, MigrationMode, NumberKind, Services};
 use crate::frame::{atomically, begin_frame, end_frame, split_frame, Header};
 use crate::list::{
     List, MultiReadItems, MultiRemoveItems, MultiWriteItems, PartitionTablets, RecoveryItems,
@@ -207,6 +207,7 @@ pub enum Request<'a> {
         start_hash: u64,
         end_hash: u64,
         target_server_id: u64,
+        mode: MigrationMode,
     },
     /// The migrations the coordinator knows of, as `key=value` lines.
     ListMigrations,
@@ -238,6 +239,7 @@ pub enum Request<'a> {
         source_server_id: u64,
         safe_version: u64,
         source_address: &'a str,
+        mode: MigrationMode,
     },
     /// Records of `table_id` with key hash in `[cursor, end_hash]`, whole hash
     /// buckets, about `max_bytes` of them, from a tablet being migrated away.
@@ -447,6 +449,7 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
             start_hash: r.u64()?,
             end_hash: r.u64()?,
             target_server_id: r.u64()?,
+            mode: optional_mode(r)?,
         },
         Opcode::ListMigrations => Request::ListMigrations,
         Opcode::MigrationDone => Request::MigrationDone {
@@ -470,6 +473,7 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
             source_server_id: r.u64()?,
             safe_version: r.u64()?,
             source_address: r.string()?,
+            mode: optional_mode(r)?,
         },
         Opcode::Pull => Request::Pull {
             table_id: r.u64()?,
@@ -678,11 +682,13 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             start_hash,
             end_hash,
             target_server_id,
+            mode,
         } => {
             put_string(out, name)?;
             put_u64(out, *start_hash);
             put_u64(out, *end_hash);
             put_u64(out, *target_server_id);
+            put_optional_mode(out, *mode);
         }
         Request::ListMigrations => {}
         Request::MigrationDone {
@@ -716,6 +722,7 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             source_server_id,
             safe_version,
             source_address,
+            mode,
         } => {
             put_u64(out, *server_id);
             put_u64(out, *table_id);
@@ -725,6 +732,7 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             put_u64(out, *source_server_id);
             put_u64(out, *safe_version);
             put_string(out, source_address)?;
+            put_optional_mode(out, *mode);
         }
         Request::Pull {
             table_id,
@@ -740,4 +748,25 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
         Request::PriorityPull(items) => items.write(out),
     }
     Ok(())
+}
+
+/// A migration mode as the optional last byte of a body ([`MigrationMode`]):
+/// absent is Rocksteady, an explicit Rocksteady is refused (one encoding).
+fn optional_mode(r: &mut Reader<'_>) -> Result<MigrationMode, WireError> {
+    if r.remaining() == 0 {
+        return Ok(MigrationMode::Rocksteady);
+    }
+    match MigrationMode::try_from(r.u8()?)? {
+        MigrationMode::Rocksteady => Err(WireError::Malformed(
+            "a Rocksteady migration mode is sent as no byte",
+        )),
+        mode => Ok(mode),
+    }
+}
+
+/// Appends `mode` as [`optional_mode`] reads it.
+fn put_optional_mode(out: &mut Vec<u8>, mode: MigrationMode) {
+    if mode != MigrationMode::Rocksteady {
+        put_u8(out, mode as u8);
+    }
 }

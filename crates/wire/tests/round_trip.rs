@@ -270,6 +270,28 @@ fn every_truncation_is_an_error() {
             assert!(decode_request(short).is_err(), "{name} cut at {cut}");
             assert!(decode_response(short).is_err(), "{name} cut at {cut}");
             // The same cut with a length prefix that agrees: the body itself is short.
+            // The one exception: a migration mode is an optional last byte (absent
+            // means Rocksteady, so older peers' requests keep their meaning); cut
+            // off, the request is the same migration in Rocksteady mode.
+            if cut + 1 == frame.len() && has_optional_mode(name) {
+                let mut patched = short.to_vec();
+                patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
+                let (_, req) = decode_request(&patched).expect("decodes without the mode");
+                assert!(
+                    matches!(
+                        req,
+                        Request::MigrateTablet {
+                            mode: MigrationMode::Rocksteady,
+                            ..
+                        } | Request::TakeMigratingTablet {
+                            mode: MigrationMode::Rocksteady,
+                            ..
+                        }
+                    ),
+                    "{name}: {req:?}"
+                );
+                continue;
+            }
             if cut >= 20 {
                 let mut patched = short.to_vec();
                 patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
@@ -284,6 +306,37 @@ fn every_truncation_is_an_error() {
             }
         }
     }
+}
+
+/// Samples whose last byte is an optional migration mode.
+fn has_optional_mode(name: &str) -> bool {
+    name.ends_with("_stop_and_copy_request") || name.ends_with("_no_priority_pulls_request")
+}
+
+#[test]
+fn an_explicit_rocksteady_mode_byte_is_an_error() {
+    // One encoding per message: Rocksteady is sent as no byte.
+    let frame = request_frame(&Request::MigrateTablet {
+        name: "t",
+        start_hash: 0,
+        end_hash: 1,
+        target_server_id: 2,
+        mode: MigrationMode::Rocksteady,
+    });
+    let mut explicit = frame.clone();
+    explicit.push(0);
+    let len = explicit.len() as u32 - 4;
+    explicit[..4].copy_from_slice(&len.to_le_bytes());
+    assert!(matches!(
+        decode_request(&explicit),
+        Err(WireError::Malformed(_))
+    ));
+    let mut unknown = explicit.clone();
+    *unknown.last_mut().expect("a byte") = 3;
+    assert!(matches!(
+        decode_request(&unknown),
+        Err(WireError::BadEnum { .. })
+    ));
 }
 
 #[test]

@@ -62,6 +62,9 @@ pub struct IncomingMigration {
     pub source_id: u64,
     pub source_address: String,
     pub safe_version: u64,
+    /// Whether a client waiting for a key asks for it by PriorityPull (K§2.3);
+    /// `false` only for the benchmark baseline without them.
+    pub priority_pulls: bool,
     arrivals: Mutex<Arrivals>,
     /// One side log per partition (K§2.3 "per-worker side logs"): pulled
     /// records go there, not to the head; a PriorityPull's records go to their
@@ -87,11 +90,20 @@ impl IncomingMigration {
             source_id,
             source_address,
             safe_version,
+            priority_pulls: true,
             arrivals: Mutex::new(Arrivals::new(start_hash, end_hash, PULL_PARTITIONS)),
             sides: (0..PULL_PARTITIONS).map(|_| SideLog::new()).collect(),
             bytes: AtomicU64::new(0),
             objects: AtomicU64::new(0),
         }
+    }
+
+    /// The same migration without PriorityPulls (a benchmark baseline,
+    /// `MigrationMode::NoPriorityPulls`): a client waits for a key until the
+    /// background pulls bring it.
+    pub fn without_priority_pulls(mut self) -> Self {
+        self.priority_pulls = false;
+        self
     }
 
     /// Whether key hash `hash` of `table_id` is in this migration's range.
@@ -112,6 +124,10 @@ impl IncomingMigration {
         let mut arrivals = self.arrivals.lock();
         if arrivals.is_settled(key) {
             Gate::Go
+        } else if !self.priority_pulls {
+            // Nothing is queued: no PriorityPull will be sent, and a queued key
+            // would keep the migration from ever looking complete.
+            Gate::Wait(false)
         } else {
             Gate::Wait(arrivals.request(key))
         }
@@ -458,6 +474,26 @@ mod tests {
             s.read_with_arrived(1, b"k", |o| o.version()),
             Err(ReadError::ObjectDoesntExist)
         );
+    }
+
+    #[test]
+    fn gate_without_priority_pulls_waits_for_the_background_pull() {
+        let s = store();
+        s.add_migrating_tablet(1, 0, u64::MAX, 100).expect("added");
+        let m = migration().without_priority_pulls();
+        assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Wait(false));
+        assert!(
+            m.take_pending(10).is_empty(),
+            "nothing is asked of the source"
+        );
+        assert!(!m.has_waiters());
+        assert_eq!(m.gate(b"k", ClientOp::BlindWrite), Gate::Go);
+        for p in 0..super::PULL_PARTITIONS as usize {
+            m.apply_pull(&s, p, [pulled(b"k", b"v", 42)], None)
+                .expect("applied");
+        }
+        assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Go);
+        assert!(m.is_complete());
     }
 
     #[test]

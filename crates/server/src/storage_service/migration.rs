@@ -172,6 +172,7 @@ impl StorageService {
                         start_hash = start,
                         end_hash = end,
                         source = %migration.source_address,
+                        priority_pulls = migration.priority_pulls,
                         "migration: took tablet; pulling"
                     );
                     tokio::spawn(run_incoming(self.clone(), migration, wake));
@@ -300,13 +301,19 @@ async fn run_incoming(service: Arc<StorageService>, m: Arc<IncomingMigration>, w
             pullers.spawn(pull_partition(service.clone(), m.clone(), index, p));
         }
     }
-    let priority = tokio::spawn(priority_puller(service.clone(), m.clone(), wake.clone()));
+    // Without PriorityPulls (a benchmark baseline) the gate queues no key, so
+    // there is nothing for a priority puller to do.
+    let priority = m
+        .priority_pulls
+        .then(|| tokio::spawn(priority_puller(service.clone(), m.clone(), wake.clone())));
     while let Some(done) = pullers.join_next().await {
         if !matches!(done, Ok(true)) {
             // The tablet went away (dropped): stop. Its side segments still join
             // the log, so the cleaner reclaims them (their objects died with the
             // tablet).
-            priority.abort();
+            if let Some(p) = &priority {
+                p.abort();
+            }
             pullers.abort_all();
             commit_side_logs(&service, &m).await;
             service.unregister(m.id);
@@ -322,7 +329,9 @@ async fn run_incoming(service: Arc<StorageService>, m: Arc<IncomingMigration>, w
             .sleep(Duration::from_millis(PRIORITY_POLL_MS))
             .await;
     }
-    priority.abort();
+    if let Some(p) = &priority {
+        p.abort();
+    }
     // The pulled records must be on R backups, and in the log, before the source
     // drops its copy: the side logs' segments are replicated whole, then joined
     // by a new head's digest (K§2.3; design notes "Where pulled records go").

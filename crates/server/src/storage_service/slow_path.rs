@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use ramstore_rpc::server::SlowFuture;
 use ramstore_wire::{
-    decode_raw_header, decode_request, encode_response, EnumerateResponseEncoder, Opcode, Request,
-    Response, Status, WireError,
+    decode_raw_header, decode_request, encode_response, EnumerateResponseEncoder, MigrationMode,
+    Opcode, Request, Response, Status, WireError,
 };
 
 use super::native::NOT_THE_SERVER_MEANT;
@@ -67,6 +67,7 @@ impl StorageService {
             source_server_id,
             safe_version,
             source_address,
+            mode,
         } = req
         {
             let mut out = Vec::new();
@@ -81,6 +82,13 @@ impl StorageService {
                     source_address.to_owned(),
                     safe_version,
                 );
+                // The benchmark baseline without PriorityPulls (design notes
+                // "Migration (Rocksteady)"); stop-and-copy pulls as Rocksteady
+                // does, only no client is routed here before it is done.
+                let migration = match mode {
+                    MigrationMode::NoPriorityPulls => migration.without_priority_pulls(),
+                    MigrationMode::Rocksteady | MigrationMode::StopAndCopy => migration,
+                };
                 self.take_migrating_tablet(id, migration, &mut out)
             };
             if answered.is_err() {

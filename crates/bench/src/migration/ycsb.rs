@@ -1,0 +1,186 @@
+//! The YCSB-B client of the migration benchmark: 95% reads and 5% updates of
+//! 128-byte values, keys from YCSB's scrambled Zipfian distribution (θ = 0.99),
+//! run by a few threads either closed-loop (to find the peak) or open-loop at a
+//! fixed offered load. Every operation is recorded as a [`Sample`]; phases and
+//! per-second figures are cut from the samples afterwards (`summary.rs`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ramstore_client::BlockingClient;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// YCSB's default Zipfian constant.
+const ZIPFIAN_THETA: f64 = 0.99;
+/// Percentage of updates in YCSB B.
+const UPDATE_PERCENT: u32 = 5;
+
+/// One operation: when it was due (µs after the run's start; for a closed loop,
+/// when it was sent), how long it took from then, and whether it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub due_us: u64,
+    pub latency_us: u64,
+    pub failed: bool,
+}
+
+/// The key of object `i`: `user` and 12 digits (16 bytes), as `ramstore bench`.
+pub fn key(i: u64) -> Vec<u8> {
+    format!("user{i:012}").into_bytes()
+}
+
+/// YCSB's Zipfian generator (Gray et al., "Quickly generating billion-record
+/// synthetic databases") over ranks `0..n`, scrambled over the key space as
+/// YCSB's ScrambledZipfianGenerator does (the same as `ramstore bench`'s).
+#[derive(Clone, Debug)]
+pub struct Zipfian {
+    n: u64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    eta: f64,
+}
+
+impl Zipfian {
+    pub fn new(n: u64) -> Self {
+        let theta = ZIPFIAN_THETA;
+        let n = n.max(1);
+        let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
+        let zetan = zeta(n);
+        let zeta2 = zeta(2.min(n));
+        let eta = if n > 2 {
+            (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan)
+        } else {
+            1.0
+        };
+        Self {
+            n,
+            theta,
+            alpha: 1.0 / (1.0 - theta),
+            zetan,
+            eta,
+        }
+    }
+
+    fn rank(&self, rng: &mut SmallRng) -> u64 {
+        let u: f64 = rng.gen();
+        let uz = u * self.zetan;
+        if uz < 1.0 {
+            return 0;
+        }
+        if uz < 1.0 + 0.5f64.powf(self.theta) {
+            return 1.min(self.n - 1);
+        }
+        let rank = (self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
+        rank.min(self.n - 1)
+    }
+
+    /// A key index in `0..n`.
+    pub fn next(&self, rng: &mut SmallRng) -> u64 {
+        fnv1a64(self.rank(rng)) % self.n
+    }
+}
+
+/// YCSB's FNV-1a over the 8 bytes of `v`, least significant first.
+fn fnv1a64(mut v: u64) -> u64 {
+    let mut hash: u64 = 0xCBF2_9CE4_8422_2325;
+    for _ in 0..8 {
+        hash ^= v & 0xff;
+        hash = hash.wrapping_mul(1_099_511_628_211);
+        v >>= 8;
+    }
+    hash
+}
+
+/// What the client threads share.
+#[derive(Clone)]
+pub struct Load {
+    pub client: Arc<BlockingClient>,
+    pub table_id: u64,
+    pub keys: Zipfian,
+    pub value: Vec<u8>,
+    /// Operations per second of the whole client; `None`: closed loop.
+    pub offered_per_s: Option<f64>,
+    pub threads: usize,
+}
+
+/// Runs the load on `threads` threads from `start` until `stop` is set; each
+/// thread's samples, in order.
+pub fn run(load: Arc<Load>, start: Instant, stop: Arc<AtomicBool>) -> Vec<Vec<Sample>> {
+    let handles: Vec<_> = (0..load.threads)
+        .map(|t| {
+            let load = load.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || one_thread(&load, t, start, &stop))
+        })
+        .collect();
+    handles
+        .into_iter()
+        // A thread panics only on a bug of this benchmark; its samples are lost.
+        .filter_map(|h| h.join().ok())
+        .collect()
+}
+
+fn one_thread(load: &Load, thread: usize, start: Instant, stop: &AtomicBool) -> Vec<Sample> {
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0000 + thread as u64);
+    // Open loop: this thread's share of the offered load, on a fixed schedule
+    // (latency counts from when an operation was due, so a stall is charged to
+    // every operation it delayed, not only to the one it hit).
+    let interval = load
+        .offered_per_s
+        .map(|r| Duration::from_secs_f64(load.threads as f64 / r.max(1e-3)));
+    // Threads start staggered so their schedules interleave.
+    let mut due =
+        start + interval.map_or(Duration::ZERO, |i| i * thread as u32 / load.threads as u32);
+    let mut samples = Vec::with_capacity(1 << 16);
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if interval.is_none() {
+            due = now;
+        } else if due > now {
+            std::thread::sleep(due - now);
+        }
+        let k = key(load.keys.next(&mut rng));
+        let failed = if rng.gen_range(0..100) < UPDATE_PERCENT {
+            load.client.write(load.table_id, &k, &load.value).is_err()
+        } else {
+            load.client.read(load.table_id, &k).is_err()
+        };
+        let done = Instant::now();
+        samples.push(Sample {
+            due_us: due.saturating_duration_since(start).as_micros() as u64,
+            latency_us: done.saturating_duration_since(due).as_micros() as u64,
+            failed,
+        });
+        if let Some(interval) = interval {
+            due += interval;
+        }
+    }
+    samples
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zipfian_next_stays_in_range_and_favours_a_few_keys() {
+        let z = Zipfian::new(1000);
+        let mut rng = SmallRng::seed_from_u64(7);
+        let mut counts = vec![0u32; 1000];
+        for _ in 0..100_000 {
+            counts[z.next(&mut rng) as usize] += 1;
+        }
+        let top = counts.iter().max().copied().unwrap_or(0);
+        // θ = 0.99 over 1000 keys: the hottest draws about 13% of the picks.
+        assert!(top > 10_000 && top < 16_000, "{top}");
+    }
+
+    #[test]
+    fn key_is_sixteen_bytes() {
+        assert_eq!(key(7), b"user000000000007");
+        assert_eq!(key(999_999_999_999).len(), 16);
+    }
+}
