@@ -30,6 +30,14 @@ pub struct MigrationRecord {
     pub state: MigrationState,
     /// The source's safe version (0 until `Pulling`).
     pub safe_version: u64,
+    /// An operator cancelled it (design notes "Cancelling a migration"): once
+    /// the target has every record, the range migrates back to the source.
+    #[serde(default)]
+    pub cancelled: bool,
+    /// The id of the cancelled migration whose range this one brings back to
+    /// its source (0: none).
+    #[serde(default)]
+    pub returns: u64,
 }
 
 impl MigrationRecord {
