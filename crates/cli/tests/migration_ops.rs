@@ -199,3 +199,64 @@ fn migrations_shows_moved_and_total_bytes() {
     let table = cluster.cli(&["migrations"]);
     assert!(table.ok().contains("100%"), "{}", table.ok());
 }
+
+/// Each master's bytes of table `t`, from its statistics.
+fn loads(c: &BlockingClient, cluster: &Cluster) -> Vec<u64> {
+    cluster
+        .servers
+        .iter()
+        .map(|s| {
+            let text = c.server_stats(&s.addr).unwrap();
+            text.lines()
+                .filter(|l| l.starts_with("tablet."))
+                .filter_map(|l| l.split("bytes=").nth(1)?.parse::<u64>().ok())
+                .sum()
+        })
+        .collect()
+}
+
+#[test]
+fn rebalance_after_adding_a_server_puts_every_master_in_the_band_and_keeps_every_object_once() {
+    const N: usize = 30_000;
+    let mut cluster = Cluster::start(0);
+    for _ in 0..2 {
+        cluster.add_server_with("127.0.0.1:0", &["--memory", "128MiB"]);
+    }
+    let c = cluster.client();
+    let empty = cluster.cli(&["rebalance"]);
+    assert!(empty.ok().contains("nothing to do"), "{}", empty.ok());
+    let t = c.create_table("t", 2).unwrap();
+    load(&c, t, N, 500);
+    cluster.add_server_with("127.0.0.1:0", &["--memory", "128MiB"]);
+    let before = loads(&c, &cluster);
+    assert_eq!(before[2], 0, "the new server holds nothing: {before:?}");
+    let dry = cluster.cli(&["rebalance", "--dry-run"]);
+    assert!(dry.ok().contains("move"), "{}", dry.ok());
+    assert_eq!(loads(&c, &cluster), before, "a dry run changes nothing");
+
+    let out = cluster.cli(&["rebalance", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(out.ok()).unwrap();
+    assert_eq!(json["balanced"], true, "{json}");
+    let after = loads(&c, &cluster);
+    let mean = after.iter().sum::<u64>() as f64 / after.len() as f64;
+    for (i, bytes) in after.iter().enumerate() {
+        let off = (*bytes as f64 - mean).abs() / mean;
+        assert!(
+            off <= 0.1,
+            "server {i} holds {bytes} bytes, mean {mean}: {after:?}"
+        );
+    }
+    let mut seen = std::collections::BTreeMap::new();
+    for o in c.enumerate(t) {
+        *seen.entry(o.unwrap().key).or_insert(0usize) += 1;
+    }
+    assert_eq!(seen.len(), N, "every object enumerated");
+    assert!(seen.values().all(|n| *n == 1), "each exactly once");
+    for i in (0..N).step_by(97) {
+        assert_eq!(c.read(t, &key(i)).unwrap().0, value(i, 500), "object {i}");
+    }
+    let again = cluster.cli(&["rebalance"]);
+    assert!(again.ok().contains("nothing to do"), "{}", again.ok());
+    let status = cluster.cli(&["status"]);
+    assert!(status.ok().contains("TABLETS"), "{}", status.ok());
+}
