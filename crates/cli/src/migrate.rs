@@ -1,6 +1,6 @@
 //! `ramstore split`, `ramstore migrate` and `ramstore migrations`: tablet
-//! splits and live migrations (K§2.3; docs/operations.md "Splitting and
-//! migrating tablets").
+//! splits and live migrations (K§2.3; docs/operations.md "Splitting,
+//! migrating and rebalancing tablets").
 
 use std::io::Write;
 use std::time::{Duration, Instant};

@@ -70,13 +70,13 @@ pub enum CoordinatorError {
     /// refused up front, nothing changed).
     #[error(
         "cannot migrate to {target}: the range holds {needed} bytes but the server can take \
-         only {room} more (it must stay below {pct}% of its memory)",
-        pct = (crate::master_stats::MAX_FILL_AFTER_MIGRATION * 100.0) as u32
+         only {room} more (it must stay below {limit_pct}% of its memory)"
     )]
     TargetLacksMemory {
         target: ServerId,
         needed: u64,
         room: u64,
+        limit_pct: u32,
     },
     /// No migration with that id is in progress (never started, or finished).
     #[error("no migration {0} is in progress (unknown id, or it has finished)")]

@@ -43,7 +43,9 @@
 //! transport (`cluster`), notifications and their retries (`notifier`), table and
 //! membership changes (`changes`), zombie answers and leases (`membership`),
 //! failure confirmation (`suspicion_driver`, deciding with `suspicion`) and crash
-//! recovery (`recovery`, finding the log in `recovery_log`). Imports point from
+//! recovery (`recovery`, finding the log in `recovery_log`), live migration
+//! (`migration`, cancelling in `migration_cancel`, masters' statistics in
+//! `master_stats`) and the pure rebalancing planner (`rebalance`). Imports point from
 //! the dispatcher to the parts, never back, and no files import each other in a
 //! circle (`scripts/check-module-cycles`; docs/architecture.md, "Owned parts").
 //!

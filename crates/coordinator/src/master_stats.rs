@@ -184,6 +184,7 @@ pub(crate) async fn check_room(
             target,
             needed: bytes,
             room: into.room(),
+            limit_pct: (MAX_FILL_AFTER_MIGRATION * 100.0).round() as u32,
         });
     }
     Ok(Some((bytes, objects)))
