@@ -361,10 +361,15 @@ pub(crate) enum Command {
     /// moved and MB/s.
     Migrate {
         /// The table's name.
-        table: String,
+        #[arg(required_unless_present = "cancel")]
+        table: Option<String>,
         /// The server to move it to (its id, as `ramstore status` shows it).
-        #[arg(long, value_name = "SERVER_ID")]
-        to: u64,
+        #[arg(long, value_name = "SERVER_ID", required_unless_present = "cancel")]
+        to: Option<u64>,
+        /// Cancel migration ID instead (see `ramstore migrations`): the range
+        /// ends on its source, every write acknowledged meanwhile kept.
+        #[arg(long, value_name = "ID", conflicts_with_all = ["table", "to", "range"])]
+        cancel: Option<u64>,
         /// The key-hash range to move, START:END inclusive (decimal, or hex with
         /// 0x); split out of its tablet first if needed. Default: the table's
         /// only tablet.
@@ -389,6 +394,22 @@ pub(crate) enum Command {
     /// List migrations in progress and those finished since the coordinator
     /// started.
     Migrations {
+        #[command(flatten)]
+        at: At,
+    },
+    /// Even out the masters' memory use: split and migrate tablets live until
+    /// every master holds within --band of the mean (never filling one past
+    /// 90% of its memory).
+    Rebalance {
+        /// Print the plan (splits and migrations) and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The band around the mean, in percent.
+        #[arg(long, value_name = "PCT", default_value_t = 10.0)]
+        band: f64,
+        /// Migrations in flight at once.
+        #[arg(long, value_name = "N", default_value_t = 2)]
+        parallel: usize,
         #[command(flatten)]
         at: At,
     },

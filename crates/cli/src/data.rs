@@ -94,7 +94,7 @@ pub(crate) fn coordinator_stats(
 
 /// Tables as (id, tablet count, name), by id, from the coordinator's stats lines
 /// `table.<id>=<tablets> <name>`.
-fn table_list(stats: &BTreeMap<String, String>) -> Vec<(u64, String, String)> {
+pub(crate) fn table_list(stats: &BTreeMap<String, String>) -> Vec<(u64, String, String)> {
     let mut tables: Vec<(u64, String, String)> = stats
         .iter()
         .filter_map(|(k, v)| {
@@ -560,6 +560,13 @@ pub fn status(client: &BlockingClient, coordinator: &str, all: bool, format: For
             .map_or(id.to_string(), |id| shown_id(id, &newest))
     };
     let coordinator_num = |key: &str| stats.get(key).and_then(|v| v.parse::<u64>().ok());
+    // Migrations in progress (issue 20); an older coordinator lists none.
+    let migrations: Vec<_> = client
+        .migrations()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.state != "done" && m.state != "cancelled")
+        .collect();
 
     let mut out = std::io::stdout().lock();
     match format {
@@ -602,6 +609,22 @@ pub fn status(client: &BlockingClient, coordinator: &str, all: bool, format: For
                 let id = recovering_id(id);
                 writeln!(out, "recovering server {id}: {}", value.replace('=', " "))?;
             }
+            for m in &migrations {
+                writeln!(
+                    out,
+                    "migrating {}: table {} [{:#x}, {:#x}] server {} -> {}, {}, {} of {} bytes",
+                    m.id,
+                    m.table,
+                    m.start_hash,
+                    m.end_hash,
+                    shown_id(m.source, &newest),
+                    shown_id(m.target, &newest),
+                    m.state,
+                    m.bytes.unwrap_or(0),
+                    m.total_bytes
+                        .map_or_else(|| "?".to_owned(), |b| b.to_string())
+                )?;
+            }
         }
         Format::Json => {
             let recoveries: Vec<Value> = recoveries
@@ -616,6 +639,11 @@ pub fn status(client: &BlockingClient, coordinator: &str, all: bool, format: For
                 "tables": table_count,
                 "tablets": map.len(),
                 "recoveries": recoveries,
+                "migrations": migrations.iter().map(|m| json!({
+                    "id": m.id, "table": m.table, "start_hash": m.start_hash,
+                    "end_hash": m.end_hash, "source": m.source, "target": m.target,
+                    "state": m.state, "bytes": m.bytes, "total_bytes": m.total_bytes,
+                    "percent": m.percent()})).collect::<Vec<_>>(),
             });
             print_json(&mut out, &doc)?;
         }

@@ -9,8 +9,10 @@ mod cluster;
 mod config;
 mod data;
 mod migrate;
+mod migrate_cancel;
 mod output;
 mod reach;
+mod rebalance;
 mod size;
 mod value;
 
@@ -245,6 +247,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             migrate::split(&at_.connect(top)?, &table, at, at_.format())
         }
         Command::Migrate {
+            cancel: Some(id),
+            no_wait,
+            at,
+            ..
+        } => migrate_cancel::cancel(&at.connect(top)?, id, !no_wait, at.format()),
+        Command::Migrate {
             table,
             to,
             range,
@@ -252,7 +260,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             no_priority_pulls,
             stop_and_copy,
             at,
+            ..
         } => {
+            // clap requires both unless --cancel is given (handled above).
+            let (Some(table), Some(to)) = (table, to) else {
+                anyhow::bail!("migrate needs TABLE and --to SERVER_ID (or --cancel ID)");
+            };
             let mode = if stop_and_copy {
                 ramstore_client::MigrationMode::StopAndCopy
             } else if no_priority_pulls {
@@ -270,6 +283,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             migrate::migrate(&at.connect(top)?, &at.addr(top), args, at.format())
         }
         Command::Migrations { at } => migrate::list(&at.connect(top)?, at.format()),
+        Command::Rebalance {
+            dry_run,
+            band,
+            parallel,
+            at,
+        } => {
+            let args = rebalance::RebalanceArgs {
+                dry_run,
+                band_pct: band,
+                parallel,
+            };
+            rebalance::rebalance(&at.connect(top)?, &at.addr(top), args, at.format())
+        }
         Command::Completions { shell } => {
             // Into memory first: clap_complete panics on a failed write, and a
             // closed pipe must end the command quietly.

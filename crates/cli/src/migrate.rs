@@ -1,6 +1,6 @@
 //! `ramstore split`, `ramstore migrate` and `ramstore migrations`: tablet
-//! splits and live migrations (K§2.3; docs/operations.md "Splitting and
-//! migrating tablets").
+//! splits and live migrations (K§2.3; docs/operations.md "Splitting,
+//! migrating and rebalancing tablets").
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -108,7 +108,6 @@ pub fn migrate(
         .map_err(explain)
         .with_context(|| format!("migrating table {} to server {}", args.table, args.to))?;
     let transfer = started.elapsed();
-    let mut err = std::io::stderr().lock();
     if !args.wait {
         let mut out = std::io::stdout().lock();
         return match format {
@@ -127,18 +126,18 @@ pub fn migrate(
             )?),
         };
     }
+    let bar = (format == Format::Table).then(|| progress_bar(migration));
     let done = loop {
         let found = client.migrations().map_err(explain)?;
         match found.into_iter().find(|m| m.id == migration) {
             Some(m) if m.is_done() => break m,
+            Some(m) if m.state == "cancelled" => bail!(
+                "migration {migration} was cancelled; its range is going back to its source \
+                 (see `ramstore migrations`)"
+            ),
             Some(m) => {
-                if format == Format::Table {
-                    let _ = write!(
-                        err,
-                        "\rmigration {migration}: {} … {:.1} s",
-                        m.state,
-                        started.elapsed().as_secs_f64()
-                    );
+                if let Some(bar) = &bar {
+                    show_progress(bar, &m);
                 }
             }
             // Finished before a coordinator restart: its figures are gone.
@@ -149,34 +148,62 @@ pub fn migrate(
         }
         std::thread::sleep(POLL_INTERVAL);
     };
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
     let took = started.elapsed().as_secs_f64();
     let bytes = done.bytes.unwrap_or(0);
     let mb_per_s = bytes as f64 / 1e6 / took.max(1e-9);
     let mut out = std::io::stdout().lock();
     match format {
-        Format::Table => {
-            let _ = writeln!(err);
-            writeln!(
-                out,
-                "migrated table {} [{start:#018x}, {end:#018x}] to server {}: {} objects, {bytes} \
+        Format::Table => writeln!(
+            out,
+            "migrated table {} [{start:#018x}, {end:#018x}] to server {}: {} objects, {bytes} \
                  bytes in {took:.2} s ({mb_per_s:.1} MB/s; ownership moved after {:.1} ms)",
-                args.table,
-                args.to,
-                done.objects.unwrap_or(0),
-                transfer.as_secs_f64() * 1e3
-            )?
-        }
+            args.table,
+            args.to,
+            done.objects.unwrap_or(0),
+            transfer.as_secs_f64() * 1e3
+        )?,
         Format::Json => print_json(
             &mut out,
             &json!({"id": migration, "table": args.table, "start_hash": start, "end_hash": end,
                     "source": done.source, "target": args.to, "state": "done",
                     "bytes": bytes, "objects": done.objects.unwrap_or(0), "seconds": took,
+                    "total_bytes": done.total_bytes, "total_objects": done.total_objects,
                     "mb_per_s": mb_per_s, "mode": args.mode.name(),
                     "ownership_transfer_ms": transfer.as_secs_f64() * 1e3}),
         )?,
         Format::Raw => {}
     }
     Ok(())
+}
+
+/// A bar on stderr (hidden when stderr is not a terminal) for one migration's
+/// objects, in percent.
+pub(crate) fn progress_bar(id: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(100);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{prefix} {bar:40} {pos}% {msg} ({elapsed})")
+    {
+        bar.set_style(style);
+    }
+    bar.set_prefix(format!("migration {id}"));
+    bar
+}
+
+/// Moves `bar` to where migration `m` is.
+pub(crate) fn show_progress(bar: &indicatif::ProgressBar, m: &MigrationInfo) {
+    if let Some(p) = m.percent() {
+        bar.set_position(p as u64);
+    }
+    bar.set_message(format!(
+        "{}: {} of {} bytes",
+        m.state,
+        m.bytes.unwrap_or(0),
+        m.total_bytes
+            .map_or_else(|| "?".to_owned(), |b| b.to_string())
+    ));
 }
 
 /// The table's only tablet, or an error asking for `--range`.
@@ -208,7 +235,10 @@ pub fn list(client: &BlockingClient, format: Format) -> Result<()> {
                 ("SOURCE", true),
                 ("TARGET", true),
                 ("STATE", false),
-                ("BYTES", true),
+                ("MOVED BYTES", true),
+                ("OF BYTES", true),
+                ("OBJECTS", true),
+                ("DONE", true),
             ]);
             for m in &migrations {
                 cols.row(vec![
@@ -219,6 +249,10 @@ pub fn list(client: &BlockingClient, format: Format) -> Result<()> {
                     server_id::Show(m.target).to_string(),
                     m.state.clone(),
                     m.bytes.map_or_else(|| "-".into(), |b| b.to_string()),
+                    m.total_bytes.map_or_else(|| "-".into(), |b| b.to_string()),
+                    m.objects.map_or_else(|| "-".into(), |b| b.to_string()),
+                    m.percent()
+                        .map_or_else(|| "-".into(), |p| format!("{p:.0}%")),
                 ]);
             }
             if migrations.is_empty() {
@@ -234,7 +268,8 @@ pub fn list(client: &BlockingClient, format: Format) -> Result<()> {
 fn to_json(m: &MigrationInfo) -> serde_json::Value {
     json!({"id": m.id, "table": m.table, "table_id": m.table_id, "start_hash": m.start_hash,
            "end_hash": m.end_hash, "source": m.source, "target": m.target, "state": m.state,
-           "bytes": m.bytes, "objects": m.objects})
+           "bytes": m.bytes, "objects": m.objects, "total_bytes": m.total_bytes,
+           "total_objects": m.total_objects, "percent": m.percent()})
 }
 
 #[cfg(test)]

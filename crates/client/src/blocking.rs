@@ -182,6 +182,11 @@ impl BlockingClient {
         block!(self, self.client.migrations())
     }
 
+    /// See [`Client::cancel_migration`].
+    pub fn cancel_migration(&self, migration_id: u64) -> Result<(), ClientError> {
+        block!(self, self.client.cancel_migration(migration_id))
+    }
+
     /// See [`Client::read`].
     ///
     /// ```no_run

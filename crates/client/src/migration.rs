@@ -22,15 +22,38 @@ pub struct MigrationInfo {
     pub target: u64,
     /// `preparing`, `pulling` or `done`.
     pub state: String,
-    /// Bytes (keys and values) moved; known once done.
+    /// Bytes (keys and values) moved so far (once pulling) or in all (done).
     pub bytes: Option<u64>,
-    /// Objects moved; known once done.
+    /// Objects moved so far (once pulling) or in all (done).
     pub objects: Option<u64>,
+    /// Bytes of the range's objects in its source's log when the migration
+    /// started (entry headers included, so a little above `bytes` at the end);
+    /// unknown if the coordinator restarted since.
+    pub total_bytes: Option<u64>,
+    /// Objects in the range when the migration started.
+    pub total_objects: Option<u64>,
+    /// For a migration that brings a cancelled one's range back to its
+    /// source: the cancelled one's id.
+    pub returns: Option<u64>,
 }
 
 impl MigrationInfo {
     pub fn is_done(&self) -> bool {
         self.state == "done"
+    }
+
+    /// How far the migration is, 0 to 100, from objects moved against the
+    /// range's objects at the start (writes during the migration can add
+    /// objects, so it is capped); `None` if either is unknown.
+    pub fn percent(&self) -> Option<f64> {
+        if self.is_done() {
+            return Some(100.0);
+        }
+        let (moved, total) = (self.objects?, self.total_objects?);
+        if total == 0 {
+            return Some(100.0);
+        }
+        Some((moved as f64 * 100.0 / total as f64).min(100.0))
     }
 
     /// Parses one line of the coordinator's `ListMigrations` text; `None` if it
@@ -49,6 +72,9 @@ impl MigrationInfo {
             state: String::new(),
             bytes: None,
             objects: None,
+            total_bytes: None,
+            total_objects: None,
+            returns: None,
         };
         let hex = |v: &str| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok();
         for field in fields.split_whitespace() {
@@ -63,6 +89,9 @@ impl MigrationInfo {
                 "state" => info.state = value.to_owned(),
                 "bytes" => info.bytes = value.parse().ok(),
                 "objects" => info.objects = value.parse().ok(),
+                "total_bytes" => info.total_bytes = value.parse().ok(),
+                "total_objects" => info.total_objects = value.parse().ok(),
+                "returns" => info.returns = value.parse().ok(),
                 _ => {}
             }
         }
@@ -143,6 +172,26 @@ impl Client {
         Ok(id)
     }
 
+    /// Cancels migration `migration_id` (state `cancelling`): it finishes, and a
+    /// return migration (listed with `returns` = this id) brings the range back
+    /// to its source, so no write acknowledged meanwhile is lost. Refused
+    /// (`InvalidRequest`) for an unknown or finished id or a return migration.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ramstore_client::Client) -> Result<(), ramstore_client::ClientError> {
+    /// client.cancel_migration(7).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn cancel_migration(&self, migration_id: u64) -> Result<(), ClientError> {
+        let req = Request::CancelMigration { migration_id };
+        self.inner
+            .coordinator(req, |r| match r {
+                Response::CancelMigration => Some(()),
+                _ => None,
+            })
+            .await
+    }
+
     /// The migrations in progress, then those finished since the coordinator
     /// started.
     ///
@@ -183,5 +232,26 @@ mod tests {
         assert!(m.is_done());
         assert_eq!((m.bytes, m.objects), (Some(100), Some(4)));
         assert_eq!(MigrationInfo::parse("garbage"), None);
+    }
+
+    #[test]
+    fn percent_comes_from_objects_moved_against_the_total() {
+        let m = MigrationInfo::parse(
+            "id=1 table_id=2 start_hash=0x0 end_hash=0xff source=1 target=2 state=pulling \
+             bytes=10 objects=25 total_bytes=400 total_objects=100 table=t",
+        )
+        .expect("parses");
+        assert_eq!(m.total_bytes, Some(400));
+        assert_eq!(m.percent(), Some(25.0));
+        let over = MigrationInfo {
+            objects: Some(150),
+            ..m.clone()
+        };
+        assert_eq!(over.percent(), Some(100.0), "capped");
+        let unknown = MigrationInfo {
+            total_objects: None,
+            ..m
+        };
+        assert_eq!(unknown.percent(), None);
     }
 }

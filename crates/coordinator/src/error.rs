@@ -70,6 +70,27 @@ pub enum CoordinatorError {
     /// The source master refused to give up the tablet (nothing changed).
     #[error("the source master refused the migration: {0}")]
     MigrationRefused(String),
+    /// The migration target has too little free memory for the range (K§2.3;
+    /// refused up front, nothing changed).
+    #[error(
+        "cannot migrate to {target}: the range holds {needed} bytes but the server can take \
+         only {room} more (it must stay below {limit_pct}% of its memory)"
+    )]
+    TargetLacksMemory {
+        target: ServerId,
+        needed: u64,
+        room: u64,
+        limit_pct: u32,
+    },
+    /// No migration with that id is in progress (never started, or finished).
+    #[error("no migration {0} is in progress (unknown id, or it has finished)")]
+    NoSuchMigration(u64),
+    /// The migration cannot be cancelled (it is the return of a cancelled one).
+    #[error("migration {id} cannot be cancelled: {reason}")]
+    CannotCancel { id: u64, reason: &'static str },
+    /// A master did not answer a question the operation needs answered.
+    #[error("server {0} did not answer; retry")]
+    ServerDidNotAnswer(ServerId),
     /// External storage failed (the change was not applied), or the stored state could
     /// not be read back (at start-up).
     #[error("external storage: {0}")]

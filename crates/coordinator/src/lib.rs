@@ -46,7 +46,9 @@
 //! transport (`cluster`), notifications and their retries (`notifier`), table and
 //! membership changes (`changes`), zombie answers and leases (`membership`),
 //! failure confirmation (`suspicion_driver`, deciding with `suspicion`) and crash
-//! recovery (`recovery`, finding the log in `recovery_log`). Imports point from
+//! recovery (`recovery`, finding the log in `recovery_log`), live migration
+//! (`migration`, cancelling in `migration_cancel`, masters' statistics in
+//! `master_stats`) and the pure rebalancing planner (`rebalance`). Imports point from
 //! the dispatcher to the parts, never back, and no files import each other in a
 //! circle (`scripts/check-module-cycles`; docs/architecture.md, "Owned parts").
 //!
@@ -81,13 +83,16 @@ pub mod etcd_storage;
 pub mod failure_detector;
 pub mod file_storage;
 pub mod lease;
+pub mod master_stats;
 pub mod membership;
 pub mod migration;
+pub mod migration_cancel;
 pub mod migration_recovery;
 pub mod migrations;
 pub mod notifier;
 pub mod partition;
 pub mod process;
+pub mod rebalance;
 pub mod recovery;
 pub mod recovery_log;
 pub mod server_list;

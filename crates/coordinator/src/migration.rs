@@ -28,7 +28,7 @@
 //! Thread-safety: [`Migrator`] is `Send + Sync`; it holds the core's lock for one
 //! core call at a time, never across a request to a master.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -111,6 +111,8 @@ impl CoordinatorCore {
             state: MigrationState::Preparing,
             safe_version: 0,
             mode,
+            cancelled: false,
+            returns: 0,
         });
         self.commit(next)?;
         Ok(record)
@@ -200,6 +202,9 @@ impl CoordinatorCore {
         {
             return Ok(Vec::new());
         }
+        if m.cancelled {
+            return self.cancelled_migration_done(&m);
+        }
         let mut next = self.state().clone();
         next.migrations_mut().remove_if(id, |_| true);
         if m.state == MigrationState::Copying {
@@ -237,6 +242,8 @@ pub struct DoneMigration {
     pub record: MigrationRecord,
     pub bytes: u64,
     pub objects: u64,
+    /// Bytes and objects of the range when the migration started, if known.
+    pub total: Option<(u64, u64)>,
 }
 
 /// Drives migrations (see the module doc). Thread-safe.
@@ -246,6 +253,10 @@ pub struct Migrator {
     done: Mutex<VecDeque<DoneMigration>>,
     /// Stop-and-copy requests waiting for their copy to finish, by migration id.
     copy_waiters: Mutex<Vec<(u64, oneshot::Sender<()>)>>,
+    /// Bytes and objects of each migration's range when it started, as its
+    /// source counted them (in memory only: a restarted coordinator shows no
+    /// total).
+    totals: Mutex<HashMap<u64, (u64, u64)>>,
 }
 
 /// How the source answered PrepareMigration.
@@ -262,6 +273,7 @@ impl Migrator {
             notifier,
             done: Mutex::new(VecDeque::new()),
             copy_waiters: Mutex::new(Vec::new()),
+            totals: Mutex::new(HashMap::new()),
         }
     }
 
@@ -275,10 +287,15 @@ impl Migrator {
         target: ServerId,
         mode: MigrationMode,
     ) -> Result<u64, CoordinatorError> {
+        // Refused before anything is recorded, so a refusal changes nothing.
+        let totals = crate::master_stats::check_room(&self.cluster, name, range, target).await?;
         let record = self
             .cluster
             .core()
             .begin_migration(name, range, target, mode)?;
+        if let Some(totals) = totals {
+            self.totals.lock().insert(record.id, totals);
+        }
         tracing::info!(
             id = record.id,
             table = name,
@@ -321,8 +338,56 @@ impl Migrator {
         }
     }
 
+    /// Records that migration `id` is cancelled; its range comes back to its
+    /// source once it has arrived (`migration_cancel`).
+    pub async fn cancel(&self, id: u64) -> Result<(), CoordinatorError> {
+        let m = self.cluster.core().cancel_migration(id)?;
+        tracing::info!(
+            id,
+            source = m.source.0,
+            target = m.target.0,
+            "migration cancelled"
+        );
+        Ok(())
+    }
+
+    /// Before a return migration's first step: the source of the cancelled one
+    /// (this one's target) drops its stale fenced copy, awaited so that no
+    /// drop can arrive after it has taken the range back (`migration_cancel`).
+    async fn drop_stale_copy(&self, record: &MigrationRecord) -> Result<(), CoordinatorError> {
+        let drop = Action::DropTablet {
+            server_id: record.target,
+            address: address_of(self.cluster.core().state(), record.target),
+            table_id: record.table_id,
+            start_hash: record.start_hash,
+            end_hash: record.end_hash,
+        };
+        loop {
+            if !self.cluster.is_up(record.target) {
+                // Its crash recovery does not bring the range back (it does not
+                // own it); the range stays, whole, on its current owner.
+                self.cluster.core().abort_migration(record.id)?;
+                return Err(CoordinatorError::MigrationRefused(
+                    "the cancelled migration's source is no longer up; the range stays \
+                     on its target"
+                        .into(),
+                ));
+            }
+            if self.notifier.send(&drop).await {
+                return Ok(());
+            }
+            self.cluster
+                .clock
+                .sleep(Duration::from_millis(PREPARE_RETRY_MS))
+                .await;
+        }
+    }
+
     /// Steps 2–4 for a `Preparing` record.
     async fn move_ownership(&self, record: MigrationRecord) -> Result<(), CoordinatorError> {
+        if record.returns != 0 {
+            self.drop_stale_copy(&record).await?;
+        }
         let safe_version = loop {
             match self.prepare(&record).await {
                 Prepared::SafeVersion(v) => break v,
@@ -399,11 +464,29 @@ impl Migrator {
     }
 
     /// The target of migration `id` has every record (step 5).
-    pub async fn done(&self, id: u64, bytes: u64, objects: u64) -> Result<(), CoordinatorError> {
+    pub async fn done(
+        self: &Arc<Self>,
+        id: u64,
+        bytes: u64,
+        objects: u64,
+    ) -> Result<(), CoordinatorError> {
         let record = self.cluster.core().state().migrations().get(id).copied();
         let actions = self.cluster.core().migration_done(id)?;
-        if let Some(record) = record.filter(|_| !actions.is_empty()) {
+        let returning = self.cluster.core().return_of(id);
+        if let Some(ret) = returning.filter(|_| record.is_some_and(|r| r.cancelled)) {
+            // Not awaited: the target that reported is the return's source and
+            // answers its PrepareMigration while this answer is on its way.
+            let me = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = me.move_ownership(ret).await {
+                    tracing::warn!(id = ret.id, error = %e, "return migration did not start");
+                }
+            });
+        }
+        let finished = !actions.is_empty() || returning.is_some();
+        if let Some(record) = record.filter(|r| finished && r.state == MigrationState::Pulling) {
             tracing::info!(id, bytes, objects, "migration done");
+            let total = self.totals.lock().remove(&id);
             let mut done = self.done.lock();
             if done.len() == DONE_KEPT {
                 done.pop_front();
@@ -412,6 +495,7 @@ impl Migrator {
                 record,
                 bytes,
                 objects,
+                total,
             });
         }
         self.notifier.carry_out(actions).await;
@@ -427,33 +511,69 @@ impl Migrator {
         Ok(())
     }
 
-    /// `key=value` lines, one per migration: those in progress, then those done
-    /// since this coordinator started.
-    pub fn list_text(&self) -> String {
+    /// `key=value` lines, one per migration: those in progress (with what their
+    /// targets have pulled so far, asked of them now), then those done since
+    /// this coordinator started.
+    pub async fn list_text(&self) -> String {
+        let targets: BTreeSet<ServerId> = self
+            .cluster
+            .core()
+            .migrations()
+            .iter()
+            .filter(|m| m.state == MigrationState::Pulling)
+            .map(|m| m.target)
+            .collect();
+        let mut moved = HashMap::new();
+        for target in targets {
+            if let Some(stats) = crate::master_stats::fetch(&self.cluster, target).await {
+                moved.extend(stats.incoming);
+            }
+        }
         let core = self.cluster.core();
         let name_of = |table_id: u64| {
             core.tables()
                 .find(|t| t.id == table_id)
                 .map_or_else(String::new, |t| t.name.clone())
         };
+        let totals = self.totals.lock().clone();
         let mut text = String::new();
         for m in core.migrations() {
             let state = match m.state {
+                _ if m.cancelled => "cancelling",
                 MigrationState::Preparing => "preparing",
                 MigrationState::Pulling => "pulling",
                 MigrationState::Copying => "copying",
             };
-            text.push_str(&line(&m, &name_of(m.table_id), state, None));
+            let counts = Counts {
+                moved: moved.get(&m.id).copied(),
+                total: totals.get(&m.id).copied(),
+            };
+            text.push_str(&line(&m, &name_of(m.table_id), state, counts));
         }
         for d in self.done.lock().iter() {
             let name = name_of(d.record.table_id);
-            text.push_str(&line(&d.record, &name, "done", Some((d.bytes, d.objects))));
+            let counts = Counts {
+                moved: Some((d.bytes, d.objects)),
+                total: d.total,
+            };
+            let state = if d.record.cancelled {
+                "cancelled"
+            } else {
+                "done"
+            };
+            text.push_str(&line(&d.record, &name, state, counts));
         }
         text
     }
 }
 
-fn line(m: &MigrationRecord, table: &str, state: &str, moved: Option<(u64, u64)>) -> String {
+/// What a listed migration has moved and how much its range held at the start.
+struct Counts {
+    moved: Option<(u64, u64)>,
+    total: Option<(u64, u64)>,
+}
+
+fn line(m: &MigrationRecord, table: &str, state: &str, counts: Counts) -> String {
     let mut s = format!(
         "id={} table_id={} start_hash={:#x} end_hash={:#x} source={} target={} state={} mode={}",
         m.id,
@@ -465,8 +585,14 @@ fn line(m: &MigrationRecord, table: &str, state: &str, moved: Option<(u64, u64)>
         state,
         m.mode.name()
     );
-    if let Some((bytes, objects)) = moved {
+    if let Some((bytes, objects)) = counts.moved {
         s.push_str(&format!(" bytes={bytes} objects={objects}"));
+    }
+    if m.returns != 0 {
+        s.push_str(&format!(" returns={}", m.returns));
+    }
+    if let Some((bytes, objects)) = counts.total {
+        s.push_str(&format!(" total_bytes={bytes} total_objects={objects}"));
     }
     // Last: the rest of the line is the name (names may hold spaces).
     s.push_str(&format!(" table={table}\n"));

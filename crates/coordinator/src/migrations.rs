@@ -38,6 +38,14 @@ pub struct MigrationRecord {
     /// How the data moves; records of earlier versions are Rocksteady.
     #[serde(default)]
     pub mode: MigrationMode,
+    /// An operator cancelled it (design notes "Cancelling a migration"): once
+    /// the target has every record, the range migrates back to the source.
+    #[serde(default)]
+    pub cancelled: bool,
+    /// The id of the cancelled migration whose range this one brings back to
+    /// its source (0: none).
+    #[serde(default)]
+    pub returns: u64,
 }
 
 impl MigrationRecord {

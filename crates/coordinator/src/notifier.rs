@@ -88,7 +88,7 @@ impl Notifier {
         }
     }
 
-    async fn send(&self, action: &Action) -> bool {
+    pub(crate) async fn send(&self, action: &Action) -> bool {
         match action {
             Action::TakeTablet {
                 server_id,

@@ -65,7 +65,11 @@ fn error_status(e: &CoordinatorError) -> Status {
         CoordinatorError::NotOneTablet { .. }
         | CoordinatorError::BadMigrationTarget { .. }
         | CoordinatorError::MigrationInProgress(_)
-        | CoordinatorError::MigrationRefused(_) => Status::InvalidRequest,
+        | CoordinatorError::MigrationRefused(_)
+        | CoordinatorError::TargetLacksMemory { .. }
+        | CoordinatorError::NoSuchMigration(_)
+        | CoordinatorError::CannotCancel { .. } => Status::InvalidRequest,
+        CoordinatorError::ServerDidNotAnswer(_) => Status::Retry,
         _ => Status::Internal,
     }
 }
@@ -195,6 +199,11 @@ impl CoordinatorService {
         if let Some(answer) = self.answer_migration_request(req).await {
             return encode_answer(id, op, answer, out);
         }
+        if let Request::ListMigrations = req {
+            // Asks the targets how far they are, so it is answered here.
+            let text = self.migrator.list_text().await;
+            return encode_response(id, op, &Response::ListMigrations { text: &text }, out);
+        }
         if let Some(encoded) = self.answer_self_encoding(id, op, req, out) {
             return encoded;
         }
@@ -296,6 +305,11 @@ impl CoordinatorService {
                 .done(migration_id, bytes, objects)
                 .await
                 .map(|()| Response::MigrationDone),
+            Request::CancelMigration { migration_id } => self
+                .migrator
+                .cancel(migration_id)
+                .await
+                .map(|()| Response::CancelMigration),
             _ => return None,
         })
     }
@@ -316,10 +330,6 @@ impl CoordinatorService {
             Request::GetServerStats => {
                 let text = self.stats_text();
                 encode_response(id, op, &Response::GetServerStats { text: &text }, out)
-            }
-            Request::ListMigrations => {
-                let text = self.migrator.list_text();
-                encode_response(id, op, &Response::ListMigrations { text: &text }, out)
             }
             Request::Ping { nonce, caller_id } => {
                 self.membership.answer_ping(id, nonce, caller_id, out)

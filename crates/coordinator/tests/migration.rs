@@ -278,7 +278,9 @@ fn pulling() -> (
     let target = *ids.iter().find(|i| **i != source && **i != ids[2]).unwrap();
     let both = SERVICE_MASTER | SERVICE_BACKUP;
     let third = core.enlist("host3:1", both, GIB, "", 0, None).unwrap().0;
-    let m = core.begin_migration("t", UPPER, target).unwrap();
+    let m = core
+        .begin_migration("t", UPPER, target, ROCKSTEADY)
+        .unwrap();
     core.migration_ownership_moved(m.id, 5).unwrap();
     (storage, core, source, target, third, m.id)
 }

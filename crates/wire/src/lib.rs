@@ -107,6 +107,8 @@
 //! PriorityPull request       (as MultiRead's) count u32 | count × (table_id u64 | key)
 //! PriorityPull response      count u32 | count × (version u64 | key | value): the keys
 //!                            asked for that exist
+//! CancelMigration request    migration_id u64
+//! CancelMigration response   (empty; the cancel is recorded, the range returns)
 //! ```
 //!
 //! # Failure detection (R§7.2, R§7.11, C§4.1)

@@ -73,11 +73,14 @@ pub enum Opcode {
     Pull = 37,
     /// Migration target → source: these keys' records, now (a client waits).
     PriorityPull = 38,
+    /// Client → coordinator: cancel a migration; its range ends on its source
+    /// (issue 20; design notes "Cancelling a migration").
+    CancelMigration = 39,
 }
 
 impl Opcode {
     /// Every opcode, in code order (for tests and tables).
-    pub const ALL: [Opcode; 38] = [
+    pub const ALL: [Opcode; 39] = [
         Opcode::Ping,
         Opcode::CreateTable,
         Opcode::GetTableId,
@@ -116,6 +119,7 @@ impl Opcode {
         Opcode::TakeMigratingTablet,
         Opcode::Pull,
         Opcode::PriorityPull,
+        Opcode::CancelMigration,
     ];
 
     /// The code sent on the wire.

@@ -252,6 +252,10 @@ pub enum Request<'a> {
     /// The records of these keys, from a tablet being migrated away. Build with
     /// [`crate::MultiReadRequestEncoder::priority_pull`].
     PriorityPull(MultiReadItems<'a>),
+    /// Cancel migration `migration_id`: its range goes back to its source.
+    CancelMigration {
+        migration_id: u64,
+    },
 }
 
 impl Request<'_> {
@@ -295,6 +299,7 @@ impl Request<'_> {
             Request::TakeMigratingTablet { .. } => Opcode::TakeMigratingTablet,
             Request::Pull { .. } => Opcode::Pull,
             Request::PriorityPull(_) => Opcode::PriorityPull,
+            Request::CancelMigration { .. } => Opcode::CancelMigration,
         }
     }
 }
@@ -482,6 +487,9 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
             max_bytes: r.u32()?,
         },
         Opcode::PriorityPull => Request::PriorityPull(List::read(r)?),
+        Opcode::CancelMigration => Request::CancelMigration {
+            migration_id: r.u64()?,
+        },
     })
 }
 
@@ -746,6 +754,7 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             put_u32(out, *max_bytes);
         }
         Request::PriorityPull(items) => items.write(out),
+        Request::CancelMigration { migration_id } => put_u64(out, *migration_id),
     }
     Ok(())
 }

@@ -125,6 +125,7 @@ pub enum Response<'a> {
         text: &'a str,
     },
     MigrationDone,
+    CancelMigration,
     /// The tablet is fenced; every version the master issued is below this.
     PrepareMigration {
         safe_version: u64,
@@ -232,6 +233,7 @@ impl Response<'_> {
             Response::MigrateTablet { .. } => Opcode::MigrateTablet,
             Response::ListMigrations { .. } => Opcode::ListMigrations,
             Response::MigrationDone => Opcode::MigrationDone,
+            Response::CancelMigration => Opcode::CancelMigration,
             Response::PrepareMigration { .. } => Opcode::PrepareMigration,
             Response::TakeMigratingTablet => Opcode::TakeMigratingTablet,
             Response::Pull { .. } => Opcode::Pull,
@@ -349,6 +351,7 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
             text: r.long_string()?,
         },
         Opcode::MigrationDone => Response::MigrationDone,
+        Opcode::CancelMigration => Response::CancelMigration,
         Opcode::PrepareMigration => Response::PrepareMigration {
             safe_version: r.u64()?,
         },
@@ -522,6 +525,7 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
         }
         Response::PriorityPull { objects } => objects.write(out),
         Response::MigrationDone
+        | Response::CancelMigration
         | Response::TakeMigratingTablet
         | Response::CrashServer
         | Response::Leave

@@ -235,6 +235,19 @@ impl StorageService {
         Some(wake)
     }
 
+    /// `(id, bytes, objects)` pulled so far by each migration coming in (the
+    /// `migration.ID.*` statistics the coordinator shows as progress).
+    pub(crate) fn incoming_progress(&self) -> Vec<(u64, u64, u64)> {
+        let incoming = self.migrations.incoming.lock();
+        incoming
+            .iter()
+            .map(|e| {
+                let (bytes, objects) = e.migration.progress();
+                (e.migration.id, bytes, objects)
+            })
+            .collect()
+    }
+
     fn unregister(&self, id: u64) {
         let mut incoming = self.migrations.incoming.lock();
         let before = incoming.len();

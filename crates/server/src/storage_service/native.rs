@@ -229,6 +229,7 @@ impl StorageService {
             | Request::MigrateTablet { .. }
             | Request::ListMigrations
             | Request::MigrationDone { .. }
+            | Request::CancelMigration { .. }
             | Request::GetTabletMap => {
                 answer_message(
                     id,

@@ -77,6 +77,11 @@ impl StorageService {
             Some(backup) => backup.stats_lines(&mut line),
             None => line("backup", "off".into()),
         }
+        // Migrations coming in: what has arrived so far (issue 20's progress).
+        for (id, bytes, objects) in self.incoming_progress() {
+            line(&format!("migration.{id}.bytes"), bytes.to_string());
+            line(&format!("migration.{id}.objects"), objects.to_string());
+        }
         for t in &s.tablets {
             line(
                 &format!("tablet.{}.{:#018x}", t.table_id, t.start_hash),

@@ -241,6 +241,10 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
         ),
         ("list_migrations_request", Request::ListMigrations),
         (
+            "cancel_migration_request",
+            Request::CancelMigration { migration_id: 9 },
+        ),
+        (
             "migration_done_request",
             Request::MigrationDone {
                 migration_id: 9,
@@ -636,6 +640,11 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
             "migration_done_response",
             Opcode::MigrationDone,
             Response::MigrationDone,
+        ),
+        (
+            "cancel_migration_response",
+            Opcode::CancelMigration,
+            Response::CancelMigration,
         ),
         (
             "prepare_migration_response",
