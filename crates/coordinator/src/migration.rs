@@ -484,7 +484,11 @@ impl Migrator {
             });
         }
         let finished = !actions.is_empty() || returning.is_some();
-        if let Some(record) = record.filter(|r| finished && r.state == MigrationState::Pulling) {
+        // A stop-and-copy migration finishes from `Copying` (ownership moves then).
+        let pulling = |r: &MigrationRecord| {
+            matches!(r.state, MigrationState::Pulling | MigrationState::Copying)
+        };
+        if let Some(record) = record.filter(|r| finished && pulling(r)) {
             tracing::info!(id, bytes, objects, "migration done");
             let total = self.totals.lock().remove(&id);
             let mut done = self.done.lock();
@@ -520,7 +524,7 @@ impl Migrator {
             .core()
             .migrations()
             .iter()
-            .filter(|m| m.state == MigrationState::Pulling)
+            .filter(|m| matches!(m.state, MigrationState::Pulling | MigrationState::Copying))
             .map(|m| m.target)
             .collect();
         let mut moved = HashMap::new();
