@@ -470,9 +470,35 @@ impl Migrator {
         bytes: u64,
         objects: u64,
     ) -> Result<(), CoordinatorError> {
-        let record = self.cluster.core().state().migrations().get(id).copied();
-        let actions = self.cluster.core().migration_done(id)?;
-        let returning = self.cluster.core().return_of(id);
+        // The finished list is locked across the core's step, so a listing (which
+        // takes the same lock before the core's) sees the migration in progress
+        // or done, never neither (`ramstore rebalance` and `migrate` stop on a
+        // migration that is not listed).
+        let (record, actions, returning) = {
+            let mut done_list = self.done.lock();
+            let record = self.cluster.core().state().migrations().get(id).copied();
+            let actions = self.cluster.core().migration_done(id)?;
+            let returning = self.cluster.core().return_of(id);
+            let finished = !actions.is_empty() || returning.is_some();
+            // A stop-and-copy migration finishes from `Copying` (ownership moves then).
+            let pulling = |r: &MigrationRecord| {
+                matches!(r.state, MigrationState::Pulling | MigrationState::Copying)
+            };
+            if let Some(record) = record.filter(|r| finished && pulling(r)) {
+                tracing::info!(id, bytes, objects, "migration done");
+                let total = self.totals.lock().remove(&id);
+                if done_list.len() == DONE_KEPT {
+                    done_list.pop_front();
+                }
+                done_list.push_back(DoneMigration {
+                    record,
+                    bytes,
+                    objects,
+                    total,
+                });
+            }
+            (record, actions, returning)
+        };
         if let Some(ret) = returning.filter(|_| record.is_some_and(|r| r.cancelled)) {
             // Not awaited: the target that reported is the return's source and
             // answers its PrepareMigration while this answer is on its way.
@@ -481,25 +507,6 @@ impl Migrator {
                 if let Err(e) = me.move_ownership(ret).await {
                     tracing::warn!(id = ret.id, error = %e, "return migration did not start");
                 }
-            });
-        }
-        let finished = !actions.is_empty() || returning.is_some();
-        // A stop-and-copy migration finishes from `Copying` (ownership moves then).
-        let pulling = |r: &MigrationRecord| {
-            matches!(r.state, MigrationState::Pulling | MigrationState::Copying)
-        };
-        if let Some(record) = record.filter(|r| finished && pulling(r)) {
-            tracing::info!(id, bytes, objects, "migration done");
-            let total = self.totals.lock().remove(&id);
-            let mut done = self.done.lock();
-            if done.len() == DONE_KEPT {
-                done.pop_front();
-            }
-            done.push_back(DoneMigration {
-                record,
-                bytes,
-                objects,
-                total,
             });
         }
         self.notifier.carry_out(actions).await;
@@ -533,6 +540,8 @@ impl Migrator {
                 moved.extend(stats.incoming);
             }
         }
+        // Lock order: the finished list, then the core (as in `done`).
+        let done_list = self.done.lock();
         let core = self.cluster.core();
         let name_of = |table_id: u64| {
             core.tables()
@@ -554,7 +563,7 @@ impl Migrator {
             };
             text.push_str(&line(&m, &name_of(m.table_id), state, counts));
         }
-        for d in self.done.lock().iter() {
+        for d in done_list.iter() {
             let name = name_of(d.record.table_id);
             let counts = Counts {
                 moved: Some((d.bytes, d.objects)),
