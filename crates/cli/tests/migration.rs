@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{wait_until, Cluster};
+use common::{owner_of, wait_until, write_all, Cluster};
 use ramstore_checker::{check, CheckOptions};
-use ramstore_client::{BlockingClient, ClientError, MultiWriteOp};
+use ramstore_client::{BlockingClient, ClientError};
 use ramstore_harness::workload::{Workload, WorkloadConfig};
 
 /// Stable objects written before the migration and never touched again.
@@ -38,16 +38,7 @@ fn setup() -> (Cluster, u64, u64, u64) {
     let t = c.create_table("t", 1).unwrap();
     let keys: Vec<Vec<u8>> = (0..STABLE).map(stable_key).collect();
     let values: Vec<Vec<u8>> = (0..STABLE).map(stable_value).collect();
-    for (ks, vs) in keys.chunks(500).zip(values.chunks(500)) {
-        let ops: Vec<_> = ks
-            .iter()
-            .zip(vs)
-            .map(|(k, v)| MultiWriteOp::new(t, k, v))
-            .collect();
-        for r in c.multi_write(&ops) {
-            r.expect("stable write");
-        }
-    }
+    write_all(&c, t, &keys, &values, 500);
     let owner = owner_of(&c, t);
     let target = cluster
         .servers
@@ -56,13 +47,6 @@ fn setup() -> (Cluster, u64, u64, u64) {
         .find(|id| *id != owner)
         .unwrap();
     (cluster, t, owner, target)
-}
-
-fn owner_of(c: &BlockingClient, t: u64) -> u64 {
-    let map = c.tablet_map().unwrap();
-    let mine: Vec<_> = map.iter().filter(|x| x.table_id == t).collect();
-    assert_eq!(mine.len(), 1, "{mine:?}");
-    mine[0].server_id
 }
 
 fn address_of(cluster: &Cluster, id: u64) -> String {
@@ -275,16 +259,7 @@ fn migrate_then_sigkill_of_the_target_recovers_every_pulled_object() {
     let t = c.create_table("t", 1).unwrap();
     let keys: Vec<Vec<u8>> = (0..STABLE).map(stable_key).collect();
     let values: Vec<Vec<u8>> = (0..STABLE).map(stable_value).collect();
-    for (ks, vs) in keys.chunks(500).zip(values.chunks(500)) {
-        let ops: Vec<_> = ks
-            .iter()
-            .zip(vs)
-            .map(|(k, v)| MultiWriteOp::new(t, k, v))
-            .collect();
-        for r in c.multi_write(&ops) {
-            r.expect("stable write");
-        }
-    }
+    write_all(&c, t, &keys, &values, 500);
     let source = owner_of(&c, t);
     let target = cluster
         .servers

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use common::{wait_until, Cluster};
-use ramstore_client::{BlockingClient, MultiWriteOp};
+use common::{owner_of, wait_until, write_all, Cluster};
+use ramstore_client::BlockingClient;
 
 /// Each master's log memory: small, so the churn below fills most of it.
 const MEMORY: &str = "48MiB";
@@ -41,23 +41,7 @@ fn value(i: usize, generation: u64) -> Vec<u8> {
 fn load(c: &BlockingClient, table: u64, prefix: &str, count: usize) {
     let keys: Vec<Vec<u8>> = (0..count).map(|i| key(prefix, i)).collect();
     let values: Vec<Vec<u8>> = (0..count).map(|i| value(i, 0)).collect();
-    for (ks, vs) in keys.chunks(500).zip(values.chunks(500)) {
-        let ops: Vec<_> = ks
-            .iter()
-            .zip(vs)
-            .map(|(k, v)| MultiWriteOp::new(table, k, v))
-            .collect();
-        for r in c.multi_write(&ops) {
-            r.expect("load write");
-        }
-    }
-}
-
-fn owner_of(c: &BlockingClient, table: u64) -> u64 {
-    let map = c.tablet_map().unwrap();
-    let mine: Vec<_> = map.iter().filter(|x| x.table_id == table).collect();
-    assert_eq!(mine.len(), 1, "{mine:?}");
-    mine[0].server_id
+    write_all(c, table, &keys, &values, 500);
 }
 
 /// `compactions + combined_passes` of the server at `addr`.

@@ -16,9 +16,12 @@ mod common;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{free_port, spawn_ramstore, wait_until, Cluster, Proc, Server, READY_TIMEOUT};
+use common::{
+    free_port, owner_of, spawn_ramstore, wait_until, write_all, Cluster, Proc, Server,
+    READY_TIMEOUT,
+};
 use ramstore_checker::{check, CheckOptions};
-use ramstore_client::{BlockingClient, ClientError, ClientOptions, MultiWriteOp};
+use ramstore_client::{BlockingClient, ClientError, ClientOptions};
 use ramstore_harness::etcd::TestEtcd;
 use ramstore_harness::workload::{Workload, WorkloadConfig};
 
@@ -99,24 +102,8 @@ fn load(c: &BlockingClient) -> u64 {
     let t = c.create_table("t", 1).unwrap();
     let keys: Vec<Vec<u8>> = (0..STABLE).map(stable_key).collect();
     let values: Vec<Vec<u8>> = (0..STABLE).map(stable_value).collect();
-    for (ks, vs) in keys.chunks(500).zip(values.chunks(500)) {
-        let ops: Vec<_> = ks
-            .iter()
-            .zip(vs)
-            .map(|(k, v)| MultiWriteOp::new(t, k, v))
-            .collect();
-        for r in c.multi_write(&ops) {
-            r.expect("stable write");
-        }
-    }
+    write_all(c, t, &keys, &values, 500);
     t
-}
-
-fn owner_of(c: &BlockingClient, t: u64) -> u64 {
-    let map = c.tablet_map().unwrap();
-    let mine: Vec<_> = map.iter().filter(|x| x.table_id == t).collect();
-    assert_eq!(mine.len(), 1, "{mine:?}");
-    mine[0].server_id
 }
 
 /// A migration in the middle of its pulls, with load running.

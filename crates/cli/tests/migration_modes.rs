@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use common::{wait_until, Cluster};
-use ramstore_client::{BlockingClient, MigrationMode, MultiWriteOp};
+use common::{owner_of, wait_until, write_all, Cluster};
+use ramstore_client::MigrationMode;
 
 const OBJECTS: usize = 20_000;
 
@@ -36,16 +36,7 @@ fn setup() -> (Cluster, u64, u64, u64) {
     let t = c.create_table("t", 1).unwrap();
     let keys: Vec<Vec<u8>> = (0..OBJECTS).map(key).collect();
     let values: Vec<Vec<u8>> = (0..OBJECTS).map(value).collect();
-    for (ks, vs) in keys.chunks(500).zip(values.chunks(500)) {
-        let ops: Vec<_> = ks
-            .iter()
-            .zip(vs)
-            .map(|(k, v)| MultiWriteOp::new(t, k, v))
-            .collect();
-        for r in c.multi_write(&ops) {
-            r.expect("load");
-        }
-    }
+    write_all(&c, t, &keys, &values, 500);
     let owner = owner_of(&c, t);
     let other = cluster
         .servers
@@ -54,13 +45,6 @@ fn setup() -> (Cluster, u64, u64, u64) {
         .find(|id| *id != owner)
         .unwrap();
     (cluster, t, owner, other)
-}
-
-fn owner_of(c: &BlockingClient, t: u64) -> u64 {
-    let map = c.tablet_map().unwrap();
-    let mine: Vec<_> = map.iter().filter(|x| x.table_id == t).collect();
-    assert_eq!(mine.len(), 1, "{mine:?}");
-    mine[0].server_id
 }
 
 /// A client reading every object in turn until stopped: how many reads it

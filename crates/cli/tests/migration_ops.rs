@@ -9,8 +9,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wait_until, Cluster};
-use ramstore_client::{BlockingClient, ClientError, MultiWriteOp};
+use common::{wait_until, write_all, Cluster};
+use ramstore_client::{BlockingClient, ClientError};
 
 fn key(i: usize) -> Vec<u8> {
     format!("key-{i}").into_bytes()
@@ -26,16 +26,7 @@ fn value(i: usize, len: usize) -> Vec<u8> {
 fn load(c: &BlockingClient, t: u64, n: usize, len: usize) {
     let keys: Vec<Vec<u8>> = (0..n).map(key).collect();
     let values: Vec<Vec<u8>> = (0..n).map(|i| value(i, len)).collect();
-    for (ks, vs) in keys.chunks(200).zip(values.chunks(200)) {
-        let ops: Vec<_> = ks
-            .iter()
-            .zip(vs)
-            .map(|(k, v)| MultiWriteOp::new(t, k, v))
-            .collect();
-        for r in c.multi_write(&ops) {
-            r.expect("load write");
-        }
-    }
+    write_all(c, t, &keys, &values, 200);
 }
 
 /// The owners of table `t`'s tablets, by start hash.

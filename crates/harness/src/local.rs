@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ramstore_client::{BlockingClient, ClientOptions};
+use ramstore_client::{BlockingClient, ClientOptions, MultiWriteOp};
 use tempfile::TempDir;
 
 use crate::process::{guard, Proc, Spawn};
@@ -161,6 +161,35 @@ pub fn dead_addr() -> String {
 /// A port `p` such that `p..=p + extra` were all free a moment ago.
 pub fn free_port_run(extra: u16) -> u16 {
     try_free_ports(extra.saturating_add(1)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The server that owns `table`, which must be one tablet (panics otherwise).
+pub fn owner_of(client: &BlockingClient, table: u64) -> u64 {
+    let map = client.tablet_map().expect("tablet map");
+    let mine: Vec<_> = map.iter().filter(|x| x.table_id == table).collect();
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    mine[0].server_id
+}
+
+/// Writes `keys[i] = values[i]` into `table` by multi-writes of `batch` objects;
+/// panics on any failed write (a test's loading step).
+pub fn write_all(
+    client: &BlockingClient,
+    table: u64,
+    keys: &[Vec<u8>],
+    values: &[Vec<u8>],
+    batch: usize,
+) {
+    for (ks, vs) in keys.chunks(batch).zip(values.chunks(batch)) {
+        let ops: Vec<_> = ks
+            .iter()
+            .zip(vs)
+            .map(|(k, v)| MultiWriteOp::new(table, k, v))
+            .collect();
+        for r in client.multi_write(&ops) {
+            r.expect("load write");
+        }
+    }
 }
 
 /// The result of a one-shot CLI command.
