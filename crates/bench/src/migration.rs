@@ -116,11 +116,12 @@ fn run_one(a: &RunArgs) -> anyhow::Result<()> {
         .find(|t| t.table_id == table_id && t.start_hash == split)
         .map(|t| t.server_id)
         .context("the upper half's tablet is not in the map")?;
-    let target = servers
+    let (target, target_addr) = servers
         .iter()
-        .copied()
-        .find(|s| *s != source)
+        .find(|(s, _)| *s != source)
+        .cloned()
         .context("no server other than the source")?;
+    let target_addr = target_addr.as_str();
 
     let mut load = Load {
         client: client.clone(),
@@ -152,11 +153,17 @@ fn run_one(a: &RunArgs) -> anyhow::Result<()> {
         let start = t0.elapsed().as_secs_f64();
         let id = client.migrate_tablet_with_mode(TABLE, split, u64::MAX, target, mode)?;
         let ownership = t0.elapsed().as_secs_f64();
+        let mut arrived = None;
         let info = loop {
             let found = client.migrations()?.into_iter().find(|m| m.id == id);
             match found {
                 Some(m) if m.is_done() => break m,
-                Some(_) => std::thread::sleep(POLL),
+                Some(_) => {
+                    if arrived.is_none() && has_arrived(&client, target_addr, id) {
+                        arrived = Some(t0.elapsed().as_secs_f64());
+                    }
+                    std::thread::sleep(POLL)
+                }
                 None => bail!("migration {id} is no longer listed"),
             }
         };
@@ -166,6 +173,7 @@ fn run_one(a: &RunArgs) -> anyhow::Result<()> {
             measure_s: WARMUP_SECS,
             start_s: start,
             ownership_s: ownership,
+            arrived_s: arrived.unwrap_or(done),
             done_s: done,
             end_s: t0.elapsed().as_secs_f64(),
         };
@@ -175,10 +183,12 @@ fn run_one(a: &RunArgs) -> anyhow::Result<()> {
 
     let bytes = info.bytes.unwrap_or(0);
     let migration_s = marks.done_s - marks.start_s;
+    let arrived_s = marks.arrived_s - marks.start_s;
     let (b, d, f) = phases(&samples, &marks);
     let run = Run {
         mode: mode.name().to_owned(),
-        mb_per_s: bytes as f64 / 1e6 / migration_s.max(1e-9),
+        mb_per_s: bytes as f64 / 1e6 / arrived_s.max(1e-9),
+        mb_per_s_durable: bytes as f64 / 1e6 / migration_s.max(1e-9),
         ownership_transfer_ms: (marks.ownership_s - marks.start_s) * 1e3,
         p50_before_us: b.p50_us,
         p999_before_us: b.p999_us,
@@ -279,18 +289,29 @@ fn load(
     Ok(())
 }
 
-/// Ids of the servers the coordinator lists as up (its `server.ID=ADDR up …`
-/// statistics).
-fn up_servers(client: &BlockingClient, coordinator: &str) -> anyhow::Result<Vec<u64>> {
+/// Ids and addresses of the servers the coordinator lists as up (its
+/// `server.ID=ADDR up …` statistics).
+fn up_servers(client: &BlockingClient, coordinator: &str) -> anyhow::Result<Vec<(u64, String)>> {
     let text = client.server_stats(coordinator)?;
     Ok(text
         .lines()
         .filter_map(|l| {
             let (k, v) = l.split_once('=')?;
             let id = k.strip_prefix("server.")?.parse().ok()?;
-            (v.split_whitespace().nth(1) == Some("up")).then_some(id)
+            let mut fields = v.split_whitespace();
+            let addr = fields.next()?.to_owned();
+            (fields.next() == Some("up")).then_some((id, addr))
         })
         .collect())
+}
+
+/// Whether the target at `addr` reports every record of migration `id` arrived
+/// (its `migration.ID.arrived=true` statistic).
+fn has_arrived(client: &BlockingClient, addr: &str, id: u64) -> bool {
+    let line = format!("migration.{id}.arrived=true");
+    client
+        .server_stats(addr)
+        .is_ok_and(|text| text.lines().any(|l| l == line))
 }
 
 fn report(a: &ReportArgs) -> anyhow::Result<()> {

@@ -83,7 +83,7 @@ fn append(log: &Log, side: &SideLog, i: u64) -> ramstore_log::Appended {
 }
 
 #[test]
-fn append_side_replicates_whole_segments_and_never_touches_the_head() {
+fn append_side_replicates_nothing_until_sealed_then_whole_segments_and_never_touches_the_head() {
     let sink = Arc::new(Recorder::default());
     let log = log_with(sink.clone());
     let head = log.head_segment_id();
@@ -102,20 +102,10 @@ fn append_side_replicates_whole_segments_and_never_touches_the_head() {
     assert_eq!(log.head_segment_id(), head, "the head did not roll");
     let mut after = Vec::new();
     assert_eq!(log.copy_for_replica(head, 0, &mut after), Some(head_len));
-    // Every full side segment went to the sink whole, once, without a wait; the
-    // open one not yet; nothing per entry.
-    let calls = sink.calls()[before..].to_vec();
-    let full = &ids[..ids.len() - 1];
-    let mut expected = Vec::new();
-    for &id in full {
-        let mut bytes = Vec::new();
-        let len = log.copy_for_replica(id, 0, &mut bytes).unwrap();
-        expected.push(Call::Opened(id, SegmentRole::Survivor));
-        expected.push(Call::Replicate(id, 0, len));
-        expected.push(Call::Close(id));
-    }
-    assert_eq!(calls, expected);
-    // Every entry reads back in place.
+    // Re-replication is deferred (K§2.3.4): nothing reached the sink while
+    // the bulk writer ran, not even the full segments.
+    assert_eq!(sink.calls()[before..].to_vec(), Vec::<Call>::new());
+    // Every entry reads back in place, without waiting for a replica.
     for (i, r) in refs.iter().enumerate() {
         let view = log.object(r.entry).unwrap();
         assert_eq!(view.version(), i as u64 + 1);
@@ -124,6 +114,18 @@ fn append_side_replicates_whole_segments_and_never_touches_the_head() {
             "a side entry waits for no replica"
         );
     }
+    // Sealing hands every segment over whole, once, in order; nothing per entry.
+    let sealed = log.seal_side_logs(&[&side]);
+    assert_eq!(sealed, ids);
+    let mut expected = Vec::new();
+    for &id in &ids {
+        let mut bytes = Vec::new();
+        let len = log.copy_for_replica(id, 0, &mut bytes).unwrap();
+        expected.push(Call::Opened(id, SegmentRole::Survivor));
+        expected.push(Call::Replicate(id, 0, len));
+        expected.push(Call::Close(id));
+    }
+    assert_eq!(sink.calls()[before..].to_vec(), expected);
 }
 
 #[test]

@@ -84,6 +84,12 @@ pub const REPLICATION_WAIT_MS: u64 = 1_000;
 /// acknowledgements up behind it (K§2.3: pulled records are replicated at lower
 /// priority than client writes).
 pub const SURVIVOR_ROUND_BYTES: usize = 1 << 20;
+/// Most rounds of such segments in flight at once, across all of them: a
+/// migration seals dozens of side segments at once, and sending them all
+/// together queued tens of megabytes on the backups' connections ahead of every
+/// client write's round (the client stalled for the whole re-replication). Two
+/// keep a backup busy while one round's acknowledgement travels.
+pub const MAX_SURVIVOR_ROUNDS_IN_FLIGHT: usize = 2;
 /// Pause before a segment that found no backup (or a backup that asked to retry)
 /// is tried again.
 const RETRY_BACKOFF_MS: u64 = 20;

@@ -237,6 +237,7 @@ pub async fn start(options: ServerOptions) -> Result<StartedServer, ServerError>
     if let Some(dir) = &identity_dir {
         cold_start::write_identity(dir, server_id, &advertise)?;
     }
+    service.set_migration_lanes(tcp(), tcp());
     tasks.extend(run_enlisted(
         &options,
         &service,

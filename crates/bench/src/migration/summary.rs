@@ -19,6 +19,11 @@ pub struct Marks {
     pub start_s: f64,
     /// `MigrateTablet` returned: the target owns the range.
     pub ownership_s: f64,
+    /// The target reports every record arrived (K§2.3.4: what is left is the
+    /// deferred re-replication of its side logs and their commit); the same as
+    /// `done_s` when it never did (stop-and-copy).
+    #[serde(default)]
+    pub arrived_s: f64,
     /// The coordinator lists the migration done.
     pub done_s: f64,
     /// The load stopped.
@@ -55,7 +60,13 @@ pub struct Second {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Run {
     pub mode: String,
+    /// Migration rate as K§2.4 measures it: bytes over the time from
+    /// `MigrateTablet` to every record at the target (`marks.arrived_s`).
     pub mb_per_s: f64,
+    /// Bytes over the time from `MigrateTablet` to the migration listed done:
+    /// pulled, re-replicated on the target's backups and committed.
+    #[serde(default)]
+    pub mb_per_s_durable: f64,
     pub ownership_transfer_ms: f64,
     pub p50_before_us: u64,
     pub p999_before_us: u64,
@@ -176,7 +187,11 @@ pub struct Must {
 pub fn musts(run: &Run) -> Vec<Must> {
     vec![
         Must {
-            text: format!("migration ≥ 300 MB/s: {:.1} MB/s", run.mb_per_s),
+            text: format!(
+                "migration ≥ 300 MB/s: {:.1} MB/s until every record is at the target \
+                 ({:.1} MB/s until re-replicated and committed)",
+                run.mb_per_s, run.mb_per_s_durable
+            ),
             pass: run.mb_per_s >= 300.0,
         },
         Must {
@@ -216,6 +231,7 @@ mod tests {
         Run {
             mode: "rocksteady".into(),
             mb_per_s: 400.0,
+            mb_per_s_durable: 200.0,
             ownership_transfer_ms: 3.0,
             p50_before_us: 20,
             p999_before_us: 1000,
@@ -241,6 +257,7 @@ mod tests {
                 measure_s: 1.0,
                 start_s: 5.0,
                 ownership_s: 5.003,
+                arrived_s: 5.2,
                 done_s: 5.3,
                 end_s: 10.3,
             },
@@ -270,6 +287,7 @@ mod tests {
             measure_s: 1.0,
             start_s: 5.0,
             ownership_s: 5.001,
+            arrived_s: 7.0,
             done_s: 8.0,
             end_s: 10.0,
         };

@@ -6,14 +6,17 @@
 //! instead of the head: a client's write in the head then never waits for the
 //! replication of pulled bytes appended before it (R§4.2 group commit makes an
 //! acknowledgement wait for everything before it in its segment), and pulled
-//! bytes go to backups in full-segment rounds instead of one `replicate` per
-//! record. Design notes "Migration (Rocksteady)", "Where pulled records go".
+//! bytes go to backups in whole segments, once, after the pull, instead of one
+//! `replicate` per record. Design notes "Migration (Rocksteady)", "Where pulled records go".
 //!
 //! Life of a side segment: it enters the segment table as [`SegmentState::Side`]
 //! (so tombstones naming it stay live and the cleaner leaves it alone) and no
-//! digest names it; once full it is handed to the replica sink whole, as a
-//! survivor of cleaning is (opened, replicated, closed), without anyone waiting;
-//! [`Log::commit_side_logs`] hands over the last, partly filled ones, waits until
+//! digest names it; once full it is closed in memory, and nothing is sent to
+//! backups while the bulk writer runs (K§2.3.4: re-replication is deferred until
+//! the migration has pulled everything, the source's log being the durable copy
+//! meanwhile). [`Log::seal_side_logs`] hands every segment to the replica sink
+//! whole, as a survivor of cleaning is (opened, replicated, closed), and
+//! [`Log::commit_side_logs`] seals, waits until
 //! all are closed on their replicas ([`crate::ReplicaSink::sync_closed`]), marks
 //! them closed and rolls the head, whose digest names them: that digest is the
 //! one metadata record that commits them (L§6.4: replicas before the digest). A
@@ -51,8 +54,10 @@ pub struct SideLog {
 struct SideState {
     /// The segment being filled.
     writer: Option<SegmentWriter>,
-    /// Full segments handed to the replica sink, waiting for the commit.
-    full: Vec<u64>,
+    /// Full segments (id, length), not yet handed to the replica sink: that
+    /// happens when the side log is sealed (K§2.3.4: re-replication is
+    /// deferred until the migration has pulled everything).
+    full: Vec<(u64, usize)>,
     /// Bytes appended (entries and segment headers) since the last commit.
     bytes: u64,
 }
@@ -67,7 +72,7 @@ impl SideLog {
         let st = self.state.lock();
         st.full
             .iter()
-            .copied()
+            .map(|&(id, _)| id)
             .chain(st.writer.as_ref().map(|w| w.id))
             .collect()
     }
@@ -94,9 +99,8 @@ impl Log {
         let fits = st.writer.as_ref().is_some_and(|w| w.room() >= total);
         if !fits {
             if let Some(full) = st.writer.take() {
-                let id = full.id;
-                self.hand_over_side_segment(full);
-                st.full.push(id);
+                let done = self.close_side_segment(full);
+                st.full.push(done);
             }
             let header_len = self.open_side_segment(&mut st, total)?;
             st.bytes += header_len as u64;
@@ -135,22 +139,30 @@ impl Log {
     }
 
     /// The first step of a commit that waits for replication its own way (a
-    /// server polls its replica manager instead of blocking a thread): hands the
-    /// open segments of `sides` to the replica sink and returns the ids of every
-    /// segment they hold, which leave the side logs. Never blocks.
+    /// server polls its replica manager instead of blocking a thread): closes
+    /// the open segments of `sides`, hands every segment they hold to the
+    /// replica sink whole and returns their ids, which leave the side logs.
+    /// Never blocks.
     pub fn seal_side_logs(&self, sides: &[&SideLog]) -> Vec<u64> {
-        let mut ids = Vec::new();
+        let mut sealed = Vec::new();
         for side in sides {
             let mut st = side.state.lock();
             if let Some(w) = st.writer.take() {
-                let id = w.id;
-                self.hand_over_side_segment(w);
-                st.full.push(id);
+                let done = self.close_side_segment(w);
+                st.full.push(done);
             }
-            ids.append(&mut st.full);
+            sealed.append(&mut st.full);
             st.bytes = 0;
         }
-        ids
+        // Replicated only now, all at once (module doc): while pulling, the
+        // migration's CPU and the backups' disks went to the pull alone.
+        let sink = &self.config.replicas;
+        for &(id, length) in &sealed {
+            sink.opened(id, SegmentRole::Survivor);
+            sink.replicate(id, 0, length);
+            sink.close(id);
+        }
+        sealed.into_iter().map(|(id, _)| id).collect()
     }
 
     /// The last step of a commit: side segments `ids` (from
@@ -231,10 +243,10 @@ impl Log {
         Err(AppendError::NoSpace)
     }
 
-    /// A side segment is full (or being committed): it takes its seglets into the
-    /// segment table and goes to the replica sink whole, as a survivor does; no
-    /// one waits for it here.
-    fn hand_over_side_segment(&self, mut w: SegmentWriter) {
+    /// A side segment is full (or being sealed): it takes its seglets into the
+    /// segment table; returns its id and length, for the replica sink at the
+    /// seal ([`Self::seal_side_logs`]).
+    fn close_side_segment(&self, mut w: SegmentWriter) -> (u64, usize) {
         let spare = w.trim_unused();
         if !spare.is_empty() {
             self.pool.release(&spare);
@@ -249,9 +261,6 @@ impl Log {
                 m.max_entry_bytes = w.max_entry_bytes;
             }
         }
-        let sink = &self.config.replicas;
-        sink.opened(id, SegmentRole::Survivor);
-        sink.replicate(id, 0, length);
-        sink.close(id);
+        (id, length)
     }
 }

@@ -15,8 +15,8 @@ use tokio::sync::Notify;
 
 use super::{
     drop_replica, stale_frees, take_frees, update_durability, Planned, Replica, ReplicaManager,
-    Round, Send, State, FREE_DEADLINE_MS, MAX_STALE_REPLICAS, RETRY_BACKOFF_MS, ROUND_CHECK_MS,
-    ROUND_DEADLINE_MS, SURVIVOR_ROUND_BYTES, SWEEP_MS,
+    Round, Send, State, FREE_DEADLINE_MS, MAX_STALE_REPLICAS, MAX_SURVIVOR_ROUNDS_IN_FLIGHT,
+    RETRY_BACKOFF_MS, ROUND_CHECK_MS, ROUND_DEADLINE_MS, SURVIVOR_ROUND_BYTES, SWEEP_MS,
 };
 
 impl ReplicaManager {
@@ -100,7 +100,11 @@ impl ReplicaManager {
         let mut rounds = Vec::new();
         let mut retry_at: Option<Instant> = None;
         let deadline = Duration::from_millis(ROUND_DEADLINE_MS);
+        let mut survivor_rounds = 0;
         for seg in st.segments.values() {
+            if seg.in_flight && seg.role == SegmentRole::Survivor {
+                survivor_rounds += 1;
+            }
             if let Some((started, cancel)) = &seg.round {
                 if now.duration_since(*started) >= deadline {
                     cancel.notify_one();
@@ -112,6 +116,16 @@ impl ReplicaManager {
         }
         let dirty = std::mem::take(&mut st.dirty);
         for id in dirty {
+            let survivor = st
+                .segments
+                .get(&id)
+                .is_some_and(|s| s.role == SegmentRole::Survivor && !s.in_flight);
+            if survivor && survivor_rounds >= MAX_SURVIVOR_ROUNDS_IN_FLIGHT {
+                // Its turn comes when a round in flight finishes (which wakes
+                // the replicator); head rounds never wait for these.
+                st.dirty.insert(id);
+                continue;
+            }
             if let Some(seg) = st.segments.get_mut(&id) {
                 match seg.retry_at {
                     Some(at) if at > now => {
@@ -124,7 +138,10 @@ impl ReplicaManager {
                 }
             }
             match self.plan_segment(&mut st, id) {
-                Planned::Round(r) => rounds.push(r),
+                Planned::Round(r) => {
+                    survivor_rounds += usize::from(survivor);
+                    rounds.push(r);
+                }
                 Planned::Nothing => {}
                 Planned::Retry => {
                     let at = now + Duration::from_millis(RETRY_BACKOFF_MS);

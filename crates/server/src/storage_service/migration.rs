@@ -46,9 +46,11 @@ use super::StorageService;
 pub use ramstore_master::migration::Partition;
 
 /// The delay a client is told to wait for a key whose record is being pulled.
-pub const MIGRATION_RETRY_MS: u32 = 2;
+pub const MIGRATION_RETRY_MS: u32 = 1;
 /// Bytes of one background Pull batch (K§2.3: pulls are sized by bytes).
 pub const MIGRATION_PULL_BYTES: u32 = 1 << 20;
+/// PriorityPulls of one migration out at once.
+pub const PRIORITY_PULLS_IN_FLIGHT: usize = 4;
 /// The most keys one PriorityPull asks for.
 pub const MAX_PRIORITY_PULL_KEYS: usize = 256;
 /// Deadline of one Pull, PriorityPull or MigrationDone.
@@ -96,6 +98,32 @@ pub(crate) struct Migrations {
     /// K§2.3.4): the coordinator recovered the crashed source's copy of the
     /// range onto another master and named it in a resent TakeMigratingTablet.
     moved_sources: Mutex<HashMap<u64, String>>,
+    /// Connections of their own for bulk pulls and for PriorityPulls (set by a
+    /// real server; a simulation uses `links` for all): a PriorityPull's answer,
+    /// which a client waits for, must not queue on a socket behind megabytes of
+    /// background Pull answers, and neither must pings or replication.
+    lanes: OnceLock<(Arc<dyn Transport>, Arc<dyn Transport>)>,
+}
+
+/// What has arrived of one incoming migration (the server's stats).
+pub(crate) struct IncomingProgress {
+    pub id: u64,
+    pub bytes: u64,
+    pub objects: u64,
+    /// Every record of the range is here and no client waits for one: what is
+    /// left is the side logs' replication and commit (K§2.3.4).
+    pub arrived: bool,
+}
+
+/// Which connection a migration request goes on ([`Migrations::lanes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// MigrationDone and the like: the server's shared transport.
+    Control,
+    /// Background Pulls.
+    Bulk,
+    /// PriorityPulls.
+    Priority,
 }
 
 /// The gate's decision for one client operation.
@@ -114,6 +142,17 @@ impl StorageService {
     /// addresses separated by commas). Set once, when the server has enlisted.
     pub(crate) fn set_migration_links(&self, transport: Arc<dyn Transport>, coordinator: String) {
         let _ = self.migrations.links.set((transport, coordinator));
+    }
+
+    /// Separate transports for bulk Pulls and PriorityPulls ([`Migrations`]'s
+    /// `lanes`); without this call both use the one of
+    /// [`Self::set_migration_links`].
+    pub(crate) fn set_migration_lanes(
+        &self,
+        bulk: Arc<dyn Transport>,
+        priority: Arc<dyn Transport>,
+    ) {
+        let _ = self.migrations.lanes.set((bulk, priority));
     }
 
     /// The gate of a client operation `op` on `key` of `table_id` (module doc).
@@ -237,13 +276,18 @@ impl StorageService {
 
     /// `(id, bytes, objects)` pulled so far by each migration coming in (the
     /// `migration.ID.*` statistics the coordinator shows as progress).
-    pub(crate) fn incoming_progress(&self) -> Vec<(u64, u64, u64)> {
+    pub(crate) fn incoming_progress(&self) -> Vec<IncomingProgress> {
         let incoming = self.migrations.incoming.lock();
         incoming
             .iter()
             .map(|e| {
                 let (bytes, objects) = e.migration.progress();
-                (e.migration.id, bytes, objects)
+                IncomingProgress {
+                    id: e.migration.id,
+                    bytes,
+                    objects,
+                    arrived: e.migration.is_complete(),
+                }
             })
             .collect()
     }
@@ -258,10 +302,20 @@ impl StorageService {
         }
     }
 
-    /// One request to `address`; the response frame, or `None` on a transport
-    /// failure.
-    async fn migration_call(&self, address: &str, frame: Vec<u8>) -> Option<bytes::Bytes> {
-        let (transport, _) = self.migrations.links.get()?;
+    /// One request to `address` on `lane`; the response frame, or `None` on a
+    /// transport failure.
+    async fn migration_call(
+        &self,
+        lane: Lane,
+        address: &str,
+        frame: Vec<u8>,
+    ) -> Option<bytes::Bytes> {
+        let (control, _) = self.migrations.links.get()?;
+        let transport = match (lane, self.migrations.lanes.get()) {
+            (Lane::Bulk, Some((bulk, _))) => bulk,
+            (Lane::Priority, Some((_, priority))) => priority,
+            _ => control,
+        };
         let deadline = Duration::from_millis(MIGRATION_CALL_DEADLINE_MS);
         transport.call(address, frame, deadline).await.ok()
     }
@@ -294,7 +348,10 @@ impl StorageService {
                 return;
             }
             let address = &coordinators[attempt % coordinators.len().max(1)];
-            if let Some(answer) = self.migration_call(address, frame.clone()).await {
+            if let Some(answer) = self
+                .migration_call(Lane::Control, address, frame.clone())
+                .await
+            {
                 if matches!(decode_response(&answer), Ok((h, _)) if h.status == Status::Ok) {
                     tracing::info!(migration_id = m.id, bytes, objects, "migration done");
                     return;
@@ -399,6 +456,11 @@ async fn commit_side_logs(service: &Arc<StorageService>, m: &IncomingMigration) 
 }
 
 /// Pulls partition `index` to its end; `false` if the tablet went away.
+///
+/// The next batch is asked for while the current one is applied (the source
+/// scans and the network carries it meanwhile), and applying runs on the
+/// background pool at low priority (K§2.3: pulled records are replayed at lower
+/// priority than client requests), never on the threads serving clients.
 async fn pull_partition(
     service: Arc<StorageService>,
     m: Arc<IncomingMigration>,
@@ -406,23 +468,13 @@ async fn pull_partition(
     p: Partition,
 ) -> bool {
     let mut cursor = p.next.unwrap_or(p.lo);
+    let mut prefetched: Option<tokio::task::JoinHandle<Option<bytes::Bytes>>> = None;
     loop {
-        let req = Request::Pull {
-            table_id: m.table_id,
-            cursor,
-            end_hash: p.hi,
-            max_bytes: if slow_pull_pause().is_some() {
-                SLOW_PULL_BYTES
-            } else {
-                MIGRATION_PULL_BYTES
-            },
+        let answer = match prefetched.take() {
+            Some(fetch) => fetch.await.ok().flatten(),
+            None => fetch_pull(&service, &m, cursor, p.hi).await,
         };
-        let mut frame = Vec::new();
-        if encode_request(0, &req, &mut frame).is_err() {
-            return false;
-        }
-        let source = service.source_of(&m);
-        let Some(bytes) = service.migration_call(&source, frame).await else {
+        let Some(bytes) = answer else {
             service.back_off().await;
             continue;
         };
@@ -432,50 +484,138 @@ async fn pull_partition(
                 Response::Pull {
                     has_next,
                     next_cursor,
-                    objects,
+                    ..
                 },
-            )) => {
-                let next = has_next.then_some(next_cursor);
-                let pulled = objects.iter().map(|o| PulledObject {
-                    key: o.key,
-                    value: o.value,
-                    version: o.version,
-                });
-                match m.apply_pull(&service.store, index, pulled, next) {
-                    Ok(()) => next,
-                    Err(ramstore_master::WriteError::UnknownTablet) => return false,
-                    Err(e) => {
-                        tracing::warn!(migration_id = m.id, error = %e, "migration: applying a pull failed; retrying");
-                        service.back_off().await;
-                        continue;
-                    }
-                }
-            }
+            )) => has_next.then_some(next_cursor),
             _ => {
                 service.back_off().await;
                 continue;
             }
         };
+        let pause = slow_pull_pause();
+        if let (Some(n), None) = (next, pause) {
+            prefetched = Some(tokio::spawn({
+                let (service, m) = (service.clone(), m.clone());
+                async move { fetch_pull(&service, &m, n, p.hi).await }
+            }));
+        }
+        let applied = {
+            let (service, m) = (service.clone(), m.clone());
+            service
+                .blocking
+                .run_background(move || apply_pulled(&service, &m, index, &bytes, next))
+                .await
+        };
+        match applied {
+            Ok(Ok(())) => {}
+            Ok(Err(ApplyFailed::Write(ramstore_master::WriteError::UnknownTablet))) => {
+                if let Some(fetch) = prefetched {
+                    fetch.abort();
+                }
+                return false;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(migration_id = m.id, error = %e, "migration: applying a pull failed; retrying");
+                // Ask for the same batch again: drop the one asked for after it.
+                if let Some(fetch) = prefetched.take() {
+                    fetch.abort();
+                }
+                service.back_off().await;
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(migration_id = m.id, error = %e, "migration: applying a pull did not finish; retrying");
+                if let Some(fetch) = prefetched.take() {
+                    fetch.abort();
+                }
+                service.back_off().await;
+                continue;
+            }
+        }
         match next {
             Some(n) => cursor = n,
             None => return true,
         }
-        if let Some(pause) = slow_pull_pause() {
+        if let Some(pause) = pause {
             service.clock.sleep(pause).await;
         }
     }
 }
 
-/// Sends every pending key to the source in one PriorityPull at a time (batched
-/// and de-duplicated by the arrivals), applying the answers; runs until aborted.
+/// One background Pull of the partition from `cursor` to `end_hash`, from the
+/// migration's current source; the answer frame, or `None` on a failure.
+async fn fetch_pull(
+    service: &StorageService,
+    m: &IncomingMigration,
+    cursor: u64,
+    end_hash: u64,
+) -> Option<bytes::Bytes> {
+    let req = Request::Pull {
+        table_id: m.table_id,
+        cursor,
+        end_hash,
+        max_bytes: if slow_pull_pause().is_some() {
+            SLOW_PULL_BYTES
+        } else {
+            MIGRATION_PULL_BYTES
+        },
+    };
+    let mut frame = Vec::new();
+    encode_request(0, &req, &mut frame).ok()?;
+    let source = service.source_of(m);
+    service.migration_call(Lane::Bulk, &source, frame).await
+}
+
+/// Why one Pull answer was not applied.
+#[derive(Debug, thiserror::Error)]
+enum ApplyFailed {
+    #[error(transparent)]
+    Write(#[from] ramstore_master::WriteError),
+    /// Cannot happen (the caller decoded the same frame first); retried.
+    #[error("the Pull answer does not decode")]
+    Undecodable,
+}
+
+/// Applies the records of one Pull answer `bytes` to partition `index` and
+/// advances its cursor to `next`.
+fn apply_pulled(
+    service: &StorageService,
+    m: &IncomingMigration,
+    index: usize,
+    bytes: &[u8],
+    next: Option<u64>,
+) -> Result<(), ApplyFailed> {
+    let Ok((_, Response::Pull { objects, .. })) = decode_response(bytes) else {
+        return Err(ApplyFailed::Undecodable);
+    };
+    let pulled = objects.iter().map(|o| PulledObject {
+        key: o.key,
+        value: o.value,
+        version: o.version,
+    });
+    Ok(m.apply_pull(&service.store, index, pulled, next)?)
+}
+
+/// Sends pending keys to the source in PriorityPulls (batched and
+/// de-duplicated by the arrivals), up to [`PRIORITY_PULLS_IN_FLIGHT`] at once
+/// so a key asked for while one is out does not wait for its answer; applies
+/// the answers; runs until aborted.
 async fn priority_puller(
     service: Arc<StorageService>,
     m: Arc<IncomingMigration>,
     wake: Arc<Notify>,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(PRIORITY_PULLS_IN_FLIGHT));
+    let mut in_flight = tokio::task::JoinSet::new();
     loop {
+        // Reap finished pulls so the set does not grow.
+        while in_flight.try_join_next().is_some() {}
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let keys = m.take_pending(MAX_PRIORITY_PULL_KEYS);
         if keys.is_empty() {
+            drop(slot);
             let poll = service.clock.sleep(Duration::from_millis(PRIORITY_POLL_MS));
             tokio::select! {
                 _ = wake.notified() => {}
@@ -483,37 +623,41 @@ async fn priority_puller(
             }
             continue;
         }
-        let mut frame = Vec::new();
-        let mut enc = MultiReadRequestEncoder::priority_pull(0, &mut frame);
-        let encoded = keys.iter().try_for_each(|k| enc.push(m.table_id, k));
-        if encoded.and_then(|()| enc.finish()).is_err() {
-            m.priority_failed(&keys);
-            service.back_off().await;
-            continue;
-        }
-        let source = service.source_of(&m);
-        let answered = match service.migration_call(&source, frame).await {
-            Some(bytes) => match decode_response(&bytes) {
-                Ok((_, Response::PriorityPull { objects })) => {
-                    let pulled = objects.iter().map(|o| PulledObject {
-                        key: o.key,
-                        value: o.value,
-                        version: o.version,
-                    });
-                    m.apply_priority(&service.store, &keys, pulled).is_ok()
-                }
-                _ => {
-                    m.priority_failed(&keys);
-                    false
-                }
-            },
-            None => {
-                m.priority_failed(&keys);
-                false
+        let (service, m) = (service.clone(), m.clone());
+        in_flight.spawn(async move {
+            if !priority_pull(&service, &m, &keys).await {
+                service.back_off().await;
             }
-        };
-        if !answered {
-            service.back_off().await;
+            drop(slot);
+        });
+    }
+}
+
+/// One PriorityPull of `keys`, applied; `false` if it failed (the keys are
+/// queued again).
+async fn priority_pull(service: &StorageService, m: &IncomingMigration, keys: &[Vec<u8>]) -> bool {
+    let mut frame = Vec::new();
+    let mut enc = MultiReadRequestEncoder::priority_pull(0, &mut frame);
+    let encoded = keys.iter().try_for_each(|k| enc.push(m.table_id, k));
+    if encoded.and_then(|()| enc.finish()).is_err() {
+        m.priority_failed(keys);
+        return false;
+    }
+    let source = service.source_of(m);
+    let answer = service.migration_call(Lane::Priority, &source, frame).await;
+    match answer.as_deref().map(decode_response) {
+        Some(Ok((_, Response::PriorityPull { objects }))) => {
+            let pulled = objects.iter().map(|o| PulledObject {
+                key: o.key,
+                value: o.value,
+                version: o.version,
+            });
+            // A failed apply queues the keys again itself.
+            m.apply_priority(&service.store, keys, pulled).is_ok()
+        }
+        _ => {
+            m.priority_failed(keys);
+            false
         }
     }
 }

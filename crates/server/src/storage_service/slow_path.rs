@@ -39,11 +39,16 @@ impl StorageService {
         Box::pin(async move {
             let started = self.clock.now();
             let service = self.clone();
-            let response = self
-                .blocking
-                .run(move || service.slow_blocking(&frame))
-                .await
-                .unwrap_or_default();
+            // A migration's bulk pull is background work (K§2.3: the source's
+            // foreground work is never blocked by migration); a PriorityPull,
+            // which a client is waiting for, is not.
+            let job = move || service.slow_blocking(&frame);
+            let response = if op == Some(Opcode::Pull) {
+                self.blocking.run_background(job).await
+            } else {
+                self.blocking.run(job).await
+            }
+            .unwrap_or_default();
             self.metrics
                 .record(op.map_or(Op::Invalid, Op::from), started.elapsed());
             response

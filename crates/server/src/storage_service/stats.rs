@@ -78,9 +78,11 @@ impl StorageService {
             None => line("backup", "off".into()),
         }
         // Migrations coming in: what has arrived so far (issue 20's progress).
-        for (id, bytes, objects) in self.incoming_progress() {
-            line(&format!("migration.{id}.bytes"), bytes.to_string());
-            line(&format!("migration.{id}.objects"), objects.to_string());
+        for p in self.incoming_progress() {
+            let id = p.id;
+            line(&format!("migration.{id}.bytes"), p.bytes.to_string());
+            line(&format!("migration.{id}.objects"), p.objects.to_string());
+            line(&format!("migration.{id}.arrived"), p.arrived.to_string());
         }
         for t in &s.tablets {
             line(
