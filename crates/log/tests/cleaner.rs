@@ -256,3 +256,82 @@ fn clean_combined_live_total_counts_each_relocated_object_once() {
             .expect("tombstone accounting");
     }
 }
+
+/// Writes `key` at `version` (replacing the version before it, if any), as the
+/// master does: the new object, a tombstone for the old one, and the hash table
+/// pointed at the new one.
+fn put(log: &Log, relocator: &MapRelocator, k: u32, version: u64) {
+    let key = k.to_le_bytes();
+    let value = value(k, version);
+    let old = relocator.table.lock().get(&key[..]).copied();
+    let replaces = old.map(|(location, _)| DeadObject {
+        version: version - 1,
+        location,
+    });
+    let object = NewObject {
+        table_id: 1,
+        key: &key,
+        version,
+        value: &value,
+    };
+    let appended = log.append_object(&object, replaces).expect("append");
+    let len = log.object(appended.entry).expect("object").entry_len();
+    if let Some((r, old_len)) = old {
+        log.object_died(r, old_len);
+    }
+    relocator
+        .table
+        .lock()
+        .insert(key.to_vec(), (appended.entry, len));
+}
+
+/// Regression (issue 17, session 31): compaction picked the segment that gains
+/// the most seglets, so a full segment with ~6 dead seglets of 14 went before a
+/// compacted one of 2 seglets with one to free — ~500 KB copied for 6 seglets
+/// instead of ~10 KB for one. Compaction copies u/(1−u) per byte freed (L§4.1):
+/// the segment of lowest live share goes first.
+#[test]
+fn compact_picks_the_segment_with_fewest_bytes_copied_per_seglet_freed() {
+    let mut config = LogConfig::new(32 << 20);
+    config.segment_bytes = 1 << 20;
+    let log = Log::new(config).expect("log");
+    let relocator = MapRelocator::default();
+    // Segment A: keys 0..900 (~14 seglets); segment B: keys 1000..1900.
+    for k in (0..900).chain(1000..1900) {
+        if k == 1000 {
+            assert!(log.roll_head_now(), "the head rolls");
+        }
+        put(&log, &relocator, k, 1);
+    }
+    assert!(log.roll_head_now(), "the head rolls");
+    // B loses 800 of its 900 objects, and is compacted to ~2 seglets.
+    for k in 1000..1800 {
+        put(&log, &relocator, k, 2);
+    }
+    assert!(log.roll_head_now(), "the head rolls");
+    let first = Cleaner::new(&log).compact(&relocator).expect("B compacts");
+    assert!(
+        first.seglets_retired >= first.output_seglets + 10,
+        "{first:?}"
+    );
+    // Now A loses 400 objects (~6 seglets to gain of 14) and B 90 of its 100
+    // (one seglet to gain of 2).
+    for k in (0..400).chain(1800..1890) {
+        put(&log, &relocator, k, 2);
+    }
+    assert!(log.roll_head_now(), "the head rolls");
+    let outcome = Cleaner::new(&log)
+        .compact(&relocator)
+        .expect("a compaction");
+    assert!(outcome.made_progress, "{outcome:?}");
+    // B's ten live objects (~10 KB), not A's 500 (~500 KB).
+    assert!(outcome.bytes_copied < 64 << 10, "{outcome:?}");
+    for (k, version) in (0..900u32).map(|k| (k, 1 + u64::from(k < 400))) {
+        let (r, _) = relocator.table.lock()[&k.to_le_bytes()[..]];
+        assert_eq!(
+            log.object(r).expect("readable").version(),
+            version,
+            "key {k}"
+        );
+    }
+}

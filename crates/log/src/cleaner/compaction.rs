@@ -1,5 +1,6 @@
 //! Level 1 of the two-level cleaner: segment compaction (L§4.1). It rewrites the
-//! closed segment with the most freeable seglets into fewer seglets, keeping its
+//! closed segment that frees the most seglets per seglet it copies (the lowest
+//! live share in memory) into fewer seglets, keeping its
 //! id, so its replicas on disk are untouched; the copy reuses the segment's own
 //! seglets as it goes (`in_place`).
 

@@ -238,7 +238,7 @@ impl<'a> Cleaner<'a> {
         let mut scanned_to = 0;
         let mut entries = self.log.entries(pass.source);
         loop {
-            // Collect the next objects and start loading their buckets; metadata and
+            // Collect the next objects (parsed, hashed); metadata and
             // tombstones on the way are handled at once (the header is always first,
             // so it stays first).
             let more = loop {
@@ -258,6 +258,16 @@ impl<'a> Cleaner<'a> {
                     }
                 }
             };
+            // The batch's buckets are prefetched back to back, not one by one as
+            // the scan parses their objects: a random bucket is mostly a TLB miss
+            // (in a VM, a two-dimensional page walk), and a prefetch retires only
+            // once its walk is done, so prefetches far apart in the instruction
+            // stream walk one after another while adjacent ones walk in parallel.
+            // Measured: 1.161 → 1.119 ns per byte copied, median of 11 runs each
+            // (docs/benchmarks.md, issue 17 session 31).
+            for &(_, hash, _) in batch.iter() {
+                relocator.prefetch(hash);
+            }
             pass.relocate_batch(&mut batch, relocator);
             pass.done_until(scanned_to);
             if !more {
@@ -272,8 +282,8 @@ impl<'a> Cleaner<'a> {
 type Batch<'a> = Vec<(ObjectView<'a>, u64, usize)>;
 
 impl<'a> Pass<'a> {
-    /// Handles one scanned entry: an object joins the batch (its bucket starts to
-    /// load), a header or a live tombstone is copied at once, anything else stays
+    /// Handles one scanned entry: an object joins the batch (its bucket is
+    /// prefetched when the batch is full), a header or a live tombstone is copied at once, anything else stays
     /// behind.
     fn take(
         &mut self,
@@ -293,8 +303,9 @@ impl<'a> Pass<'a> {
                 // Parsed once by the scan (a corrupt object is left behind).
                 if let ScannedLayout::Object(layout) = e.layout {
                     let view = self.log.object_with_layout(e.at, layout);
+                    // Its bucket is prefetched with the rest of the batch
+                    // (`copy_in_place`).
                     let hash = relocator.hash(&view);
-                    relocator.prefetch(hash);
                     batch.push((view, hash, e.offset));
                 }
             }
