@@ -274,6 +274,28 @@ impl CoordinatorCore {
         self.commit(next)
     }
 
+    /// The finished migrations with a stale copy still to drop whose range
+    /// meets a tablet `crashed` owns (its recovery waits for those drops).
+    pub fn stale_copies_overlapping(&self, crashed: ServerId) -> Vec<u64> {
+        let state = self.state();
+        let owned: Vec<_> = state
+            .tables()
+            .tablets()
+            .filter(|t| t.server_id == crashed)
+            .copied()
+            .collect();
+        state
+            .migrations()
+            .stale_copies()
+            .filter(|f| {
+                owned
+                    .iter()
+                    .any(|t| f.record.overlaps(t.table_id, t.start_hash, t.end_hash))
+            })
+            .map(|f| f.record.id)
+            .collect()
+    }
+
     /// The drop of finished migration `id`'s stale copy, if one is still due.
     pub fn stale_copy_drop(&self, id: u64) -> Option<Action> {
         let state = self.state();

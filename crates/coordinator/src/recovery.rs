@@ -299,6 +299,13 @@ impl RecoveryDriver {
             );
             crate::migration::drop_stale_copy(&self.cluster, &self.notifier, m.id).await;
         }
+        // Any stale copy of a range being recovered goes first: a recovery
+        // master reclaims a fenced copy it finds (`reclaim_fenced_tablet`), and
+        // a drop arriving later would remove the recovered tablet.
+        let stale = self.cluster.core().stale_copies_overlapping(crashed);
+        for id in stale {
+            crate::migration::drop_stale_copy(&self.cluster, &self.notifier, id).await;
+        }
         let Some(view) = self.snapshot(crashed) else {
             return Attempt::Done;
         };
