@@ -21,7 +21,7 @@ use common::{
     READY_TIMEOUT,
 };
 use ramstore_checker::{check, CheckOptions};
-use ramstore_client::{BlockingClient, ClientError, ClientOptions};
+use ramstore_client::{BlockingClient, ClientError, ClientOptions, MigrationMode};
 use ramstore_harness::etcd::TestEtcd;
 use ramstore_harness::workload::{Workload, WorkloadConfig};
 
@@ -256,6 +256,107 @@ fn migration_source_killed_mid_way_finishes_from_its_recovered_copy_and_loses_no
     assert_ne!(done.source, source, "a recovered copy was the last source");
     let listed = cluster.cli(&["migrations"]);
     assert!(!listed.ok().contains("pulling"), "{}", listed.ok());
+}
+
+/// A stop-and-copy migration of the whole of table `t` in the middle of its
+/// copy: its id, source and target, and the thread waiting for
+/// `MigrateTablet` (which answers only after the copy).
+struct Copying {
+    t: u64,
+    id: u64,
+    source: u64,
+    target: u64,
+    request: thread::JoinHandle<Result<u64, ClientError>>,
+}
+
+fn start_copy(cluster: &Cluster) -> Copying {
+    let c = client(cluster.addr());
+    let t = load(&c);
+    let source = owner_of(&c, t);
+    let target = cluster
+        .servers
+        .iter()
+        .map(|s| s.id)
+        .find(|id| *id != source)
+        .unwrap();
+    let mc = client(cluster.addr());
+    let request = thread::spawn(move || {
+        mc.migrate_tablet_with_mode("t", 0, u64::MAX, target, MigrationMode::StopAndCopy)
+    });
+    let id = wait_until("the copy to start", PATIENCE, || {
+        let listed = c.migrations().ok()?;
+        listed
+            .into_iter()
+            .find(|m| m.state == "copying")
+            .map(|m| m.id)
+    });
+    Copying {
+        t,
+        id,
+        source,
+        target,
+        request,
+    }
+}
+
+/// After a crash mid-copy: the migration is listed rolled back, its request
+/// failed, `owner` serves the range (neither the crashed server nor, for a
+/// crashed source, a half-copied target's stale tablet), and every object
+/// reads back.
+fn verify_copy_rolled_back(cluster: &Cluster, copy: Copying, owner: impl Fn(u64) -> bool) {
+    let c = client(cluster.addr());
+    wait_settled(&c, copy.id);
+    let listed = c.migrations().unwrap();
+    let m = listed.iter().find(|m| m.id == copy.id).expect("listed");
+    assert!(m.is_rolled_back(), "{m:?}");
+    assert!(
+        listed.iter().all(|m| m.is_finished()),
+        "nothing stuck: {listed:?}"
+    );
+    let answer = copy.request.join().unwrap();
+    assert!(
+        answer.is_err(),
+        "the request of a rolled-back copy fails: {answer:?}"
+    );
+    // A crashed source's range is recovered after the migration rolled back.
+    wait_until("the range to be served by its owner", PATIENCE, || {
+        owner(owner_of(&c, copy.t)).then_some(())
+    });
+    let keys: Vec<Vec<u8>> = (0..STABLE).map(stable_key).collect();
+    for (chunk, ks) in keys.chunks(500).enumerate() {
+        let items: Vec<(u64, &[u8])> = ks.iter().map(|k| (copy.t, k.as_slice())).collect();
+        for (j, got) in c.multi_read(&items).into_iter().enumerate() {
+            let i = chunk * 500 + j;
+            match got {
+                Ok((v, _)) => assert_eq!(v, stable_value(i), "key {i}"),
+                Err(e) => panic!("stable key {i} lost: {e}"),
+            }
+        }
+    }
+}
+
+/// Regression (known limit 5): a stop-and-copy whose target crashed mid-copy
+/// stayed `Copying` for ever.
+#[test]
+fn stop_and_copy_target_killed_mid_copy_rolls_back_onto_the_source() {
+    let mut cluster = cluster();
+    let copy = start_copy(&cluster);
+    let (source, target) = (copy.source, copy.target);
+    let i = slot(&cluster, target);
+    cluster.servers[i].proc.kill();
+    verify_copy_rolled_back(&cluster, copy, |owner| owner == source);
+}
+
+/// Regression (known limit 5): a stop-and-copy whose source crashed mid-copy
+/// stayed `Copying` for ever.
+#[test]
+fn stop_and_copy_source_killed_mid_copy_rolls_back_and_recovers_the_range() {
+    let mut cluster = cluster();
+    let copy = start_copy(&cluster);
+    let source = copy.source;
+    let i = slot(&cluster, source);
+    cluster.servers[i].proc.kill();
+    verify_copy_rolled_back(&cluster, copy, |owner| owner != source);
 }
 
 /// Starts `ramstore coordinator` on `addr` with the etcd store (and `extra`).
