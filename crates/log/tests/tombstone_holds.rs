@@ -110,10 +110,8 @@ impl Store {
     fn recoverable_segments(&self) -> Vec<u64> {
         let head = self.log.head_segment_id();
         let mut ids = Vec::new();
-        for entry in entries_of(&self.log, head) {
-            if let Some(Digest(named)) = entry {
-                ids.extend(named);
-            }
+        for Digest(named) in entries_of(&self.log, head).into_iter().flatten() {
+            ids.extend(named);
         }
         assert!(ids.contains(&head), "the head's digest names the head");
         ids
