@@ -11,8 +11,10 @@
 //!    and records `Pulling` (with the safe version) in one document write;
 //! 4. the target takes the tablet (`TakeMigratingTablet`, an [`Action`], retried
 //!    until it answers) and pulls; the client's request returns here;
-//! 5. the target's `MigrationDone` → [`CoordinatorCore::migration_done`] deletes
-//!    the record and has the source drop the range (`DropTabletOwnership`).
+//! 5. the target's `MigrationDone` → [`CoordinatorCore::migration_done`] moves
+//!    the record to the finished list with the source's copy marked stale, and
+//!    [`drop_stale_copy`] has the source drop the range (`DropTabletOwnership`)
+//!    until it answers, then records the copy dropped.
 //!
 //! Stop-and-copy (a benchmark baseline, [`MigrationMode::StopAndCopy`]) runs
 //! the same steps in another order: after step 2 the record becomes `Copying`
@@ -22,8 +24,10 @@
 //! returns only then.
 //!
 //! A restarted coordinator resends step 4 for every `Pulling` record
-//! ([`CoordinatorCore::reissue_actions`]) and re-drives `Preparing` records from step 2
-//! ([`Migrator::resume`]).
+//! ([`CoordinatorCore::reissue_actions`]), re-drives `Preparing` records from step 2
+//! and resends every stale-copy drop still due ([`Migrator::resume`]). Finished
+//! migrations (done, cancelled, rolled back) stay in the persisted finished
+//! list, with their figures, for `ListMigrations`.
 //!
 //! Thread-safety: [`Migrator`] is `Send + Sync`; it holds the core's lock for one
 //! core call at a time, never across a request to a master.
@@ -207,7 +211,7 @@ impl CoordinatorCore {
     /// the one document write that forgets the record, the migration joins the
     /// finished list (outcome `done`) with its source's copy marked stale, so a
     /// coordinator that takes over before the source has dropped it resends the
-    /// drop (R§9; `Migrator::drop_stale_copies`). A target declared crashed
+    /// drop (R§9; [`drop_stale_copy`], `Migrator::resume`). A target declared crashed
     /// gets `MigrationTargetCrashed` and nothing changes.
     pub fn migration_done_moved(
         &mut self,

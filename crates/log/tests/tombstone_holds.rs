@@ -273,3 +273,113 @@ fn append_held_tombstone_writes_both_tombstones_durable_together() {
         .verify_tombstone_accounting()
         .expect("tombstone accounting");
 }
+
+mod model {
+    //! Model-based property test of tombstone holds: after any sequence of
+    //! writes, deletes with or without a hold, new holds, releases, cleaning
+    //! passes and head rolls, the accounting is exact and every delete made
+    //! with a hold still held is still in what a recovery would replay.
+
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+    use ramstore_log::{CleanKind, Cleaner, TombstoneHold};
+
+    use super::Store;
+
+    const KEYS: u8 = 6;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Write(u8),
+        /// Delete key `k`, with hold `h` (modulo the holds taken) if `Some`.
+        Delete(u8, Option<u8>),
+        Hold,
+        Release(u8),
+        Churn,
+        Clean(bool),
+        Roll,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            3 => (0..KEYS).prop_map(Step::Write),
+            3 => ((0..KEYS), proptest::option::of(0u8..4)).prop_map(|(k, h)| Step::Delete(k, h)),
+            1 => Just(Step::Hold),
+            1 => (0u8..4).prop_map(Step::Release),
+            2 => Just(Step::Churn),
+            2 => any::<bool>().prop_map(Step::Clean),
+            1 => Just(Step::Roll),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn holds_keep_their_deletes_replayable_and_accounting_exact(
+            steps in proptest::collection::vec(step(), 1..60)
+        ) {
+            let s = Store::new();
+            let mut holds: Vec<(TombstoneHold, bool)> = Vec::new();
+            // Per key: the newest version, and whether it is live.
+            let mut keys: BTreeMap<u8, (u64, bool)> = BTreeMap::new();
+            // The model: deletes made with a hold, (key, version, hold index).
+            let mut held: Vec<(u8, u64, usize)> = Vec::new();
+            let mut version = 1u64;
+            let mut round = 1u64;
+            for step in steps {
+                match step {
+                    Step::Write(k) => {
+                        version += 1;
+                        s.write(&[b'k', k], version);
+                        keys.insert(k, (version, true));
+                    }
+                    Step::Delete(k, h) => {
+                        let Some(&(v, true)) = keys.get(&k) else { continue };
+                        let hold = h.filter(|_| !holds.is_empty()).map(|h| h as usize % holds.len());
+                        s.delete(&[b'k', k], hold.map(|i| holds[i].0));
+                        keys.insert(k, (v, false));
+                        if let Some(i) = hold {
+                            held.push((k, v, i));
+                        }
+                    }
+                    Step::Hold => holds.push((s.log.hold_tombstones(), true)),
+                    Step::Release(h) => {
+                        if !holds.is_empty() {
+                            let i = h as usize % holds.len();
+                            s.log.release_tombstones(holds[i].0);
+                            holds[i].1 = false;
+                            prop_assert_eq!(s.log.held_tombstone_bytes(holds[i].0), 0);
+                        }
+                    }
+                    Step::Churn => {
+                        s.churn(round);
+                        round += 1;
+                    }
+                    Step::Clean(combined) => {
+                        let kind = if combined { CleanKind::Combined } else { CleanKind::Compaction };
+                        let cleaner = Cleaner::new(&s.log);
+                        match kind {
+                            CleanKind::Combined => cleaner.clean_combined_with_gain(&s.map, 0),
+                            _ => cleaner.compact(&s.map),
+                        };
+                    }
+                    Step::Roll => {
+                        prop_assert!(s.log.roll_head_now());
+                    }
+                }
+                s.log.verify_tombstone_accounting().map_err(TestCaseError::fail)?;
+                for &(k, v, i) in &held {
+                    prop_assert_eq!(s.log.is_held(holds[i].0), holds[i].1);
+                    if holds[i].1 {
+                        prop_assert!(
+                            s.replayed_tombstones(&[b'k', k]).contains(&v),
+                            "the held delete of key {} version {} is gone", k, v
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
