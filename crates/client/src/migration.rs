@@ -31,7 +31,8 @@ pub struct MigrationInfo {
     pub objects: Option<u64>,
     /// Bytes of the range's objects in its source's log when the migration
     /// started (entry headers included, so a little above `bytes` at the end);
-    /// unknown if the coordinator restarted since.
+    /// unknown if the source could not say, or the migration was started by a
+    /// coordinator version that did not store it.
     pub total_bytes: Option<u64>,
     /// Objects in the range when the migration started.
     pub total_objects: Option<u64>,
