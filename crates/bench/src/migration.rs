@@ -30,8 +30,9 @@ mod ycsb;
 
 pub use args::MigrationArgs;
 use args::{ReportArgs, RunArgs, Step};
+use ramstore_bench::zipfian::{Zipfian, ZIPFIAN_THETA};
 use summary::{musts, phase, phases, seconds, Marks, Run};
-use ycsb::{key, Load, Zipfian};
+use ycsb::{key, Load};
 
 /// The table the benchmark loads and migrates.
 const TABLE: &str = "mig";
@@ -126,7 +127,7 @@ fn run_one(a: &RunArgs) -> anyhow::Result<()> {
     let mut load = Load {
         client: client.clone(),
         table_id,
-        keys: Zipfian::new(objects),
+        keys: Zipfian::new(objects, ZIPFIAN_THETA),
         value: vec![b'v'; a.value_bytes],
         offered_per_s: None,
         threads: a.clients,
@@ -158,6 +159,7 @@ fn run_one(a: &RunArgs) -> anyhow::Result<()> {
             let found = client.migrations()?.into_iter().find(|m| m.id == id);
             match found {
                 Some(m) if m.is_done() => break m,
+                Some(m) if m.is_finished() => bail!("migration {id} ended {}", m.state),
                 Some(_) => {
                     if arrived.is_none() && has_arrived(&client, target_addr, id) {
                         arrived = Some(t0.elapsed().as_secs_f64());

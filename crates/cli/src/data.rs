@@ -565,7 +565,7 @@ pub fn status(client: &BlockingClient, coordinator: &str, all: bool, format: For
         .migrations()
         .unwrap_or_default()
         .into_iter()
-        .filter(|m| m.state != "done" && m.state != "cancelled")
+        .filter(|m| !m.is_finished())
         .collect();
 
     let mut out = std::io::stdout().lock();

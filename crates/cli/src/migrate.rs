@@ -135,15 +135,20 @@ pub fn migrate(
                 "migration {migration} was cancelled; its range is going back to its source \
                  (see `ramstore migrations`)"
             ),
+            Some(m) if m.is_rolled_back() => bail!(
+                "migration {migration} was rolled back: a master crashed during it; the range \
+                 is back on server {}",
+                server_id::Show(m.source)
+            ),
             Some(m) => {
                 if let Some(bar) = &bar {
                     show_progress(bar, &m);
                 }
             }
-            // Finished before a coordinator restart: its figures are gone.
+            // The coordinator keeps the newest finished migrations only.
             None => bail!(
-                "migration {migration} is no longer listed (the coordinator restarted?); \
-                 see `ramstore status`"
+                "migration {migration} is no longer listed (too many migrations finished \
+                 since); see `ramstore status`"
             ),
         }
         std::thread::sleep(POLL_INTERVAL);
@@ -247,7 +252,8 @@ pub fn list(client: &BlockingClient, format: Format) -> Result<()> {
                     format!("{:#x}:{:#x}", m.start_hash, m.end_hash),
                     server_id::Show(m.source).to_string(),
                     server_id::Show(m.target).to_string(),
-                    m.state.clone(),
+                    // `rolled_back` reads as two words in a table.
+                    m.state.replace('_', " "),
                     m.bytes.map_or_else(|| "-".into(), |b| b.to_string()),
                     m.total_bytes.map_or_else(|| "-".into(), |b| b.to_string()),
                     m.objects.map_or_else(|| "-".into(), |b| b.to_string()),

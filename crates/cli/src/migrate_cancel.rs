@@ -44,7 +44,7 @@ fn stage(client: &BlockingClient, id: u64) -> Result<Stage> {
             "migration {id} is {} and nothing brings it back; see the coordinator's log",
             m.state
         ),
-        None => bail!("migration {id} is no longer listed (the coordinator restarted?)"),
+        None => bail!("migration {id} is no longer listed (too many migrations finished since)"),
     }
 }
 

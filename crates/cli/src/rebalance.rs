@@ -290,6 +290,10 @@ fn execute(
                         }
                     }
                     "cancelled" => bail!("migration {} was cancelled; rebalance stops", m.id),
+                    "rolled_back" => bail!(
+                        "migration {} was rolled back (a master crashed); run rebalance again",
+                        m.id
+                    ),
                     _ => {}
                 }
             }
@@ -297,7 +301,7 @@ fn execute(
                 .iter()
                 .any(|id| !listed.iter().any(|m| m.id == *id))
             {
-                bail!("a migration is no longer listed (the coordinator restarted?); run rebalance again");
+                bail!("a migration is no longer listed (too many finished since); run rebalance again");
             }
             if in_flight.len() > n {
                 std::thread::sleep(POLL_INTERVAL);

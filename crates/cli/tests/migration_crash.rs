@@ -21,7 +21,7 @@ use common::{
     READY_TIMEOUT,
 };
 use ramstore_checker::{check, CheckOptions};
-use ramstore_client::{BlockingClient, ClientError, ClientOptions};
+use ramstore_client::{BlockingClient, ClientError, ClientOptions, MigrationMode};
 use ramstore_harness::etcd::TestEtcd;
 use ramstore_harness::workload::{Workload, WorkloadConfig};
 
@@ -172,7 +172,7 @@ fn start_migration(coordinators: &str, servers: &[u64], seed: u64) -> Running {
 fn wait_settled(c: &BlockingClient, id: u64) {
     wait_until("the migration to finish or roll back", PATIENCE, || {
         let listed = c.migrations().ok()?;
-        (!listed.iter().any(|m| m.id == id && !m.is_done())).then_some(())
+        (!listed.iter().any(|m| m.id == id && !m.is_finished())).then_some(())
     });
 }
 
@@ -202,7 +202,7 @@ fn verify(coordinators: &str, run: Running, owner: u64) {
     }
     let in_progress = c.migrations().unwrap();
     assert!(
-        in_progress.iter().all(|m| m.is_done()),
+        in_progress.iter().all(|m| m.is_finished()),
         "nothing stuck: {in_progress:?}"
     );
 }
@@ -219,8 +219,24 @@ fn migration_target_killed_mid_way_rolls_back_onto_the_source_and_loses_nothing(
     let (source, target) = (run.source, run.target);
     let i = slot(&cluster, target);
     cluster.servers[i].proc.kill();
-    // The rolled-back migration is no longer listed: the source owns the range.
-    verify(cluster.addr(), run, source);
+    let (addr, id) = (cluster.addr().to_string(), run.id);
+    verify(&addr, run, source);
+    // Regression (known limit 3): the rolled-back migration was no longer
+    // listed. It is, with its outcome, in the list, its JSON and the API.
+    let listed = client(&addr).migrations().unwrap();
+    let m = listed.iter().find(|m| m.id == id).expect("still listed");
+    assert!(m.is_rolled_back(), "{m:?}");
+    assert_eq!((m.source, m.target), (source, target));
+    let table = cluster.cli(&["migrations"]);
+    assert!(table.ok().contains("rolled back"), "{}", table.ok());
+    let json: serde_json::Value =
+        serde_json::from_str(cluster.cli(&["migrations", "--json"]).ok()).unwrap();
+    let entry = json["migrations"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["id"] == id))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(entry["state"], "rolled_back", "{json}");
 }
 
 #[test]
@@ -240,6 +256,107 @@ fn migration_source_killed_mid_way_finishes_from_its_recovered_copy_and_loses_no
     assert_ne!(done.source, source, "a recovered copy was the last source");
     let listed = cluster.cli(&["migrations"]);
     assert!(!listed.ok().contains("pulling"), "{}", listed.ok());
+}
+
+/// A stop-and-copy migration of the whole of table `t` in the middle of its
+/// copy: its id, source and target, and the thread waiting for
+/// `MigrateTablet` (which answers only after the copy).
+struct Copying {
+    t: u64,
+    id: u64,
+    source: u64,
+    target: u64,
+    request: thread::JoinHandle<Result<u64, ClientError>>,
+}
+
+fn start_copy(cluster: &Cluster) -> Copying {
+    let c = client(cluster.addr());
+    let t = load(&c);
+    let source = owner_of(&c, t);
+    let target = cluster
+        .servers
+        .iter()
+        .map(|s| s.id)
+        .find(|id| *id != source)
+        .unwrap();
+    let mc = client(cluster.addr());
+    let request = thread::spawn(move || {
+        mc.migrate_tablet_with_mode("t", 0, u64::MAX, target, MigrationMode::StopAndCopy)
+    });
+    let id = wait_until("the copy to start", PATIENCE, || {
+        let listed = c.migrations().ok()?;
+        listed
+            .into_iter()
+            .find(|m| m.state == "copying")
+            .map(|m| m.id)
+    });
+    Copying {
+        t,
+        id,
+        source,
+        target,
+        request,
+    }
+}
+
+/// After a crash mid-copy: the migration is listed rolled back, its request
+/// failed, `owner` serves the range (neither the crashed server nor, for a
+/// crashed source, a half-copied target's stale tablet), and every object
+/// reads back.
+fn verify_copy_rolled_back(cluster: &Cluster, copy: Copying, owner: impl Fn(u64) -> bool) {
+    let c = client(cluster.addr());
+    wait_settled(&c, copy.id);
+    let listed = c.migrations().unwrap();
+    let m = listed.iter().find(|m| m.id == copy.id).expect("listed");
+    assert!(m.is_rolled_back(), "{m:?}");
+    assert!(
+        listed.iter().all(|m| m.is_finished()),
+        "nothing stuck: {listed:?}"
+    );
+    let answer = copy.request.join().unwrap();
+    assert!(
+        answer.is_err(),
+        "the request of a rolled-back copy fails: {answer:?}"
+    );
+    // A crashed source's range is recovered after the migration rolled back.
+    wait_until("the range to be served by its owner", PATIENCE, || {
+        owner(owner_of(&c, copy.t)).then_some(())
+    });
+    let keys: Vec<Vec<u8>> = (0..STABLE).map(stable_key).collect();
+    for (chunk, ks) in keys.chunks(500).enumerate() {
+        let items: Vec<(u64, &[u8])> = ks.iter().map(|k| (copy.t, k.as_slice())).collect();
+        for (j, got) in c.multi_read(&items).into_iter().enumerate() {
+            let i = chunk * 500 + j;
+            match got {
+                Ok((v, _)) => assert_eq!(v, stable_value(i), "key {i}"),
+                Err(e) => panic!("stable key {i} lost: {e}"),
+            }
+        }
+    }
+}
+
+/// Regression (known limit 5): a stop-and-copy whose target crashed mid-copy
+/// stayed `Copying` for ever.
+#[test]
+fn stop_and_copy_target_killed_mid_copy_rolls_back_onto_the_source() {
+    let mut cluster = cluster();
+    let copy = start_copy(&cluster);
+    let (source, target) = (copy.source, copy.target);
+    let i = slot(&cluster, target);
+    cluster.servers[i].proc.kill();
+    verify_copy_rolled_back(&cluster, copy, |owner| owner == source);
+}
+
+/// Regression (known limit 5): a stop-and-copy whose source crashed mid-copy
+/// stayed `Copying` for ever.
+#[test]
+fn stop_and_copy_source_killed_mid_copy_rolls_back_and_recovers_the_range() {
+    let mut cluster = cluster();
+    let copy = start_copy(&cluster);
+    let source = copy.source;
+    let i = slot(&cluster, source);
+    cluster.servers[i].proc.kill();
+    verify_copy_rolled_back(&cluster, copy, |owner| owner != source);
 }
 
 /// Starts `ramstore coordinator` on `addr` with the etcd store (and `extra`).

@@ -20,7 +20,10 @@ pub struct MigrationInfo {
     pub end_hash: u64,
     pub source: u64,
     pub target: u64,
-    /// `preparing`, `pulling` or `done`.
+    /// In progress: `preparing`, `pulling`, `copying` (stop-and-copy) or
+    /// `cancelling`. Finished (kept by the coordinator across restarts):
+    /// `done`, `cancelled` (its return migration brings the range back) or
+    /// `rolled_back` (a master crashed mid-way; the range is on its source).
     pub state: String,
     /// Bytes (keys and values) moved so far (once pulling) or in all (done).
     pub bytes: Option<u64>,
@@ -28,7 +31,8 @@ pub struct MigrationInfo {
     pub objects: Option<u64>,
     /// Bytes of the range's objects in its source's log when the migration
     /// started (entry headers included, so a little above `bytes` at the end);
-    /// unknown if the coordinator restarted since.
+    /// unknown if the source could not say, or the migration was started by a
+    /// coordinator version that did not store it.
     pub total_bytes: Option<u64>,
     /// Objects in the range when the migration started.
     pub total_objects: Option<u64>,
@@ -40,6 +44,16 @@ pub struct MigrationInfo {
 impl MigrationInfo {
     pub fn is_done(&self) -> bool {
         self.state == "done"
+    }
+
+    /// Whether the migration rolled back: the range is on its source.
+    pub fn is_rolled_back(&self) -> bool {
+        self.state == "rolled_back"
+    }
+
+    /// Whether the migration has ended, whatever the outcome.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.state.as_str(), "done" | "cancelled" | "rolled_back")
     }
 
     /// How far the migration is, 0 to 100, from objects moved against the
@@ -232,6 +246,26 @@ mod tests {
         assert!(m.is_done());
         assert_eq!((m.bytes, m.objects), (Some(100), Some(4)));
         assert_eq!(MigrationInfo::parse("garbage"), None);
+    }
+
+    #[test]
+    fn is_finished_covers_every_outcome_and_nothing_in_progress() {
+        let line = |state: &str| {
+            MigrationInfo::parse(&format!(
+                "id=1 table_id=2 start_hash=0x0 end_hash=0xff source=1 target=2 state={state} \
+                 total_bytes=400 total_objects=100 table=t"
+            ))
+            .expect("parses")
+        };
+        for state in ["done", "cancelled", "rolled_back"] {
+            assert!(line(state).is_finished(), "{state}");
+        }
+        for state in ["preparing", "pulling", "copying", "cancelling"] {
+            assert!(!line(state).is_finished(), "{state}");
+        }
+        let back = line("rolled_back");
+        assert!(back.is_rolled_back() && !back.is_done());
+        assert_eq!(back.total_objects, Some(100));
     }
 
     #[test]

@@ -88,6 +88,11 @@ pub enum CoordinatorError {
     /// The migration cannot be cancelled (it is the return of a cancelled one).
     #[error("migration {id} cannot be cancelled: {reason}")]
     CannotCancel { id: u64, reason: &'static str },
+    /// A MigrationDone from a target declared crashed: lineage recovery rolls
+    /// the migration back (K§2.3.4), so it is not recorded done; the answer
+    /// is an error so that the target keeps what a roll-back needs.
+    #[error("migration {0}'s target is no longer up; the migration is rolled back")]
+    MigrationTargetCrashed(u64),
     /// A master did not answer a question the operation needs answered.
     #[error("server {0} did not answer; retry")]
     ServerDidNotAnswer(ServerId),

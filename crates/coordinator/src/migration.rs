@@ -11,8 +11,10 @@
 //!    and records `Pulling` (with the safe version) in one document write;
 //! 4. the target takes the tablet (`TakeMigratingTablet`, an [`Action`], retried
 //!    until it answers) and pulls; the client's request returns here;
-//! 5. the target's `MigrationDone` → [`CoordinatorCore::migration_done`] deletes
-//!    the record and has the source drop the range (`DropTabletOwnership`).
+//! 5. the target's `MigrationDone` → [`CoordinatorCore::migration_done`] moves
+//!    the record to the finished list with the source's copy marked stale, and
+//!    [`drop_stale_copy`] has the source drop the range (`DropTabletOwnership`)
+//!    until it answers, then records the copy dropped.
 //!
 //! Stop-and-copy (a benchmark baseline, [`MigrationMode::StopAndCopy`]) runs
 //! the same steps in another order: after step 2 the record becomes `Copying`
@@ -22,13 +24,15 @@
 //! returns only then.
 //!
 //! A restarted coordinator resends step 4 for every `Pulling` record
-//! ([`CoordinatorCore::reissue_actions`]) and re-drives `Preparing` records from step 2
-//! ([`Migrator::resume`]).
+//! ([`CoordinatorCore::reissue_actions`]), re-drives `Preparing` records from step 2
+//! and resends every stale-copy drop still due ([`Migrator::resume`]). Finished
+//! migrations (done, cancelled, rolled back) stay in the persisted finished
+//! list, with their figures, for `ListMigrations`.
 //!
 //! Thread-safety: [`Migrator`] is `Send + Sync`; it holds the core's lock for one
 //! core call at a time, never across a request to a master.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,13 +48,13 @@ use crate::error::CoordinatorError;
 use crate::notifier::{Notifier, NOTIFY_DEADLINE_MS};
 use crate::server_list::ServerId;
 
-pub use crate::migrations::{MigrationRecord, MigrationState, Migrations};
+pub use crate::migrations::{
+    FinishedMigration, MigrationOutcome, MigrationRecord, MigrationState, Migrations,
+};
 
 /// How long the coordinator waits between attempts to reach a source that did
 /// not answer PrepareMigration.
 const PREPARE_RETRY_MS: u64 = 100;
-/// How many finished migrations `ListMigrations` remembers (not persisted).
-const DONE_KEPT: usize = 64;
 
 impl CoordinatorCore {
     /// Checks a migration request and records it as `Preparing` (step 1). Refused,
@@ -63,6 +67,20 @@ impl CoordinatorCore {
         (start_hash, end_hash): (u64, u64),
         target: ServerId,
         mode: MigrationMode,
+    ) -> Result<MigrationRecord, CoordinatorError> {
+        self.begin_migration_with_total(name, (start_hash, end_hash), target, mode, None)
+    }
+
+    /// [`Self::begin_migration`], recording `total` (the range's bytes and
+    /// objects at the source) with the migration, so that the figures survive
+    /// a coordinator restart.
+    pub fn begin_migration_with_total(
+        &mut self,
+        name: &str,
+        (start_hash, end_hash): (u64, u64),
+        target: ServerId,
+        mode: MigrationMode,
+        total: Option<(u64, u64)>,
     ) -> Result<MigrationRecord, CoordinatorError> {
         let state = self.state();
         let table = state
@@ -113,6 +131,7 @@ impl CoordinatorCore {
             mode,
             cancelled: false,
             returns: 0,
+            total,
         });
         self.commit(next)?;
         Ok(record)
@@ -185,6 +204,20 @@ impl CoordinatorCore {
     /// The target has every record (step 5): the record goes, and the source is
     /// told to drop the range. Idempotent: an unknown id does nothing.
     pub fn migration_done(&mut self, id: u64) -> Result<Vec<Action>, CoordinatorError> {
+        self.migration_done_moved(id, None)
+    }
+
+    /// [`Self::migration_done`] with the bytes and objects the target moved. In
+    /// the one document write that forgets the record, the migration joins the
+    /// finished list (outcome `done`) with its source's copy marked stale, so a
+    /// coordinator that takes over before the source has dropped it resends the
+    /// drop (R§9; [`drop_stale_copy`], `Migrator::resume`). A target declared crashed
+    /// gets `MigrationTargetCrashed` and nothing changes.
+    pub fn migration_done_moved(
+        &mut self,
+        id: u64,
+        moved: Option<(u64, u64)>,
+    ) -> Result<Vec<Action>, CoordinatorError> {
         let Some(m) = self.state().migrations().get(id).copied() else {
             return Ok(Vec::new());
         };
@@ -200,13 +233,14 @@ impl CoordinatorCore {
             .get(m.target)
             .is_some_and(|e| e.is_up())
         {
-            return Ok(Vec::new());
+            return Err(CoordinatorError::MigrationTargetCrashed(id));
         }
         if m.cancelled {
-            return self.cancelled_migration_done(&m);
+            return self.cancelled_migration_done(&m, moved);
         }
         let mut next = self.state().clone();
-        next.migrations_mut().remove_if(id, |_| true);
+        next.migrations_mut()
+            .finish(id, MigrationOutcome::Done, moved, Some(m.source));
         if m.state == MigrationState::Copying {
             // Stop-and-copy: ownership moves only now, in the same write.
             if let Some(table) = next.tables_mut().by_id_mut(m.table_id) {
@@ -234,29 +268,59 @@ impl CoordinatorCore {
     pub fn migrations(&self) -> Vec<MigrationRecord> {
         self.state().migrations().iter().copied().collect()
     }
-}
 
-/// A finished migration, as `MigrationDone` reported it (kept in memory only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DoneMigration {
-    pub record: MigrationRecord,
-    pub bytes: u64,
-    pub objects: u64,
-    /// Bytes and objects of the range when the migration started, if known.
-    pub total: Option<(u64, u64)>,
+    /// The stale copy of finished migration `id` is dropped (its holder
+    /// answered DropTabletOwnership, or is no longer up and its recovery does
+    /// not bring the range back): forgotten, in one write.
+    pub fn stale_copy_dropped(&mut self, id: u64) -> Result<(), CoordinatorError> {
+        let mut next = self.state().clone();
+        next.migrations_mut().stale_copy_dropped(id);
+        self.commit(next)
+    }
+
+    /// The finished migrations with a stale copy still to drop whose range
+    /// meets a tablet `crashed` owns (its recovery waits for those drops).
+    pub fn stale_copies_overlapping(&self, crashed: ServerId) -> Vec<u64> {
+        let state = self.state();
+        let owned: Vec<_> = state
+            .tables()
+            .tablets()
+            .filter(|t| t.server_id == crashed)
+            .copied()
+            .collect();
+        state
+            .migrations()
+            .stale_copies()
+            .filter(|f| {
+                owned
+                    .iter()
+                    .any(|t| f.record.overlaps(t.table_id, t.start_hash, t.end_hash))
+            })
+            .map(|f| f.record.id)
+            .collect()
+    }
+
+    /// The drop of finished migration `id`'s stale copy, if one is still due.
+    pub fn stale_copy_drop(&self, id: u64) -> Option<Action> {
+        let state = self.state();
+        let f = state.migrations().finished_get(id)?;
+        let holder = f.stale_copy_on?;
+        Some(Action::DropTablet {
+            server_id: holder,
+            address: address_of(state, holder),
+            table_id: f.record.table_id,
+            start_hash: f.record.start_hash,
+            end_hash: f.record.end_hash,
+        })
+    }
 }
 
 /// Drives migrations (see the module doc). Thread-safe.
 pub struct Migrator {
     cluster: Arc<Cluster>,
     notifier: Arc<Notifier>,
-    done: Mutex<VecDeque<DoneMigration>>,
     /// Stop-and-copy requests waiting for their copy to finish, by migration id.
     copy_waiters: Mutex<Vec<(u64, oneshot::Sender<()>)>>,
-    /// Bytes and objects of each migration's range when it started, as its
-    /// source counted them (in memory only: a restarted coordinator shows no
-    /// total).
-    totals: Mutex<HashMap<u64, (u64, u64)>>,
 }
 
 /// How the source answered PrepareMigration.
@@ -271,9 +335,7 @@ impl Migrator {
         Self {
             cluster,
             notifier,
-            done: Mutex::new(VecDeque::new()),
             copy_waiters: Mutex::new(Vec::new()),
-            totals: Mutex::new(HashMap::new()),
         }
     }
 
@@ -292,10 +354,7 @@ impl Migrator {
         let record = self
             .cluster
             .core()
-            .begin_migration(name, range, target, mode)?;
-        if let Some(totals) = totals {
-            self.totals.lock().insert(record.id, totals);
-        }
+            .begin_migration_with_total(name, range, target, mode, totals)?;
         tracing::info!(
             id = record.id,
             table = name,
@@ -314,16 +373,53 @@ impl Migrator {
             self.copy_waiters.lock().retain(|(id, _)| *id != record.id);
             return Err(e);
         }
-        if let Some(copied) = copied {
+        if let Some(mut copied) = copied {
             // The sender goes only when `done` fires it; a dropped sender (never
-            // happens while the migrator lives) ends the wait all the same.
-            let _ = copied.await;
+            // happens while the migrator lives) ends the wait all the same. A
+            // copy that crash recovery rolled back never fires it: checked for.
+            loop {
+                tokio::select! {
+                    _ = &mut copied => break,
+                    () = self.cluster.clock.sleep(Duration::from_millis(PREPARE_RETRY_MS)) => {
+                        if let Some(e) = self.rolled_back(record.id) {
+                            self.copy_waiters.lock().retain(|(id, _)| *id != record.id);
+                            return Err(e);
+                        }
+                    }
+                }
+            }
         }
         Ok(record.id)
     }
 
-    /// Re-drives every `Preparing` record a previous coordinator left (R§9).
+    /// The error to answer for migration `id` if it finished otherwise than
+    /// done.
+    fn rolled_back(&self, id: u64) -> Option<CoordinatorError> {
+        let core = self.cluster.core();
+        let f = core.state().migrations().finished_get(id)?;
+        (f.outcome == MigrationOutcome::RolledBack).then(|| {
+            CoordinatorError::MigrationRefused(format!(
+                "migration {id} was rolled back: a master crashed during the copy; the range \
+                 stays on its source"
+            ))
+        })
+    }
+
+    /// Re-drives every `Preparing` record a previous coordinator left, and
+    /// resends every drop of a stale copy it had not seen answered (R§9).
     pub async fn resume(self: Arc<Self>) {
+        let stale: Vec<u64> = self
+            .cluster
+            .core()
+            .state()
+            .migrations()
+            .stale_copies()
+            .map(|f| f.record.id)
+            .collect();
+        for id in stale {
+            let (cluster, notifier) = (self.cluster.clone(), self.notifier.clone());
+            tokio::spawn(async move { drop_stale_copy(&cluster, &notifier, id).await });
+        }
         let preparing: Vec<MigrationRecord> = self
             .cluster
             .core()
@@ -385,6 +481,15 @@ impl Migrator {
 
     /// Steps 2–4 for a `Preparing` record.
     async fn move_ownership(&self, record: MigrationRecord) -> Result<(), CoordinatorError> {
+        // A drop still due on the target for a stale copy of this range (a
+        // finished migration's) must land before the target takes the range,
+        // never after (it would drop the new tablet).
+        while self.stale_copy_on_target(&record) {
+            self.cluster
+                .clock
+                .sleep(Duration::from_millis(PREPARE_RETRY_MS))
+                .await;
+        }
         if record.returns != 0 {
             self.drop_stale_copy(&record).await?;
         }
@@ -433,6 +538,21 @@ impl Migrator {
         Ok(())
     }
 
+    /// Whether a finished migration's stale copy of `record`'s range waits to be
+    /// dropped on `record`'s target.
+    fn stale_copy_on_target(&self, record: &MigrationRecord) -> bool {
+        self.cluster
+            .core()
+            .state()
+            .migrations()
+            .stale_copies()
+            .any(|f| {
+                f.stale_copy_on == Some(record.target)
+                    && f.record
+                        .overlaps(record.table_id, record.start_hash, record.end_hash)
+            })
+    }
+
     async fn prepare(&self, m: &MigrationRecord) -> Prepared {
         let address = address_of(self.cluster.core().state(), m.source);
         let req = Request::PrepareMigration {
@@ -470,35 +590,23 @@ impl Migrator {
         bytes: u64,
         objects: u64,
     ) -> Result<(), CoordinatorError> {
-        // The finished list is locked across the core's step, so a listing (which
-        // takes the same lock before the core's) sees the migration in progress
-        // or done, never neither (`ramstore rebalance` and `migrate` stop on a
-        // migration that is not listed).
-        let (record, actions, returning) = {
-            let mut done_list = self.done.lock();
-            let record = self.cluster.core().state().migrations().get(id).copied();
-            let actions = self.cluster.core().migration_done(id)?;
-            let returning = self.cluster.core().return_of(id);
-            let finished = !actions.is_empty() || returning.is_some();
-            // A stop-and-copy migration finishes from `Copying` (ownership moves then).
-            let pulling = |r: &MigrationRecord| {
-                matches!(r.state, MigrationState::Pulling | MigrationState::Copying)
-            };
-            if let Some(record) = record.filter(|r| finished && pulling(r)) {
-                tracing::info!(id, bytes, objects, "migration done");
-                let total = self.totals.lock().remove(&id);
-                if done_list.len() == DONE_KEPT {
-                    done_list.pop_front();
-                }
-                done_list.push_back(DoneMigration {
-                    record,
-                    bytes,
-                    objects,
-                    total,
-                });
-            }
-            (record, actions, returning)
+        // One core step forgets the record and adds it to the finished list
+        // in one document write, so a listing (under the same lock) sees the
+        // migration in progress or finished, never neither (`ramstore
+        // rebalance` and `migrate` stop on a migration that is not listed).
+        let (record, returning) = {
+            let mut core = self.cluster.core();
+            let record = core.state().migrations().get(id).copied();
+            core.migration_done_moved(id, Some((bytes, objects)))?;
+            (record, core.return_of(id))
         };
+        if record.is_some() {
+            tracing::info!(id, bytes, objects, "migration done");
+        }
+        // The source drops its stale copy; resent until it answers, also by a
+        // coordinator that takes over (the finished record says it is due).
+        let (cluster, notifier) = (self.cluster.clone(), self.notifier.clone());
+        tokio::spawn(async move { drop_stale_copy(&cluster, &notifier, id).await });
         if let Some(ret) = returning.filter(|_| record.is_some_and(|r| r.cancelled)) {
             // Not awaited: the target that reported is the return's source and
             // answers its PrepareMigration while this answer is on its way.
@@ -509,7 +617,6 @@ impl Migrator {
                 }
             });
         }
-        self.notifier.carry_out(actions).await;
         let waiter = {
             let mut waiters = self.copy_waiters.lock();
             let found = waiters.iter().position(|(w, _)| *w == id);
@@ -540,15 +647,12 @@ impl Migrator {
                 moved.extend(stats.incoming);
             }
         }
-        // Lock order: the finished list, then the core (as in `done`).
-        let done_list = self.done.lock();
         let core = self.cluster.core();
         let name_of = |table_id: u64| {
             core.tables()
                 .find(|t| t.id == table_id)
                 .map_or_else(String::new, |t| t.name.clone())
         };
-        let totals = self.totals.lock().clone();
         let mut text = String::new();
         for m in core.migrations() {
             let state = match m.state {
@@ -559,24 +663,48 @@ impl Migrator {
             };
             let counts = Counts {
                 moved: moved.get(&m.id).copied(),
-                total: totals.get(&m.id).copied(),
+                total: m.total,
             };
             text.push_str(&line(&m, &name_of(m.table_id), state, counts));
         }
-        for d in done_list.iter() {
-            let name = name_of(d.record.table_id);
+        for f in core.state().migrations().finished() {
             let counts = Counts {
-                moved: Some((d.bytes, d.objects)),
-                total: d.total,
+                moved: f.moved,
+                total: f.record.total,
             };
-            let state = if d.record.cancelled {
-                "cancelled"
-            } else {
-                "done"
-            };
-            text.push_str(&line(&d.record, &name, state, counts));
+            let name = name_of(f.record.table_id);
+            text.push_str(&line(&f.record, &name, f.outcome.name(), counts));
         }
         text
+    }
+}
+
+/// Has the holder of finished migration `id`'s stale copy drop it, resending
+/// until it answers, then records the copy dropped (R§9: the finished record
+/// says the drop is due until then, so a coordinator that takes over resends
+/// it). A holder that is no longer up needs no drop: its crash recovery
+/// recovers only what the tablet map gives it, and the range is not its.
+pub(crate) async fn drop_stale_copy(cluster: &Cluster, notifier: &Notifier, id: u64) {
+    loop {
+        let Some(drop) = cluster.core().stale_copy_drop(id) else {
+            return;
+        };
+        let Action::DropTablet { server_id, .. } = &drop else {
+            return;
+        };
+        let dropped = !cluster.is_up(*server_id) || notifier.send(&drop).await;
+        if dropped {
+            match cluster.core().stale_copy_dropped(id) {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(id, error = %e, "migration: cannot record the stale copy dropped; retried");
+                }
+            }
+        }
+        cluster
+            .clock
+            .sleep(Duration::from_millis(PREPARE_RETRY_MS))
+            .await;
     }
 }
 

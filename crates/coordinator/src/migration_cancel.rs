@@ -20,7 +20,7 @@
 
 use crate::coordinator::{Action, CoordinatorCore};
 use crate::error::CoordinatorError;
-use crate::migrations::{MigrationRecord, MigrationState};
+use crate::migrations::{MigrationOutcome, MigrationRecord, MigrationState};
 use ramstore_wire::MigrationMode;
 
 impl CoordinatorCore {
@@ -60,9 +60,13 @@ impl CoordinatorCore {
     pub(crate) fn cancelled_migration_done(
         &mut self,
         m: &MigrationRecord,
+        moved: Option<(u64, u64)>,
     ) -> Result<Vec<Action>, CoordinatorError> {
         let mut next = self.state().clone();
-        next.migrations_mut().remove_if(m.id, |_| true);
+        // The source's stale copy is dropped before the return's first step,
+        // not as a finished migration's (module doc).
+        next.migrations_mut()
+            .finish(m.id, MigrationOutcome::Cancelled, moved, None);
         next.migrations_mut().add(MigrationRecord {
             id: 0,
             source: m.target,
@@ -74,6 +78,8 @@ impl CoordinatorCore {
             // A return is an ordinary migration whatever mode the cancelled one
             // was measured in (the baselines exist for the benchmark only).
             mode: MigrationMode::Rocksteady,
+            // Counted when the cancelled one started, not now.
+            total: None,
             ..*m
         });
         self.commit(next)?;

@@ -31,7 +31,7 @@ use ramstore_wire::{decode_response, encode_request, Request, Response};
 use crate::cluster::Cluster;
 use crate::coordinator::{address_of, take_migrating_action, Action, CoordinatorCore};
 use crate::error::CoordinatorError;
-use crate::migrations::{MigrationRecord, MigrationState};
+use crate::migrations::{MigrationOutcome, MigrationRecord, MigrationState};
 use crate::notifier::NOTIFY_DEADLINE_MS;
 use crate::server_list::{ServerEntry, ServerId};
 
@@ -81,24 +81,61 @@ impl Lineage {
 }
 
 impl CoordinatorCore {
-    /// The migrations in `Pulling` that name `crashed`, as the lineage work its
-    /// recovery must do. (A `Preparing` one is aborted or moved on by the
-    /// migrator: its tablet still belongs to the source in the map.)
+    /// The migrations in `Pulling` that name `crashed`, and those in `Copying`
+    /// whose target it is, as the lineage work its recovery must do. (A
+    /// `Preparing` one is aborted or moved on by the migrator: its tablet still
+    /// belongs to the source in the map. A `Copying` one whose source crashed
+    /// is abandoned first, [`Self::migration_copy_abandoned`]: the range never
+    /// moved.) A stop-and-copy target crashing mid-copy rolls back as a
+    /// Rocksteady one does: its source still holds the whole range, fenced.
     pub fn lineage_of(&self, crashed: ServerId) -> Vec<Lineage> {
         self.state()
             .migrations()
             .iter()
-            .filter(|m| m.state == MigrationState::Pulling)
-            .filter_map(|m| {
-                if m.target == crashed {
+            .filter_map(|m| match m.state {
+                MigrationState::Pulling | MigrationState::Copying if m.target == crashed => {
                     Some(Lineage::RollBack(*m))
-                } else if m.source == crashed {
-                    Some(Lineage::NewSource(*m))
-                } else {
-                    None
                 }
+                MigrationState::Pulling if m.source == crashed => Some(Lineage::NewSource(*m)),
+                _ => None,
             })
             .collect()
+    }
+
+    /// The stop-and-copy migrations whose source `crashed` mid-copy.
+    pub fn copies_from(&self, crashed: ServerId) -> Vec<MigrationRecord> {
+        self.state()
+            .migrations()
+            .iter()
+            .filter(|m| m.state == MigrationState::Copying && m.source == crashed)
+            .copied()
+            .collect()
+    }
+
+    /// The source of stop-and-copy migration `id` crashed before the copy was
+    /// done. The range never moved (the source owns it in the map), so its
+    /// crash recovery recovers it as any tablet of the source; the migration is
+    /// over: in one write the record goes to the finished list (`rolled_back`)
+    /// with the target's partial copy marked stale, to be dropped
+    /// ([`crate::migration::drop_stale_copy`]) before the recovery places the
+    /// range. `LineageChanged` (nothing applied) unless the record is still
+    /// `Copying` from `crashed`.
+    pub fn migration_copy_abandoned(
+        &mut self,
+        id: u64,
+        crashed: ServerId,
+    ) -> Result<(), CoordinatorError> {
+        let m = self
+            .state()
+            .migrations()
+            .get(id)
+            .copied()
+            .filter(|m| m.source == crashed && m.state == MigrationState::Copying)
+            .ok_or(CoordinatorError::LineageChanged(id))?;
+        let mut next = self.state().clone();
+        next.migrations_mut()
+            .finish(id, MigrationOutcome::RolledBack, None, Some(m.target));
+        self.commit(next)
     }
 
     /// The crashed target's log of migration `id`'s range was replayed onto the
@@ -116,7 +153,10 @@ impl CoordinatorCore {
             .migrations()
             .get(id)
             .copied()
-            .filter(|m| m.target == crashed && m.state == MigrationState::Pulling)
+            .filter(|m| {
+                m.target == crashed
+                    && matches!(m.state, MigrationState::Pulling | MigrationState::Copying)
+            })
             .ok_or(CoordinatorError::LineageChanged(id))?;
         if !self
             .state()
@@ -141,7 +181,9 @@ impl CoordinatorCore {
             moved = Some(*t);
         }
         let moved = moved.ok_or(CoordinatorError::LineageChanged(id))?;
-        next.migrations_mut().remove_if(id, |_| true);
+        // Kept as finished (`rolled_back`), in the same write (R§9).
+        next.migrations_mut()
+            .finish(id, MigrationOutcome::RolledBack, None, None);
         let action = Action::TakeTablet {
             server_id: m.source,
             address: address_of(&next, m.source),

@@ -46,7 +46,59 @@ pub struct MigrationRecord {
     /// its source (0: none).
     #[serde(default)]
     pub returns: u64,
+    /// Bytes and objects of the range when the migration started, as its source
+    /// counted them (`None`: not known). Persisted with the record, so a
+    /// coordinator that takes over still shows them.
+    #[serde(default)]
+    pub total: Option<(u64, u64)>,
 }
+
+/// How a finished migration ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MigrationOutcome {
+    /// The target has every record and owns the range.
+    Done,
+    /// Cancelled: it finished, and its return migration brings the range back.
+    Cancelled,
+    /// The range is back on its source: the target crashed mid-way (its log
+    /// was replayed onto the source, K§2.3.4), or the source of a stop-and-copy
+    /// crashed before the copy was done (the range never moved).
+    RolledBack,
+}
+
+impl MigrationOutcome {
+    /// The state `ListMigrations` shows (one word: the list is `key=value`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MigrationOutcome::Done => "done",
+            MigrationOutcome::Cancelled => "cancelled",
+            MigrationOutcome::RolledBack => "rolled_back",
+        }
+    }
+}
+
+/// A finished migration, as persisted: kept for `ListMigrations`, and until
+/// its stale copy is dropped, for the drop to be resent by a coordinator that
+/// takes over (R§9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishedMigration {
+    /// The record as it was when the migration finished.
+    pub record: MigrationRecord,
+    pub outcome: MigrationOutcome,
+    /// Bytes and objects the target reported moved (`None`: not reported, as
+    /// for a roll-back).
+    pub moved: Option<(u64, u64)>,
+    /// A master that still holds a stale copy of the range and must drop it
+    /// (DropTabletOwnership): the source after `Done`, the target after a
+    /// stop-and-copy rolled back; cleared once it has answered.
+    #[serde(default)]
+    pub stale_copy_on: Option<ServerId>,
+}
+
+/// How many finished migrations the state keeps (oldest forgotten first; one
+/// whose stale copy is not yet dropped is never forgotten).
+pub const FINISHED_KEPT: usize = 64;
 
 impl MigrationRecord {
     pub fn contains(&self, hash: u64) -> bool {
@@ -65,6 +117,10 @@ impl MigrationRecord {
 pub struct Migrations {
     next_id: u64,
     records: Vec<MigrationRecord>,
+    /// Finished migrations, oldest first (at most [`FINISHED_KEPT`] plus those
+    /// with a stale copy left); absent from documents written before.
+    #[serde(default)]
+    finished: Vec<FinishedMigration>,
 }
 
 impl Default for Migrations {
@@ -72,6 +128,7 @@ impl Default for Migrations {
         Self {
             next_id: 1,
             records: Vec::new(),
+            finished: Vec::new(),
         }
     }
 }
@@ -85,9 +142,66 @@ impl Migrations {
         self.records.iter().find(|m| m.id == id)
     }
 
-    /// Forgets the migrations of a dropped table.
+    /// Finished migrations, oldest first.
+    pub fn finished(&self) -> &[FinishedMigration] {
+        &self.finished
+    }
+
+    /// The finished migration `id`, if it is still kept.
+    pub fn finished_get(&self, id: u64) -> Option<&FinishedMigration> {
+        self.finished.iter().find(|f| f.record.id == id)
+    }
+
+    /// Finished migrations whose stale copy is not dropped yet.
+    pub fn stale_copies(&self) -> impl Iterator<Item = &FinishedMigration> {
+        self.finished.iter().filter(|f| f.stale_copy_on.is_some())
+    }
+
+    /// Forgets the migrations of a dropped table (its tablets, stale copies
+    /// included, are dropped with it).
     pub(crate) fn forget_table(&mut self, table_id: u64) {
         self.records.retain(|m| m.table_id != table_id);
+        for f in self
+            .finished
+            .iter_mut()
+            .filter(|f| f.record.table_id == table_id)
+        {
+            f.stale_copy_on = None;
+        }
+    }
+
+    /// Forgets record `id` and keeps it as finished with `outcome`, in the
+    /// same document write (so a listing sees it in progress or finished,
+    /// never neither). Does nothing for an unknown id.
+    pub(crate) fn finish(
+        &mut self,
+        id: u64,
+        outcome: MigrationOutcome,
+        moved: Option<(u64, u64)>,
+        stale_copy_on: Option<ServerId>,
+    ) {
+        let Some(record) = self.get(id).copied() else {
+            return;
+        };
+        self.records.retain(|m| m.id != id);
+        if self.finished.len() >= FINISHED_KEPT {
+            if let Some(i) = self.finished.iter().position(|f| f.stale_copy_on.is_none()) {
+                self.finished.remove(i);
+            }
+        }
+        self.finished.push(FinishedMigration {
+            record,
+            outcome,
+            moved,
+            stale_copy_on,
+        });
+    }
+
+    /// The stale copy of finished migration `id` is dropped.
+    pub(crate) fn stale_copy_dropped(&mut self, id: u64) {
+        for f in self.finished.iter_mut().filter(|f| f.record.id == id) {
+            f.stale_copy_on = None;
+        }
     }
 
     pub(crate) fn validate(&self, server_known: impl Fn(ServerId) -> bool) -> Result<(), String> {

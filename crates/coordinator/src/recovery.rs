@@ -283,6 +283,29 @@ impl RecoveryDriver {
 
     /// One attempt (see the module doc).
     async fn attempt(self: &Arc<Self>, crashed: ServerId) -> Attempt {
+        // A stop-and-copy from the crashed master is over (the range never
+        // moved): recorded so, and the target's partial copy dropped, before
+        // the range is placed (the target may be picked for it).
+        let copies = self.cluster.core().copies_from(crashed);
+        for m in copies {
+            let abandoned = self.cluster.core().migration_copy_abandoned(m.id, crashed);
+            if let Err(e) = abandoned {
+                return Attempt::Again(e.to_string());
+            }
+            tracing::info!(
+                crashed_id = crashed.0,
+                migration_id = m.id,
+                "recovery: the source of a stop-and-copy crashed; the migration is rolled back"
+            );
+            crate::migration::drop_stale_copy(&self.cluster, &self.notifier, m.id).await;
+        }
+        // Any stale copy of a range being recovered goes first: a recovery
+        // master reclaims a fenced copy it finds (`reclaim_fenced_tablet`), and
+        // a drop arriving later would remove the recovered tablet.
+        let stale = self.cluster.core().stale_copies_overlapping(crashed);
+        for id in stale {
+            crate::migration::drop_stale_copy(&self.cluster, &self.notifier, id).await;
+        }
         let Some(view) = self.snapshot(crashed) else {
             return Attempt::Done;
         };

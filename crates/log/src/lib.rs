@@ -60,6 +60,7 @@ pub use log::config::{
     MAX_DELETE_RESERVE_BYTES,
 };
 pub use log::head::{AppendError, Appended, DeadObject, NewObject};
+pub use log::holds::{TombstoneHold, HOLD_ID_BIT};
 pub use log::memory::LogStats;
 pub use log::read::ObjectView;
 pub use log::side::SideLog;

@@ -12,6 +12,7 @@
 
 pub(crate) mod config;
 pub(crate) mod head;
+pub(crate) mod holds;
 pub(crate) mod memory;
 pub(crate) mod read;
 pub(crate) mod replicas;
@@ -86,6 +87,8 @@ pub(crate) struct SegmentTable {
     pub by_id: std::collections::BTreeMap<u64, SegmentMeta>,
     pub next_id: u64,
     pub free_slots: Vec<u32>,
+    /// Pseudo segments that keep tombstones live (`holds`).
+    pub holds: holds::Holds,
 }
 
 /// Per-segment counters, indexed by slot; updated by writers without a lock.
@@ -236,6 +239,7 @@ impl Log {
             by_id: Default::default(),
             next_id: 1,
             free_slots: (0..slot_count as u32).rev().collect(),
+            holds: Default::default(),
         };
         let log = Self {
             pool,

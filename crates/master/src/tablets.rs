@@ -73,6 +73,11 @@ pub struct Tablet {
     bytes: AtomicU64,
     /// A [`TabletState`].
     state: AtomicU8,
+    /// The log's tombstone hold of a tablet migrating in (its pseudo segment id;
+    /// 0: none): deletes of its keys leave tombstones that outlive cleaning
+    /// until the coordinator has recorded the migration done, so a roll-back
+    /// onto the source still sees them (K§2.3.4; `ramstore_log::TombstoneHold`).
+    tombstone_hold: AtomicU64,
 }
 
 impl Tablet {
@@ -84,7 +89,22 @@ impl Tablet {
             entries: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             state: AtomicU8::new(TabletState::Normal as u8),
+            tombstone_hold: AtomicU64::new(0),
         }
+    }
+
+    /// The tombstone hold of the tablet's deletes (0: none).
+    pub(crate) fn tombstone_hold(&self) -> u64 {
+        self.tombstone_hold.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_tombstone_hold(&self, hold: u64) {
+        self.tombstone_hold.store(hold, Ordering::Release);
+    }
+
+    /// Takes the tablet's tombstone hold away (0 if it had none).
+    pub(crate) fn take_tombstone_hold(&self) -> u64 {
+        self.tombstone_hold.swap(0, Ordering::AcqRel)
     }
 
     pub fn state(&self) -> TabletState {

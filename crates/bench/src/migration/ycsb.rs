@@ -8,12 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ramstore_bench::zipfian::Zipfian;
 use ramstore_client::BlockingClient;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-/// YCSB's default Zipfian constant.
-const ZIPFIAN_THETA: f64 = 0.99;
 /// Percentage of updates in YCSB B.
 const UPDATE_PERCENT: u32 = 5;
 
@@ -29,69 +28,6 @@ pub struct Sample {
 /// The key of object `i`: `user` and 12 digits (16 bytes), as `ramstore bench`.
 pub fn key(i: u64) -> Vec<u8> {
     format!("user{i:012}").into_bytes()
-}
-
-/// YCSB's Zipfian generator (Gray et al., "Quickly generating billion-record
-/// synthetic databases") over ranks `0..n`, scrambled over the key space as
-/// YCSB's ScrambledZipfianGenerator does (the same as `ramstore bench`'s).
-#[derive(Clone, Debug)]
-pub struct Zipfian {
-    n: u64,
-    theta: f64,
-    alpha: f64,
-    zetan: f64,
-    eta: f64,
-}
-
-impl Zipfian {
-    pub fn new(n: u64) -> Self {
-        let theta = ZIPFIAN_THETA;
-        let n = n.max(1);
-        let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
-        let zetan = zeta(n);
-        let zeta2 = zeta(2.min(n));
-        let eta = if n > 2 {
-            (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan)
-        } else {
-            1.0
-        };
-        Self {
-            n,
-            theta,
-            alpha: 1.0 / (1.0 - theta),
-            zetan,
-            eta,
-        }
-    }
-
-    fn rank(&self, rng: &mut SmallRng) -> u64 {
-        let u: f64 = rng.gen();
-        let uz = u * self.zetan;
-        if uz < 1.0 {
-            return 0;
-        }
-        if uz < 1.0 + 0.5f64.powf(self.theta) {
-            return 1.min(self.n - 1);
-        }
-        let rank = (self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
-        rank.min(self.n - 1)
-    }
-
-    /// A key index in `0..n`.
-    pub fn next(&self, rng: &mut SmallRng) -> u64 {
-        fnv1a64(self.rank(rng)) % self.n
-    }
-}
-
-/// YCSB's FNV-1a over the 8 bytes of `v`, least significant first.
-fn fnv1a64(mut v: u64) -> u64 {
-    let mut hash: u64 = 0xCBF2_9CE4_8422_2325;
-    for _ in 0..8 {
-        hash ^= v & 0xff;
-        hash = hash.wrapping_mul(1_099_511_628_211);
-        v >>= 8;
-    }
-    hash
 }
 
 /// What the client threads share.
@@ -142,7 +78,7 @@ fn one_thread(load: &Load, thread: usize, start: Instant, stop: &AtomicBool) -> 
         } else if due > now {
             std::thread::sleep(due - now);
         }
-        let k = key(load.keys.next(&mut rng));
+        let k = key(load.keys.next_scrambled(&mut rng));
         let failed = if rng.gen_range(0..100) < UPDATE_PERCENT {
             load.client.write(load.table_id, &k, &load.value).is_err()
         } else {
@@ -164,19 +100,6 @@ fn one_thread(load: &Load, thread: usize, start: Instant, stop: &AtomicBool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn zipfian_next_stays_in_range_and_favours_a_few_keys() {
-        let z = Zipfian::new(1000);
-        let mut rng = SmallRng::seed_from_u64(7);
-        let mut counts = vec![0u32; 1000];
-        for _ in 0..100_000 {
-            counts[z.next(&mut rng) as usize] += 1;
-        }
-        let top = counts.iter().max().copied().unwrap_or(0);
-        // θ = 0.99 over 1000 keys: the hottest draws about 13% of the picks.
-        assert!(top > 10_000 && top < 16_000, "{top}");
-    }
 
     #[test]
     fn key_is_sixteen_bytes() {

@@ -2,12 +2,11 @@
 //! read; write) and how keys are chosen, uniformly or from YCSB's scrambled
 //! Zipfian distribution.
 
+pub(super) use ramstore_bench::zipfian::{Zipfian, ZIPFIAN_THETA};
 use rand::rngs::SmallRng;
 use rand::Rng;
 use serde::Serialize;
 
-/// YCSB's default Zipfian constant.
-pub(super) const ZIPFIAN_THETA: f64 = 0.99;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
@@ -104,66 +103,6 @@ impl KeyChooser {
     }
 }
 
-/// YCSB's Zipfian generator (Gray et al., "Quickly generating billion-record
-/// synthetic databases"), over ranks `0..n` with rank 0 the most popular.
-#[derive(Clone, Debug)]
-pub(super) struct Zipfian {
-    pub(super) n: u64,
-    pub(super) theta: f64,
-    pub(super) alpha: f64,
-    pub(super) zetan: f64,
-    pub(super) eta: f64,
-}
-
-impl Zipfian {
-    pub(super) fn new(n: u64, theta: f64) -> Self {
-        let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
-        let zetan = zeta(n);
-        let zeta2 = zeta(2.min(n));
-        let eta = if n > 2 {
-            (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan)
-        } else {
-            1.0
-        };
-        Self {
-            n,
-            theta,
-            alpha: 1.0 / (1.0 - theta),
-            zetan,
-            eta,
-        }
-    }
-
-    pub(super) fn next_rank(&self, rng: &mut SmallRng) -> u64 {
-        let u: f64 = rng.gen();
-        let uz = u * self.zetan;
-        if uz < 1.0 {
-            return 0;
-        }
-        if uz < 1.0 + 0.5f64.powf(self.theta) {
-            return 1.min(self.n - 1);
-        }
-        let rank = (self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
-        rank.min(self.n - 1)
-    }
-
-    /// A rank scrambled over the key space, as YCSB's ScrambledZipfianGenerator.
-    pub(super) fn next_scrambled(&self, rng: &mut SmallRng) -> u64 {
-        fnv1a64(self.next_rank(rng)) % self.n
-    }
-}
-
-/// YCSB's FNV-1a over the 8 bytes of `v`, least significant first.
-pub(super) fn fnv1a64(mut v: u64) -> u64 {
-    let mut hash: u64 = 0xCBF2_9CE4_8422_2325;
-    for _ in 0..8 {
-        hash ^= v & 0xff;
-        hash = hash.wrapping_mul(1_099_511_628_211);
-        v >>= 8;
-    }
-    hash
-}
-
 /// Bytes of every key: `user` and 12 decimal digits (at least; more for huge `i`).
 pub(super) const KEY_BYTES: usize = 16;
 
@@ -180,21 +119,6 @@ pub(super) fn write_key(out: &mut Vec<u8>, i: u64) {
 mod tests {
     use super::*;
     use rand::SeedableRng;
-
-    #[test]
-    fn zipfian_stays_in_range_and_favours_rank_zero() {
-        let z = Zipfian::new(1000, ZIPFIAN_THETA);
-        let mut rng = SmallRng::seed_from_u64(7);
-        let mut counts = vec![0u32; 1000];
-        for _ in 0..100_000 {
-            let r = z.next_rank(&mut rng);
-            counts[r as usize] += 1;
-            assert!(z.next_scrambled(&mut rng) < 1000);
-        }
-        // With θ = 0.99 over 1000 items rank 0 draws about 13% of the picks.
-        assert!(counts[0] > 10_000 && counts[0] < 16_000, "{}", counts[0]);
-        assert!(counts[0] > counts[1] && counts[1] > counts[10]);
-    }
 
     #[test]
     fn keys_are_fixed_width() {

@@ -48,6 +48,8 @@ impl Cleaner<'_> {
         min_gain_seglets: usize,
     ) -> Option<PassOutcome> {
         let _cpu = CpuCharge::start(&self.log.counters.cpu_ns);
+        // Released holds' tombstones die here, where segments leave the log.
+        self.log.expire_released_holds();
         let budget_seglets = self.combined_budget_seglets();
         let (victims, keep_estimate) =
             match self.pick_for_combined(budget_seglets, min_gain_seglets)? {

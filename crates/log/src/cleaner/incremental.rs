@@ -56,6 +56,8 @@ impl Cleaner<'_> {
     ) -> Option<PassOutcome> {
         let _one_pass = self.log.combined_pass.try_lock()?;
         let _cpu = CpuCharge::start(&self.log.counters.cpu_ns);
+        // Released holds' tombstones die here, where segments leave the log.
+        self.log.expire_released_holds();
         let victim = self.pick_one_for_combined(forced)?;
         self.clean_one_combined_locked(victim, relocator)
     }

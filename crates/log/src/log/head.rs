@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::holds::TombstoneHold;
 use super::{Head, Log, SegmentMeta, SegmentState, MAX_TABLET_STATS_PER_HEAD};
 use crate::entry;
 use crate::pool::AllocClass;
@@ -337,31 +338,79 @@ impl Log {
         key: &[u8],
         dead: DeadObject,
     ) -> Result<Appended, AppendError> {
+        self.append_tombstones(table_id, key, dead, None)
+    }
+
+    /// Appends the tombstone of a delete (as [`Self::append_tombstone`]) and, while
+    /// `hold` is held, a second one for the same key and version naming the hold
+    /// (`holds`), in one piece of the head: they are durable together, and either
+    /// both are in the log or neither is. A released hold adds nothing.
+    pub fn append_held_tombstone(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        dead: DeadObject,
+        hold: TombstoneHold,
+    ) -> Result<Appended, AppendError> {
+        self.append_tombstones(table_id, key, dead, Some(hold.id()))
+    }
+
+    fn append_tombstones(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        dead: DeadObject,
+        hold: Option<u64>,
+    ) -> Result<Appended, AppendError> {
         let seg = self.segment_id_of(dead.location);
         let header = entry::tombstone_header(table_id, dead.version, seg, key.len());
         let len = header.as_bytes().len() + key.len() + 4;
-        if len > self.max_entry_bytes {
-            return Err(AppendError::TooLarge(len));
+        let held = hold.map(|h| {
+            let header = entry::tombstone_header(table_id, dead.version, h, key.len());
+            let crc = entry::entry_crc(&[header.as_bytes(), key]);
+            (h, header, crc, header.as_bytes().len() + key.len() + 4)
+        });
+        let held_len = held.map_or(0, |(_, _, _, l)| l);
+        if len.max(held_len) > self.max_entry_bytes {
+            return Err(AppendError::TooLarge(len.max(held_len)));
         }
         let crc = entry::entry_crc(&[header.as_bytes(), key]);
         let mut head = self.head.lock();
-        let start = self.make_room(&mut head, len, AllocClass::Delete)?;
+        // A hold released meanwhile adds nothing (checked again below); the room
+        // for its tombstone then stays unused.
+        let start = self.make_room(&mut head, len + held_len, AllocClass::Delete)?;
+        // Checked and listed under the segment table's mutex, so a release never
+        // misses a tombstone naming its hold (`holds`). Lock order: head, then
+        // segments (`log`).
+        let table = hold.map(|_| self.segments.lock());
+        let held = held.filter(|(h, ..)| table.as_ref().is_some_and(|t| t.holds.is_active(*h)));
         let w = &mut head.writer;
         w.write(&self.pool, header.as_bytes());
         w.write(&self.pool, key);
         w.write(&self.pool, &crc.to_le_bytes());
         w.note_entry(len);
+        self.tombstone_appended(seg, w, len);
+        let mut total = len;
+        if let Some((h, header, crc, held_len)) = held {
+            w.write(&self.pool, header.as_bytes());
+            w.write(&self.pool, key);
+            w.write(&self.pool, &crc.to_le_bytes());
+            w.note_entry(held_len);
+            self.tombstone_appended(h, w, held_len);
+            total += held_len;
+        }
+        drop(table);
         let appended = Appended {
             segment_id: w.id,
             offset: start,
-            len,
+            len: total,
             entry: w.ref_at(start),
         };
-        self.tombstone_appended(seg, w, len);
         drop(head);
         self.tombstone_bytes
-            .fetch_add(len as u64, Ordering::Relaxed);
-        self.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
+            .fetch_add(total as u64, Ordering::Relaxed);
+        self.appended_bytes
+            .fetch_add(total as u64, Ordering::Relaxed);
         Ok(appended)
     }
 

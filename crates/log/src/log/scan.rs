@@ -33,6 +33,7 @@ pub(crate) struct Found {
 
 impl Log {
     /// Ids of the segments in the log: tombstones naming any other segment are dead.
+    /// Holds count as segments in the log until their tombstones expire (`holds`).
     pub(crate) fn live_segment_ids(&self, leaving: &[u64]) -> HashSet<u64> {
         let table = self.segments.lock();
         table
@@ -40,6 +41,7 @@ impl Log {
             .values()
             .filter(|m| m.state != SegmentState::Emergency && !leaving.contains(&m.id))
             .map(|m| m.id)
+            .chain(table.holds.live())
             .collect()
     }
 
@@ -120,6 +122,7 @@ impl Log {
             .values()
             .filter(|m| m.state != SegmentState::Emergency)
             .map(|m| m.id)
+            .chain(table.holds.live())
             .collect();
         let targets = self.tombstone_targets.lock();
         let mut total = 0u64;

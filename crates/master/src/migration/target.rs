@@ -293,6 +293,7 @@ impl ObjectStore {
             None => {
                 let tablet = Tablet::new(table_id, start_hash, end_hash);
                 tablet.set_state(TabletState::MigratingIn);
+                tablet.set_tombstone_hold(self.log().hold_tombstones().id());
                 shared.tablets.store(std::sync::Arc::new(map.with(tablet)));
                 Ok(true)
             }

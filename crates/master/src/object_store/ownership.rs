@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use ramstore_log::LogRef;
+use ramstore_log::{LogRef, TombstoneHold};
 
 use super::{hash_of, key_hash, ObjectStore};
 use crate::tablets::Tablet;
@@ -58,6 +58,8 @@ impl ObjectStore {
         let mut next = map.without(table_id, outer_start, outer_end);
         for (s, e) in pieces {
             let tablet = Tablet::new(table_id, s, e);
+            // Every piece of a migrating-in range keeps its deletes' tombstones.
+            tablet.set_tombstone_hold(t.tombstone_hold());
             let (entries, bytes) = self.count_range(table_id, s, e);
             tablet.set_counts(entries, bytes);
             next = next.with(tablet);
@@ -176,13 +178,13 @@ impl ObjectStore {
     pub fn drop_tablet(&self, table_id: u64, start_hash: u64, end_hash: u64) {
         let _changing = self.inner.tablet_changes.lock();
         let map = self.inner.shared.tablets.load();
-        if !map
-            .tablets
-            .iter()
-            .any(|t| t.table_id == table_id && t.start_hash == start_hash && t.end_hash == end_hash)
-        {
+        let Some(tablet) = map.tablets.iter().find(|t| {
+            t.table_id == table_id && t.start_hash == start_hash && t.end_hash == end_hash
+        }) else {
             return;
-        }
+        };
+        // Its objects die here: no tombstone of the range is needed any more.
+        self.release_hold(tablet.take_tombstone_hold());
         self.inner
             .shared
             .tablets
@@ -191,6 +193,26 @@ impl ObjectStore {
         // could have seen the old map is done, no new object of the tablet appears.
         self.inner.log.wait_for_operations();
         self.remove_range(table_id, start_hash, end_hash);
+    }
+
+    /// The migration into `[start_hash, end_hash]` of `table_id` is recorded done
+    /// by the coordinator (or was abandoned): deletes of its keys no longer need
+    /// tombstones that outlive cleaning (K§2.3.4), and those written so far may
+    /// die as ordinary ones. Idempotent; covers every tablet in the range (a
+    /// split one included).
+    pub fn release_migration_hold(&self, table_id: u64, start_hash: u64, end_hash: u64) {
+        let map = self.inner.shared.tablets.load();
+        for t in &map.tablets {
+            if t.table_id == table_id && start_hash <= t.end_hash && t.start_hash <= end_hash {
+                self.release_hold(t.take_tombstone_hold());
+            }
+        }
+    }
+
+    fn release_hold(&self, hold: u64) {
+        if let Some(hold) = TombstoneHold::from_id(hold) {
+            self.inner.log.release_tombstones(hold);
+        }
     }
 
     fn remove_range(&self, table_id: u64, start_hash: u64, end_hash: u64) {

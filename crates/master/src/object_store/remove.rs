@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use ramstore_log::{Appended, DeadObject, LogRef, MAX_KEY_BYTES};
+use ramstore_log::{Appended, DeadObject, LogRef, TombstoneHold, MAX_KEY_BYTES};
 use ramstore_wire::RejectRules;
 
 use super::{key_hash, ObjectStore};
@@ -81,14 +81,17 @@ impl ObjectStore {
             // monotonic even after the tombstone is cleaned.
             let safe = &inner.shared.safe_version;
             let before = safe.fetch_max(version + 1, Ordering::SeqCst);
-            let appended = match log.append_tombstone(
-                table_id,
-                key,
-                DeadObject {
-                    version,
-                    location: LogRef(r),
-                },
-            ) {
+            let dead = DeadObject {
+                version,
+                location: LogRef(r),
+            };
+            // A tablet migrating in keeps its deletes' tombstones until the
+            // migration is recorded done (K§2.3.4; `Tablet::tombstone_hold`).
+            let appended = match TombstoneHold::from_id(tablet.tombstone_hold()) {
+                Some(hold) => log.append_held_tombstone(table_id, key, dead, hold),
+                None => log.append_tombstone(table_id, key, dead),
+            };
+            let appended = match appended {
                 Ok(a) => a,
                 Err(e) => {
                     // Nothing was deleted: undo our raise unless another delete has

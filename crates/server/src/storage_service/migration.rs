@@ -353,6 +353,10 @@ impl StorageService {
                 .await
             {
                 if matches!(decode_response(&answer), Ok((h, _)) if h.status == Status::Ok) {
+                    // Recorded done: no roll-back can need this range's
+                    // tombstones any more (K§2.3.4).
+                    self.store
+                        .release_migration_hold(m.table_id, m.start_hash, m.end_hash);
                     tracing::info!(migration_id = m.id, bytes, objects, "migration done");
                     return;
                 }
