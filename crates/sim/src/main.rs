@@ -147,6 +147,16 @@ fn main() {
         summary.events,
         summary.unknown
     );
+    let [source, target, both, coordinator] = summary.migration_crashes_by_kind;
+    println!(
+        "migrations_done={} migrations_rolled_back={} migrations_stuck={} \
+         migration_crashes: source={source} target={target} both={both} coordinator={coordinator} \
+         unreadable_keys={}",
+        summary.migrations,
+        summary.migrations_rolled_back,
+        summary.migrations_stuck,
+        summary.unreadable
+    );
     println!(
         "wall_seconds={:.2} sim_seconds_per_wall_second={:.2}",
         summary.wall_seconds,
