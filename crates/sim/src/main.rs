@@ -80,6 +80,9 @@ struct Args {
     /// Keep migrating random tablets to other masters while the clients run.
     #[arg(long)]
     migrations: bool,
+    /// With --migrations: move a range only to a master never seen owning it.
+    #[arg(long)]
+    fresh_targets: bool,
     /// Print every fault as it happens (stderr).
     #[arg(long)]
     verbose: bool,
@@ -116,6 +119,7 @@ fn main() {
         faults: !args.no_faults,
         planted_bug: args.planted_bug,
         migrations: args.migrations,
+        fresh_targets: args.fresh_targets,
         clients: args.clients.max(1),
         verbose: args.verbose,
     };

@@ -14,6 +14,7 @@
 //!
 //! Thread-safety: one task; its choices come from its own seeded generator.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,8 +144,11 @@ pub async fn drive(
     end: Duration,
     stats: Arc<MigrationStats>,
     verbose: bool,
+    fresh_targets: bool,
 ) -> Option<Followed> {
     let clock = cluster.clock.clone();
+    // Masters seen owning each range so far (`fresh_targets`).
+    let mut held: BTreeMap<(u64, u64), BTreeSet<u64>> = BTreeMap::new();
     while clock.elapsed() < end {
         let pause = 500 + rng.next_u64() % 1_500;
         tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -152,6 +156,11 @@ pub async fn drive(
             continue;
         };
         let tablets: Vec<_> = map.iter().filter(|t| t.table_id == table).collect();
+        for t in &tablets {
+            held.entry((t.start_hash, t.end_hash))
+                .or_default()
+                .insert(t.server_id);
+        }
         let mut owners: Vec<u64> = map.iter().map(|t| t.server_id).collect();
         owners.sort_unstable();
         owners.dedup();
@@ -159,7 +168,15 @@ pub async fn drive(
             continue;
         }
         let t = tablets[(rng.next_u64() % tablets.len() as u64) as usize];
-        let others: Vec<u64> = owners.into_iter().filter(|o| *o != t.server_id).collect();
+        let before = held.get(&(t.start_hash, t.end_hash));
+        let others: Vec<u64> = owners
+            .into_iter()
+            .filter(|o| *o != t.server_id)
+            .filter(|o| !fresh_targets || before.is_none_or(|b| !b.contains(o)))
+            .collect();
+        if others.is_empty() {
+            continue;
+        }
         let target = others[(rng.next_u64() % others.len() as u64) as usize];
         stats.attempts.send_modify(|n| *n += 1);
         let asked = clock.elapsed();
@@ -183,6 +200,9 @@ pub async fn drive(
                 asked.as_secs_f64()
             );
         }
+        held.entry((t.start_hash, t.end_hash))
+            .or_default()
+            .insert(target);
         let m = Followed {
             id,
             table_id: table,

@@ -37,6 +37,8 @@ pub struct SimConfig {
     /// Keep migrating random tablets while the clients run (K§2.3,
     /// [`crate::migrate`]).
     pub migrations: bool,
+    /// Move a range only to a master never seen owning it in this run.
+    pub fresh_targets: bool,
 }
 
 /// What a run did and found.
@@ -208,6 +210,7 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
             end,
             migration_stats.clone(),
             config.verbose,
+            config.fresh_targets,
         )))
     } else {
         None
