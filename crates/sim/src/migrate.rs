@@ -156,6 +156,17 @@ pub async fn drive(
             continue;
         };
         let tablets: Vec<_> = map.iter().filter(|t| t.table_id == table).collect();
+        if verbose {
+            let owners: Vec<String> = tablets
+                .iter()
+                .map(|t| format!("{:#x}:{}", t.start_hash, t.server_id))
+                .collect();
+            eprintln!(
+                "{:>10.3} s  owners {}",
+                clock.elapsed().as_secs_f64(),
+                owners.join(" ")
+            );
+        }
         for t in &tablets {
             held.entry((t.start_hash, t.end_hash))
                 .or_default()
