@@ -130,20 +130,35 @@ impl MigrationStats {
     }
 }
 
-/// Moves random tablets of `table` (named `name`), one at a time, until `end`
-/// (simulated time since the cluster's clock started); counts their ends in
-/// `stats`. Returns the migration still in progress at `end`, if any, for the
-/// run to follow to its end after the faults heal.
+/// How the migrator runs.
+#[derive(Debug, Clone, Copy)]
+pub struct DrivePlan {
+    /// When to stop asking for migrations (simulated time since the cluster's
+    /// clock started).
+    pub end: Duration,
+    /// Print each migration, its end, and the tablets' owners (stderr).
+    pub verbose: bool,
+    /// Move a range only to a master never seen owning it.
+    pub fresh_targets: bool,
+}
+
+/// Moves random tablets of `table` (named `name`), one at a time, until
+/// `plan.end`; counts their ends in `stats`. Returns the migration still in
+/// progress at the end, if any, for the run to follow to its end after the
+/// faults heal.
 pub async fn drive(
     admin: Client,
     (name, table): (&str, u64),
     cluster: Arc<Cluster>,
     rng: Arc<dyn Rng>,
-    end: Duration,
     stats: Arc<MigrationStats>,
-    verbose: bool,
-    fresh_targets: bool,
+    plan: DrivePlan,
 ) -> Option<Followed> {
+    let DrivePlan {
+        end,
+        verbose,
+        fresh_targets,
+    } = plan;
     let clock = cluster.clock.clone();
     // Masters seen owning each range so far (`fresh_targets`).
     let mut held: BTreeMap<(u64, u64), BTreeSet<u64>> = BTreeMap::new();

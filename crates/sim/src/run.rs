@@ -207,10 +207,12 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
             ("sim", table),
             cluster.clone(),
             SeededRng::handle(rng.next_u64()),
-            end,
             migration_stats.clone(),
-            config.verbose,
-            config.fresh_targets,
+            crate::migrate::DrivePlan {
+                end,
+                verbose: config.verbose,
+                fresh_targets: config.fresh_targets,
+            },
         )))
     } else {
         None
