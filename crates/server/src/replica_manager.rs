@@ -592,7 +592,9 @@ fn drop_replica(st: &mut State, id: u64, backup: u64, failed: bool) {
         return;
     };
     seg.replicas.remove(index);
-    if failed {
+    // Once each: a segment retried on the same backup (every eligible one
+    // excluded, `place` tries them again) must not grow the list.
+    if failed && !seg.excluded.contains(&backup) {
         seg.excluded.push(backup);
     }
     seg.closed_durable = false;

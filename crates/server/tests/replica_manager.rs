@@ -350,6 +350,36 @@ async fn wait_durable_names_full_backups_when_they_refuse_new_replicas() {
     task.abort();
 }
 
+/// Regression (found by the simulator, issue 20: a migration stayed `Pulling` for
+/// good): a backup that refuses a new replica because it is out of frames must
+/// not be chosen again and again for that segment while another backup has
+/// room. Placement prefers the backup holding the fewest of this master's
+/// replicas, which is the full one here, so it was retried forever and the
+/// segment never became durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_places_a_replica_elsewhere_when_the_preferred_backup_is_full() {
+    let (store, manager, mut cluster) = master(1, 5);
+    let log = store.log_handle();
+    cluster.add_backup_with_frames(2);
+    cluster.add_backup();
+    let task = manager.start(log, MASTER_ID, "");
+    let value = vec![5u8; 4_000];
+    // About 12 segments: the small backup fills after two, and from then on it
+    // holds fewer of this master's replicas than the other one.
+    for key in 0..400u32 {
+        store
+            .write(TABLE, &key.to_le_bytes(), &value, &RejectRules::default())
+            .unwrap();
+        assert_eq!(
+            manager.wait_durable(manager.sync_point()).await,
+            Ok(()),
+            "write {key}"
+        );
+    }
+    manager.shutdown();
+    task.abort();
+}
+
 fn encode(req: &Request<'_>) -> Vec<u8> {
     let mut frame = Vec::new();
     encode_request(1, req, &mut frame).unwrap();

@@ -371,6 +371,38 @@ impl Cluster {
         }
     }
 
+    /// The host whose running server enlisted as `server_id`, if any (a
+    /// migration record names servers by id; the fault schedule crashes hosts).
+    pub fn host_of(&self, server_id: u64) -> Option<usize> {
+        let slots = self.slots.lock();
+        (0..slots.len()).find(|&i| {
+            slots[i]
+                .running
+                .as_ref()
+                .is_some_and(|s| s.service.server_id() == server_id)
+        })
+    }
+
+    /// The migrations in progress as the active coordinator's core records
+    /// them (empty while no coordinator runs).
+    pub fn migrations_in_progress(&self) -> Vec<ramstore_coordinator::migrations::MigrationRecord> {
+        self.coordinator()
+            .map_or_else(Vec::new, |c| c.with_core(|core| core.migrations()))
+    }
+
+    /// The owner of the tablet of `table_id` that is exactly `[start, end]`, as
+    /// the active coordinator records it; `None` if no tablet is exactly that
+    /// range (or no coordinator runs).
+    pub fn owner_of(&self, table_id: u64, start: u64, end: u64) -> Option<u64> {
+        self.coordinator()?.with_core(|core| {
+            core.state()
+                .tables()
+                .tablets()
+                .find(|t| t.table_id == table_id && t.start_hash == start && t.end_hash == end)
+                .map(|t| t.server_id.0)
+        })
+    }
+
     /// Hosts whose server runs now.
     pub fn running(&self) -> Vec<usize> {
         let slots = self.slots.lock();

@@ -4,7 +4,9 @@
 //! clients — in one process on simulated time, a simulated network and simulated
 //! disks, driven by one seed; inject faults (crashes and restarts, partitions,
 //! message loss and delay, slow and full disks, coordinator failover); check the recorded
-//! history with `ramstore_checker`; and print a hash of the ordered event trace,
+//! history with `ramstore_checker` (with `--migrations`, also that every live
+//! tablet migration ends done or rolled back, under faults aimed at its source,
+//! target and coordinator, K§2.3.4); and print a hash of the ordered event trace,
 //! so a failing seed is a one-line reproduction:
 //! `cargo run --release -p ramstore-sim -- --servers N --seed S --sim-seconds T`.
 //!
@@ -23,7 +25,8 @@
 //!
 //! Invariants: the same seed, server count, duration and options give the same
 //! trace hash and the same last line; the fault schedule never disrupts more
-//! than R − 1 hosts at once, so no acknowledged write may be lost by design.
+//! than R − 1 hosts at once (migration faults included), so no acknowledged
+//! write may be lost by design.
 //!
 //! Thread-safety: everything runs on the one runtime thread; types are `Send +
 //! Sync` only because tokio's `spawn` asks for it.

@@ -80,6 +80,9 @@ struct Args {
     /// Keep migrating random tablets to other masters while the clients run.
     #[arg(long)]
     migrations: bool,
+    /// With --migrations: move a range only to a master never seen owning it.
+    #[arg(long)]
+    fresh_targets: bool,
     /// Print every fault as it happens (stderr).
     #[arg(long)]
     verbose: bool,
@@ -116,6 +119,7 @@ fn main() {
         faults: !args.no_faults,
         planted_bug: args.planted_bug,
         migrations: args.migrations,
+        fresh_targets: args.fresh_targets,
         clients: args.clients.max(1),
         verbose: args.verbose,
     };
@@ -146,6 +150,16 @@ fn main() {
         summary.dropped,
         summary.events,
         summary.unknown
+    );
+    let [source, target, both, coordinator] = summary.migration_crashes_by_kind;
+    println!(
+        "migrations_done={} migrations_rolled_back={} migrations_stuck={} \
+         migration_crashes: source={source} target={target} both={both} coordinator={coordinator} \
+         unreadable_keys={}",
+        summary.migrations,
+        summary.migrations_rolled_back,
+        summary.migrations_stuck,
+        summary.unreadable
     );
     println!(
         "wall_seconds={:.2} sim_seconds_per_wall_second={:.2}",

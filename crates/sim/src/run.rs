@@ -15,6 +15,7 @@ use ramstore_clock::{Clock, Rng, SeededRng};
 
 use crate::clock::SimClock;
 use crate::cluster::{Cluster, COORDINATOR};
+use crate::migrate::MigrationStats;
 use crate::trace::{Kind, Trace};
 use crate::workload::{self, Recorder};
 
@@ -36,6 +37,8 @@ pub struct SimConfig {
     /// Keep migrating random tablets while the clients run (K§2.3,
     /// [`crate::migrate`]).
     pub migrations: bool,
+    /// Move a range only to a master never seen owning it in this run.
+    pub fresh_targets: bool,
 }
 
 /// What a run did and found.
@@ -52,8 +55,21 @@ pub struct Summary {
     pub crashes: u64,
     pub failovers: u64,
     pub recoveries: u64,
-    /// Tablet migrations that finished.
+    /// Tablet migrations that finished with the target owning the range.
     pub migrations: u64,
+    /// Tablet migrations that lineage recovery rolled back (K§2.3.4).
+    pub migrations_rolled_back: u64,
+    /// Tablet migrations still recorded when the run ended, or whose range no
+    /// longer was one tablet: half-applied. Each is a violation.
+    pub migrations_stuck: u64,
+    /// Faults aimed at a migration in progress: its source, its target or both
+    /// crashed, or the coordinator failed over.
+    pub migration_crashes: u64,
+    /// The same by kind: source, target, both, coordinator.
+    pub migration_crashes_by_kind: [u64; 4],
+    /// Keys the final read could not read (no definite answer after every
+    /// fault healed): what they hold goes unchecked, so each is a violation.
+    pub unreadable: u64,
     pub delivered: u64,
     pub dropped: u64,
     pub events: u64,
@@ -69,13 +85,17 @@ impl Summary {
     /// The last line of the printout: the one-line reproduction and its verdict.
     pub fn last_line(&self) -> String {
         format!(
-            "seed={} servers={} sim_seconds={} ops={} violations={} inconclusive={} trace={:016x}",
+            "seed={} servers={} sim_seconds={} ops={} violations={} inconclusive={} \
+             migrations_done={} migrations_rolled_back={} migration_crashes={} trace={:016x}",
             self.seed,
             self.servers,
             self.sim_seconds,
             self.ops,
             self.violations,
             self.inconclusive,
+            self.migrations,
+            self.migrations_rolled_back,
+            self.migration_crashes,
             self.trace
         )
     }
@@ -179,20 +199,34 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
         .faults
         .then(|| tokio::spawn(faults.clone().drive(end)));
     let watcher = tokio::spawn(faults.clone().restart_zombies());
-    let migrations_done = Arc::new(AtomicU64::new(0));
+    let migration_stats = Arc::new(MigrationStats::default());
     let migrator = if config.migrations {
         let admin = connect(&cluster, rng.as_ref(), "client-migrator").await?;
         Some(tokio::spawn(crate::migrate::drive(
             admin,
             ("sim", table),
-            clock.clone(),
+            cluster.clone(),
             SeededRng::handle(rng.next_u64()),
-            end,
-            migrations_done.clone(),
+            migration_stats.clone(),
+            crate::migrate::DrivePlan {
+                end,
+                verbose: config.verbose,
+                fresh_targets: config.fresh_targets,
+            },
         )))
     } else {
         None
     };
+    // Faults aimed at migrations in progress (source, target, both,
+    // coordinator), drawn from a generator of their own so that runs without
+    // migrations keep their traces.
+    let migration_faults = (config.faults && config.migrations).then(|| {
+        tokio::spawn(faults.clone().migration_faults(
+            end,
+            migration_stats.attempts.subscribe(),
+            SeededRng::handle(rng.next_u64()),
+        ))
+    });
     let reporter = config.verbose.then(|| {
         let cluster = cluster.clone();
         tokio::spawn(async move {
@@ -207,11 +241,16 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
     if let Some(d) = driver {
         d.abort();
     }
-    faults.heal_everything();
-    if let Some(m) = migrator {
-        // It stops at `end`, after the migration in progress is done.
-        let _ = m.await;
+    if let Some(d) = migration_faults {
+        d.abort();
     }
+    faults.heal_everything();
+    // The migrator stops at `end`; a migration it started and that has not
+    // ended yet must still end, once the faults are healed.
+    let unfinished = match migrator {
+        Some(m) => m.await.ok().flatten(),
+        None => None,
+    };
     for w in workers {
         // A worker ends after its current operation; it cannot fail.
         let _ = w.await;
@@ -222,13 +261,41 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
     while cluster.recoveries_in_progress() > 0 && clock.elapsed() < settle_by {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    if config.migrations {
+        // Every migration ends done or rolled back (K§2.3.4); give lineage
+        // recovery and re-sourcing time to finish what the last faults left.
+        let by = clock.elapsed() + MIGRATIONS_END_WITHIN;
+        if let Some(m) = unfinished {
+            migration_stats
+                .finish(&cluster, m, by, config.verbose)
+                .await;
+        }
+        // A `MigrateTablet` whose answer was lost may have been recorded too.
+        while !cluster.migrations_in_progress().is_empty() && clock.elapsed() < by {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let left = cluster.migrations_in_progress().len() as u64;
+        migration_stats.stuck.fetch_add(left, Ordering::Relaxed);
+        if config.verbose && left > 0 {
+            eprintln!(
+                "{:>10.3} s  still recorded: {:?}",
+                clock.elapsed().as_secs_f64(),
+                cluster.migrations_in_progress()
+            );
+        }
+    }
     watcher.abort();
     let reader = config.clients as u64;
-    for key in workload::all_keys() {
+    let keys = workload::all_keys();
+    let mut unreadable = 0u64;
+    for (n, key) in keys.iter().enumerate() {
         let outcome = recorder
-            .record(&admin, reader, table, &key, Call::Read)
+            .record(&admin, reader, table, key, Call::Read)
             .await;
         if !outcome.is_definite() {
+            // Each indefinite read waits out the client's deadline: the rest
+            // are counted, not tried.
+            unreadable = (keys.len() - n) as u64;
             break;
         }
     }
@@ -242,25 +309,43 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
     let unknown = history.ops.iter().filter(|o| !o.is_definite()).count();
     let report = check(&history, &CheckOptions::default());
     let recoveries = cluster.recoveries_completed();
+    let stuck = migration_stats.stuck.load(Ordering::Relaxed);
+    let mut shown = report.to_string();
+    if stuck > 0 {
+        shown.push_str(&format!(
+            "{stuck} migrations half-applied (neither done nor rolled back)\n"
+        ));
+    }
+    if unreadable > 0 {
+        shown.push_str(&format!(
+            "{unreadable} keys unreadable after every fault healed\n"
+        ));
+    }
+    let by_kind = faults.migration_crashes_by_kind();
     Ok(Summary {
         seed: config.seed,
         servers: config.servers,
         sim_seconds: config.sim_seconds,
         ops: history.ops.len(),
         unknown,
-        violations: report.violations.len(),
+        violations: report.violations.len() + stuck as usize + unreadable as usize,
         inconclusive: report.inconclusive.len(),
         faults: faults.count.load(Ordering::Relaxed),
         crashes: cluster.stats.crashes.load(Ordering::Relaxed),
         failovers: cluster.stats.failovers.load(Ordering::Relaxed),
         recoveries,
-        migrations: migrations_done.load(Ordering::Relaxed),
+        migrations: migration_stats.done.load(Ordering::Relaxed),
+        migrations_rolled_back: migration_stats.rolled_back.load(Ordering::Relaxed),
+        migrations_stuck: stuck,
+        migration_crashes: by_kind.iter().sum(),
+        migration_crashes_by_kind: by_kind,
+        unreadable,
         delivered: cluster.net.stats.delivered.load(Ordering::Relaxed),
         dropped: cluster.net.stats.dropped.load(Ordering::Relaxed),
         events: trace.events(),
         trace: trace.hash(),
         wall_seconds: 0.0,
-        report: report.to_string(),
+        report: shown,
         history,
     })
 }
@@ -275,8 +360,13 @@ fn report_in_flight(cluster: &Cluster) {
     }
 }
 
+/// How long, after the faults heal and recoveries settle, migrations still
+/// recorded get to end (a re-source waits for a master to recover onto, then
+/// pulls what is left; a roll-back replays the target's log).
+const MIGRATIONS_END_WITHIN: Duration = Duration::from_secs(60);
+
 /// Names of the fault codes in the trace (for `--verbose`).
-const FAULT_NAMES: [&str; 12] = [
+const FAULT_NAMES: [&str; 16] = [
     "",
     "crash",
     "partition",
@@ -289,6 +379,10 @@ const FAULT_NAMES: [&str; 12] = [
     "zombie-exit",
     "slow-disk",
     "disk-fast",
+    "migration-source-crash",
+    "migration-target-crash",
+    "migration-source-and-target-crash",
+    "migration-coordinator-failover",
 ];
 
 /// The fault schedule.
@@ -302,8 +396,18 @@ struct Faults {
     /// Host pairs cut now.
     cuts: Mutex<Vec<(String, String)>>,
     count: AtomicU64,
+    /// Faults aimed at a migration in progress, by kind: source, target, both,
+    /// coordinator.
+    migration_crashes: [AtomicU64; 4],
     verbose: bool,
 }
+
+/// A migration fault strikes this long (at most) after the migrator asks for
+/// the migration, uniformly. A simulated migration of the workload's small
+/// tablets takes about 20 ms without faults (about 12 ms to the ownership
+/// move, 8 ms of pulls and commit), so the seeds spread the faults over every
+/// step, and some land after the end (no fault then).
+const MIGRATION_FAULT_WITHIN_US: u64 = 30_000;
 
 /// How long a disruption lasts: `lo..hi` ms.
 fn between(rng: &dyn Rng, lo: u64, hi: u64) -> Duration {
@@ -319,7 +423,12 @@ impl Faults {
             disrupted: Mutex::default(),
             cuts: Mutex::default(),
             count: AtomicU64::new(0),
+            migration_crashes: Default::default(),
         }
+    }
+
+    fn migration_crashes_by_kind(&self) -> [u64; 4] {
+        std::array::from_fn(|k| self.migration_crashes[k].load(Ordering::Relaxed))
     }
 
     fn note(&self, code: u64, host: &str) {
@@ -379,6 +488,12 @@ impl Faults {
         let Some(i) = self.victim() else { return };
         self.disrupted.lock().insert(i);
         self.note(1, &format!("s{i}"));
+        self.crash_and_restart(i);
+    }
+
+    /// Crashes host `i` (already counted disrupted) and restarts it 1–8 s
+    /// later.
+    fn crash_and_restart(self: &Arc<Self>, i: usize) {
         self.cluster.crash_server(i);
         let me = self.clone();
         let down = between(self.rng.as_ref(), 1_000, 8_000);
@@ -386,6 +501,73 @@ impl Faults {
             tokio::time::sleep(down).await;
             me.restart(i).await;
         });
+    }
+
+    /// After each migration the migrator asks for (two in three of them), at a
+    /// point drawn from `rng` within [`MIGRATION_FAULT_WITHIN_US`], strikes
+    /// the migration in progress then, if any: crashes its source, its target,
+    /// or both (K§2.3.4: roll back onto the source, re-source onto a third
+    /// master, or both), or fails the coordinator over (R§9: the successor
+    /// re-drives the persisted record). Crashes keep to the schedule's rules:
+    /// at most R − 1 hosts disrupted and none while a recovery runs.
+    async fn migration_faults(
+        self: Arc<Self>,
+        end: Duration,
+        mut attempts: tokio::sync::watch::Receiver<u64>,
+        rng: Arc<dyn Rng>,
+    ) {
+        let clock = self.cluster.clock.clone();
+        while attempts.changed().await.is_ok() && clock.elapsed() < end {
+            // Some migrations run undisturbed by these faults (the random
+            // schedule may still hit them).
+            if rng.next_u64().is_multiple_of(3) {
+                continue;
+            }
+            let at = Duration::from_micros(rng.next_u64() % MIGRATION_FAULT_WITHIN_US);
+            tokio::time::sleep(at).await;
+            self.strike_migration(rng.as_ref());
+        }
+    }
+
+    /// One migration fault (see [`Faults::migration_faults`]); nothing if no
+    /// migration is in progress or the rules forbid the crash now.
+    fn strike_migration(self: &Arc<Self>, rng: &dyn Rng) {
+        let records = self.cluster.migrations_in_progress();
+        if records.is_empty() {
+            return;
+        }
+        let m = records[(rng.next_u64() % records.len() as u64) as usize];
+        let kind = (rng.next_u64() % 4) as usize;
+        let servers = match kind {
+            0 => vec![m.source.0],
+            1 => vec![m.target.0],
+            2 => vec![m.source.0, m.target.0],
+            _ => {
+                self.note(15, COORDINATOR);
+                self.migration_crashes[3].fetch_add(1, Ordering::Relaxed);
+                self.cluster.fail_over_coordinator();
+                return;
+            }
+        };
+        let hosts: Option<Vec<usize>> = servers.iter().map(|&s| self.cluster.host_of(s)).collect();
+        // A source or target that is down already (a crash the recovery of
+        // which runs now) is left alone.
+        let Some(hosts) = hosts else { return };
+        {
+            let mut disrupted = self.disrupted.lock();
+            if disrupted.len() + hosts.len() > self.max_disrupted()
+                || hosts.iter().any(|h| disrupted.contains(h))
+                || self.cluster.recoveries_in_progress() > 0
+            {
+                return;
+            }
+            disrupted.extend(hosts.iter().copied());
+        }
+        self.migration_crashes[kind].fetch_add(1, Ordering::Relaxed);
+        for &i in &hosts {
+            self.note(12 + kind as u64, &format!("s{i}"));
+            self.crash_and_restart(i);
+        }
     }
 
     /// Starts host `i` again and, once it runs (or gave up), counts it healthy.

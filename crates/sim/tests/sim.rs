@@ -116,3 +116,65 @@ fn run_migrations_without_faults_keep_every_seed_linearizable() {
     }
     assert!(failed.is_empty(), "seeds that failed: {failed:#?}");
 }
+
+/// Seeds of the migration-crash sweep CI runs (6 servers, 60 simulated
+/// seconds, faults and migrations on; about 0.5 s each).
+const MIGRATION_CRASH_SEEDS: std::ops::RangeInclusive<u64> = 1..=12;
+
+#[test]
+fn run_migrations_with_crashes_of_source_target_and_coordinator_lose_nothing() {
+    // K§2.3.4: a migration whose source, target or both crash, or whose
+    // coordinator fails over, ends done or rolled back and every client
+    // operation stays linearizable. `--fresh-targets`: a master that held a
+    // range before keeps stale entries of it in its log (design notes,
+    // "Migration: lineage recovery", known limit 4), which this sweep leaves
+    // out.
+    let mut failed = Vec::new();
+    let (mut crashes, mut done, mut rolled_back) = (0u64, 0u64, 0u64);
+    for seed in MIGRATION_CRASH_SEEDS {
+        let seed = seed.to_string();
+        let (code, last) = sim(&[
+            "--servers",
+            "6",
+            "--sim-seconds",
+            "60",
+            "--migrations",
+            "--fresh-targets",
+            "--seed",
+            &seed,
+        ]);
+        if code != 0 || field(&last, "violations") != "0" {
+            failed.push(last.clone());
+        }
+        let count = |name| field(&last, name).parse::<u64>().unwrap_or(0);
+        crashes += count("migration_crashes");
+        done += count("migrations_done");
+        rolled_back += count("migrations_rolled_back");
+    }
+    assert!(failed.is_empty(), "seeds with violations: {failed:#?}");
+    // The sweep must have struck migrations, and lineage recovery must have
+    // both completed some of them and rolled some back, or it proved nothing.
+    assert!(crashes > 0, "no migration crash was injected");
+    assert!(done > 0, "no migration finished");
+    assert!(rolled_back > 0, "no migration was rolled back");
+}
+
+#[test]
+fn run_same_seed_with_migrations_gives_the_same_trace() {
+    // Regression: the coordinator asks masters for their statistics before
+    // each migration, and those carry the process's resident memory (read from
+    // the OS), so the trace of a `--migrations` run changed from run to run.
+    let args = [
+        "--servers",
+        "4",
+        "--sim-seconds",
+        "20",
+        "--migrations",
+        "--seed",
+        "5",
+    ];
+    let (_, first) = sim(&args);
+    let (_, second) = sim(&args);
+    assert_ne!(field(&first, "migrations_done"), "0", "{first}");
+    assert_eq!(first, second, "one seed, one run");
+}

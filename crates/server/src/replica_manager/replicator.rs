@@ -486,8 +486,14 @@ impl ReplicaManager {
             if !full.is_empty() {
                 st.refused_full_at = Some(self.clock.now());
             }
+            // Excluded for this segment, so the next place goes to a backup
+            // with room: placement prefers the backup holding the fewest of
+            // this master's replicas, which a full one often is, and would pick
+            // it again and again (regression: a migration's side segments never
+            // became durable in the simulator). When every backup left is
+            // excluded, `place` tries them all again.
             for backup in full {
-                drop_replica(&mut st, round.segment_id, backup, false);
+                drop_replica(&mut st, round.segment_id, backup, true);
             }
             st.stats.replicas_found_lost += unknown.len() as u64;
             for backup in unknown {
