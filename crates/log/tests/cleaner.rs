@@ -68,28 +68,7 @@ fn log_with_dead_objects() -> (Log, MapRelocator) {
     let relocator = MapRelocator::default();
     for version in 1..=2u64 {
         for k in (0..KEYS).filter(|k| version == 1 || k % 2 == 0) {
-            let key = k.to_le_bytes();
-            let value = value(k, version);
-            let old = relocator.table.lock().get(&key[..]).copied();
-            let replaces = old.map(|(location, _)| DeadObject {
-                version: version - 1,
-                location,
-            });
-            let object = NewObject {
-                table_id: 1,
-                key: &key,
-                version,
-                value: &value,
-            };
-            let appended = log.append_object(&object, replaces).expect("append");
-            let len = log.object(appended.entry).expect("object").entry_len();
-            if let Some((r, old_len)) = old {
-                log.object_died(r, old_len);
-            }
-            relocator
-                .table
-                .lock()
-                .insert(key.to_vec(), (appended.entry, len));
+            put(&log, &relocator, k, version);
         }
     }
     assert!(log.roll_head_now(), "the head rolls");
