@@ -510,31 +510,28 @@ async fn pull_partition(
                 .run_background(move || apply_pulled(&service, &m, index, &bytes, next))
                 .await
         };
-        match applied {
-            Ok(Ok(())) => {}
-            Ok(Err(ApplyFailed::Write(ramstore_master::WriteError::UnknownTablet))) => {
-                if let Some(fetch) = prefetched {
-                    fetch.abort();
-                }
+        let failed = match &applied {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = failed {
+            // Ask for the same batch again (or stop): drop the one asked for
+            // after it.
+            if let Some(fetch) = prefetched.take() {
+                fetch.abort();
+            }
+            if matches!(
+                applied,
+                Ok(Err(ApplyFailed::Write(
+                    ramstore_master::WriteError::UnknownTablet
+                )))
+            ) {
                 return false;
             }
-            Ok(Err(e)) => {
-                tracing::warn!(migration_id = m.id, error = %e, "migration: applying a pull failed; retrying");
-                // Ask for the same batch again: drop the one asked for after it.
-                if let Some(fetch) = prefetched.take() {
-                    fetch.abort();
-                }
-                service.back_off().await;
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(migration_id = m.id, error = %e, "migration: applying a pull did not finish; retrying");
-                if let Some(fetch) = prefetched.take() {
-                    fetch.abort();
-                }
-                service.back_off().await;
-                continue;
-            }
+            tracing::warn!(migration_id = m.id, error = %why, "migration: applying a pull failed; retrying");
+            service.back_off().await;
+            continue;
         }
         match next {
             Some(n) => cursor = n,
