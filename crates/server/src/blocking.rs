@@ -97,19 +97,15 @@ mod background {
 
     pub(super) type Job = Box<dyn FnOnce() + Send + 'static>;
 
-    static POOL: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
+    static POOL: OnceLock<Sender<Job>> = OnceLock::new();
 
     pub(super) fn submit(job: Job) -> Result<(), BlockingFailed> {
-        let pool = POOL.get_or_init(start);
-        // A poisoned lock only means another submitter panicked mid-send; the
-        // sender itself is still usable.
-        let sender = pool.lock().unwrap_or_else(|e| e.into_inner());
-        sender
+        POOL.get_or_init(start)
             .send(job)
             .map_err(|_| BlockingFailed("the background pool has stopped".to_string()))
     }
 
-    fn start() -> Mutex<Sender<Job>> {
+    fn start() -> Sender<Job> {
         let (tx, rx) = channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -122,7 +118,7 @@ mod background {
                 .name(format!("ramstore-bg-{i}"))
                 .spawn(move || worker(&rx));
         }
-        Mutex::new(tx)
+        tx
     }
 
     fn worker(rx: &Mutex<Receiver<Job>>) {
