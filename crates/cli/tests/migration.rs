@@ -40,12 +40,7 @@ fn setup() -> (Cluster, u64, u64, u64) {
     let values: Vec<Vec<u8>> = (0..STABLE).map(stable_value).collect();
     write_all(&c, t, &keys, &values, 500);
     let owner = owner_of(&c, t);
-    let target = cluster
-        .servers
-        .iter()
-        .map(|s| s.id)
-        .find(|id| *id != owner)
-        .unwrap();
+    let target = cluster.server_other_than(owner);
     (cluster, t, owner, target)
 }
 
@@ -261,12 +256,7 @@ fn migrate_then_sigkill_of_the_target_recovers_every_pulled_object() {
     let values: Vec<Vec<u8>> = (0..STABLE).map(stable_value).collect();
     write_all(&c, t, &keys, &values, 500);
     let source = owner_of(&c, t);
-    let target = cluster
-        .servers
-        .iter()
-        .map(|s| s.id)
-        .find(|id| *id != source)
-        .unwrap();
+    let target = cluster.server_other_than(source);
     let id = c.migrate_tablet("t", 0, u64::MAX, target).unwrap();
     let done = wait_done(&c, id);
     assert_eq!(done.objects, Some(STABLE as u64), "{done:?}");

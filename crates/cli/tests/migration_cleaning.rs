@@ -89,12 +89,7 @@ fn migrate_tablet_while_both_cleaners_run_at_high_utilisation_moves_every_object
     let c = cluster.client();
     let moved = c.create_table("moved", 1).unwrap();
     let source = owner_of(&c, moved);
-    let target = cluster
-        .servers
-        .iter()
-        .map(|s| s.id)
-        .find(|id| *id != source)
-        .unwrap();
+    let target = cluster.server_other_than(source);
     // One churned table per master: tables are placed by the coordinator, so
     // make tables until each master owns one.
     let mut churned: Vec<(u64, String, u64)> = Vec::new();

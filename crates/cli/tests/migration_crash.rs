@@ -273,12 +273,7 @@ fn start_copy(cluster: &Cluster) -> Copying {
     let c = client(cluster.addr());
     let t = load(&c);
     let source = owner_of(&c, t);
-    let target = cluster
-        .servers
-        .iter()
-        .map(|s| s.id)
-        .find(|id| *id != source)
-        .unwrap();
+    let target = cluster.server_other_than(source);
     let mc = client(cluster.addr());
     let request = thread::spawn(move || {
         mc.migrate_tablet_with_mode("t", 0, u64::MAX, target, MigrationMode::StopAndCopy)

@@ -38,12 +38,7 @@ fn setup() -> (Cluster, u64, u64, u64) {
     let values: Vec<Vec<u8>> = (0..OBJECTS).map(value).collect();
     write_all(&c, t, &keys, &values, 500);
     let owner = owner_of(&c, t);
-    let other = cluster
-        .servers
-        .iter()
-        .map(|s| s.id)
-        .find(|id| *id != owner)
-        .unwrap();
+    let other = cluster.server_other_than(owner);
     (cluster, t, owner, other)
 }
 

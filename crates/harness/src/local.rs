@@ -456,6 +456,16 @@ impl Cluster {
         cluster
     }
 
+    /// The id of the first server other than `id` (a migration's target, a
+    /// victim that is not the owner); panics if `id` is the only server.
+    pub fn server_other_than(&self, id: u64) -> u64 {
+        self.servers
+            .iter()
+            .map(|s| s.id)
+            .find(|other| *other != id)
+            .unwrap_or_else(|| panic!("no server other than {id}"))
+    }
+
     /// Starts one more storage server listening on `listen`.
     pub fn add_server(&mut self, listen: &str) -> &Server {
         self.add_server_with(listen, &[])
