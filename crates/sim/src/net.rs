@@ -22,6 +22,7 @@ use ramstore_clock::Rng;
 use ramstore_rpc::transport::CallFuture;
 use ramstore_rpc::{LocalTransport, RpcError, Service, Transport};
 use ramstore_wire::{decode_request, encode_response, Request, Response};
+use tracing::Instrument;
 
 use crate::clock::SimClock;
 use crate::trace::{hash_bytes, Kind, Trace};
@@ -384,9 +385,15 @@ impl SimNet {
             // The handler runs on a task of its own, as on a server's connection
             // task: a caller that gives up (its deadline) does not cancel it; only
             // the server's crash does.
-            None => tokio::spawn(signal.run(to.to_string(), dispatch(frame)))
-                .await
-                .unwrap_or_else(|_| Err(RpcError::ConnectionClosed(to.to_string())))?,
+            // The handler's logs name the server it runs on (`server=s1.1`):
+            // every simulated server logs through the same subscriber.
+            None => tokio::spawn(
+                signal
+                    .run(to.to_string(), dispatch(frame))
+                    .instrument(tracing::info_span!(parent: None, "server", server = %to)),
+            )
+            .await
+            .unwrap_or_else(|_| Err(RpcError::ConnectionClosed(to.to_string())))?,
         };
         // A GetServerStats answer holds the process's resident memory, which
         // the OS reports and no seed decides (the coordinator asks for it
