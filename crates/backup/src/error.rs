@@ -88,10 +88,17 @@ pub enum BackupError {
 }
 
 impl BackupError {
-    /// True for the errors that mean "this backup has no room now" (both map to a
-    /// retry-elsewhere answer for the master).
+    /// True for the errors that mean "this backup has no room now" (they map to
+    /// a retry-elsewhere answer for the master, R§7.1): no free buffer or frame,
+    /// or a disk out of space (ENOSPC: a thin-provisioned or shared device
+    /// filling up). A full disk is not a broken one: answering it as a failure
+    /// made masters treat the backup as failed and count on it no less.
     pub fn is_full(&self) -> bool {
-        matches!(self, Self::BuffersFull { .. } | Self::FramesFull { .. })
+        match self {
+            Self::BuffersFull { .. } | Self::FramesFull { .. } => true,
+            Self::Io { source, .. } => source.kind() == io::ErrorKind::StorageFull,
+            _ => false,
+        }
     }
 
     pub(crate) fn io(op: &'static str) -> impl FnOnce(io::Error) -> Self {

@@ -30,7 +30,7 @@
 //!
 //! | outcome | status |
 //! | --- | --- |
-//! | no free buffer or frame ([`BackupError::is_full`]) | NO_SPACE: place the replica elsewhere (R§7.1) |
+//! | no free buffer or frame, disk out of space (ENOSPC) ([`BackupError::is_full`]) | NO_SPACE: place the replica elsewhere (R§7.1) |
 //! | replica not held, or open in atomic mode (never offered, R§8) | OBJECT_DOESNT_EXIST |
 //! | gap, past the frame, closed replica, atomic mismatch | INVALID_REQUEST |
 //! | disk failure, corrupt replica | INTERNAL |
@@ -694,7 +694,7 @@ impl BackupService {
 /// The status a backup answers a failed operation with (see the module doc).
 pub fn backup_status(e: &BackupError) -> Status {
     match e {
-        BackupError::BuffersFull { .. } | BackupError::FramesFull { .. } => Status::NoSpace,
+        e if e.is_full() => Status::NoSpace,
         BackupError::UnknownReplica { .. } | BackupError::NotClosed { .. } => {
             Status::ObjectDoesntExist
         }

@@ -226,3 +226,29 @@ async fn inside_a_runtime_retention_frees_run_on_the_blocking_pool() {
     }
     assert_eq!(held(&service), vec![(1, 1), (2, 1), (5, 1)]);
 }
+
+/// A disk out of space (ENOSPC) is a full backup, not a failed one: the master
+/// places the replica elsewhere (R§7.1). Regression (issue 20): it was answered
+/// INTERNAL, and a master retried the same backup as if it had failed.
+#[test]
+fn backup_write_on_a_disk_out_of_space_answers_no_space_until_it_heals() {
+    let disk = std::sync::Arc::new(ramstore_backup::FaultyDisk::new(MemDisk::new()));
+    let store = BackupStore::create(
+        Box::new(disk.clone()) as Box<dyn Disk>,
+        config(SyncMode::Buffered),
+    )
+    .unwrap();
+    let service = BackupService::new(store);
+    assert_eq!(write(&service, 1, 1, 0, OPEN).0, Status::Ok);
+    disk.set_plan(ramstore_backup::FaultPlan {
+        space_bytes: Some(0),
+        ..ramstore_backup::FaultPlan::default()
+    });
+    let (status, message) = write(&service, 1, 2, 0, OPEN);
+    assert_eq!(status, Status::NoSpace, "{message}");
+    let (status, message) = write(&service, 1, 1, 10, WRITE);
+    assert_eq!(status, Status::NoSpace, "{message}");
+    disk.heal();
+    assert_eq!(write(&service, 1, 2, 0, OPEN).0, Status::Ok);
+    assert_eq!(write(&service, 1, 1, 10, WRITE).0, Status::Ok);
+}

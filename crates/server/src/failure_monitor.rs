@@ -44,6 +44,7 @@ use ramstore_rpc::Transport;
 use ramstore_wire::{decode_response, encode_request, Request, Response, Status};
 use rand::seq::SliceRandom;
 use rand::Rng;
+use tracing::Instrument;
 
 // The timing and hook are the membership guard's; named here too, where the
 // binary and the tests have always found them.
@@ -78,18 +79,24 @@ pub fn start(
         transport: transport.clone(),
         config,
     });
-    let lease = tokio::spawn(keep_lease(
-        service.clone(),
-        transport.clone(),
-        coordinator.clone(),
-        config,
-    ));
-    tokio::spawn(async move {
-        // Aborting the returned task drops this future, and with it the guard that
-        // aborts the lease task: both stop together.
-        let _lease = AbortOnDrop(lease);
-        run(service, transport, coordinator, config).await;
-    })
+    let lease = tokio::spawn(
+        keep_lease(
+            service.clone(),
+            transport.clone(),
+            coordinator.clone(),
+            config,
+        )
+        .in_current_span(),
+    );
+    tokio::spawn(
+        async move {
+            // Aborting the returned task drops this future, and with it the guard that
+            // aborts the lease task: both stop together.
+            let _lease = AbortOnDrop(lease);
+            run(service, transport, coordinator, config).await;
+        }
+        .in_current_span(),
+    )
 }
 
 /// A ticker every `ms` of `clock`; a late tick delays the next ones (no bursts

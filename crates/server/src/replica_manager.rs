@@ -64,6 +64,7 @@ use ramstore_wire::BackupWriteFlags;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 /// Replica checks: methods of [`ReplicaManager`].
 mod checks;
@@ -196,7 +197,8 @@ struct Segment {
     close_requested: bool,
     in_flight: bool,
     replicas: Vec<Replica>,
-    /// Backups that refused or failed this segment: not chosen again for it.
+    /// Backups that refused or failed this segment, oldest first ([`exclude`]):
+    /// not chosen again for it while another backup is eligible.
     excluded: Vec<u64>,
     /// Some RPC for it succeeded.
     started: bool,
@@ -398,7 +400,7 @@ impl ReplicaManager {
             st.dirty.extend(all);
         }
         let me = self.clone();
-        tokio::spawn(async move { me.run().await })
+        tokio::spawn(async move { me.run().await }.in_current_span())
     }
 
     /// The coordinator's view of the backups changed: replicas on backups that are
@@ -577,6 +579,14 @@ fn update_durability(st: &mut State, id: u64, replicas: usize) -> Option<u64> {
     None
 }
 
+/// Excludes `backup` for `seg` (placement passes it over), as its newest
+/// exclusion: `excluded` is ordered oldest first, once each, so that when every
+/// backup left is excluded `place` tries the one excluded longest ago first.
+fn exclude(seg: &mut Segment, backup: u64) {
+    seg.excluded.retain(|&b| b != backup);
+    seg.excluded.push(backup);
+}
+
 /// Removes `backup`'s replica of segment `id`; the next plan places a new one. A
 /// head that lost a replica is moved (R§8).
 ///
@@ -592,10 +602,8 @@ fn drop_replica(st: &mut State, id: u64, backup: u64, failed: bool) {
         return;
     };
     seg.replicas.remove(index);
-    // Once each: a segment retried on the same backup (every eligible one
-    // excluded, `place` tries them again) must not grow the list.
-    if failed && !seg.excluded.contains(&backup) {
-        seg.excluded.push(backup);
+    if failed {
+        exclude(seg, backup);
     }
     seg.closed_durable = false;
     seg.clear_first = true;
@@ -681,7 +689,7 @@ fn stale_frees(st: &mut State) -> Vec<(u64, String, u64)> {
                 // freed before the new open (`clear_first`).
             }
             Some(seg) if seg.closed_durable => {
-                seg.excluded.push(backup);
+                exclude(seg, backup);
                 out.push((backup, address, id));
             }
             Some(_) => st.stale.push((address, id)),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use ramstore_backup::BackupClient;
-use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
+use ramstore_backup::{BackupConfig, BackupStore, Disk, FaultPlan, FaultyDisk, MemDisk, SyncMode};
 use ramstore_master::{CleanerMode, ObjectStore, StoreConfig};
 use ramstore_rpc::{LocalTransport, Service};
 use ramstore_server::backup_service::{BackupService, ServerState};
@@ -65,6 +65,10 @@ impl Cluster {
     }
 
     fn add_backup_with_frames(&mut self, frame_count: u32) {
+        self.add_backup_on(Box::new(MemDisk::new()), frame_count);
+    }
+
+    fn add_backup_on(&mut self, disk: Box<dyn Disk>, frame_count: u32) {
         let id = self.next_id;
         self.next_id += 1;
         let addr = format!("backup-{id}");
@@ -74,7 +78,7 @@ impl Cluster {
             max_open_buffers: 16,
             sync_mode: SyncMode::Buffered,
         };
-        let store = BackupStore::create(Box::new(MemDisk::new()) as Box<dyn Disk>, config).unwrap();
+        let store = BackupStore::create(disk, config).unwrap();
         // The backup's own master half is idle: a small log.
         let mut own = StoreConfig::new(2 << 20);
         own.segment_bytes = SEGMENT_BYTES;
@@ -374,6 +378,54 @@ async fn replication_places_a_replica_elsewhere_when_the_preferred_backup_is_ful
             manager.wait_durable(manager.sync_point()).await,
             Ok(()),
             "write {key}"
+        );
+    }
+    manager.shutdown();
+    task.abort();
+}
+
+/// Regression (found by the simulator, issue 20: a migration's target stayed
+/// `Pulling` for good and its clients' writes never became durable, seed 168):
+/// with every backup excluded for a segment — one full for good, one whose disk
+/// ran out of space (ENOSPC) for a while — the manager must go back to the one
+/// whose disk healed. It retried only the full one, which placement prefers
+/// (it holds the fewest of this master's replicas).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_returns_to_a_backup_whose_disk_healed_while_another_stays_full() {
+    let (store, manager, mut cluster) = master(1, 5);
+    cluster.add_backup_with_frames(2);
+    let disk = Arc::new(FaultyDisk::new(MemDisk::new()));
+    cluster.add_backup_on(Box::new(disk.clone()), 64);
+    let task = manager.start(store.log_handle(), MASTER_ID, "");
+    let value = vec![5u8; 4_000];
+    // About 12 segments: the small backup fills after two; the other holds the
+    // rest, so from then on placement prefers the small one.
+    for key in 0..400u32 {
+        store
+            .write(TABLE, &key.to_le_bytes(), &value, &RejectRules::default())
+            .unwrap();
+        assert_eq!(manager.wait_durable(manager.sync_point()).await, Ok(()));
+    }
+    // The big backup's disk fills up: its replica of the head fails, the head
+    // moves, and the new head finds one backup full, the other failing.
+    disk.set_plan(FaultPlan {
+        space_bytes: Some(0),
+        ..FaultPlan::default()
+    });
+    store
+        .write(TABLE, b"during", &value, &RejectRules::default())
+        .unwrap();
+    let point = manager.sync_point();
+    assert!(
+        manager.wait_durable(point).await.is_err(),
+        "durable with no backup able to hold it"
+    );
+    disk.heal();
+    let started = std::time::Instant::now();
+    while let Err(e) = manager.wait_durable(point).await {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "never durable after the disk healed: {e}"
         );
     }
     manager.shutdown();

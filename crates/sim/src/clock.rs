@@ -1,6 +1,6 @@
 //! [`SimClock`]: `ramstore_clock::Clock` on tokio's paused clock.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use ramstore_clock::{Clock, Sleep};
@@ -17,12 +17,24 @@ pub struct SimClock {
     start: tokio::time::Instant,
 }
 
+/// The zero of the first [`SimClock`] made in this process (one run per
+/// process): what the log lines' timestamps count from ([`log_time`]).
+static FIRST_START: OnceLock<tokio::time::Instant> = OnceLock::new();
+
+/// Simulated time since the run's clock was made, for the log lines of
+/// `RUST_LOG` (the same time the `--verbose` lines show); zero before that.
+pub fn log_time() -> Duration {
+    FIRST_START.get().map_or(Duration::ZERO, |s| {
+        tokio::time::Instant::now().saturating_duration_since(*s)
+    })
+}
+
 impl SimClock {
     /// A clock whose zero is now. Call inside the paused runtime.
     pub fn handle() -> Arc<SimClock> {
-        Arc::new(SimClock {
-            start: tokio::time::Instant::now(),
-        })
+        let start = tokio::time::Instant::now();
+        let _ = FIRST_START.set(start);
+        Arc::new(SimClock { start })
     }
 
     /// Simulated time since the clock was made.

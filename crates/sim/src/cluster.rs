@@ -18,6 +18,7 @@ use ramstore_server::{
     ZombieHook,
 };
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::clock::SimClock;
 use crate::net::SimNet;
@@ -274,7 +275,13 @@ impl Cluster {
         };
         let me = self.clone();
         tokio::spawn(async move {
-            let result = me.launch(&address, incarnation, zombie, disk).await;
+            // Its tasks (replicator, failure monitor) keep this span: their
+            // logs name the server (`server=s1.1`).
+            let span = tracing::info_span!(parent: None, "server", server = %address);
+            let result = me
+                .launch(&address, incarnation, zombie, disk)
+                .instrument(span)
+                .await;
             let mut slots = me.slots.lock();
             let s = &mut slots[i];
             s.starting = false;

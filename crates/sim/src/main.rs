@@ -97,13 +97,15 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    // RUST_LOG=info shows the servers' and coordinator's logs (timestamps are
-    // real time; the simulated time is in the fault lines of --verbose).
+    // RUST_LOG=info shows the servers' and coordinator's logs, stamped with
+    // the simulated time (as the --verbose lines are) and named by the server
+    // that logged them (`server{server=s1.1}`); colours only on a terminal.
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_writer(std::io::stderr)
-            .without_time()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_timer(SimTime)
             .init();
     }
     ENTROPY.store(args.seed ^ 0x5eed_0000_0000, Ordering::Relaxed);
@@ -169,5 +171,18 @@ fn main() {
     println!("{}", summary.last_line());
     if summary.violations > 0 {
         std::process::exit(1);
+    }
+}
+
+/// Log timestamps in simulated seconds ([`ramstore_sim::clock::log_time`]).
+struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        write!(
+            w,
+            "{:>10.3} s",
+            ramstore_sim::clock::log_time().as_secs_f64()
+        )
     }
 }

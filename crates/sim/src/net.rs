@@ -22,6 +22,7 @@ use ramstore_clock::Rng;
 use ramstore_rpc::transport::CallFuture;
 use ramstore_rpc::{LocalTransport, RpcError, Service, Transport};
 use ramstore_wire::{decode_request, encode_response, Request, Response};
+use tracing::Instrument;
 
 use crate::clock::SimClock;
 use crate::trace::{hash_bytes, Kind, Trace};
@@ -334,22 +335,31 @@ impl SimNet {
         let opcode = ramstore_wire::decode_raw_header(&frame).map_or(0, |h| h.opcode);
         let key = (from.to_string(), to.to_string(), opcode);
         *self.in_flight.lock().entry(key.clone()).or_default() += 1;
-        let _counted = InFlight { net: self, key };
+        let counted = InFlight { net: self, key };
         let exchange = self.exchange(from, incarnation, to, frame);
         match tokio::time::timeout_at(give_up, exchange).await {
-            Ok(answer) => answer,
+            Ok(Some(answer)) => answer,
+            Ok(None) => {
+                // The caller died meanwhile: its leftover task waits for ever,
+                // but it is no call in progress (`--verbose` would list it in
+                // flight to the end of the run).
+                drop(counted);
+                std::future::pending().await
+            }
             Err(_) => Err(RpcError::DeadlineExceeded),
         }
     }
 
-    /// A request's trip, its handling and the response's trip.
+    /// A request's trip, its handling and the response's trip; `None` if the
+    /// caller died before the response reached it (nothing is delivered to a
+    /// dead process).
     async fn exchange(
         &self,
         from: &str,
         incarnation: u64,
         to: &str,
         frame: Vec<u8>,
-    ) -> Result<bytes::Bytes, RpcError> {
+    ) -> Option<Result<bytes::Bytes, RpcError>> {
         let frame_hash = hash_bytes(&frame);
         self.carry(from, to, frame_hash).await;
         let opcode = ramstore_wire::decode_raw_header(&frame).map_or(0, |h| h.opcode);
@@ -370,11 +380,11 @@ impl SimNet {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);
             self.trace
                 .event(self.now_ns(), Kind::Refused, from, to, frame_hash);
-            return Err(RpcError::ConnectFailed {
+            return Some(Err(RpcError::ConnectFailed {
                 addr: to.to_string(),
                 reason: "connection refused (simulated crash)".into(),
                 refused: true,
-            });
+            }));
         };
         self.stats.delivered.fetch_add(1, Ordering::Relaxed);
         self.trace
@@ -384,9 +394,21 @@ impl SimNet {
             // The handler runs on a task of its own, as on a server's connection
             // task: a caller that gives up (its deadline) does not cancel it; only
             // the server's crash does.
-            None => tokio::spawn(signal.run(to.to_string(), dispatch(frame)))
+            // The handler's logs name the server it runs on (`server=s1.1`):
+            // every simulated server logs through the same subscriber.
+            None => {
+                let handled = tokio::spawn(
+                    signal
+                        .run(to.to_string(), dispatch(frame))
+                        .instrument(tracing::info_span!(parent: None, "server", server = %to)),
+                )
                 .await
-                .unwrap_or_else(|_| Err(RpcError::ConnectionClosed(to.to_string())))?,
+                .unwrap_or_else(|_| Err(RpcError::ConnectionClosed(to.to_string())));
+                match handled {
+                    Ok(bytes) => bytes,
+                    Err(e) => return Some(Err(e)),
+                }
+            }
         };
         // A GetServerStats answer holds the process's resident memory, which
         // the OS reports and no seed decides (the coordinator asks for it
@@ -399,11 +421,11 @@ impl SimNet {
         };
         self.carry(to, from, response_hash).await;
         if !self.sender_alive(from, incarnation) {
-            return std::future::pending().await;
+            return None;
         }
         self.trace
             .event(self.now_ns(), Kind::Respond, to, from, response_hash);
-        Ok(bytes)
+        Some(Ok(bytes))
     }
 }
 
@@ -536,6 +558,30 @@ mod tests {
             assert_eq!(answer, Err(RpcError::DeadlineExceeded));
             tokio::time::sleep(Duration::from_secs(2)).await;
             assert!(done.load(Ordering::SeqCst), "the handler ran to its end");
+        });
+    }
+
+    /// Regression: a call whose caller crashed while it was handled stayed in
+    /// `--verbose`'s in-flight report to the end of the run (e.g. a deposed
+    /// coordinator's `RecoverPartition`), as if a server were hung.
+    #[test]
+    fn in_flight_forgets_a_call_whose_caller_crashed_meanwhile() {
+        paused().block_on(async {
+            let net = net();
+            net.register("s2.1", 1, Arc::new(Slow(Arc::new(AtomicBool::new(false)))));
+            net.register("s3.1", 1, Arc::new(Echo));
+            let caller = net.endpoint("s3.1", 1);
+            let call = tokio::spawn(async move {
+                caller
+                    .call("s2.1", vec![1], Duration::from_secs(3600))
+                    .await
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(net.in_flight().len(), 1, "counted while it is handled");
+            net.crash("s3.1");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert!(!call.is_finished(), "a dead caller gets no answer");
+            assert!(net.in_flight().is_empty(), "{:?}", net.in_flight());
         });
     }
 

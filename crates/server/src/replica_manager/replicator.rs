@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 use super::{
     drop_replica, stale_frees, take_frees, update_durability, Planned, Replica, ReplicaManager,
@@ -35,16 +36,18 @@ impl ReplicaManager {
             }
             for (backup, address, segment_id) in frees {
                 let me = self.clone();
-                tokio::spawn(async move { me.free(backup, address, segment_id).await });
+                tokio::spawn(
+                    async move { me.free(backup, address, segment_id).await }.in_current_span(),
+                );
             }
             for round in rounds {
                 let me = self.clone();
-                tokio::spawn(async move { me.run_round(round).await });
+                tokio::spawn(async move { me.run_round(round).await }.in_current_span());
             }
             let (check, check_at) = self.plan_check();
             if let Some(check) = check {
                 let me = self.clone();
-                tokio::spawn(async move { me.run_check(check).await });
+                tokio::spawn(async move { me.run_check(check).await }.in_current_span());
             }
             if roll {
                 continue;
@@ -263,21 +266,33 @@ impl ReplicaManager {
             SEGMENT_BYTES as u64,
             &mut *self.rng.lock(),
         );
-        if chosen.is_none() && !seg.excluded.is_empty() {
-            // Every backup left is one this segment excluded after an RPC to it
-            // failed — with exactly R backups, one timeout under load would keep
-            // the segment below R replicas for good (regression:
-            // `cli/tests/recovery.rs` recovery_master_killed…, a recovery master's
-            // partitions never became durable). A live backup may hold a new
-            // replica after all: its stale copy is freed before the open
-            // (`clear_first`, set when the replica was dropped), as for a
-            // restarted backup (R§8).
+        // Every backup left is one this segment excluded after it failed or
+        // refused — with exactly R backups, one timeout under load would keep
+        // the segment below R replicas for good (regression:
+        // `cli/tests/recovery.rs` recovery_master_killed…, a recovery master's
+        // partitions never became durable). A live backup may hold a new
+        // replica after all: its stale copy is freed before the open
+        // (`clear_first`, set when the replica was dropped), as for a
+        // restarted backup (R§8). The exclusions are lifted oldest first: the
+        // backup that failed longest ago is tried again first, and each new
+        // failure moves a backup to the back (`drop_replica`), so the segment
+        // goes round every excluded backup. Lifting them all at once let
+        // placement's refinement pick the same one each time, the backup
+        // holding the fewest of this master's replicas — a full one, refusing
+        // for good, while a backup whose disk had been full for a while and
+        // had healed was never asked again (regression:
+        // `replication_returns_to_a_backup_whose_disk_healed_while_another_stays_full`;
+        // the simulator's migrations stuck `Pulling`, issue 20).
+        for lifted in 1..=seg.excluded.len() {
+            if chosen.is_some() {
+                break;
+            }
             chosen = choose_backup(
                 &candidates,
                 st.master_id,
                 &st.master_domain,
                 &taken,
-                &[],
+                &seg.excluded[lifted..],
                 SEGMENT_BYTES as u64,
                 &mut *self.rng.lock(),
             );

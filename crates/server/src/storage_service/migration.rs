@@ -38,6 +38,7 @@ use ramstore_wire::{
     Response, Status, WireError,
 };
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 use super::request_path::Durability;
 use super::wire_reply::answer_message;
@@ -202,7 +203,7 @@ impl StorageService {
                 let migration = Arc::new(migration);
                 if !still_migrating {
                     // Done before; the coordinator may not have heard it.
-                    tokio::spawn(self.clone().report_done(migration));
+                    tokio::spawn(self.clone().report_done(migration).in_current_span());
                 } else if let Some(wake) = self.register(&migration) {
                     self.migrations.moved_sources.lock().remove(&migration.id);
                     tracing::info!(
@@ -214,7 +215,7 @@ impl StorageService {
                         priority_pulls = migration.priority_pulls,
                         "migration: took tablet; pulling"
                     );
-                    tokio::spawn(run_incoming(self.clone(), migration, wake));
+                    tokio::spawn(run_incoming(self.clone(), migration, wake).in_current_span());
                 } else {
                     self.note_source(&migration);
                 }
@@ -372,14 +373,14 @@ async fn run_incoming(service: Arc<StorageService>, m: Arc<IncomingMigration>, w
     let mut pullers = tokio::task::JoinSet::new();
     for (index, p) in m.partitions().into_iter().enumerate() {
         if p.next.is_some() {
-            pullers.spawn(pull_partition(service.clone(), m.clone(), index, p));
+            pullers.spawn(pull_partition(service.clone(), m.clone(), index, p).in_current_span());
         }
     }
     // Without PriorityPulls (a benchmark baseline) the gate queues no key, so
     // there is nothing for a priority puller to do.
-    let priority = m
-        .priority_pulls
-        .then(|| tokio::spawn(priority_puller(service.clone(), m.clone(), wake.clone())));
+    let priority = m.priority_pulls.then(|| {
+        tokio::spawn(priority_puller(service.clone(), m.clone(), wake.clone()).in_current_span())
+    });
     while let Some(done) = pullers.join_next().await {
         if !matches!(done, Ok(true)) {
             // The tablet went away (dropped): stop. Its side segments still join
@@ -500,7 +501,7 @@ async fn pull_partition(
         if let (Some(n), None) = (next, pause) {
             prefetched = Some(tokio::spawn({
                 let (service, m) = (service.clone(), m.clone());
-                async move { fetch_pull(&service, &m, n, p.hi).await }
+                async move { fetch_pull(&service, &m, n, p.hi).await }.in_current_span()
             }));
         }
         let applied = {
@@ -625,12 +626,15 @@ async fn priority_puller(
             continue;
         }
         let (service, m) = (service.clone(), m.clone());
-        in_flight.spawn(async move {
-            if !priority_pull(&service, &m, &keys).await {
-                service.back_off().await;
+        in_flight.spawn(
+            async move {
+                if !priority_pull(&service, &m, &keys).await {
+                    service.back_off().await;
+                }
+                drop(slot);
             }
-            drop(slot);
-        });
+            .in_current_span(),
+        );
     }
 }
 
