@@ -409,6 +409,18 @@ impl CoordinatorCore {
         ranges: &[(u64, u64, u64)],
         owner: ServerId,
     ) -> Result<Vec<Action>, CoordinatorError> {
+        self.recovered_partition_since(crashed, ranges, owner, 0)
+    }
+
+    /// [`Self::recovered_partition`], recording `ctime` (the recovery master's
+    /// answer, design notes "Tablet ctime") with each moved tablet.
+    pub fn recovered_partition_since(
+        &mut self,
+        crashed: ServerId,
+        ranges: &[(u64, u64, u64)],
+        owner: ServerId,
+        ctime: u64,
+    ) -> Result<Vec<Action>, CoordinatorError> {
         if !self
             .state
             .servers()
@@ -441,6 +453,7 @@ impl CoordinatorCore {
                     });
                 }
                 t.server_id = owner;
+                t.ctime = ctime;
                 moved.push(*t);
             }
         }

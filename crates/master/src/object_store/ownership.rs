@@ -35,7 +35,11 @@ impl ObjectStore {
             end_hash,
         };
         let Some(t) = map.overlaps(table_id, start_hash, end_hash) else {
-            let tablet = Tablet::new(table_id, start_hash, end_hash);
+            // A fresh tablet's tenure starts no later than the head: every entry
+            // of it is appended from now on. (A range that was here before comes
+            // back only through recovery or migration, which roll the head first.)
+            let tablet =
+                Tablet::new(table_id, start_hash, end_hash).since(self.log().head_segment_id());
             self.inner.shared.tablets.store(Arc::new(map.with(tablet)));
             return Ok(());
         };
@@ -57,7 +61,8 @@ impl ObjectStore {
         }
         let mut next = map.without(table_id, outer_start, outer_end);
         for (s, e) in pieces {
-            let tablet = Tablet::new(table_id, s, e);
+            // A piece inherits the tablet's tenure (R§3: objects stay in place).
+            let tablet = Tablet::new(table_id, s, e).since(t.ctime);
             // Every piece of a migrating-in range keeps its deletes' tombstones.
             tablet.set_tombstone_hold(t.tombstone_hold());
             let (entries, bytes) = self.count_range(table_id, s, e);
@@ -68,10 +73,36 @@ impl ObjectStore {
         Ok(())
     }
 
+    /// Starts a new tenure of some ranges on this master (design notes "Tablet
+    /// ctime", issue 20): closes the head and opens a new one, so that every
+    /// entry appended from now on — and so every entry of a tablet added after
+    /// this call — lies in a segment whose id is at least the answer, while
+    /// every entry of an earlier tenure of those ranges lies below it.
+    /// `NoSpaceForTenure` if not even the emergency reserve gives a head.
+    pub fn begin_tenure(&self) -> Result<u64, ConfigError> {
+        if !self.log().roll_head_now() {
+            return Err(ConfigError::NoSpaceForTenure);
+        }
+        Ok(self.log().head_segment_id())
+    }
+
+    /// The ctime of the tablet exactly `[start_hash, end_hash]` of `table_id`
+    /// (see [`Tablet::ctime`]); `None` if no such tablet is here.
+    pub fn tablet_ctime(&self, table_id: u64, start_hash: u64, end_hash: u64) -> Option<u64> {
+        let map = self.inner.shared.tablets.load();
+        map.tablets
+            .iter()
+            .find(|t| {
+                t.table_id == table_id && t.start_hash == start_hash && t.end_hash == end_hash
+            })
+            .map(|t| t.ctime)
+    }
+
     /// Adds a tablet that crash recovery is about to fill (R§7.6): replay writes
     /// to it, clients get UNKNOWN_TABLET until [`Self::take_tablet`] hands it over.
     /// Idempotent for a tablet still recovering; a range overlapping any other
-    /// owned tablet is refused (`BadTablet`).
+    /// owned tablet is refused (`BadTablet`). Its ctime is the current head's
+    /// id: the caller starts the tenure first ([`Self::begin_tenure`]).
     pub fn add_recovering_tablet(
         &self,
         table_id: u64,
@@ -90,7 +121,8 @@ impl ObjectStore {
         let map = self.inner.shared.tablets.load();
         match map.overlaps(table_id, start_hash, end_hash) {
             None => {
-                let tablet = Tablet::new(table_id, start_hash, end_hash);
+                let tablet = Tablet::new(table_id, start_hash, end_hash)
+                    .since(self.log().head_segment_id());
                 tablet.set_recovering(true);
                 self.inner.shared.tablets.store(Arc::new(map.with(tablet)));
                 Ok(())
