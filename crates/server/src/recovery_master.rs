@@ -608,6 +608,53 @@ mod tests {
     }
 
     #[test]
+    fn apply_skips_a_tablets_entries_of_segments_below_its_ctime() {
+        // Issue 20: segment 5 holds entries of an earlier tenure of the range
+        // (its tombstones are in other masters' logs); the tenure starts at 10.
+        let store = store();
+        let mut replay = Replay::with_ctimes(&[(1, 0, u64::MAX)], &[10]);
+        let mut earlier = Vec::new();
+        encode_object(1, 25, 0, b"deleted-elsewhere", b"stale", &mut earlier);
+        encode_tombstone(1, 30, 1, b"k", &mut earlier);
+        replay.apply(&store, 5, &earlier).unwrap();
+        let mut tenure = Vec::new();
+        encode_object(1, 30, 0, b"k", b"current", &mut tenure);
+        replay.apply(&store, 10, &tenure).unwrap();
+        assert_eq!(value(&store, b"deleted-elsewhere"), None);
+        assert_eq!(
+            value(&store, b"k"),
+            Some((30, b"current".to_vec())),
+            "a stale tombstone must not kill the tenure's object"
+        );
+        assert_eq!(replay.counts().earlier_tenure, 2);
+        assert_eq!(replay.counts().applied, 1);
+    }
+
+    #[test]
+    fn apply_with_ctimes_cuts_off_only_the_tablet_they_belong_to() {
+        let store = ObjectStore::new(StoreConfig::new(16 << 20)).unwrap();
+        let mid = 1u64 << 63;
+        store.add_tablet(1, 0, mid - 1).unwrap();
+        store.add_tablet(1, mid, u64::MAX).unwrap();
+        let mut replay = Replay::with_ctimes(&[(1, 0, mid - 1), (1, mid, u64::MAX)], &[10, 0]);
+        let keys: Vec<Vec<u8>> = (0..64u32).map(|i| format!("key-{i}").into_bytes()).collect();
+        let mut old = Vec::new();
+        for k in &keys {
+            encode_object(1, 3, 0, k, b"v", &mut old);
+        }
+        replay.apply(&store, 4, &old).unwrap();
+        for k in &keys {
+            let upper = ramstore_wire::key_hash(k) >= mid;
+            let mut v = Vec::new();
+            assert_eq!(
+                store.read(1, k, &mut v).is_ok(),
+                upper,
+                "only the tablet without a ctime replays segment 4"
+            );
+        }
+    }
+
+    #[test]
     fn apply_of_a_corrupt_bucket_is_an_error() {
         let mut bucket = Vec::new();
         encode_object(1, 3, 0, b"k", b"value", &mut bucket);
