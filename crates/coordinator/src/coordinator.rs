@@ -691,6 +691,10 @@ fn place_orphans(state: &mut CoordinatorState) -> Vec<TabletEntry> {
         };
         *n += 1;
         t.server_id = id;
+        // The new owner's log is another log: its entries of the range start
+        // somewhere unknown here, so nothing is cut off (design notes "Tablet
+        // ctime"; the tablet restarts empty, R§8).
+        t.ctime = 0;
         moved.push(*t);
     }
     moved
