@@ -514,11 +514,12 @@ impl Migrator {
         if record.returns != 0 {
             self.drop_stale_copy(&record).await?;
         }
-        // The target's tenure of the range starts at or above the next segment
-        // of its log; recorded before anything is fenced or moved (R§9).
+        // The target's tenure of the range starts at or above its tenure floor
+        // (after the stale-copy drops above); recorded before anything is
+        // fenced or moved (R§9).
         let target_ctime = loop {
             if let Some(stats) = crate::master_stats::fetch(&self.cluster, record.target).await {
-                break stats.log_next_segment_id;
+                break stats.tenure_floor;
             }
             if !self.cluster.is_up(record.target) {
                 self.cluster.core().abort_migration(record.id)?;

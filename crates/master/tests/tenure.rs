@@ -1,7 +1,8 @@
 //! A tablet's ctime (design notes "Tablet ctime", issue 20): a master starting
-//! a tenure of a range begins a new head, so every entry it appends for the
-//! range from then on is in a segment at or above the tablet's ctime, and
-//! every entry of an earlier tenure of the range is below it.
+//! a tenure of a range begins a new head if a drop happened while the current
+//! one was open, so every entry it appends for the range from then on is in a
+//! segment at or above the tablet's ctime, and every entry of an earlier
+//! tenure of the range is below it.
 
 use ramstore_master::{ObjectStore, RejectRules, StoreConfig};
 
@@ -10,16 +11,30 @@ fn store() -> ObjectStore {
 }
 
 #[test]
-fn begin_tenure_opens_a_head_above_every_earlier_segment() {
+fn begin_tenure_without_a_drop_keeps_the_head() {
+    let s = store();
+    s.add_tablet(1, 0, u64::MAX).unwrap();
+    s.write(1, b"k", b"v", &RejectRules::default()).unwrap();
+    let head = s.log().head_segment_id();
+    assert_eq!(s.tenure_floor(), head);
+    assert_eq!(s.begin_tenure().unwrap(), head, "no earlier tenure to cut off");
+}
+
+#[test]
+fn begin_tenure_after_a_drop_opens_a_head_above_every_earlier_segment() {
     let s = store();
     s.add_tablet(1, 0, u64::MAX).unwrap();
     s.write(1, b"k", b"v", &RejectRules::default()).unwrap();
     let old_head = s.log().head_segment_id();
-    let next = s.log().next_segment_id();
+    s.drop_tablet(1, 0, u64::MAX);
+    let floor = s.tenure_floor();
+    assert!(floor > old_head);
     let ctime = s.begin_tenure().unwrap();
-    assert!(ctime > old_head, "the head holding earlier entries is closed");
-    assert!(ctime >= next, "the coordinator's lower bound holds");
+    assert!(ctime > old_head, "the head holding the dropped entries is closed");
+    assert!(ctime >= floor, "the coordinator's lower bound holds");
     assert_eq!(s.log().head_segment_id(), ctime);
+    // Once the head is above the drop, the next tenure needs no roll.
+    assert_eq!(s.begin_tenure().unwrap(), ctime);
 }
 
 #[test]
@@ -29,7 +44,7 @@ fn add_migrating_tablet_starts_its_tenure_in_a_new_head() {
     s.add_tablet(2, 0, u64::MAX).unwrap();
     s.write(2, b"gone", b"stale", &RejectRules::default()).unwrap();
     s.drop_tablet(2, 0, u64::MAX);
-    let recorded = s.log().next_segment_id();
+    let recorded = s.tenure_floor();
     let stale_head = s.log().head_segment_id();
     assert!(s.add_migrating_tablet(2, 0, u64::MAX, 10).unwrap());
     let ctime = s.tablet_ctime(2, 0, u64::MAX).expect("the tablet is here");

@@ -292,9 +292,10 @@ impl ObjectStore {
         match map.overlaps(table_id, start_hash, end_hash) {
             None => {
                 // A new tenure of the range (design notes "Tablet ctime"): the
-                // coordinator recorded a ctime at most this head's id before
-                // ownership moved, and every entry of the range appended here
-                // from now on (head, side logs, survivors) lands at or above it.
+                // coordinator recorded this master's tenure floor, at most the
+                // ctime, before ownership moved, and every entry of the range
+                // appended here from now on (head, side logs, survivors) lands
+                // at or above it.
                 let ctime = self.begin_tenure()?;
                 let tablet = Tablet::new(table_id, start_hash, end_hash).since(ctime);
                 tablet.set_state(TabletState::MigratingIn);

@@ -74,16 +74,32 @@ impl ObjectStore {
     }
 
     /// Starts a new tenure of some ranges on this master (design notes "Tablet
-    /// ctime", issue 20): closes the head and opens a new one, so that every
-    /// entry appended from now on — and so every entry of a tablet added after
-    /// this call — lies in a segment whose id is at least the answer, while
-    /// every entry of an earlier tenure of those ranges lies below it.
-    /// `NoSpaceForTenure` if not even the emergency reserve gives a head.
+    /// ctime", issue 20) and returns its ctime: every entry appended from now
+    /// on — and so every entry of a tablet added after this call — lies in a
+    /// segment whose id is at least the answer, while every entry of an
+    /// earlier tenure here (of a range dropped since) lies below it. The head
+    /// is rolled only if it was open when such a drop finished: a head
+    /// opened after every drop holds no entry of an earlier tenure, and each
+    /// roll costs a segment on every backup. `NoSpaceForTenure` if a roll is
+    /// needed and not even the emergency reserve gives a head.
     pub fn begin_tenure(&self) -> Result<u64, ConfigError> {
-        if !self.log().roll_head_now() {
+        let floor = self.inner.departed_floor.load(Ordering::Acquire);
+        if self.log().head_segment_id() < floor && !self.log().roll_head_now() {
             return Err(ConfigError::NoSpaceForTenure);
         }
-        Ok(self.log().head_segment_id())
+        let ctime = self.log().head_segment_id();
+        debug_assert!(ctime >= floor, "a tenure must start above every drop");
+        Ok(ctime)
+    }
+
+    /// A lower bound of the ctime [`Self::begin_tenure`] gives from now on,
+    /// for any range this master does not hold now (the coordinator records
+    /// it before a migration moves a range here): the head's id, or the
+    /// departed floor if that is higher (then the tenure's roll reaches it).
+    pub fn tenure_floor(&self) -> u64 {
+        self.log()
+            .head_segment_id()
+            .max(self.inner.departed_floor.load(Ordering::Acquire))
     }
 
     /// The ctime of the tablet exactly `[start_hash, end_hash]` of `table_id`
@@ -225,6 +241,11 @@ impl ObjectStore {
         // could have seen the old map is done, no new object of the tablet appears.
         self.inner.log.wait_for_operations();
         self.remove_range(table_id, start_hash, end_hash);
+        // No entry of the range is appended any more: all of this tenure's are
+        // in segments below the log's next id (design notes "Tablet ctime").
+        self.inner
+            .departed_floor
+            .fetch_max(self.inner.log.next_segment_id(), Ordering::AcqRel);
     }
 
     /// The migration into `[start_hash, end_hash]` of `table_id` is recorded done

@@ -41,10 +41,7 @@ impl StorageService {
         // A lower bound for the ctime of a tablet this master takes from now
         // on (design notes "Tablet ctime"): the coordinator records it before
         // a migration moves ownership here.
-        line(
-            "log_next_segment_id",
-            self.store.log().next_segment_id().to_string(),
-        );
+        line("log_tenure_floor", self.store.tenure_floor().to_string());
         // Where the process's resident memory is (issue 17): the log, the hash
         // table, and the rest, which docs/design-notes.md bounds.
         crate::resident::ResidentSplit::measure(&self.store).stats_lines(&mut line);
