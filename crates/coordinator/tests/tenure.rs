@@ -9,7 +9,9 @@ use std::sync::Arc;
 use ramstore_coordinator::migration_recovery::Lineage;
 use ramstore_coordinator::migrations::MigrationRecord;
 use ramstore_coordinator::tables::TabletEntry;
-use ramstore_coordinator::{CoordinatorCore, MemoryStorage, ServerId, SERVICE_BACKUP, SERVICE_MASTER};
+use ramstore_coordinator::{
+    CoordinatorCore, MemoryStorage, ServerId, SERVICE_BACKUP, SERVICE_MASTER,
+};
 use ramstore_wire::MigrationMode;
 
 const GIB: u64 = 1 << 30;
@@ -59,7 +61,11 @@ fn recovered_with(
 #[test]
 fn create_table_and_split_tablet_keep_ctime_zero_or_inherited() {
     let (_, mut core, ids) = setup();
-    assert_eq!(tablet(&core, 0).ctime, 0, "a new table id has no earlier entries");
+    assert_eq!(
+        tablet(&core, 0).ctime,
+        0,
+        "a new table id has no earlier entries"
+    );
     recovered_with(&mut core, &ids, 17);
     core.split_tablet("t", (1 << 63) + 1000).unwrap();
     assert_eq!(tablet(&core, 1 << 63).ctime, 17);
@@ -73,7 +79,10 @@ fn migration_ownership_moved_gives_the_tablet_the_persisted_target_ctime() {
     let m = core
         .begin_migration("t", UPPER, target, MigrationMode::Rocksteady)
         .unwrap();
-    assert_eq!(m.source_ctime, 17, "the source's ctime is kept for a roll-back");
+    assert_eq!(
+        m.source_ctime, 17,
+        "the source's ctime is kept for a roll-back"
+    );
     core.migration_target_tenure(m.id, 42).unwrap();
     // Persisted before ownership moves: a coordinator that takes over has it.
     let reopened = CoordinatorCore::open(storage.clone()).unwrap();
@@ -98,10 +107,18 @@ fn lineage_replays_each_log_from_its_own_ctime_and_roll_back_restores_the_source
     core.server_crashed(target).unwrap();
     let lineage = core.lineage_of(target);
     assert!(matches!(lineage[..], [Lineage::RollBack(_)]));
-    assert_eq!(lineage[0].replay_ctime(), 42, "the target's log from its tenure");
+    assert_eq!(
+        lineage[0].replay_ctime(),
+        42,
+        "the target's log from its tenure"
+    );
     core.migration_rolled_back(m.id, target).unwrap();
     let t = tablet(&core, 1 << 63);
-    assert_eq!((t.server_id, t.ctime), (source, 17), "the source's tenure goes on");
+    assert_eq!(
+        (t.server_id, t.ctime),
+        (source, 17),
+        "the source's tenure goes on"
+    );
 }
 
 #[test]
@@ -116,7 +133,11 @@ fn migration_source_recovered_since_records_the_new_sources_ctime() {
     core.server_crashed(source).unwrap();
     let lineage = core.lineage_of(source);
     assert!(matches!(lineage[..], [Lineage::NewSource(_)]));
-    assert_eq!(lineage[0].replay_ctime(), 17, "the source's log from its tenure");
+    assert_eq!(
+        lineage[0].replay_ctime(),
+        17,
+        "the source's log from its tenure"
+    );
     // A fourth master enlists to become the new source.
     let (third, _) = core
         .enlist("host4:1", SERVICE_MASTER | SERVICE_BACKUP, GIB, "", 0, None)
@@ -129,10 +150,9 @@ fn migration_source_recovered_since_records_the_new_sources_ctime() {
 
 #[test]
 fn records_written_before_ctimes_existed_read_as_no_cutoff() {
-    let tablet: TabletEntry = serde_json::from_str(
-        r#"{"table_id":1,"start_hash":0,"end_hash":9,"server_id":3}"#,
-    )
-    .unwrap();
+    let tablet: TabletEntry =
+        serde_json::from_str(r#"{"table_id":1,"start_hash":0,"end_hash":9,"server_id":3}"#)
+            .unwrap();
     assert_eq!(tablet.ctime, 0);
     let record: MigrationRecord = serde_json::from_str(
         r#"{"id":1,"table_id":1,"start_hash":0,"end_hash":9,"source":3,"target":4,

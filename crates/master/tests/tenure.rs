@@ -17,7 +17,11 @@ fn begin_tenure_without_a_drop_keeps_the_head() {
     s.write(1, b"k", b"v", &RejectRules::default()).unwrap();
     let head = s.log().head_segment_id();
     assert_eq!(s.tenure_floor(), head);
-    assert_eq!(s.begin_tenure().unwrap(), head, "no earlier tenure to cut off");
+    assert_eq!(
+        s.begin_tenure().unwrap(),
+        head,
+        "no earlier tenure to cut off"
+    );
 }
 
 #[test]
@@ -30,7 +34,10 @@ fn begin_tenure_after_a_drop_opens_a_head_above_every_earlier_segment() {
     let floor = s.tenure_floor();
     assert!(floor > old_head);
     let ctime = s.begin_tenure().unwrap();
-    assert!(ctime > old_head, "the head holding the dropped entries is closed");
+    assert!(
+        ctime > old_head,
+        "the head holding the dropped entries is closed"
+    );
     assert!(ctime >= floor, "the coordinator's lower bound holds");
     assert_eq!(s.log().head_segment_id(), ctime);
     // Once the head is above the drop, the next tenure needs no roll.
@@ -42,14 +49,21 @@ fn add_migrating_tablet_starts_its_tenure_in_a_new_head() {
     let s = store();
     // The range's earlier tenure here left its entries in the current head.
     s.add_tablet(2, 0, u64::MAX).unwrap();
-    s.write(2, b"gone", b"stale", &RejectRules::default()).unwrap();
+    s.write(2, b"gone", b"stale", &RejectRules::default())
+        .unwrap();
     s.drop_tablet(2, 0, u64::MAX);
     let recorded = s.tenure_floor();
     let stale_head = s.log().head_segment_id();
     assert!(s.add_migrating_tablet(2, 0, u64::MAX, 10).unwrap());
     let ctime = s.tablet_ctime(2, 0, u64::MAX).expect("the tablet is here");
-    assert!(ctime > stale_head, "ctime {ctime} must be above the stale head {stale_head}");
-    assert!(ctime >= recorded, "ctime {ctime} below the recorded {recorded}");
+    assert!(
+        ctime > stale_head,
+        "ctime {ctime} must be above the stale head {stale_head}"
+    );
+    assert!(
+        ctime >= recorded,
+        "ctime {ctime} below the recorded {recorded}"
+    );
     // Resent: the same tenure, no new head.
     assert!(s.add_migrating_tablet(2, 0, u64::MAX, 10).unwrap());
     assert_eq!(s.tablet_ctime(2, 0, u64::MAX), Some(ctime));
@@ -61,7 +75,11 @@ fn add_recovering_tablet_takes_the_tenure_begun_for_it() {
     let ctime = s.begin_tenure().unwrap();
     s.add_recovering_tablet(1, 0, 99).unwrap();
     assert_eq!(s.tablet_ctime(1, 0, 99), Some(ctime));
-    assert_eq!(s.tablet_ctime(1, 0, 98), None, "only an exact range has one");
+    assert_eq!(
+        s.tablet_ctime(1, 0, 98),
+        None,
+        "only an exact range has one"
+    );
 }
 
 #[test]

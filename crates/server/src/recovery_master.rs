@@ -637,7 +637,9 @@ mod tests {
         store.add_tablet(1, 0, mid - 1).unwrap();
         store.add_tablet(1, mid, u64::MAX).unwrap();
         let mut replay = Replay::with_ctimes(&[(1, 0, mid - 1), (1, mid, u64::MAX)], &[10, 0]);
-        let keys: Vec<Vec<u8>> = (0..64u32).map(|i| format!("key-{i}").into_bytes()).collect();
+        let keys: Vec<Vec<u8>> = (0..64u32)
+            .map(|i| format!("key-{i}").into_bytes())
+            .collect();
         let mut old = Vec::new();
         for k in &keys {
             encode_object(1, 3, 0, k, b"v", &mut old);

@@ -137,8 +137,8 @@ impl ObjectStore {
         let map = self.inner.shared.tablets.load();
         match map.overlaps(table_id, start_hash, end_hash) {
             None => {
-                let tablet = Tablet::new(table_id, start_hash, end_hash)
-                    .since(self.log().head_segment_id());
+                let tablet =
+                    Tablet::new(table_id, start_hash, end_hash).since(self.log().head_segment_id());
                 tablet.set_recovering(true);
                 self.inner.shared.tablets.store(Arc::new(map.with(tablet)));
                 Ok(())
