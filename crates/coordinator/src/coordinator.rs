@@ -409,6 +409,18 @@ impl CoordinatorCore {
         ranges: &[(u64, u64, u64)],
         owner: ServerId,
     ) -> Result<Vec<Action>, CoordinatorError> {
+        self.recovered_partition_since(crashed, ranges, owner, 0)
+    }
+
+    /// [`Self::recovered_partition`], recording `ctime` (the recovery master's
+    /// answer, design notes "Tablet ctime") with each moved tablet.
+    pub fn recovered_partition_since(
+        &mut self,
+        crashed: ServerId,
+        ranges: &[(u64, u64, u64)],
+        owner: ServerId,
+        ctime: u64,
+    ) -> Result<Vec<Action>, CoordinatorError> {
         if !self
             .state
             .servers()
@@ -441,6 +453,7 @@ impl CoordinatorCore {
                     });
                 }
                 t.server_id = owner;
+                t.ctime = ctime;
                 moved.push(*t);
             }
         }
@@ -678,6 +691,10 @@ fn place_orphans(state: &mut CoordinatorState) -> Vec<TabletEntry> {
         };
         *n += 1;
         t.server_id = id;
+        // The new owner's log is another log: its entries of the range start
+        // somewhere unknown here, so nothing is cut off (design notes "Tablet
+        // ctime"; the tablet restarts empty, R§8).
+        t.ctime = 0;
         moved.push(*t);
     }
     moved

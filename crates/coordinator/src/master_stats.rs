@@ -46,6 +46,10 @@ pub struct MasterStats {
     pub tablets: Vec<TabletBytes>,
     /// `(bytes, objects)` pulled so far by each migration coming in, by id.
     pub incoming: BTreeMap<u64, (u64, u64)>,
+    /// A ctime for a tablet the master takes from now on (at most the one it
+    /// gives the tablet; design notes "Tablet ctime"; 0 from a master that
+    /// does not report it: no cutoff).
+    pub tenure_floor: u64,
 }
 
 impl MasterStats {
@@ -57,6 +61,7 @@ impl MasterStats {
         for (key, value) in text.lines().filter_map(|l| l.split_once('=')) {
             match key {
                 "memory_bytes" => stats.memory_bytes = value.parse().unwrap_or(0),
+                "log_tenure_floor" => stats.tenure_floor = value.parse().unwrap_or(0),
                 "live_object_bytes" | "tombstone_bytes" => {
                     stats.used_bytes += value.parse::<u64>().unwrap_or(0)
                 }

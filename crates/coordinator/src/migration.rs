@@ -132,9 +132,28 @@ impl CoordinatorCore {
             cancelled: false,
             returns: 0,
             total,
+            source_ctime: tablet.ctime,
+            target_ctime: 0,
         });
         self.commit(next)?;
         Ok(record)
+    }
+
+    /// Records the target's ctime for a `Preparing` migration (design notes
+    /// "Tablet ctime"): persisted before ownership moves (R§9), so the
+    /// target's log can always be replayed from the right segment. Does
+    /// nothing once the migration has moved on or is gone.
+    pub fn migration_target_tenure(&mut self, id: u64, ctime: u64) -> Result<(), CoordinatorError> {
+        let Some(mut m) = self.state().migrations().get(id).copied() else {
+            return Ok(());
+        };
+        if m.state != MigrationState::Preparing || m.target_ctime == ctime {
+            return Ok(());
+        }
+        m.target_ctime = ctime;
+        let mut next = self.state().clone();
+        next.migrations_mut().replace(m);
+        self.commit(next)
     }
 
     /// The source fenced the tablet and answered `safe_version` (step 3): the
@@ -158,6 +177,7 @@ impl CoordinatorCore {
             .filter(|t| t.start_hash == m.start_hash && t.end_hash == m.end_hash)
         {
             t.server_id = m.target;
+            t.ctime = m.target_ctime;
         }
         let mut moved = m;
         if moved.state == MigrationState::Preparing {
@@ -250,6 +270,7 @@ impl CoordinatorCore {
                     .filter(|t| t.start_hash == m.start_hash && t.end_hash == m.end_hash)
                 {
                     t.server_id = m.target;
+                    t.ctime = m.target_ctime;
                 }
             }
         }
@@ -493,6 +514,27 @@ impl Migrator {
         if record.returns != 0 {
             self.drop_stale_copy(&record).await?;
         }
+        // The target's tenure of the range starts at or above its tenure floor
+        // (after the stale-copy drops above); recorded before anything is
+        // fenced or moved (R§9).
+        let target_ctime = loop {
+            if let Some(stats) = crate::master_stats::fetch(&self.cluster, record.target).await {
+                break stats.tenure_floor;
+            }
+            if !self.cluster.is_up(record.target) {
+                self.cluster.core().abort_migration(record.id)?;
+                return Err(CoordinatorError::MigrationRefused(
+                    "the target master is no longer up".into(),
+                ));
+            }
+            self.cluster
+                .clock
+                .sleep(Duration::from_millis(PREPARE_RETRY_MS))
+                .await;
+        };
+        self.cluster
+            .core()
+            .migration_target_tenure(record.id, target_ctime)?;
         let safe_version = loop {
             match self.prepare(&record).await {
                 Prepared::SafeVersion(v) => break v,

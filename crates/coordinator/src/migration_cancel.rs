@@ -75,6 +75,10 @@ impl CoordinatorCore {
             safe_version: 0,
             cancelled: false,
             returns: m.id,
+            // The cancelled migration's target owns the range from its own
+            // tenure on; the return's target tenure is taken afresh.
+            source_ctime: m.target_ctime,
+            target_ctime: 0,
             // A return is an ordinary migration whatever mode the cancelled one
             // was measured in (the baselines exist for the benchmark only).
             mode: MigrationMode::Rocksteady,

@@ -59,6 +59,16 @@ impl Lineage {
         (m.table_id, m.start_hash, m.end_hash)
     }
 
+    /// The ctime of the range in the crashed master's log, from which its
+    /// entries are replayed (design notes "Tablet ctime"): the target's for a
+    /// roll-back, the source's for a new source.
+    pub fn replay_ctime(&self) -> u64 {
+        match self {
+            Lineage::RollBack(m) => m.target_ctime,
+            Lineage::NewSource(m) => m.source_ctime,
+        }
+    }
+
     /// The master this range is recovered onto, among the UP `masters`; `None`
     /// if none fits yet (the source of a roll-back is not up).
     pub fn recovery_master(
@@ -178,6 +188,8 @@ impl CoordinatorCore {
             .filter(|t| t.start_hash == m.start_hash && t.end_hash == m.end_hash)
         {
             t.server_id = m.source;
+            // The source's tenure never ended: its fenced copy was refilled.
+            t.ctime = m.source_ctime;
             moved = Some(*t);
         }
         let moved = moved.ok_or(CoordinatorError::LineageChanged(id))?;
@@ -206,6 +218,19 @@ impl CoordinatorCore {
         crashed: ServerId,
         new_source: ServerId,
     ) -> Result<Vec<Action>, CoordinatorError> {
+        self.migration_source_recovered_since(id, crashed, new_source, 0)
+    }
+
+    /// [`Self::migration_source_recovered`], recording `ctime` as the new
+    /// source's ctime for the range (its RecoverPartition answer): a later
+    /// crash of it replays its log from there.
+    pub fn migration_source_recovered_since(
+        &mut self,
+        id: u64,
+        crashed: ServerId,
+        new_source: ServerId,
+        ctime: u64,
+    ) -> Result<Vec<Action>, CoordinatorError> {
         let mut m = self
             .state()
             .migrations()
@@ -223,6 +248,7 @@ impl CoordinatorCore {
             return Err(CoordinatorError::LineageChanged(id));
         }
         m.source = new_source;
+        m.source_ctime = ctime;
         let mut next = self.state().clone();
         next.migrations_mut().replace(m);
         let action = take_migrating_action(&next, &m);

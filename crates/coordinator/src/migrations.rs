@@ -51,6 +51,17 @@ pub struct MigrationRecord {
     /// coordinator that takes over still shows them.
     #[serde(default)]
     pub total: Option<(u64, u64)>,
+    /// The source's ctime for the range (its tablet's, design notes "Tablet
+    /// ctime"), kept while the target owns the range: a crashed source's log
+    /// is replayed from it, and a roll-back gives it back to the source's
+    /// tablet. 0 (older records): no cutoff.
+    #[serde(default)]
+    pub source_ctime: u64,
+    /// The target's ctime for the range, persisted while `Preparing`, before
+    /// ownership moves (R§9): a crashed target's log is replayed from it. 0
+    /// (older records, or not known yet): no cutoff.
+    #[serde(default)]
+    pub target_ctime: u64,
 }
 
 /// How a finished migration ended.

@@ -120,9 +120,9 @@ impl Recoveries {
     }
 }
 
-/// A partition's index, its recovery master, and (entries, bytes) replayed or
-/// why it failed.
-type PartitionOutcome = (usize, ServerId, Result<(u64, u64), String>);
+/// A partition's index, its recovery master, and (entries, bytes replayed, the
+/// tablets' ctime on the recovery master) or why it failed.
+type PartitionOutcome = (usize, ServerId, Result<(u64, u64, u64), String>);
 
 /// How an attempt ended.
 enum Attempt {
@@ -151,6 +151,10 @@ struct Plan {
     recovery_id: u64,
     /// Each partition's tablets, as (table, start hash, end hash).
     parts: Vec<Vec<(u64, u64, u64)>>,
+    /// Per partition, per tablet (same order): its ctime in the crashed
+    /// master's log, from which replay takes its entries (design notes
+    /// "Tablet ctime").
+    ctimes: Vec<Vec<u64>>,
     /// The recovery masters, in the order partitions are dealt to them.
     masters: Vec<ServerEntry>,
     /// The digest's segments in fetch order, with the backups bucketing each.
@@ -421,6 +425,20 @@ impl RecoveryDriver {
                     .collect()
             })
             .collect();
+        // A piece has the ctime of the tablet it was cut from.
+        let mut ctimes: Vec<Vec<u64>> = parts
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .map(|&(table_id, start_hash, _)| {
+                        view.tablets
+                            .iter()
+                            .find(|t| t.table_id == table_id && t.contains(start_hash))
+                            .map_or(0, |t| t.ctime)
+                    })
+                    .collect()
+            })
+            .collect();
         let mut pinned: Vec<Option<(Lineage, ServerEntry)>> = vec![None; parts.len()];
         let mut waiting = 0;
         for l in &view.lineage {
@@ -435,6 +453,7 @@ impl RecoveryDriver {
                         "recovery: a migrating range is recovered by lineage (K§2.3.4)"
                     );
                     parts.push(vec![l.range()]);
+                    ctimes.push(vec![l.replay_ctime()]);
                     pinned.push(Some((*l, master)));
                 }
                 None => waiting += 1,
@@ -458,6 +477,7 @@ impl RecoveryDriver {
         Ok(Plan {
             recovery_id,
             parts,
+            ctimes,
             masters,
             sources,
             pinned,
@@ -517,12 +537,12 @@ impl RecoveryDriver {
         i: usize,
         ranges: &[(u64, u64, u64)],
         master: ServerId,
-        (entries, bytes): (u64, u64),
+        (entries, bytes, ctime): (u64, u64, u64),
     ) -> bool {
         let moved = self
             .cluster
             .core()
-            .recovered_partition(crashed, ranges, master);
+            .recovered_partition_since(crashed, ranges, master, ctime);
         match moved {
             Ok(actions) => {
                 self.notifier.carry_out(actions).await;
@@ -548,7 +568,7 @@ impl RecoveryDriver {
         crashed: ServerId,
         lineage: Lineage,
         master: &ServerEntry,
-        (entries, bytes): (u64, u64),
+        (entries, bytes, ctime): (u64, u64, u64),
     ) -> bool {
         let id = lineage.record().id;
         let recorded = match lineage {
@@ -557,7 +577,7 @@ impl RecoveryDriver {
                 Ok(()) => self
                     .cluster
                     .core()
-                    .migration_source_recovered(id, crashed, master.id),
+                    .migration_source_recovered_since(id, crashed, master.id, ctime),
                 Err(why) => {
                     tracing::warn!(crashed_id = crashed.0, migration_id = id, new_source = master.id.0, %why, "recovery: cannot fence the migration's new source; retried");
                     return false;
@@ -611,7 +631,7 @@ impl RecoveryDriver {
         plan: &Plan,
         i: usize,
         master: &ServerEntry,
-    ) -> Result<(u64, u64), String> {
+    ) -> Result<(u64, u64, u64), String> {
         let frame = partition_frame(crashed, plan, i).map_err(|e| e.to_string())?;
         let call = self
             .cluster
@@ -632,9 +652,14 @@ impl RecoveryDriver {
         };
         let bytes = reply.map_err(|e| e.to_string())?;
         match decode_response(&bytes) {
-            Ok((h, Response::RecoverPartition { entries, bytes })) if h.status == Status::Ok => {
-                Ok((entries, bytes))
-            }
+            Ok((
+                h,
+                Response::RecoverPartition {
+                    entries,
+                    bytes,
+                    ctime,
+                },
+            )) if h.status == Status::Ok => Ok((entries, bytes, ctime)),
             Ok((_, Response::Error(body))) => Err(format!("{body:?}")),
             Ok((_, other)) => Err(format!("unexpected answer {other:?}")),
             Err(e) => Err(e.to_string()),
@@ -697,11 +722,12 @@ fn partition_frame(
     let mut frame = Vec::new();
     let mut enc =
         RecoverPartitionEncoder::new(0, crashed.0, plan.recovery_id, i as u32, &mut frame);
-    for &(table_id, start_hash, end_hash) in &plan.parts[i] {
+    for (&(table_id, start_hash, end_hash), &ctime) in plan.parts[i].iter().zip(&plan.ctimes[i]) {
         enc.push(&RecoveryItem::Tablet {
             table_id,
             start_hash,
             end_hash,
+            ctime,
         })?;
     }
     for (segment_id, holders) in &plan.sources {

@@ -432,6 +432,7 @@ mod tests {
             start_hash: 0,
             end_hash: u64::MAX / 2,
             server_id: ServerId(1),
+            ctime: 0,
         };
         let loads = tablet_loads(&[half], &[stat], 0);
         assert!((499..=501).contains(&loads[0].bytes), "{loads:?}");

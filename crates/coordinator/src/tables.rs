@@ -28,6 +28,13 @@ pub struct TabletEntry {
     pub end_hash: u64,
     /// The master that owns (or, if it crashed, owned) the tablet.
     pub server_id: ServerId,
+    /// The tablet's *ctime* in its owner's log (design notes "Tablet ctime",
+    /// issue 20): every entry the owner appended for the range in its current
+    /// tenure is in a segment with at least this id; older segments may hold
+    /// entries of an earlier tenure there, which recovery must not replay.
+    /// 0 (also for documents written before it existed): no cutoff.
+    #[serde(default)]
+    pub ctime: u64,
 }
 
 impl TabletEntry {
@@ -114,6 +121,9 @@ impl Tables {
                 start_hash,
                 end_hash,
                 server_id,
+                // Table ids are never reused, so no log holds an entry of
+                // this table from before: nothing to cut off.
+                ctime: 0,
             })
             .collect();
         self.by_name.insert(
@@ -182,7 +192,8 @@ impl Tables {
 
 impl Table {
     /// Makes `split_hash` the start of a tablet, splitting the tablet that
-    /// contains it (both halves keep its owner). Nothing happens if a tablet
+    /// contains it (both halves keep its owner and its ctime: the objects stay
+    /// where they are in the owner's log). Nothing happens if a tablet
     /// already starts there (0 always does).
     pub(crate) fn split_at(&mut self, split_hash: u64) {
         if self.tablets.iter().any(|t| t.start_hash == split_hash) {

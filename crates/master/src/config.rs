@@ -102,6 +102,10 @@ pub enum ConfigError {
         start_hash: u64,
         end_hash: u64,
     },
+    /// A new tenure of a tablet needs a fresh head segment (design notes
+    /// "Tablet ctime"), and not even the emergency reserve could give one.
+    #[error("no log memory for a new head segment to start a tablet's tenure; retry later")]
+    NoSpaceForTenure,
 }
 
 /// Log memory per hash-table bucket by default: 640 bytes. A full log of

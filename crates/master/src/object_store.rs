@@ -67,6 +67,11 @@ pub(crate) struct Inner {
     pub shared: Arc<Shared>,
     /// Serialises changes of the tablet map (never taken by object operations).
     pub tablet_changes: parking_lot::Mutex<()>,
+    /// Above every segment that held an entry of a tablet this master has
+    /// dropped (the log's next segment id when the drop finished): a tenure
+    /// begun with the head below it rolls the head first (design notes
+    /// "Tablet ctime").
+    pub departed_floor: std::sync::atomic::AtomicU64,
 }
 
 impl Cleanable for Inner {
@@ -183,6 +188,7 @@ impl ObjectStore {
             index: HashTable::new(buckets),
             shared,
             tablet_changes: parking_lot::Mutex::new(()),
+            departed_floor: std::sync::atomic::AtomicU64::new(0),
         });
         let cleaner = match config.cleaner {
             CleanerMode::Background { threads } => {

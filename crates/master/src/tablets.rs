@@ -78,6 +78,12 @@ pub struct Tablet {
     /// until the coordinator has recorded the migration done, so a roll-back
     /// onto the source still sees them (K§2.3.4; `ramstore_log::TombstoneHold`).
     tombstone_hold: AtomicU64,
+    /// The tablet's *ctime* on this master (design notes "Tablet ctime",
+    /// issue 20): every log entry this master appended for the range during
+    /// its current tenure lies in a segment whose id is at least this. Entries
+    /// in older segments belong to an earlier tenure (the range left and came
+    /// back) and must never be replayed as the range's.
+    pub ctime: u64,
 }
 
 impl Tablet {
@@ -90,7 +96,14 @@ impl Tablet {
             bytes: AtomicU64::new(0),
             state: AtomicU8::new(TabletState::Normal as u8),
             tombstone_hold: AtomicU64::new(0),
+            ctime: 0,
         }
+    }
+
+    /// The tablet with its tenure starting at segment `ctime`.
+    pub(crate) fn since(mut self, ctime: u64) -> Self {
+        self.ctime = ctime;
+        self
     }
 
     /// The tombstone hold of the tablet's deletes (0: none).

@@ -30,6 +30,15 @@
 //! replication failure) drops the tablets it added: the coordinator retries the
 //! partition elsewhere in a new attempt.
 //!
+//! Tenures (design notes "Tablet ctime", issue 20): each tablet of the
+//! partition comes with its ctime in the crashed master's log, and replay
+//! skips the tablet's entries of segments below it — entries of an earlier
+//! tenure of the range there, whose tombstones may be in other masters' logs.
+//! Before adding the tablets this master starts a tenure of its own
+//! ([`ObjectStore::begin_tenure`], a new head), so everything it replays lands
+//! at or above its own ctime, which the answer carries for the coordinator to
+//! record with the new owner.
+//!
 //! Thread-safety: one call of [`recover`] per partition; several may run at once
 //! (several crashed masters, several partitions), each replaying on the blocking
 //! pool.
@@ -69,6 +78,9 @@ pub struct PartitionJob {
     pub partition_id: u32,
     /// (table id, start hash, end hash).
     pub tablets: Vec<(u64, u64, u64)>,
+    /// Per tablet (same order): its ctime in the crashed master's log; replay
+    /// skips its entries of older segments (0: none skipped).
+    pub ctimes: Vec<u64>,
     /// Segment ids in fetch order, each with the backups that hold it.
     pub sources: Vec<(u64, Vec<String>)>,
 }
@@ -90,6 +102,7 @@ impl PartitionJob {
             recovery_id,
             partition_id,
             tablets: Vec::new(),
+            ctimes: Vec::new(),
             sources: Vec::new(),
         };
         let mut index: HashMap<u64, usize> = HashMap::new();
@@ -99,7 +112,11 @@ impl PartitionJob {
                     table_id,
                     start_hash,
                     end_hash,
-                } => job.tablets.push((table_id, start_hash, end_hash)),
+                    ctime,
+                } => {
+                    job.tablets.push((table_id, start_hash, end_hash));
+                    job.ctimes.push(ctime);
+                }
                 RecoveryItem::Replica {
                     segment_id,
                     address,
@@ -144,6 +161,12 @@ pub struct ReplayCounts {
     pub bytes: u64,
     /// Objects that became the key's object (at the time they were replayed).
     pub applied: u64,
+    /// Entries skipped as belonging to an earlier tenure of their tablet in the
+    /// crashed master's log (a segment below the tablet's ctime).
+    pub earlier_tenure: u64,
+    /// The recovered tablets' ctime on this master (the lowest, should they
+    /// differ: see `partition_ctime`), set when the partition is done.
+    pub ctime: u64,
     /// Time spent replaying (parsing and applying; not waiting for fetches), in
     /// microseconds: replay runs on one core per partition, so bytes over this is
     /// the replay rate per core.
@@ -161,9 +184,45 @@ pub struct Replay {
     tombstones: HashMap<u64, HashMap<Vec<u8>, u64>>,
     max_version: u64,
     counts: ReplayCounts,
+    /// (table id, start hash, end hash, ctime) of each tablet with a ctime
+    /// above 0: its entries of segments below the ctime are skipped.
+    cutoffs: Vec<(u64, u64, u64, u64)>,
+    /// The highest ctime of `cutoffs` (0: none): segments at or above it are
+    /// replayed whole without looking a key's tablet up.
+    max_cutoff: u64,
 }
 
 impl Replay {
+    /// A replay that skips, for each `(table id, start hash, end hash)` of
+    /// `tablets`, its entries of segments below its ctime in `ctimes` (same
+    /// order; design notes "Tablet ctime").
+    pub fn with_ctimes(tablets: &[(u64, u64, u64)], ctimes: &[u64]) -> Self {
+        let cutoffs: Vec<(u64, u64, u64, u64)> = tablets
+            .iter()
+            .zip(ctimes)
+            .filter(|(_, &c)| c > 0)
+            .map(|(&(t, s, e), &c)| (t, s, e, c))
+            .collect();
+        let max_cutoff = cutoffs.iter().map(|c| c.3).max().unwrap_or(0);
+        Self {
+            cutoffs,
+            max_cutoff,
+            ..Self::default()
+        }
+    }
+
+    /// Whether an entry of `table_id`/`key` in segment `segment_id` is from an
+    /// earlier tenure of its tablet in the crashed master's log.
+    fn earlier_tenure(&self, segment_id: u64, table_id: u64, key: &[u8]) -> bool {
+        if segment_id >= self.max_cutoff {
+            return false;
+        }
+        let hash = ramstore_wire::key_hash(key);
+        self.cutoffs
+            .iter()
+            .any(|&(t, s, e, c)| t == table_id && (s..=e).contains(&hash) && segment_id < c)
+    }
+
     /// The highest version any replayed entry carried.
     pub fn max_version(&self) -> u64 {
         self.max_version
@@ -173,9 +232,15 @@ impl Replay {
         self.counts
     }
 
-    /// Replays one bucket's entries into `store` (see the module doc). Waits
+    /// Replays one bucket's entries, those of segment `segment_id` of the
+    /// crashed master's log, into `store` (see the module doc). Waits
     /// (bounded) while the log is full: the cleaner frees space.
-    pub fn apply(&mut self, store: &ObjectStore, mut bytes: &[u8]) -> Result<(), String> {
+    pub fn apply(
+        &mut self,
+        store: &ObjectStore,
+        segment_id: u64,
+        mut bytes: &[u8],
+    ) -> Result<(), String> {
         while !bytes.is_empty() {
             let (entry, len) = parse_entry(bytes).map_err(|e| e.to_string())?;
             bytes = &bytes[len..];
@@ -183,7 +248,13 @@ impl Replay {
             self.counts.bytes += len as u64;
             match entry {
                 Entry::Object(o) => {
+                    // Raising the safe version by a stale entry is harmless
+                    // (versions only need to grow, R§3.1).
                     self.max_version = self.max_version.max(o.version);
+                    if self.earlier_tenure(segment_id, o.table_id, o.key) {
+                        self.counts.earlier_tenure += 1;
+                        continue;
+                    }
                     if self.tombstoned(o.table_id, o.key, o.version) {
                         continue;
                     }
@@ -194,6 +265,10 @@ impl Replay {
                 }
                 Entry::Tombstone(t) => {
                     self.max_version = self.max_version.max(t.version);
+                    if self.earlier_tenure(segment_id, t.table_id, t.key) {
+                        self.counts.earlier_tenure += 1;
+                        continue;
+                    }
                     // Looked up borrowed: a key already seen costs no allocation.
                     let table = self.tombstones.entry(t.table_id).or_default();
                     match table.get_mut(t.key) {
@@ -268,6 +343,16 @@ where
 {
     let clock = owner.as_ref().as_ref().clock().clone();
     let started = clock.now();
+    // A new tenure here: every entry replayed below lands at or above it.
+    if let Err(e) = owner.as_ref().as_ref().begin_tenure() {
+        let (table_id, start_hash, end_hash) = job.tablets.first().copied().unwrap_or_default();
+        return Err(RecoveryError::Tablet {
+            table_id,
+            start_hash,
+            end_hash,
+            reason: e.to_string(),
+        });
+    }
     // Tablets this master already held fenced for a migration whose target
     // crashed (lineage rollback, K§2.3.4): replay goes on top of the fenced
     // copy, and a failure fences it again instead of dropping it.
@@ -293,13 +378,20 @@ where
             });
         }
     }
-    let result = fetch_and_replay(&owner, replicas, &backups, &job, blocking).await;
+    let result = fetch_and_replay(&owner, replicas, &backups, &job, blocking)
+        .await
+        .map(|mut counts| {
+            counts.ctime = partition_ctime(owner.as_ref().as_ref(), &job);
+            counts
+        });
     match &result {
         Ok(counts) => tracing::info!(
             crashed_id = job.crashed_id,
             partition_id = job.partition_id,
             segments = job.sources.len(),
             entries = counts.entries,
+            earlier_tenure = counts.earlier_tenure,
+            ctime = counts.ctime,
             bytes = counts.bytes,
             replay_us = counts.replay_micros,
             replay_cpu_us = counts.replay_cpu_micros,
@@ -312,6 +404,29 @@ where
         }
     }
     result
+}
+
+/// The ctime the coordinator records for the partition's tablets here: each
+/// tablet's own (a fresh one's is the tenure begun for this partition; a
+/// reclaimed copy keeps the one of its tenure, whose entries are in this log
+/// from then on). A reclaimed copy is recovered in a partition of its own
+/// (lineage), so the tablets of one partition share their ctime; were they to
+/// differ, the lowest is the one that loses nothing of any of them.
+fn partition_ctime(store: &ObjectStore, job: &PartitionJob) -> u64 {
+    let ctimes: Vec<u64> = job
+        .tablets
+        .iter()
+        .filter_map(|&(t, s, e)| store.tablet_ctime(t, s, e))
+        .collect();
+    if ctimes.windows(2).any(|w| w[0] != w[1]) {
+        tracing::warn!(
+            crashed_id = job.crashed_id,
+            partition_id = job.partition_id,
+            ?ctimes,
+            "the tablets of one partition started their tenures apart; recording the lowest"
+        );
+    }
+    ctimes.into_iter().min().unwrap_or(0)
 }
 
 /// Undoes a failed partition: drops the tablets it added, fences again those it
@@ -366,7 +481,7 @@ where
     for source in sources.by_ref().take(MAX_FETCHES_IN_FLIGHT) {
         spawn_fetch(&mut fetches, source);
     }
-    let mut replay = Replay::default();
+    let mut replay = Replay::with_ctimes(&job.tablets, &job.ctimes);
     while let Some(done) = fetches.join_next().await {
         let (segment_id, fetched) = done.map_err(|e| RecoveryError::Fetch {
             segment_id: 0,
@@ -383,7 +498,7 @@ where
             .run(move || {
                 let started = clock.now();
                 let cpu_started = ramstore_log::thread_cpu_ns();
-                let applied = replay.apply(owner.as_ref().as_ref(), &bytes);
+                let applied = replay.apply(owner.as_ref().as_ref(), segment_id, &bytes);
                 replay.counts.replay_micros += clock.elapsed(started).as_micros() as u64;
                 replay.counts.replay_cpu_micros +=
                     ramstore_log::thread_cpu_ns().saturating_sub(cpu_started) / 1000;
@@ -483,7 +598,7 @@ mod tests {
             let store = store();
             let mut replay = Replay::default();
             for bucket in order {
-                replay.apply(&store, bucket).unwrap();
+                replay.apply(&store, 1, bucket).unwrap();
             }
             assert_eq!(value(&store, b"k"), Some((4, b"new".to_vec())));
             assert_eq!(value(&store, b"gone"), None, "a tombstone must win");
@@ -493,18 +608,67 @@ mod tests {
     }
 
     #[test]
+    fn apply_skips_a_tablets_entries_of_segments_below_its_ctime() {
+        // Issue 20: segment 5 holds entries of an earlier tenure of the range
+        // (its tombstones are in other masters' logs); the tenure starts at 10.
+        let store = store();
+        let mut replay = Replay::with_ctimes(&[(1, 0, u64::MAX)], &[10]);
+        let mut earlier = Vec::new();
+        encode_object(1, 25, 0, b"deleted-elsewhere", b"stale", &mut earlier);
+        encode_tombstone(1, 30, 1, b"k", &mut earlier);
+        replay.apply(&store, 5, &earlier).unwrap();
+        let mut tenure = Vec::new();
+        encode_object(1, 30, 0, b"k", b"current", &mut tenure);
+        replay.apply(&store, 10, &tenure).unwrap();
+        assert_eq!(value(&store, b"deleted-elsewhere"), None);
+        assert_eq!(
+            value(&store, b"k"),
+            Some((30, b"current".to_vec())),
+            "a stale tombstone must not kill the tenure's object"
+        );
+        assert_eq!(replay.counts().earlier_tenure, 2);
+        assert_eq!(replay.counts().applied, 1);
+    }
+
+    #[test]
+    fn apply_with_ctimes_cuts_off_only_the_tablet_they_belong_to() {
+        let store = ObjectStore::new(StoreConfig::new(16 << 20)).unwrap();
+        let mid = 1u64 << 63;
+        store.add_tablet(1, 0, mid - 1).unwrap();
+        store.add_tablet(1, mid, u64::MAX).unwrap();
+        let mut replay = Replay::with_ctimes(&[(1, 0, mid - 1), (1, mid, u64::MAX)], &[10, 0]);
+        let keys: Vec<Vec<u8>> = (0..64u32)
+            .map(|i| format!("key-{i}").into_bytes())
+            .collect();
+        let mut old = Vec::new();
+        for k in &keys {
+            encode_object(1, 3, 0, k, b"v", &mut old);
+        }
+        replay.apply(&store, 4, &old).unwrap();
+        for k in &keys {
+            let upper = ramstore_wire::key_hash(k) >= mid;
+            let mut v = Vec::new();
+            assert_eq!(
+                store.read(1, k, &mut v).is_ok(),
+                upper,
+                "only the tablet without a ctime replays segment 4"
+            );
+        }
+    }
+
+    #[test]
     fn apply_of_a_corrupt_bucket_is_an_error() {
         let mut bucket = Vec::new();
         encode_object(1, 3, 0, b"k", b"value", &mut bucket);
         let n = bucket.len();
         bucket[n - 2] ^= 1;
-        assert!(Replay::default().apply(&store(), &bucket).is_err());
+        assert!(Replay::default().apply(&store(), 1, &bucket).is_err());
     }
 
     #[test]
     fn apply_to_a_tablet_not_owned_is_an_error() {
         let mut bucket = Vec::new();
         encode_object(2, 3, 0, b"k", b"value", &mut bucket);
-        assert!(Replay::default().apply(&store(), &bucket).is_err());
+        assert!(Replay::default().apply(&store(), 1, &bucket).is_err());
     }
 }

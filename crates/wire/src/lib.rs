@@ -75,9 +75,12 @@
 //! ```text
 //! RecoverPartition request   crashed_id u64 | recovery_id u64 | partition_id u32 | count u32
 //!                            | count × item; item = 0 u8 | table_id u64 | start_hash u64
-//!                            | end_hash u64 (a tablet), or 1 u8 | segment_id u64 | address
-//!                            (a replica and a backup holding it)
-//! RecoverPartition response  entries u64 | bytes u64
+//!                            | end_hash u64 (a tablet), or 2 u8 | table_id u64
+//!                            | start_hash u64 | end_hash u64 | ctime u64 (a tablet whose
+//!                            replay skips segments below ctime; never 0), or 1 u8
+//!                            | segment_id u64 | address (a replica and a backup holding it)
+//! RecoverPartition response  entries u64 | bytes u64 [| ctime u64: the recovered tablets'
+//!                            tenure start on the recovery master; absent: 0, never 0]
 //! CrashServer request        server_id u64
 //! CrashServer response       (empty)
 //! Leave request              server_id u64 (a server stopping cleanly)

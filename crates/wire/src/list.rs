@@ -469,14 +469,21 @@ list_item!(PartitionTablet, min = 4 + 8 + 8 + 8, max = UNBOUNDED,
 /// One item of a RecoverPartition request: a tablet the partition covers, or a
 /// replica of the crashed master's log and a backup that holds it (R§7.6).
 ///
-/// Wire: `kind u8` (0 tablet, 1 replica), then `table_id u64 | start_hash u64 |
-/// end_hash u64` or `segment_id u64 | address (u16 len + UTF-8)`.
+/// Wire: `kind u8`, then for kind 0 (a tablet) `table_id u64 | start_hash u64 |
+/// end_hash u64`; kind 2 (a tablet with a ctime) the same then `ctime u64`,
+/// never 0 (a tablet without one is kind 0, so each item has one encoding);
+/// kind 1 (a replica) `segment_id u64 | address (u16 len + UTF-8)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecoveryItem<'a> {
     Tablet {
         table_id: u64,
         start_hash: u64,
         end_hash: u64,
+        /// The tablet's ctime in the crashed master's log (design notes
+        /// "Tablet ctime", issue 20): replay skips the tablet's entries of
+        /// segments with a lower id (an earlier tenure of the range there).
+        /// 0: no cutoff.
+        ctime: u64,
     },
     Replica {
         segment_id: u64,
@@ -487,12 +494,16 @@ pub enum RecoveryItem<'a> {
 list_item!(RecoveryItem<'a>, min = 1 + 8 + 2, max = UNBOUNDED,
     read(r) {
         match r.u8()? {
-            0 => {
+            kind @ (0 | 2) => {
                 let (table_id, start_hash, end_hash) = (r.u64()?, r.u64()?, r.u64()?);
                 if start_hash > end_hash {
                     return Err(WireError::Malformed("a tablet's start hash exceeds its end hash"));
                 }
-                Ok(RecoveryItem::Tablet { table_id, start_hash, end_hash })
+                let ctime = if kind == 2 { r.u64()? } else { 0 };
+                if kind == 2 && ctime == 0 {
+                    return Err(WireError::Malformed("a tablet's explicit ctime is 0"));
+                }
+                Ok(RecoveryItem::Tablet { table_id, start_hash, end_hash, ctime })
             }
             1 => Ok(RecoveryItem::Replica { segment_id: r.u64()?, address: r.string()? }),
             _ => Err(WireError::Malformed("unknown recovery item kind")),
@@ -500,11 +511,14 @@ list_item!(RecoveryItem<'a>, min = 1 + 8 + 2, max = UNBOUNDED,
     },
     write(s, out) {
         match *s {
-            RecoveryItem::Tablet { table_id, start_hash, end_hash } => {
-                put_u8(out, 0);
+            RecoveryItem::Tablet { table_id, start_hash, end_hash, ctime } => {
+                put_u8(out, if ctime == 0 { 0 } else { 2 });
                 put_u64(out, table_id);
                 put_u64(out, start_hash);
                 put_u64(out, end_hash);
+                if ctime != 0 {
+                    put_u64(out, ctime);
+                }
                 Ok(())
             }
             RecoveryItem::Replica { segment_id, address } => {

@@ -101,6 +101,10 @@ pub enum Response<'a> {
     RecoverPartition {
         entries: u64,
         bytes: u64,
+        /// The recovered tablets' ctime on the recovery master (design notes
+        /// "Tablet ctime"): the coordinator records it with the new owner.
+        /// Absent on the wire when 0 (no cutoff, as from an older master).
+        ctime: u64,
     },
     CrashServer,
     /// The coordinator recorded the clean stop.
@@ -336,6 +340,7 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
         Opcode::RecoverPartition => Response::RecoverPartition {
             entries: r.u64()?,
             bytes: r.u64()?,
+            ctime: optional_nonzero_u64(r, "an explicit ctime of 0")?,
         },
         Opcode::CrashServer => Response::CrashServer,
         Opcode::Leave => Response::Leave,
@@ -505,9 +510,16 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
             put_replica_bytes(out, bytes)?;
         }
         Response::BackupGetRecoveryData { bytes } => put_replica_bytes(out, bytes)?,
-        Response::RecoverPartition { entries, bytes } => {
+        Response::RecoverPartition {
+            entries,
+            bytes,
+            ctime,
+        } => {
             put_u64(out, *entries);
             put_u64(out, *bytes);
+            if *ctime != 0 {
+                put_u64(out, *ctime);
+            }
         }
         Response::PingServer { answered } => put_bool(out, *answered),
         Response::RenewLease { lease_ms } => put_u32(out, *lease_ms),
@@ -543,4 +555,16 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
         }
     }
     Ok(())
+}
+
+/// An optional last `u64` of a body: absent means 0, and an explicit 0 is
+/// refused (`why`), so each value has one encoding.
+fn optional_nonzero_u64(r: &mut Reader<'_>, why: &'static str) -> Result<u64, WireError> {
+    if r.remaining() == 0 {
+        return Ok(0);
+    }
+    match r.u64()? {
+        0 => Err(WireError::Malformed(why)),
+        v => Ok(v),
+    }
 }

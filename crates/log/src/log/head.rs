@@ -218,6 +218,13 @@ impl Log {
         self.head.lock().writer.id
     }
 
+    /// The id the next segment of this log will get (head, side or survivor):
+    /// ids only grow, so every segment opened after this call has at least
+    /// this id (a tablet's ctime, design notes "Tablet ctime").
+    pub fn next_segment_id(&self) -> u64 {
+        self.segments.lock().next_id
+    }
+
     /// Closes the current head and opens a new one whose digest reflects the current
     /// segment table. Used after combined cleaning so survivors join the log and
     /// cleaned segments leave it. The new head takes only memory that writers could

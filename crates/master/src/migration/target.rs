@@ -291,7 +291,13 @@ impl ObjectStore {
         let map = shared.tablets.load();
         match map.overlaps(table_id, start_hash, end_hash) {
             None => {
-                let tablet = Tablet::new(table_id, start_hash, end_hash);
+                // A new tenure of the range (design notes "Tablet ctime"): the
+                // coordinator recorded this master's tenure floor, at most the
+                // ctime, before ownership moved, and every entry of the range
+                // appended here from now on (head, side logs, survivors) lands
+                // at or above it.
+                let ctime = self.begin_tenure()?;
+                let tablet = Tablet::new(table_id, start_hash, end_hash).since(ctime);
                 tablet.set_state(TabletState::MigratingIn);
                 tablet.set_tombstone_hold(self.log().hold_tombstones().id());
                 shared.tablets.store(std::sync::Arc::new(map.with(tablet)));

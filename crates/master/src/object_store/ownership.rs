@@ -35,7 +35,11 @@ impl ObjectStore {
             end_hash,
         };
         let Some(t) = map.overlaps(table_id, start_hash, end_hash) else {
-            let tablet = Tablet::new(table_id, start_hash, end_hash);
+            // A fresh tablet's tenure starts no later than the head: every entry
+            // of it is appended from now on. (A range that was here before comes
+            // back only through recovery or migration, which roll the head first.)
+            let tablet =
+                Tablet::new(table_id, start_hash, end_hash).since(self.log().head_segment_id());
             self.inner.shared.tablets.store(Arc::new(map.with(tablet)));
             return Ok(());
         };
@@ -57,7 +61,8 @@ impl ObjectStore {
         }
         let mut next = map.without(table_id, outer_start, outer_end);
         for (s, e) in pieces {
-            let tablet = Tablet::new(table_id, s, e);
+            // A piece inherits the tablet's tenure (R§3: objects stay in place).
+            let tablet = Tablet::new(table_id, s, e).since(t.ctime);
             // Every piece of a migrating-in range keeps its deletes' tombstones.
             tablet.set_tombstone_hold(t.tombstone_hold());
             let (entries, bytes) = self.count_range(table_id, s, e);
@@ -68,10 +73,52 @@ impl ObjectStore {
         Ok(())
     }
 
+    /// Starts a new tenure of some ranges on this master (design notes "Tablet
+    /// ctime", issue 20) and returns its ctime: every entry appended from now
+    /// on — and so every entry of a tablet added after this call — lies in a
+    /// segment whose id is at least the answer, while every entry of an
+    /// earlier tenure here (of a range dropped since) lies below it. The head
+    /// is rolled only if it was open when such a drop finished: a head
+    /// opened after every drop holds no entry of an earlier tenure, and each
+    /// roll costs a segment on every backup. `NoSpaceForTenure` if a roll is
+    /// needed and not even the emergency reserve gives a head.
+    pub fn begin_tenure(&self) -> Result<u64, ConfigError> {
+        let floor = self.inner.departed_floor.load(Ordering::Acquire);
+        if self.log().head_segment_id() < floor && !self.log().roll_head_now() {
+            return Err(ConfigError::NoSpaceForTenure);
+        }
+        let ctime = self.log().head_segment_id();
+        debug_assert!(ctime >= floor, "a tenure must start above every drop");
+        Ok(ctime)
+    }
+
+    /// A lower bound of the ctime [`Self::begin_tenure`] gives from now on,
+    /// for any range this master does not hold now (the coordinator records
+    /// it before a migration moves a range here): the head's id, or the
+    /// departed floor if that is higher (then the tenure's roll reaches it).
+    pub fn tenure_floor(&self) -> u64 {
+        self.log()
+            .head_segment_id()
+            .max(self.inner.departed_floor.load(Ordering::Acquire))
+    }
+
+    /// The ctime of the tablet exactly `[start_hash, end_hash]` of `table_id`
+    /// (see [`Tablet::ctime`]); `None` if no such tablet is here.
+    pub fn tablet_ctime(&self, table_id: u64, start_hash: u64, end_hash: u64) -> Option<u64> {
+        let map = self.inner.shared.tablets.load();
+        map.tablets
+            .iter()
+            .find(|t| {
+                t.table_id == table_id && t.start_hash == start_hash && t.end_hash == end_hash
+            })
+            .map(|t| t.ctime)
+    }
+
     /// Adds a tablet that crash recovery is about to fill (R§7.6): replay writes
     /// to it, clients get UNKNOWN_TABLET until [`Self::take_tablet`] hands it over.
     /// Idempotent for a tablet still recovering; a range overlapping any other
-    /// owned tablet is refused (`BadTablet`).
+    /// owned tablet is refused (`BadTablet`). Its ctime is the current head's
+    /// id: the caller starts the tenure first ([`Self::begin_tenure`]).
     pub fn add_recovering_tablet(
         &self,
         table_id: u64,
@@ -90,7 +137,8 @@ impl ObjectStore {
         let map = self.inner.shared.tablets.load();
         match map.overlaps(table_id, start_hash, end_hash) {
             None => {
-                let tablet = Tablet::new(table_id, start_hash, end_hash);
+                let tablet =
+                    Tablet::new(table_id, start_hash, end_hash).since(self.log().head_segment_id());
                 tablet.set_recovering(true);
                 self.inner.shared.tablets.store(Arc::new(map.with(tablet)));
                 Ok(())
@@ -193,6 +241,11 @@ impl ObjectStore {
         // could have seen the old map is done, no new object of the tablet appears.
         self.inner.log.wait_for_operations();
         self.remove_range(table_id, start_hash, end_hash);
+        // No entry of the range is appended any more: all of this tenure's are
+        // in segments below the log's next id (design notes "Tablet ctime").
+        self.inner
+            .departed_floor
+            .fetch_max(self.inner.log.next_segment_id(), Ordering::AcqRel);
     }
 
     /// The migration into `[start_hash, end_hash]` of `table_id` is recorded done

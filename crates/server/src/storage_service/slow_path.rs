@@ -238,6 +238,7 @@ impl StorageService {
                 &Response::RecoverPartition {
                     entries: counts.entries,
                     bytes: counts.bytes,
+                    ctime: counts.ctime,
                 },
                 &mut out,
             ),

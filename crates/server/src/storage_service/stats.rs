@@ -38,6 +38,10 @@ impl StorageService {
         line("free_seglets", s.log.seglets_free.to_string());
         line("total_seglets", s.log.seglets_total.to_string());
         line("objects", s.objects.to_string());
+        // A lower bound for the ctime of a tablet this master takes from now
+        // on (design notes "Tablet ctime"): the coordinator records it before
+        // a migration moves ownership here.
+        line("log_tenure_floor", self.store.tenure_floor().to_string());
         // Where the process's resident memory is (issue 17): the log, the hash
         // table, and the rest, which docs/design-notes.md bounds.
         crate::resident::ResidentSplit::measure(&self.store).stats_lines(&mut line);

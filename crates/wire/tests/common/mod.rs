@@ -329,13 +329,21 @@ pub fn partition_tablets() -> Vec<PartitionTablet> {
     ]
 }
 
-/// Items of the RecoverPartition sample: a tablet and two replica sources.
+/// Items of the RecoverPartition sample: a tablet without and one with a ctime, and
+/// two replica sources.
 pub fn recovery_items() -> Vec<RecoveryItem<'static>> {
     vec![
         RecoveryItem::Tablet {
             table_id: TABLE,
             start_hash: 0x8000_0000_0000_0000,
             end_hash: u64::MAX,
+            ctime: 0,
+        },
+        RecoveryItem::Tablet {
+            table_id: TABLE + 1,
+            start_hash: 0,
+            end_hash: 0x7fff_ffff_ffff_ffff,
+            ctime: SEGMENT - 1,
         },
         RecoveryItem::Replica {
             segment_id: SEGMENT,
@@ -601,6 +609,16 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
             Response::RecoverPartition {
                 entries: 7,
                 bytes: 0x1_0000,
+                ctime: 0,
+            },
+        ),
+        (
+            "recover_partition_response_ctime",
+            Opcode::RecoverPartition,
+            Response::RecoverPartition {
+                entries: 7,
+                bytes: 0x1_0000,
+                ctime: SEGMENT,
             },
         ),
         (
