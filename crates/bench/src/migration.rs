@@ -32,7 +32,7 @@ pub use args::MigrationArgs;
 use args::{ReportArgs, RunArgs, Step};
 use ramstore_bench::zipfian::{Zipfian, ZIPFIAN_THETA};
 use summary::{musts, phase, phases, seconds, Marks, Run};
-use ycsb::{key, Load};
+use ycsb::{key, Load, SPLIT_HASH};
 
 /// The table the benchmark loads and migrates.
 const TABLE: &str = "mig";
@@ -109,7 +109,7 @@ fn run_one(a: &RunArgs) -> anyhow::Result<()> {
         loaded.elapsed().as_secs_f64()
     );
     // Split at the middle hash; the upper half moves (R Fig. 2 splitTablet).
-    let split = 1u64 << 63;
+    let split = SPLIT_HASH;
     client.split_tablet(TABLE, split)?;
     let map = client.tablet_map()?;
     let source = map
@@ -183,6 +183,10 @@ fn run_one(a: &RunArgs) -> anyhow::Result<()> {
     })
     .map(|(s, r)| (s, r.0, r.1))?;
 
+    if let Some(path) = &a.trace {
+        ycsb::write_trace(path, &samples)
+            .with_context(|| format!("writing the trace {}", path.display()))?;
+    }
     let bytes = info.bytes.unwrap_or(0);
     let migration_s = marks.done_s - marks.start_s;
     let arrived_s = marks.arrived_s - marks.start_s;

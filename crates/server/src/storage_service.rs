@@ -50,6 +50,10 @@ mod direct;
 mod membership;
 /// Live tablet migration, as source and as target (K§2.3).
 pub(crate) mod migration;
+/// Client requests parked until their key arrives (K§2.3).
+mod migration_park;
+#[cfg(test)]
+mod migration_park_tests;
 /// The source's side of live migration: fence and pulls (K§2.3).
 mod migration_source;
 /// The native front end: frames in, frames out.

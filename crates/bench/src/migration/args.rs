@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// Where the run's JSON goes.
     #[arg(long)]
     pub out: PathBuf,
+    /// Also write every operation of the fixed load as CSV here (thread, due,
+    /// latency and service time in µs, update, migrated half, failed), to see
+    /// which operations wait during the migration.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -224,6 +224,7 @@ mod tests {
             due_us: (due_s * 1e6) as u64,
             latency_us,
             failed,
+            ..Sample::default()
         }
     }
 

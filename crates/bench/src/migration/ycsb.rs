@@ -4,6 +4,9 @@
 //! fixed offered load. Every operation is recorded as a [`Sample`]; phases and
 //! per-second figures are cut from the samples afterwards (`summary.rs`).
 
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,16 +16,26 @@ use ramstore_client::BlockingClient;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+/// The hash the table is split at; the half from here up is migrated.
+pub const SPLIT_HASH: u64 = 1 << 63;
+
 /// Percentage of updates in YCSB B.
 const UPDATE_PERCENT: u32 = 5;
 
 /// One operation: when it was due (µs after the run's start; for a closed loop,
-/// when it was sent), how long it took from then, and whether it failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// when it was sent), how long it took from then, and whether it failed; for the
+/// per-operation trace (`--trace`), how long it took from when it was sent (its
+/// service time, without the wait for its thread), whether it was an update, and
+/// whether its key lies in the migrated half (hash at or above [`SPLIT_HASH`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sample {
+    pub thread: u32,
     pub due_us: u64,
     pub latency_us: u64,
     pub failed: bool,
+    pub service_us: u64,
+    pub write: bool,
+    pub upper: bool,
 }
 
 /// The key of object `i`: `user` and 12 digits (16 bytes), as `ramstore bench`.
@@ -79,22 +92,52 @@ fn one_thread(load: &Load, thread: usize, start: Instant, stop: &AtomicBool) -> 
             std::thread::sleep(due - now);
         }
         let k = key(load.keys.next_scrambled(&mut rng));
-        let failed = if rng.gen_range(0..100) < UPDATE_PERCENT {
+        let write = rng.gen_range(0..100) < UPDATE_PERCENT;
+        let sent = Instant::now();
+        let failed = if write {
             load.client.write(load.table_id, &k, &load.value).is_err()
         } else {
             load.client.read(load.table_id, &k).is_err()
         };
         let done = Instant::now();
         samples.push(Sample {
+            thread: thread as u32,
             due_us: due.saturating_duration_since(start).as_micros() as u64,
             latency_us: done.saturating_duration_since(due).as_micros() as u64,
             failed,
+            service_us: done.saturating_duration_since(sent).as_micros() as u64,
+            write,
+            upper: ramstore_master::key_hash(&k) >= SPLIT_HASH,
         });
         if let Some(interval) = interval {
             due += interval;
         }
     }
     samples
+}
+
+/// Writes `samples` as CSV to `path` (the `--trace` option): one line per
+/// operation, in the order given.
+pub fn write_trace(path: &Path, samples: &[Sample]) -> std::io::Result<()> {
+    let mut out = BufWriter::new(File::create(path)?);
+    writeln!(
+        out,
+        "thread,due_us,latency_us,service_us,write,upper,failed"
+    )?;
+    for s in samples {
+        writeln!(
+            out,
+            "{},{},{},{},{},{},{}",
+            s.thread,
+            s.due_us,
+            s.latency_us,
+            s.service_us,
+            u8::from(s.write),
+            u8::from(s.upper),
+            u8::from(s.failed)
+        )?;
+    }
+    out.flush()
 }
 
 #[cfg(test)]

@@ -11,9 +11,10 @@
 //! * The gate ([`StorageService::migration_gate`]): client operations on a
 //!   migrating-in tablet ask the migration whether their key has arrived; a key
 //!   that has not is queued for the priority puller and the client is answered
-//!   RETRY ([`MIGRATION_RETRY_MS`]). When no migration comes in, the gate is one
-//!   relaxed load; on a tablet that is not migrating, one more lock-free tablet
-//!   lookup.
+//!   RETRY ([`MIGRATION_RETRY_MS`]), or, on the native front end, parked until
+//!   it arrives (`migration_park.rs`). When no migration comes in, the gate is
+//!   one relaxed load; on a tablet that is not migrating, one more lock-free
+//!   tablet lookup.
 //!
 //! * Lineage (K§2.3.4): if the source crashes, the coordinator recovers its
 //!   copy of the range onto another master and resends `TakeMigratingTablet`
@@ -81,10 +82,21 @@ fn slow_pull_pause() -> Option<Duration> {
     })
 }
 
-/// One migration coming in, with the wake-up of its priority puller.
+/// One migration coming in, with its wake-ups.
 struct Incoming {
     migration: Arc<IncomingMigration>,
-    wake: Arc<Notify>,
+    signals: Arc<Signals>,
+}
+
+/// The wake-ups of one incoming migration.
+#[derive(Default)]
+pub(crate) struct Signals {
+    /// Wakes the priority puller: a client queued a key.
+    queued: Notify,
+    /// Wakes the client requests parked for keys of this migration
+    /// (`migration_park.rs`): records arrived (a PriorityPull's answer or a
+    /// background batch was applied), or the migration ended.
+    pub(crate) arrived: Notify,
 }
 
 /// The migrations of this server. Thread-safe.
@@ -104,6 +116,8 @@ pub(crate) struct Migrations {
     /// which a client waits for, must not queue on a socket behind megabytes of
     /// background Pull answers, and neither must pings or replication.
     lanes: OnceLock<(Arc<dyn Transport>, Arc<dyn Transport>)>,
+    /// Client requests parked until their key arrives (`migration_park.rs`).
+    pub(crate) parked: AtomicUsize,
 }
 
 /// What has arrived of one incoming migration (the server's stats).
@@ -178,7 +192,7 @@ impl StorageService {
             Gate::Go => Gated::Arrived(entry.migration.clone()),
             Gate::Wait(new) => {
                 if new {
-                    entry.wake.notify_one();
+                    entry.signals.queued.notify_one();
                 }
                 Gated::Wait
             }
@@ -204,7 +218,7 @@ impl StorageService {
                 if !still_migrating {
                     // Done before; the coordinator may not have heard it.
                     tokio::spawn(self.clone().report_done(migration).in_current_span());
-                } else if let Some(wake) = self.register(&migration) {
+                } else if let Some(signals) = self.register(&migration) {
                     self.migrations.moved_sources.lock().remove(&migration.id);
                     tracing::info!(
                         migration_id = migration.id,
@@ -215,7 +229,7 @@ impl StorageService {
                         priority_pulls = migration.priority_pulls,
                         "migration: took tablet; pulling"
                     );
-                    tokio::spawn(run_incoming(self.clone(), migration, wake).in_current_span());
+                    tokio::spawn(run_incoming(self.clone(), migration, signals).in_current_span());
                 } else {
                     self.note_source(&migration);
                 }
@@ -261,18 +275,30 @@ impl StorageService {
     }
 
     /// Registers an incoming migration; `None` if it is registered already.
-    fn register(&self, m: &Arc<IncomingMigration>) -> Option<Arc<Notify>> {
+    fn register(&self, m: &Arc<IncomingMigration>) -> Option<Arc<Signals>> {
         let mut incoming = self.migrations.incoming.lock();
         if incoming.iter().any(|e| e.migration.id == m.id) {
             return None;
         }
-        let wake = Arc::new(Notify::new());
+        let signals = Arc::new(Signals::default());
         incoming.push(Incoming {
             migration: m.clone(),
-            wake: wake.clone(),
+            signals: signals.clone(),
         });
         self.migrations.active.fetch_add(1, Ordering::SeqCst);
-        Some(wake)
+        Some(signals)
+    }
+
+    /// The wake-ups of the incoming migration that holds key hash `hash` of
+    /// `table_id`, if it asks for waiting keys by PriorityPull (only then does
+    /// a waiting key arrive soon, so only then may a request park for it).
+    pub(crate) fn arrival_signals(&self, table_id: u64, hash: u64) -> Option<Arc<Signals>> {
+        self.migrations
+            .incoming
+            .lock()
+            .iter()
+            .find(|e| e.migration.contains(table_id, hash) && e.migration.priority_pulls)
+            .map(|e| e.signals.clone())
     }
 
     /// `(id, bytes, objects)` pulled so far by each migration coming in (the
@@ -296,6 +322,10 @@ impl StorageService {
     fn unregister(&self, id: u64) {
         let mut incoming = self.migrations.incoming.lock();
         let before = incoming.len();
+        // Requests parked for its keys go on: the tablet is normal now, or gone.
+        for e in incoming.iter().filter(|e| e.migration.id == id) {
+            e.signals.arrived.notify_waiters();
+        }
         incoming.retain(|e| e.migration.id != id);
         self.migrations.moved_sources.lock().remove(&id);
         if incoming.len() < before {
@@ -369,17 +399,22 @@ impl StorageService {
 
 /// The target's work for one incoming migration: pull every partition (in
 /// parallel) while answering priority pulls, then finish.
-async fn run_incoming(service: Arc<StorageService>, m: Arc<IncomingMigration>, wake: Arc<Notify>) {
+async fn run_incoming(
+    service: Arc<StorageService>,
+    m: Arc<IncomingMigration>,
+    signals: Arc<Signals>,
+) {
     let mut pullers = tokio::task::JoinSet::new();
     for (index, p) in m.partitions().into_iter().enumerate() {
         if p.next.is_some() {
-            pullers.spawn(pull_partition(service.clone(), m.clone(), index, p).in_current_span());
+            let (service, m, signals) = (service.clone(), m.clone(), signals.clone());
+            pullers.spawn(pull_partition(service, m, signals, index, p).in_current_span());
         }
     }
     // Without PriorityPulls (a benchmark baseline) the gate queues no key, so
     // there is nothing for a priority puller to do.
     let priority = m.priority_pulls.then(|| {
-        tokio::spawn(priority_puller(service.clone(), m.clone(), wake.clone()).in_current_span())
+        tokio::spawn(priority_puller(service.clone(), m.clone(), signals.clone()).in_current_span())
     });
     while let Some(done) = pullers.join_next().await {
         if !matches!(done, Ok(true)) {
@@ -398,7 +433,7 @@ async fn run_incoming(service: Arc<StorageService>, m: Arc<IncomingMigration>, w
     // Every partition has arrived; clients may still wait for keys asked of the
     // source before that.
     while !m.is_complete() {
-        wake.notify_one();
+        signals.queued.notify_one();
         service
             .clock
             .sleep(Duration::from_millis(PRIORITY_POLL_MS))
@@ -469,6 +504,7 @@ async fn commit_side_logs(service: &Arc<StorageService>, m: &IncomingMigration) 
 async fn pull_partition(
     service: Arc<StorageService>,
     m: Arc<IncomingMigration>,
+    signals: Arc<Signals>,
     index: usize,
     p: Partition,
 ) -> bool {
@@ -534,6 +570,8 @@ async fn pull_partition(
             service.back_off().await;
             continue;
         }
+        // The cursor moved past these keys: requests parked for them go on.
+        signals.arrived.notify_waiters();
         match next {
             Some(n) => cursor = n,
             None => return true,
@@ -605,7 +643,7 @@ fn apply_pulled(
 async fn priority_puller(
     service: Arc<StorageService>,
     m: Arc<IncomingMigration>,
-    wake: Arc<Notify>,
+    signals: Arc<Signals>,
 ) {
     let slots = Arc::new(tokio::sync::Semaphore::new(PRIORITY_PULLS_IN_FLIGHT));
     let mut in_flight = tokio::task::JoinSet::new();
@@ -620,15 +658,19 @@ async fn priority_puller(
             drop(slot);
             let poll = service.clock.sleep(Duration::from_millis(PRIORITY_POLL_MS));
             tokio::select! {
-                _ = wake.notified() => {}
+                _ = signals.queued.notified() => {}
                 _ = poll => {}
             }
             continue;
         }
-        let (service, m) = (service.clone(), m.clone());
+        let (service, m, signals) = (service.clone(), m.clone(), signals.clone());
         in_flight.spawn(
             async move {
-                if !priority_pull(&service, &m, &keys).await {
+                let answered = priority_pull(&service, &m, &keys).await;
+                // Its keys are settled (or queued again): requests parked for
+                // them look again.
+                signals.arrived.notify_waiters();
+                if !answered {
                     service.back_off().await;
                 }
                 drop(slot);

@@ -15,7 +15,7 @@ use ramstore_wire::{
     RejectRules, Request, Response, ServerListEntries, Status, WireError,
 };
 
-use super::object_ops::{error_body, read_status, status_body, write_status};
+use super::object_ops::{error_body, read_status, status_body, write_kind, write_status};
 use super::request_path::{Durability, Step};
 use super::wire_reply::{
     answer_bad_request, answer_message, answer_wire_error, no_backup, Wire,
@@ -25,6 +25,7 @@ use super::{KnownServer, StorageService, MAX_MULTI_READ_RESPONSE_BYTES};
 use crate::backup_service::ServerState;
 use crate::metrics::Op;
 use crate::replica_manager::BackupInfo;
+use ramstore_master::migration::ClientOp;
 
 /// The answer to a tablet notification meant for another server id (a process
 /// that took over a dead server's address, or one not enlisted yet): the
@@ -34,34 +35,7 @@ pub(super) const NOT_THE_SERVER_MEANT: &str =
 
 impl Service for StorageService {
     fn handle(&self, frame: &[u8], out: &mut Vec<u8>) -> Handled {
-        // A frame whose work always runs on the slow path is decoded there, once:
-        // only its header is read here, for the guards (step 1).
-        if let Some((id, op)) = slow_only(frame) {
-            let wire = Wire {
-                id,
-                op,
-                mark: out.len(),
-                out,
-            };
-            return self.serve(op, wire, |_| Step::HandOff);
-        }
-        let (header, req) = match decode_request(frame) {
-            Ok(decoded) => decoded,
-            Err(e) => {
-                let started = self.clock.now();
-                answer_bad_request(frame, &e, out);
-                self.metrics.record(Op::Invalid, started.elapsed());
-                return Handled::Done;
-            }
-        };
-        let op = req.opcode();
-        let wire = Wire {
-            id: header.request_id,
-            op,
-            mark: out.len(),
-            out,
-        };
-        self.serve(op, wire, |w| self.dispatch(&req, w))
+        self.handle_frame(frame, out, true)
     }
 
     /// A connection over the limit: RETRY, so the client backs off and reconnects
@@ -88,6 +62,48 @@ impl Service for StorageService {
 
     fn handle_slow(self: Arc<Self>, frame: Vec<u8>) -> SlowFuture {
         self.slow_path(frame)
+    }
+}
+
+impl StorageService {
+    /// [`Service::handle`] for a request that was parked once already
+    /// (`migration_park.rs`): if its key still has not arrived, it is answered
+    /// RETRY instead of being parked again.
+    pub(crate) fn handle_unparked(&self, frame: &[u8], out: &mut Vec<u8>) -> Handled {
+        self.handle_frame(frame, out, false)
+    }
+
+    fn handle_frame(&self, frame: &[u8], out: &mut Vec<u8>, park: bool) -> Handled {
+        // A frame whose work always runs on the slow path is decoded there, once:
+        // only its header is read here, for the guards (step 1).
+        if let Some((id, op)) = slow_only(frame) {
+            let wire = Wire {
+                id,
+                op,
+                mark: out.len(),
+                out,
+                park,
+            };
+            return self.serve(op, wire, |_| Step::HandOff);
+        }
+        let (header, req) = match decode_request(frame) {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                let started = self.clock.now();
+                answer_bad_request(frame, &e, out);
+                self.metrics.record(Op::Invalid, started.elapsed());
+                return Handled::Done;
+            }
+        };
+        let op = req.opcode();
+        let wire = Wire {
+            id: header.request_id,
+            op,
+            mark: out.len(),
+            out,
+            park,
+        };
+        self.serve(op, wire, |w| self.dispatch(&req, w))
     }
 }
 
@@ -134,6 +150,27 @@ impl StorageService {
 
     fn carry_out(&self, req: &Request<'_>, w: &mut Wire<'_>) -> Result<Step<()>, WireError> {
         let (id, op, out) = (w.id, w.op, &mut *w.out);
+        // A key still being pulled by a migration: wait for it on the slow path
+        // rather than answer RETRY (K§2.3; `migration_park.rs`).
+        if w.park {
+            let parks = match *req {
+                Request::Read { table_id, key, .. }
+                | Request::Remove { table_id, key, .. }
+                | Request::Increment { table_id, key, .. } => {
+                    self.parks(table_id, key, ClientOp::ReadsRecord)
+                }
+                Request::Write {
+                    table_id,
+                    ref rules,
+                    key,
+                    ..
+                } => self.parks(table_id, key, write_kind(rules)),
+                _ => false,
+            };
+            if parks {
+                return Ok(Step::HandOff);
+            }
+        }
         let durability = match *req {
             Request::Ping { nonce, caller_id } => {
                 self.answer_ping(id, nonce, caller_id, out)?;

@@ -78,7 +78,7 @@ pub(crate) fn status_body(status: Status) -> ErrorBody<'static> {
 
 /// A write's kind for the migration gate: one without reject rules does not
 /// depend on the old record.
-fn write_kind(rules: &RejectRules) -> ClientOp {
+pub(crate) fn write_kind(rules: &RejectRules) -> ClientOp {
     if *rules == RejectRules::default() {
         ClientOp::BlindWrite
     } else {

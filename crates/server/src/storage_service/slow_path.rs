@@ -28,6 +28,14 @@ impl StorageService {
         let op = decode_raw_header(&frame)
             .ok()
             .and_then(|h| Opcode::try_from(h.opcode).ok());
+        // A single-key object request is here only because it waits for its key
+        // to arrive by migration (`migration_park.rs`).
+        if matches!(
+            op,
+            Some(Opcode::Read | Opcode::Write | Opcode::Remove | Opcode::Increment)
+        ) {
+            return Box::pin(self.park_then_serve(frame));
+        }
         if matches!(
             op,
             Some(Opcode::PingServer | Opcode::RecoverPartition | Opcode::TakeMigratingTablet)

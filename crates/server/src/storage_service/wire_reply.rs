@@ -28,6 +28,9 @@ pub(crate) struct Wire<'a> {
     pub(crate) op: Opcode,
     pub(crate) mark: usize,
     pub(crate) out: &'a mut Vec<u8>,
+    /// Whether a request that must wait for its key's migration may be parked
+    /// (`migration_park.rs`); `false` when it has been parked once already.
+    pub(crate) park: bool,
 }
 
 impl FrontEnd for Wire<'_> {
