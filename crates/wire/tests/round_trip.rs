@@ -462,6 +462,7 @@ fn oversize_values_fail_to_encode_and_to_decode() {
         rules: RejectRules::default(),
         key: b"k",
         value: &value,
+        rpc_id: None,
     };
     let mut out = Vec::new();
     assert_eq!(
@@ -554,6 +555,7 @@ fn malformed_fields_are_rejected() {
         kind: NumberKind::I64,
         delta: [0; 8],
         key: b"k",
+        rpc_id: None,
     });
     // Rules bits sit after table_id; kind after the rules.
     let rules_at = 20 + 8 + 8;

@@ -104,6 +104,7 @@ impl Client {
             rules: *rules,
             key,
             value,
+            rpc_id: None,
         };
         self.inner
             .keyed(
@@ -156,6 +157,7 @@ impl Client {
             table_id,
             rules: *rules,
             key,
+            rpc_id: None,
         };
         self.inner
             .keyed(
@@ -233,6 +235,7 @@ impl Client {
             kind,
             delta,
             key,
+            rpc_id: None,
         };
         self.inner
             .keyed(

@@ -69,6 +69,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
                 rules: rules_cas(5),
                 key: b"k1",
                 value: b"hello",
+                rpc_id: None,
             },
         ),
         (
@@ -90,6 +91,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
                 kind: NumberKind::I64,
                 delta: 5i64.to_le_bytes(),
                 key: b"ctr",
+                rpc_id: None,
             },
         ),
         (
@@ -100,6 +102,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
                 kind: NumberKind::F64,
                 delta: 1.5f64.to_le_bytes(),
                 key: b"ctr",
+                rpc_id: None,
             },
         ),
         (
