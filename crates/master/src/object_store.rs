@@ -24,6 +24,7 @@ use ramstore_wire::RejectRules;
 // The operations of `ObjectStore`, one family per file; each adds an `impl
 // ObjectStore` block and reaches the store's private state as a child module.
 mod enumerate;
+mod exactly_once;
 mod multi;
 mod ownership;
 mod relocation;
@@ -67,6 +68,8 @@ pub(crate) struct Inner {
     pub shared: Arc<Shared>,
     /// Serialises changes of the tablet map (never taken by object operations).
     pub tablet_changes: parking_lot::Mutex<()>,
+    /// Completion records of exactly-once RPCs (RIFL §4.1).
+    pub rpc_results: crate::rifl::UnackedRpcResults,
 }
 
 impl Cleanable for Inner {
@@ -183,6 +186,7 @@ impl ObjectStore {
             index: HashTable::new(buckets),
             shared,
             tablet_changes: parking_lot::Mutex::new(()),
+            rpc_results: crate::rifl::UnackedRpcResults::default(),
         });
         let cleaner = match config.cleaner {
             CleanerMode::Background { threads } => {

@@ -271,6 +271,27 @@ impl Log {
         Ok((appended, record_at))
     }
 
+    /// Appends a completion record alone (one replayed from another master's log,
+    /// RIFL §4.3): `record` is a whole encoded entry. Returns where it landed and
+    /// its reference.
+    pub fn append_record(&self, record: &[u8]) -> Result<(Appended, LogRef), AppendError> {
+        if record.len() > self.max_entry_bytes {
+            return Err(AppendError::TooLarge(record.len()));
+        }
+        let mut head = self.head.lock();
+        let start = self.make_room(&mut head, record.len(), AllocClass::Write)?;
+        let at = self.write_record(&mut head.writer, record);
+        let appended = Appended {
+            segment_id: head.writer.id,
+            offset: start,
+            len: record.len(),
+            entry: at,
+        };
+        drop(head);
+        self.record_appended(record.len());
+        Ok((appended, at))
+    }
+
     /// Writes a completion record at the end of `w` (which has room for it) and
     /// counts it live in `w`'s slot, as an object is: it lives until its owner
     /// lets it go (`object_died`).
