@@ -172,8 +172,8 @@ mod list;
 mod opcode;
 mod request;
 mod response;
-mod rules;
 mod rpc_id;
+mod rules;
 pub mod server_id;
 mod status;
 
@@ -203,11 +203,11 @@ pub use response::{
     decode_response, encode_error_response, encode_read_response_header, encode_response, not_up,
     ErrorBody, Response, NOT_UP_MESSAGE,
 };
+pub use rpc_id::{RpcId, RPC_ID_BYTES};
 pub use rules::{
     Refusal, RejectRules, RULES_BYTES, RULE_DOESNT_EXIST, RULE_EXISTS, RULE_VERSION_GT_GIVEN,
     RULE_VERSION_LE_GIVEN, RULE_VERSION_NE_GIVEN,
 };
-pub use rpc_id::{RpcId, RPC_ID_BYTES};
 pub use status::Status;
 
 /// The 64-bit hash of a key: it places the key in a tablet (a range of key hashes,

@@ -466,12 +466,8 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
         Opcode::RenewLease => Request::RenewLease {
             caller_id: r.u64()?,
         },
-        Opcode::ClientLease => Request::ClientLease {
-            lease_id: r.u64()?,
-        },
-        Opcode::CheckClientLease => Request::CheckClientLease {
-            lease_id: r.u64()?,
-        },
+        Opcode::ClientLease => Request::ClientLease { lease_id: r.u64()? },
+        Opcode::CheckClientLease => Request::CheckClientLease { lease_id: r.u64()? },
         Opcode::Leave => Request::Leave {
             server_id: r.u64()?,
         },

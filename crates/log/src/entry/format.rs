@@ -149,7 +149,10 @@ pub enum ScannedLayout {
     Object(ObjectLayout),
     Tombstone(TombstoneLayout),
     /// A completion record (RIFL): which lease and sequence number it answers.
-    RpcResult { lease_id: u64, seq: u64 },
+    RpcResult {
+        lease_id: u64,
+        seq: u64,
+    },
     /// Segment header, digest, safe version or tablet statistics.
     Metadata,
     /// An object or tombstone whose header is sound but whose fields are not: the

@@ -110,8 +110,8 @@ pub(crate) fn rpc_result_fields<'a>(
         })?;
     let mut at = 0;
     let mut next = || -> Result<u64, EntryError> {
-        let (v, n) = varint::decode_u64(body.get(at..).unwrap_or(&[]))
-            .map_err(|_| EntryError::BadLength)?;
+        let (v, n) =
+            varint::decode_u64(body.get(at..).unwrap_or(&[])).map_err(|_| EntryError::BadLength)?;
         at += n;
         Ok(v)
     };

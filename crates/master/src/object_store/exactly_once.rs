@@ -60,9 +60,8 @@ impl ObjectStore {
             return Err(WriteError::ValueTooLarge(value.len()));
         }
         self.once(id, |rpc| {
-            let (version, record) = self.update_recorded(table_id, key, rules, rpc, |_| {
-                Ok(NewValue::Borrowed(value))
-            })?;
+            let (version, record) =
+                self.update_recorded(table_id, key, rules, rpc, |_| Ok(NewValue::Borrowed(value)))?;
             Ok((RpcOutcome::Write { version }, record))
         })
     }
@@ -102,7 +101,10 @@ impl ObjectStore {
                     None => 0,
                 };
                 let new = old.checked_add(delta).ok_or(WriteError::Overflow)?;
-                Ok(NewValue::Counter(CounterText::from_i64(new), Number::I64(new)))
+                Ok(NewValue::Counter(
+                    CounterText::from_i64(new),
+                    Number::I64(new),
+                ))
             })?;
             recorded(record)
         })
@@ -131,7 +133,10 @@ impl ObjectStore {
                 if new == 0.0 {
                     new = 0.0;
                 }
-                Ok(NewValue::Counter(CounterText::from_f64(new), Number::F64(new)))
+                Ok(NewValue::Counter(
+                    CounterText::from_f64(new),
+                    Number::F64(new),
+                ))
             })?;
             recorded(record)
         })

@@ -10,8 +10,8 @@ use ramstore_log::entry::encode_rpc_result;
 
 use super::write::AppendedRecord;
 use super::{key_hash, ObjectStore};
-use crate::rifl::{RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::error::WriteError;
+use crate::rifl::{RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::tablets::Access;
 
 impl ObjectStore {

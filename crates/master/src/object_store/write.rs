@@ -13,8 +13,8 @@ use ramstore_wire::RejectRules;
 use ramstore_log::entry::encode_rpc_result;
 
 use super::{key_hash, ObjectStore};
-use crate::rifl::{RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::error::WriteError;
+use crate::rifl::{RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::tablets::Access;
 
 /// The current entry of a key, found under its bucket lock.
@@ -240,7 +240,10 @@ impl ObjectStore {
                 None => 0,
             };
             new = old.checked_add(delta).ok_or(WriteError::Overflow)?;
-            Ok(NewValue::Counter(CounterText::from_i64(new), Number::I64(new)))
+            Ok(NewValue::Counter(
+                CounterText::from_i64(new),
+                Number::I64(new),
+            ))
         })?;
         Ok((new, version))
     }
@@ -282,7 +285,10 @@ impl ObjectStore {
             if new == 0.0 {
                 new = 0.0;
             }
-            Ok(NewValue::Counter(CounterText::from_f64(new), Number::F64(new)))
+            Ok(NewValue::Counter(
+                CounterText::from_f64(new),
+                Number::F64(new),
+            ))
         })?;
         Ok((new, version))
     }

@@ -118,6 +118,9 @@ mod tests {
         assert_eq!(RpcOutcome::decode(&[]), None);
         assert_eq!(RpcOutcome::decode(&[9; 9]), None);
         assert_eq!(RpcOutcome::decode(&[WRITE; 10]), None);
-        assert_eq!(RpcOutcome::decode(&[REMOVE, 2, 0, 0, 0, 0, 0, 0, 0, 0]), None);
+        assert_eq!(
+            RpcOutcome::decode(&[REMOVE, 2, 0, 0, 0, 0, 0, 0, 0, 0]),
+            None
+        );
     }
 }

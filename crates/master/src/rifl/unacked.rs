@@ -159,7 +159,14 @@ impl UnackedRpcResults {
     /// start; RIFL §4.3), now at `at` in this master's log. Returns false (and
     /// the caller counts the new copy dead) if the record is already here, was
     /// acknowledged, or its lease expired.
-    pub fn restore(&self, lease_id: u64, seq: u64, outcome: RpcOutcome, at: LogRef, len: usize) -> bool {
+    pub fn restore(
+        &self,
+        lease_id: u64,
+        seq: u64,
+        outcome: RpcOutcome,
+        at: LogRef,
+        len: usize,
+    ) -> bool {
         let mut shard = self.shard(lease_id).lock();
         if shard.expired.contains(&lease_id) {
             return false;
@@ -213,7 +220,13 @@ impl UnackedRpcResults {
     pub fn records(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().leases.values().map(|l| l.records.len()).sum::<usize>())
+            .map(|s| {
+                s.lock()
+                    .leases
+                    .values()
+                    .map(|l| l.records.len())
+                    .sum::<usize>()
+            })
             .sum()
     }
 
@@ -228,7 +241,13 @@ impl UnackedRpcResults {
 
     /// The cleaner moves the record of (lease, seq) from `at`: under the shard
     /// lock, if it is still needed there, `copy` it and point at the copy.
-    pub fn relocate(&self, lease_id: u64, seq: u64, at: LogRef, copy: &mut dyn FnMut() -> LogRef) -> bool {
+    pub fn relocate(
+        &self,
+        lease_id: u64,
+        seq: u64,
+        at: LogRef,
+        copy: &mut dyn FnMut() -> LogRef,
+    ) -> bool {
         let mut shard = self.shard(lease_id).lock();
         match shard
             .leases

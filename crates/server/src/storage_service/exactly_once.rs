@@ -47,7 +47,9 @@ impl StorageService {
         let result = match self.migration_gate(table_id, key, kind) {
             Gated::Plain => self.once_in_store(table_id, key, rules, &op, rpc_id),
             // Records do not move with a migration yet: at least once here.
-            Gated::Arrived(_) => return self.update_at_least_once(id, (table_id, key), rules, op, out),
+            Gated::Arrived(_) => {
+                return self.update_at_least_once(id, (table_id, key), rules, op, out)
+            }
             Gated::Wait => Err(WriteError::Migrating),
         };
         if result.is_ok() {
@@ -57,7 +59,8 @@ impl StorageService {
             Ok(outcome) => response_of(opcode, outcome),
             Err(WriteError::StaleRpc) => Response::Error(ErrorBody::Message {
                 status: Status::StaleRpc,
-                message: "the completion record of this rpc is gone (acknowledged, or its lease expired)",
+                message:
+                    "the completion record of this rpc is gone (acknowledged, or its lease expired)",
             }),
             Err(WriteError::RpcInProgress) => Response::Error(ErrorBody::Retry { delay_ms: 1 }),
             Err(e) => Response::Error(self.refused(e)),
