@@ -149,7 +149,7 @@ mod tests {
             assert_eq!(usize::from(s.code()), i);
             assert_eq!(Status::try_from(s.code()), Ok(*s));
         }
-        assert_eq!(Status::try_from(15), Err(WireError::UnknownStatus(15)));
+        assert_eq!(Status::try_from(17), Err(WireError::UnknownStatus(17)));
         assert_eq!(
             Status::try_from(u16::MAX),
             Err(WireError::UnknownStatus(u16::MAX))
