@@ -136,10 +136,10 @@ impl Cleaner<'_> {
                     (EntryType::Tombstone, _) => tombstones_dropped += 1,
                     // A completion record lives while its owner needs it (RIFL
                     // §4.1); the lease id stands in for a hash.
-                    (EntryType::RpcResult, ScannedLayout::RpcResult { lease_id, seq }) => {
-                        if relocator.record_is_live(lease_id, seq, e.at) {
-                            found.push(Candidate::new(m.created_at, &e, victim, lease_id));
-                        }
+                    (EntryType::RpcResult, ScannedLayout::RpcResult { lease_id, seq })
+                        if relocator.record_is_live(lease_id, seq, e.at) =>
+                    {
+                        found.push(Candidate::new(m.created_at, &e, victim, lease_id));
                     }
                     _ => {}
                 }
