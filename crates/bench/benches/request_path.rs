@@ -96,6 +96,7 @@ fn native_write(bencher: Bencher) {
         rules: RejectRules::default(),
         key,
         value: &VALUE,
+        rpc_id: None,
     });
     let mut rng = Rng(0x9abc_def0);
     let mut out = Vec::with_capacity(4096);

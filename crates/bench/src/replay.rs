@@ -73,7 +73,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         let cpu = ramstore_log::thread_cpu_ns();
         for b in &buckets {
             replay
-                .apply(&store, b)
+                .apply(&store, 0, b)
                 .map_err(|e| anyhow::anyhow!("replay: {e}"))?;
         }
         let cpu_seconds = (ramstore_log::thread_cpu_ns() - cpu) as f64 / 1e9;

@@ -300,6 +300,7 @@ fn malformed_bodies_are_invalid_request() {
             rules: RejectRules::default(),
             key: b"key",
             value: b"value",
+            rpc_id: None,
         },
     );
     let body = &write[20..];
@@ -488,6 +489,7 @@ fn misbehaving_connections_do_not_disturb_a_good_client() {
                         rules: RejectRules::default(),
                         key: b"key",
                         value: &value,
+                        rpc_id: None,
                     },
                     Request::Read {
                         table_id: 1_000_000,
@@ -543,6 +545,7 @@ fn misbehaving_connections_do_not_disturb_a_good_client() {
                         rules: RejectRules::default(),
                         key: b"k",
                         value: &[1u8; 5000],
+                        rpc_id: None,
                     },
                 );
                 let cut = 1 + rng.below(f.len() as u64 - 1) as usize;

@@ -63,6 +63,8 @@ pub(crate) struct Inner {
     /// Held while a GetTabletMap is in flight, so there is only ever one; waiters
     /// take its outcome instead of sending their own.
     refresh: tokio::sync::Mutex<RefreshOutcome>,
+    /// The client lease and sequence numbers of exactly-once RPCs (RIFL).
+    pub(crate) rifl: crate::rifl::Session,
 }
 
 /// The outcome of the last refresh attempt, shared with the callers that waited
@@ -188,6 +190,7 @@ impl Client {
                 attempts: 0,
                 last: Ok(()),
             }),
+            rifl: crate::rifl::Session::default(),
         });
         let mut retry = Retrier::new(&inner.options, inner.options.operation_deadline);
         // Coordinators that refused in a row: each is tried once before giving up.

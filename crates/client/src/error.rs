@@ -36,6 +36,14 @@ pub enum ClientError {
     /// An increment overflowed (i64) or produced a non-finite float.
     #[error("the increment overflowed")]
     Overflow,
+    /// An exactly-once operation whose outcome can no longer be told: its
+    /// completion record was garbage-collected because its client lease expired
+    /// (RIFL §4, `STALE_RPC`). It may or may not have taken effect.
+    #[error("stale exactly-once operation: its outcome is unknown (client lease expired)")]
+    StaleRpc,
+    /// The coordinator does not know the client lease (`UNKNOWN_LEASE`).
+    #[error("unknown client lease")]
+    UnknownLease,
     /// The server refused the request as malformed (or did not know the operation).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
@@ -116,6 +124,8 @@ impl Outcome {
             Status::TableDoesntExist => ClientError::TableDoesntExist,
             Status::NotNumeric => ClientError::NotNumeric,
             Status::Overflow => ClientError::Overflow,
+            Status::StaleRpc => ClientError::StaleRpc,
+            Status::UnknownLease => ClientError::UnknownLease,
             Status::TooLarge => ClientError::TooLarge(text("the server refused a size")),
             Status::InvalidRequest => ClientError::InvalidRequest(text("malformed request")),
             Status::UnknownOpcode => ClientError::InvalidRequest(format!(

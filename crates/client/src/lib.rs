@@ -104,6 +104,7 @@ mod migration;
 mod multi;
 mod options;
 mod retry;
+mod rifl;
 mod tablet_map;
 
 #[cfg(not(madsim))]

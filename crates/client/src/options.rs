@@ -52,6 +52,11 @@ pub struct ClientOptions {
     pub clock: Arc<dyn Clock>,
     /// Where backoff jitter and ping nonces come from (default: the system's).
     pub rng: Arc<dyn Rng>,
+    /// Send writes, deletes and increments as exactly-once RPCs (RIFL; default
+    /// off for now): a retry after a lost reply gets the first answer instead of
+    /// executing again. Opens a client lease at the coordinator at the first
+    /// such operation. Multi-ops are still at-least-once.
+    pub exactly_once: bool,
 }
 
 impl ClientOptions {
@@ -79,6 +84,7 @@ impl ClientOptions {
             no_space_patience: Duration::from_millis(DEFAULT_NO_SPACE_PATIENCE_MS),
             clock: system_clock(),
             rng: system_rng(),
+            exactly_once: false,
         }
     }
 

@@ -134,6 +134,12 @@ impl CoordinatorCore {
         })
     }
 
+    /// The external storage the state is kept in (other parts persist their own
+    /// keys there, e.g. `client_leases`).
+    pub fn storage(&self) -> Arc<dyn ExternalStorage> {
+        self.storage.clone()
+    }
+
     /// The whole current state.
     pub fn state(&self) -> &CoordinatorState {
         &self.state

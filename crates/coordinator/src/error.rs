@@ -100,6 +100,9 @@ pub enum CoordinatorError {
     /// not be read back (at start-up).
     #[error("external storage: {0}")]
     Storage(#[from] StorageError),
+    /// A client lease that expired or was never issued (RIFL §4.2).
+    #[error("unknown client lease {0}")]
+    UnknownLease(u64),
 }
 
 impl CoordinatorError {

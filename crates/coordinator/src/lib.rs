@@ -75,6 +75,7 @@
 //! starve the lease, and a call from any runtime flavour cannot deadlock.
 
 pub mod changes;
+pub mod client_leases;
 pub mod cluster;
 pub mod coordinator;
 pub mod election;

@@ -27,6 +27,7 @@ use ramstore_wire::{
 };
 
 use crate::changes::{Changes, Enlistment};
+use crate::client_leases::{ClientLeases, CLIENT_LEASE_TERM_MS};
 use crate::cluster::Cluster;
 use crate::coordinator::CoordinatorCore;
 use crate::error::CoordinatorError;
@@ -52,6 +53,7 @@ pub struct CoordinatorService {
     suspicion: Arc<SuspicionDriver>,
     recovery: Arc<RecoveryDriver>,
     migrator: Arc<Migrator>,
+    client_leases: ClientLeases,
 }
 
 fn error_status(e: &CoordinatorError) -> Status {
@@ -70,6 +72,7 @@ fn error_status(e: &CoordinatorError) -> Status {
         | CoordinatorError::NoSuchMigration(_)
         | CoordinatorError::CannotCancel { .. } => Status::InvalidRequest,
         CoordinatorError::ServerDidNotAnswer(_) => Status::Retry,
+        CoordinatorError::UnknownLease(_) => Status::UnknownLease,
         _ => Status::Internal,
     }
 }
@@ -103,6 +106,7 @@ impl CoordinatorService {
         rng: Arc<dyn Rng>,
     ) -> Arc<Self> {
         let reissue = core.reissue_actions();
+        let client_leases = ClientLeases::new(core.storage(), clock.clone(), CLIENT_LEASE_TERM_MS);
         let cluster = Arc::new(Cluster::new(core, transport, clock, rng));
         let notifier = Arc::new(Notifier::new(cluster.clone(), reissue));
         let membership = Arc::new(MembershipGuard::new(cluster.clone()));
@@ -118,6 +122,7 @@ impl CoordinatorService {
             membership,
             notifier,
             cluster,
+            client_leases,
         })
     }
 
@@ -197,6 +202,9 @@ impl CoordinatorService {
             return encode_answer(id, op, answer, out);
         }
         if let Some(answer) = self.answer_migration_request(req).await {
+            return encode_answer(id, op, answer, out);
+        }
+        if let Some(answer) = self.answer_client_lease(req) {
             return encode_answer(id, op, answer, out);
         }
         if let Request::ListMigrations = req {
@@ -310,6 +318,33 @@ impl CoordinatorService {
                 .cancel(migration_id)
                 .await
                 .map(|()| Response::CancelMigration),
+            _ => return None,
+        })
+    }
+
+    /// Client leases (RIFL §4.2): open, renew, check; `None` for a request of
+    /// another family.
+    fn answer_client_lease(
+        &self,
+        req: &Request<'_>,
+    ) -> Option<Result<Response<'static>, CoordinatorError>> {
+        let leases = &self.client_leases;
+        Some(match *req {
+            Request::ClientLease { lease_id: 0 } => {
+                leases.open().map(|(lease_id, term)| Response::ClientLease {
+                    lease_id,
+                    lease_ms: u32::try_from(term).unwrap_or(u32::MAX),
+                })
+            }
+            Request::ClientLease { lease_id } => {
+                leases.renew(lease_id).map(|term| Response::ClientLease {
+                    lease_id,
+                    lease_ms: u32::try_from(term).unwrap_or(u32::MAX),
+                })
+            }
+            Request::CheckClientLease { lease_id } => leases
+                .is_live(lease_id)
+                .map(|live| Response::CheckClientLease { live }),
             _ => return None,
         })
     }

@@ -103,6 +103,13 @@ fn check_one(data: &[u8]) -> Option<usize> {
             assert_eq!(stats.len(), t.len());
             encode_tablet_stats(&stats, &mut out);
         }
+        Entry::RpcResult(r) => {
+            let e = ramstore_log::entry::encode_rpc_result(
+                r.lease_id, r.seq, r.table_id, r.key_hash, r.result,
+            )
+            .expect("a parsed result fits");
+            out.extend_from_slice(e.as_bytes());
+        }
     }
     assert_eq!(out, &data[..len]);
     Some(len)

@@ -18,6 +18,16 @@ pub enum ReadError {
     /// whether the key's record has arrived ([`crate::migration`]).
     #[error("the tablet is being migrated to this master")]
     Migrating,
+    /// An exactly-once RPC whose completion record is gone (acknowledged by its
+    /// client, or its lease expired; RIFL §4.2): not executed.
+    #[error("stale exactly-once RPC: its completion record is gone")]
+    StaleRpc,
+    /// An exactly-once RPC that another request is executing now (retryable).
+    #[error("the same exactly-once RPC is being executed now; retry")]
+    RpcInProgress,
+    /// A completion record that cannot be encoded (a bug: outcomes are small).
+    #[error("completion record too large")]
+    TooLargeRecord,
 }
 
 impl From<crate::tablets::Refused> for ReadError {
@@ -70,12 +80,22 @@ pub enum WriteError {
     /// As [`ReadError::Migrating`].
     #[error("the tablet is being migrated to this master")]
     Migrating,
+    /// An exactly-once RPC whose completion record is gone (acknowledged by its
+    /// client, or its lease expired; RIFL §4.2): not executed.
+    #[error("stale exactly-once RPC: its completion record is gone")]
+    StaleRpc,
+    /// An exactly-once RPC that another request is executing now (retryable).
+    #[error("the same exactly-once RPC is being executed now; retry")]
+    RpcInProgress,
+    /// A completion record that cannot be encoded (a bug: outcomes are small).
+    #[error("completion record too large")]
+    TooLargeRecord,
 }
 
 impl WriteError {
     /// Whether retrying the same operation later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, WriteError::NoSpace)
+        matches!(self, WriteError::NoSpace | WriteError::RpcInProgress)
     }
 }
 

@@ -32,6 +32,7 @@ pub mod config;
 pub mod error;
 pub mod migration;
 pub mod object_store;
+pub mod rifl;
 pub mod tablets;
 
 pub use cleaner_thread::{CLEANER_IDLE_INTERVAL_MS, CLEANER_POLL_INTERVAL_MS};
@@ -43,4 +44,5 @@ pub use object_store::{
 /// Reject rules and the key hash are defined once in `ramstore-wire`, the crate the
 /// client, the master and the checker all share.
 pub use ramstore_wire::{key_hash, Refusal, RejectRules};
+pub use rifl::{RpcOutcome, UnackedRpcResults};
 pub use tablets::{Tablet, TabletMap};

@@ -24,6 +24,7 @@ use ramstore_wire::RejectRules;
 // The operations of `ObjectStore`, one family per file; each adds an `impl
 // ObjectStore` block and reaches the store's private state as a child module.
 mod enumerate;
+mod exactly_once;
 mod multi;
 mod ownership;
 mod relocation;
@@ -72,6 +73,8 @@ pub(crate) struct Inner {
     /// begun with the head below it rolls the head first (design notes
     /// "Tablet ctime").
     pub departed_floor: std::sync::atomic::AtomicU64,
+    /// Completion records of exactly-once RPCs (RIFL §4.1).
+    pub rpc_results: crate::rifl::UnackedRpcResults,
 }
 
 impl Cleanable for Inner {
@@ -189,6 +192,7 @@ impl ObjectStore {
             shared,
             tablet_changes: parking_lot::Mutex::new(()),
             departed_floor: std::sync::atomic::AtomicU64::new(0),
+            rpc_results: crate::rifl::UnackedRpcResults::default(),
         });
         let cleaner = match config.cleaner {
             CleanerMode::Background { threads } => {

@@ -211,9 +211,11 @@ pub fn bucket(
         let (entry, len) = parse_entry(bytes)?;
         let raw = &bytes[..len];
         bytes = &bytes[len..];
-        let (table_id, key) = match entry {
-            Entry::Object(o) => (o.table_id, o.key),
-            Entry::Tombstone(t) => (t.table_id, t.key),
+        let (table_id, hash) = match entry {
+            Entry::Object(o) => (o.table_id, key_hash(o.key)),
+            Entry::Tombstone(t) => (t.table_id, key_hash(t.key)),
+            // A completion record goes with its object's key (RIFL §4.3).
+            Entry::RpcResult(r) => (r.table_id, r.key_hash),
             Entry::SafeVersion(_) => {
                 for b in &mut buckets {
                     b.extend_from_slice(raw);
@@ -222,7 +224,6 @@ pub fn bucket(
             }
             Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::TabletStats(_) => continue,
         };
-        let hash = key_hash(key);
         if let Some(t) = tablets
             .iter()
             .find(|t| t.table_id == table_id && (t.start_hash..=t.end_hash).contains(&hash))

@@ -243,6 +243,7 @@ impl Replay {
     ) -> Result<(), String> {
         while !bytes.is_empty() {
             let (entry, len) = parse_entry(bytes).map_err(|e| e.to_string())?;
+            let raw = &bytes[..len];
             bytes = &bytes[len..];
             self.counts.entries += 1;
             self.counts.bytes += len as u64;
@@ -282,6 +283,12 @@ impl Replay {
                     })?;
                 }
                 Entry::SafeVersion(v) => self.max_version = self.max_version.max(v.version),
+                // A completion record of an object of this partition (RIFL §4.3):
+                // kept here, so a retry after recovery gets its first answer.
+                Entry::RpcResult(_) => {
+                    let kept = with_space(store.clock(), || store.replay_rpc_result(raw))?;
+                    self.counts.applied += u64::from(kept);
+                }
                 Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::TabletStats(_) => {}
             }
         }

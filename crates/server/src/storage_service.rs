@@ -46,6 +46,7 @@ use crate::replica_manager::ReplicaManager;
 
 /// The Redis front end's direct path onto this master (no native wire format).
 mod direct;
+mod exactly_once;
 /// Zombie state, lease and pings: the service's side of membership.
 mod membership;
 /// Live tablet migration, as source and as target (K§2.3).

@@ -80,6 +80,7 @@ fn write_req<'a>(key: &'a [u8], value: &'a [u8]) -> Request<'a> {
         rules: RejectRules::default(),
         key,
         value,
+        rpc_id: None,
     }
 }
 

@@ -171,6 +171,7 @@ async fn server_list_naming_itself_crashed_makes_a_zombie_that_refuses_reads() {
         rules: RejectRules::default(),
         key: b"k",
         value: b"w",
+        rpc_id: None,
     };
     assert_eq!(answer(&call(&s, &write).await).0, Status::ServerNotUp);
     // Pings are still answered; the hook runs once however often it is told.

@@ -45,6 +45,7 @@ fn read_fast_path_makes_no_heap_allocation() {
         rules,
         key: b"key",
         value: &value,
+        rpc_id: None,
     });
     let read = request(&Request::Read {
         table_id: 1,
@@ -110,6 +111,7 @@ fn write_steady_state_makes_no_heap_allocation() {
         rules,
         key: b"k",
         value: &value,
+        rpc_id: None,
     });
     let mut out = Vec::with_capacity(64 * 1024);
     out.clear();

@@ -38,6 +38,7 @@ fn writes_to_a_full_log_answer_no_space_and_are_counted() {
             rules: RejectRules::default(),
             key: &key,
             value: &value,
+            rpc_id: None,
         };
         encode_request(1, &req, &mut frame).unwrap();
         let mut out = Vec::new();

@@ -95,6 +95,7 @@ async fn drop_tablet_meant_for_another_server_is_refused_and_keeps_the_tablet() 
         rules: Default::default(),
         key: b"k",
         value: b"v",
+        rpc_id: None,
     };
     assert_eq!(
         status_of(&m, frame(&write)).await,

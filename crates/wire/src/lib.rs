@@ -130,6 +130,21 @@
 //!                            asking). SERVER_NOT_UP if the caller is not UP
 //! ```
 //!
+//! # Exactly-once RPCs (RIFL, Lee et al. SOSP'15 §4; R§10.3)
+//!
+//! ```text
+//! Write, Remove, Increment requests  [| rpc id: lease_id u64 | seq u64
+//!                            | first_incomplete u64] (optional trailer, [`RpcId`];
+//!                            absent: at-least-once, as before RIFL)
+//! ClientLease request        lease_id u64 (0: open a new lease)
+//! ClientLease response       lease_id u64 | lease_ms u32 (from when the client sent)
+//!   UNKNOWN_LEASE: the lease renewed has expired or was never issued
+//! CheckClientLease request   lease_id u64
+//! CheckClientLease response  live u8
+//! STALE_RPC (any object request with an rpc id): its completion record was
+//!   garbage-collected (seq below the acknowledged window, or lease expired)
+//! ```
+//!
 //! One BackupWrite does open + write + close when its flags say so, so a master's
 //! group commit sends every not-yet-replicated byte of its head to each backup in
 //! one RPC, and a closed segment is re-replicated in one RPC. A backup that has no
@@ -160,6 +175,7 @@ mod list;
 mod opcode;
 mod request;
 mod response;
+mod rpc_id;
 mod rules;
 pub mod server_id;
 mod status;
@@ -190,6 +206,7 @@ pub use response::{
     decode_response, encode_error_response, encode_read_response_header, encode_response, not_up,
     ErrorBody, Response, NOT_UP_MESSAGE,
 };
+pub use rpc_id::{RpcId, RPC_ID_BYTES};
 pub use rules::{
     Refusal, RejectRules, RULES_BYTES, RULE_DOESNT_EXIST, RULE_EXISTS, RULE_VERSION_GT_GIVEN,
     RULE_VERSION_LE_GIVEN, RULE_VERSION_NE_GIVEN,

@@ -76,11 +76,17 @@ pub enum Opcode {
     /// Client → coordinator: cancel a migration; its range ends on its source
     /// (issue 20; design notes "Cancelling a migration").
     CancelMigration = 39,
+    /// Client → coordinator: open (lease id 0) or renew a client lease, the
+    /// identity exactly-once RPCs are sent under (RIFL §4).
+    ClientLease = 40,
+    /// Master → coordinator: is this client lease still live? (RIFL §4: the
+    /// master drops an expired lease's completion records).
+    CheckClientLease = 41,
 }
 
 impl Opcode {
     /// Every opcode, in code order (for tests and tables).
-    pub const ALL: [Opcode; 39] = [
+    pub const ALL: [Opcode; 41] = [
         Opcode::Ping,
         Opcode::CreateTable,
         Opcode::GetTableId,
@@ -120,6 +126,8 @@ impl Opcode {
         Opcode::Pull,
         Opcode::PriorityPull,
         Opcode::CancelMigration,
+        Opcode::ClientLease,
+        Opcode::CheckClientLease,
     ];
 
     /// The code sent on the wire.

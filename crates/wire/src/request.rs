@@ -13,6 +13,7 @@ use crate::list::{
     ServerListEntries,
 };
 use crate::opcode::Opcode;
+use crate::rpc_id::{optional_rpc_id, put_optional_rpc_id, RpcId};
 use crate::rules::RejectRules;
 use crate::status::Status;
 
@@ -45,16 +46,19 @@ pub enum Request<'a> {
         rules: RejectRules,
         key: &'a [u8],
     },
+    /// `rpc_id`, when present, makes the write exactly-once (RIFL; [`RpcId`]).
     Write {
         table_id: u64,
         rules: RejectRules,
         key: &'a [u8],
         value: &'a [u8],
+        rpc_id: Option<RpcId>,
     },
     Remove {
         table_id: u64,
         rules: RejectRules,
         key: &'a [u8],
+        rpc_id: Option<RpcId>,
     },
     /// Add `delta` (8 little-endian bytes of `kind`) to the object's number; bytes
     /// rather than `i64`/`f64` so every bit pattern (NaNs included) round-trips.
@@ -64,6 +68,7 @@ pub enum Request<'a> {
         kind: NumberKind,
         delta: [u8; 8],
         key: &'a [u8],
+        rpc_id: Option<RpcId>,
     },
     MultiRead(MultiReadItems<'a>),
     MultiWrite(MultiWriteItems<'a>),
@@ -194,6 +199,16 @@ pub enum Request<'a> {
     RenewLease {
         caller_id: u64,
     },
+    /// Client → coordinator: open a client lease (`lease_id` 0) or renew lease
+    /// `lease_id` (RIFL §4, design notes "Exactly-once RPCs (RIFL)").
+    ClientLease {
+        lease_id: u64,
+    },
+    /// Master → coordinator: is client lease `lease_id` still live? (the master
+    /// forgets an expired lease's completion records, RIFL §4).
+    CheckClientLease {
+        lease_id: u64,
+    },
     /// Server `server_id` is stopping cleanly: the coordinator marks it crashed
     /// (so its data is recovered at once, R§7) and remembers the stop was clean.
     Leave {
@@ -291,6 +306,8 @@ impl Request<'_> {
             Request::SuspectServer { .. } => Opcode::SuspectServer,
             Request::PingServer { .. } => Opcode::PingServer,
             Request::RenewLease { .. } => Opcode::RenewLease,
+            Request::ClientLease { .. } => Opcode::ClientLease,
+            Request::CheckClientLease { .. } => Opcode::CheckClientLease,
             Request::Leave { .. } => Opcode::Leave,
             Request::MigrateTablet { .. } => Opcode::MigrateTablet,
             Request::ListMigrations => Opcode::ListMigrations,
@@ -346,11 +363,13 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
             rules: r.rules()?,
             key: r.key()?,
             value: r.value()?,
+            rpc_id: optional_rpc_id(r)?,
         },
         Opcode::Remove => Request::Remove {
             table_id: r.u64()?,
             rules: r.rules()?,
             key: r.key()?,
+            rpc_id: optional_rpc_id(r)?,
         },
         Opcode::Increment => Request::Increment {
             table_id: r.u64()?,
@@ -358,6 +377,7 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
             kind: NumberKind::try_from(r.u8()?)?,
             delta: r.array()?,
             key: r.key()?,
+            rpc_id: optional_rpc_id(r)?,
         },
         Opcode::MultiRead => Request::MultiRead(List::read(r)?),
         Opcode::MultiWrite => Request::MultiWrite(List::read(r)?),
@@ -446,6 +466,8 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
         Opcode::RenewLease => Request::RenewLease {
             caller_id: r.u64()?,
         },
+        Opcode::ClientLease => Request::ClientLease { lease_id: r.u64()? },
+        Opcode::CheckClientLease => Request::CheckClientLease { lease_id: r.u64()? },
         Opcode::Leave => Request::Leave {
             server_id: r.u64()?,
         },
@@ -524,26 +546,34 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             table_id,
             rules,
             key,
-        }
-        | Request::Remove {
-            table_id,
-            rules,
-            key,
         } => {
             put_u64(out, *table_id);
             put_rules(out, rules);
             put_key(out, key)?;
+        }
+        Request::Remove {
+            table_id,
+            rules,
+            key,
+            rpc_id,
+        } => {
+            put_u64(out, *table_id);
+            put_rules(out, rules);
+            put_key(out, key)?;
+            put_optional_rpc_id(out, rpc_id)?;
         }
         Request::Write {
             table_id,
             rules,
             key,
             value,
+            rpc_id,
         } => {
             put_u64(out, *table_id);
             put_rules(out, rules);
             put_key(out, key)?;
             put_value(out, value)?;
+            put_optional_rpc_id(out, rpc_id)?;
         }
         Request::Increment {
             table_id,
@@ -551,12 +581,14 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             kind,
             delta,
             key,
+            rpc_id,
         } => {
             put_u64(out, *table_id);
             put_rules(out, rules);
             put_u8(out, *kind as u8);
             out.extend_from_slice(delta);
             put_key(out, key)?;
+            put_optional_rpc_id(out, rpc_id)?;
         }
         Request::MultiRead(items) => items.write(out),
         Request::MultiWrite(items) => items.write(out),
@@ -685,6 +717,9 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             put_string(out, address)?;
         }
         Request::RenewLease { caller_id } => put_u64(out, *caller_id),
+        Request::ClientLease { lease_id } | Request::CheckClientLease { lease_id } => {
+            put_u64(out, *lease_id)
+        }
         Request::MigrateTablet {
             name,
             start_hash,

@@ -120,6 +120,16 @@ pub enum Response<'a> {
     RenewLease {
         lease_ms: u32,
     },
+    /// The client lease opened or renewed, live for `lease_ms` from when the
+    /// client sent its request (RIFL §4).
+    ClientLease {
+        lease_id: u64,
+        lease_ms: u32,
+    },
+    /// Whether the client lease asked about is still live.
+    CheckClientLease {
+        live: bool,
+    },
     /// Ownership has moved; the migration goes on under this id.
     MigrateTablet {
         migration_id: u64,
@@ -234,6 +244,8 @@ impl Response<'_> {
             Response::SuspectServer => Opcode::SuspectServer,
             Response::PingServer { .. } => Opcode::PingServer,
             Response::RenewLease { .. } => Opcode::RenewLease,
+            Response::ClientLease { .. } => Opcode::ClientLease,
+            Response::CheckClientLease { .. } => Opcode::CheckClientLease,
             Response::MigrateTablet { .. } => Opcode::MigrateTablet,
             Response::ListMigrations { .. } => Opcode::ListMigrations,
             Response::MigrationDone => Opcode::MigrationDone,
@@ -349,6 +361,13 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
             answered: r.bool("answered")?,
         },
         Opcode::RenewLease => Response::RenewLease { lease_ms: r.u32()? },
+        Opcode::ClientLease => Response::ClientLease {
+            lease_id: r.u64()?,
+            lease_ms: r.u32()?,
+        },
+        Opcode::CheckClientLease => Response::CheckClientLease {
+            live: r.bool("live")?,
+        },
         Opcode::MigrateTablet => Response::MigrateTablet {
             migration_id: r.u64()?,
         },
@@ -523,6 +542,11 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
         }
         Response::PingServer { answered } => put_bool(out, *answered),
         Response::RenewLease { lease_ms } => put_u32(out, *lease_ms),
+        Response::ClientLease { lease_id, lease_ms } => {
+            put_u64(out, *lease_id);
+            put_u32(out, *lease_ms);
+        }
+        Response::CheckClientLease { live } => put_bool(out, *live),
         Response::MigrateTablet { migration_id } => put_u64(out, *migration_id),
         Response::ListMigrations { text } => put_long_string(out, text)?,
         Response::PrepareMigration { safe_version } => put_u64(out, *safe_version),

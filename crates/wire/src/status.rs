@@ -43,11 +43,18 @@ pub enum Status {
     Overflow = 13,
     /// The server does not know the request's opcode.
     UnknownOpcode = 14,
+    /// An exactly-once RPC (RIFL) whose completion record is gone: its sequence
+    /// number is below the window the client acknowledged, or its lease expired.
+    /// Its outcome cannot be told; it was not executed now.
+    StaleRpc = 15,
+    /// The client lease is not known to the coordinator (never opened, or expired
+    /// and forgotten): open a new one.
+    UnknownLease = 16,
 }
 
 impl Status {
     /// Every status, in code order (for tests and tables).
-    pub const ALL: [Status; 15] = [
+    pub const ALL: [Status; 17] = [
         Status::Ok,
         Status::ObjectDoesntExist,
         Status::ObjectExists,
@@ -63,6 +70,8 @@ impl Status {
         Status::NotNumeric,
         Status::Overflow,
         Status::UnknownOpcode,
+        Status::StaleRpc,
+        Status::UnknownLease,
     ];
 
     /// The code sent on the wire.
@@ -88,6 +97,8 @@ impl Status {
             Status::NotNumeric => "NOT_NUMERIC",
             Status::Overflow => "OVERFLOW",
             Status::UnknownOpcode => "UNKNOWN_OPCODE",
+            Status::StaleRpc => "STALE_RPC",
+            Status::UnknownLease => "UNKNOWN_LEASE",
         }
     }
 }
@@ -138,7 +149,7 @@ mod tests {
             assert_eq!(usize::from(s.code()), i);
             assert_eq!(Status::try_from(s.code()), Ok(*s));
         }
-        assert_eq!(Status::try_from(15), Err(WireError::UnknownStatus(15)));
+        assert_eq!(Status::try_from(17), Err(WireError::UnknownStatus(17)));
         assert_eq!(
             Status::try_from(u16::MAX),
             Err(WireError::UnknownStatus(u16::MAX))

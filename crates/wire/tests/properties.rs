@@ -136,7 +136,8 @@ fn frame() -> impl Strategy<Value = Vec<u8>> {
                 table_id: t,
                 rules: r,
                 key: &k,
-                value: &v
+                value: &v,
+                rpc_id: None,
             }
         )),
         (id, any::<u64>(), rules(), kind(), any::<[u8; 8]>(), bytes()).prop_map(
@@ -147,7 +148,8 @@ fn frame() -> impl Strategy<Value = Vec<u8>> {
                     rules: r,
                     kind,
                     delta,
-                    key: &k
+                    key: &k,
+                    rpc_id: None,
                 }
             )
         ),
@@ -501,9 +503,9 @@ proptest! {
     ) {
         for req in [
             Request::Read { table_id, rules: r, key: &key },
-            Request::Write { table_id, rules: r, key: &key, value: &value },
-            Request::Remove { table_id, rules: r, key: &key },
-            Request::Increment { table_id, rules: r, kind, delta, key: &key },
+            Request::Write { table_id, rules: r, key: &key, value: &value, rpc_id: None },
+            Request::Remove { table_id, rules: r, key: &key, rpc_id: None },
+            Request::Increment { table_id, rules: r, kind, delta, key: &key, rpc_id: None },
         ] {
             let frame = encode_req(id, &req);
             let (h, decoded) = decode_request(&frame).expect("decodes");

@@ -304,6 +304,23 @@ fn every_truncation_is_an_error() {
                 );
                 continue;
             }
+            // Likewise the rpc id trailer is optional as a whole (RIFL): without
+            // it the request is the same operation, at least once.
+            if cut + RPC_ID_BYTES == frame.len() && name.contains("exactly_once") {
+                let mut patched = short.to_vec();
+                patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
+                let (_, req) = decode_request(&patched).expect("decodes without the rpc id");
+                assert!(
+                    matches!(
+                        req,
+                        Request::Write { rpc_id: None, .. }
+                            | Request::Remove { rpc_id: None, .. }
+                            | Request::Increment { rpc_id: None, .. }
+                    ),
+                    "{name}: {req:?}"
+                );
+                continue;
+            }
             if cut >= 20 {
                 let mut patched = short.to_vec();
                 patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
@@ -461,6 +478,7 @@ fn oversize_keys_fail_to_encode_and_the_largest_key_round_trips() {
         rules: RejectRules::default(),
         key: &key[..MAX_KEY_BYTES],
         value: &[1; MAX_VALUE_BYTES],
+        rpc_id: None,
     };
     let frame = request_frame(&req);
     assert_eq!(decode_request(&frame).expect("decodes").1, req);
@@ -474,6 +492,7 @@ fn oversize_values_fail_to_encode_and_to_decode() {
         rules: RejectRules::default(),
         key: b"k",
         value: &value,
+        rpc_id: None,
     };
     let mut out = Vec::new();
     assert_eq!(
@@ -494,6 +513,7 @@ fn oversize_values_fail_to_encode_and_to_decode() {
         rules: RejectRules::default(),
         key: b"k",
         value: &value[..MAX_VALUE_BYTES],
+        rpc_id: None,
     });
     let mut frame = ok.clone();
     frame.push(1);
@@ -566,6 +586,7 @@ fn malformed_fields_are_rejected() {
         kind: NumberKind::I64,
         delta: [0; 8],
         key: b"k",
+        rpc_id: None,
     });
     // Rules bits sit after table_id; kind after the rules.
     let rules_at = 20 + 8 + 8;
@@ -856,4 +877,76 @@ fn oversize_failure_domains_fail_to_encode_and_to_decode() {
             MAX_FAILURE_DOMAIN_BYTES + 1
         ))
     );
+}
+
+/// RIFL's rpc id trailer (lib.rs "Exactly-once RPCs"): absent and present both
+/// round-trip; a malformed one is refused, never read as at-least-once.
+#[test]
+fn decode_request_rpc_id_trailer_round_trips_and_rejects_bad_ids() {
+    let good = RpcId {
+        lease_id: 3,
+        seq: 9,
+        first_incomplete: 4,
+    };
+    for rpc_id in [None, Some(good)] {
+        let req = Request::Increment {
+            table_id: 1,
+            rules: RejectRules::default(),
+            kind: NumberKind::I64,
+            delta: 2i64.to_le_bytes(),
+            key: b"c",
+            rpc_id,
+        };
+        let frame = request_frame(&req);
+        let (_, decoded) = decode_request(&frame).expect("decodes");
+        assert_eq!(decoded, req);
+    }
+    let bad_ids = [
+        RpcId {
+            lease_id: 0,
+            ..good
+        },
+        RpcId { seq: 0, ..good },
+        RpcId {
+            first_incomplete: 10,
+            ..good
+        },
+    ];
+    for bad in bad_ids {
+        let req = Request::Remove {
+            table_id: 1,
+            rules: RejectRules::default(),
+            key: b"k",
+            rpc_id: Some(bad),
+        };
+        let mut out = Vec::new();
+        assert!(
+            encode_request(1, &req, &mut out).is_err(),
+            "{bad:?} encoded"
+        );
+        // Hand-made: a valid frame with the bad trailer patched in.
+        let mut frame = request_frame(&Request::Remove {
+            rpc_id: Some(good),
+            table_id: 1,
+            rules: RejectRules::default(),
+            key: b"k",
+        });
+        let at = frame.len() - RPC_ID_BYTES;
+        frame[at..at + 8].copy_from_slice(&bad.lease_id.to_le_bytes());
+        frame[at + 8..at + 16].copy_from_slice(&bad.seq.to_le_bytes());
+        frame[at + 16..].copy_from_slice(&bad.first_incomplete.to_le_bytes());
+        assert!(decode_request(&frame).is_err(), "{bad:?} decoded");
+    }
+    // A cut trailer is malformed, not absent.
+    let mut frame = request_frame(&Request::Write {
+        table_id: 1,
+        rules: RejectRules::default(),
+        key: b"k",
+        value: b"v",
+        rpc_id: Some(good),
+    });
+    frame.truncate(frame.len() - 1);
+    let len = (frame.len() - 4) as u32;
+    frame[..4].copy_from_slice(&len.to_le_bytes());
+    assert!(decode_request(&frame).is_err());
 }

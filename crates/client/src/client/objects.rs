@@ -99,11 +99,13 @@ impl Client {
         value: &[u8],
         rules: &RejectRules,
     ) -> Result<u64, ClientError> {
+        let ticket = self.ticket().await?;
         let req = Request::Write {
             table_id,
             rules: *rules,
             key,
             value,
+            rpc_id: ticket.as_ref().map(|t| t.id),
         };
         self.inner
             .keyed(
@@ -152,10 +154,12 @@ impl Client {
         key: &[u8],
         rules: &RejectRules,
     ) -> Result<Option<u64>, ClientError> {
+        let ticket = self.ticket().await?;
         let req = Request::Remove {
             table_id,
             rules: *rules,
             key,
+            rpc_id: ticket.as_ref().map(|t| t.id),
         };
         self.inner
             .keyed(
@@ -227,12 +231,14 @@ impl Client {
         kind: NumberKind,
         delta: [u8; 8],
     ) -> Result<([u8; 8], u64), ClientError> {
+        let ticket = self.ticket().await?;
         let req = Request::Increment {
             table_id,
             rules: RejectRules::default(),
             kind,
             delta,
             key,
+            rpc_id: ticket.as_ref().map(|t| t.id),
         };
         self.inner
             .keyed(
@@ -247,5 +253,19 @@ impl Client {
                 },
             )
             .await
+    }
+
+    /// An exactly-once RPC id when [`crate::ClientOptions::exactly_once`] is on
+    /// (RIFL): the same id goes with every retry of the operation.
+    async fn ticket(&self) -> Result<Option<crate::rifl::Ticket>, ClientError> {
+        if !self.inner.options.exactly_once {
+            return Ok(None);
+        }
+        self.inner.rpc_ticket().await.map(Some)
+    }
+
+    /// The client lease exactly-once operations are sent under, once opened.
+    pub fn client_lease_id(&self) -> Option<u64> {
+        self.inner.lease_id()
     }
 }

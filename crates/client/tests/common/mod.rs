@@ -202,6 +202,7 @@ impl FakeMaster {
                 rules,
                 key,
                 value,
+                ..
             } => match self.write(table_id, &rules, key, value) {
                 Ok(version) => ok(id, op, Response::Write { version }, out),
                 Err(e) => fail(id, op, e, out),
@@ -210,6 +211,7 @@ impl FakeMaster {
                 table_id,
                 rules,
                 key,
+                ..
             } => match self.remove(table_id, &rules, key) {
                 Ok(removed) => ok(
                     id,
@@ -228,6 +230,7 @@ impl FakeMaster {
                 kind,
                 delta,
                 key,
+                ..
             } => {
                 if !self.owns(table_id, key) {
                     return status(id, op, Status::UnknownTablet, out);

@@ -134,6 +134,13 @@ impl Cleaner<'_> {
                         found.push(Candidate::new(m.created_at, &e, victim, t.segment_id));
                     }
                     (EntryType::Tombstone, _) => tombstones_dropped += 1,
+                    // A completion record lives while its owner needs it (RIFL
+                    // §4.1); the lease id stands in for a hash.
+                    (EntryType::RpcResult, ScannedLayout::RpcResult { lease_id, seq })
+                        if relocator.record_is_live(lease_id, seq, e.at) =>
+                    {
+                        found.push(Candidate::new(m.created_at, &e, victim, lease_id));
+                    }
                     _ => {}
                 }
             }
@@ -232,6 +239,7 @@ impl Cleaner<'_> {
             self.attach_from_stash(w, len, &mut stash);
             let (bytes, tombstone) = match c.kind {
                 EntryType::Object => (self.copy_object(c, w, relocator), false),
+                EntryType::RpcResult => (self.copy_record(c, w, relocator), false),
                 _ => (
                     self.copy_tombstone(c, w, &list.victims, &mut moved_tombstones),
                     true,
@@ -267,6 +275,28 @@ impl Cleaner<'_> {
         // Counted in the survivor inside the copy, under the bucket lock: once the
         // lock is released a writer may already count the copy dead.
         let moved = relocator.relocate(&view, c.hash_or_target, &mut || {
+            let at = self.log.copy_entry(c.at, len, w);
+            self.log.survivor_entry_counted(slot, len, false);
+            at
+        });
+        if moved {
+            len as u64
+        } else {
+            0
+        }
+    }
+
+    /// Relocates the completion record `c` into `w` if its owner still needs it;
+    /// returns the bytes copied.
+    fn copy_record(&self, c: &Candidate, w: &mut SegmentWriter, relocator: &dyn Relocator) -> u64 {
+        // Parsed again, as objects are: the scan parsed it, so it parses.
+        let Ok((_, ScannedLayout::RpcResult { lease_id, seq })) = self.log.scan_entry(c.at) else {
+            debug_assert!(false, "a record parsed by the scan did not parse again");
+            return 0;
+        };
+        let len = c.len as usize;
+        let slot = w.slot;
+        let moved = relocator.relocate_record(lease_id, seq, c.at, &mut || {
             let at = self.log.copy_entry(c.at, len, w);
             self.log.survivor_entry_counted(slot, len, false);
             at

@@ -319,6 +319,35 @@ impl<'a> Pass<'a> {
             // (the newest ones win in recovery), and a closed segment is never the
             // head.
             EntryType::LogDigest | EntryType::SafeVersion | EntryType::TabletStats => {}
+            // A completion record moves while its owner needs it (RIFL §4.1).
+            EntryType::RpcResult => {
+                if let ScannedLayout::RpcResult { lease_id, seq } = e.layout {
+                    self.relocate_record(e, lease_id, seq, relocator);
+                }
+            }
+        }
+    }
+
+    /// Copies the completion record `e` if its owner still needs it.
+    fn relocate_record(&mut self, e: &Found, lease_id: u64, seq: u64, relocator: &dyn Relocator) {
+        let log = self.log;
+        let counted = self.survivor.is_some();
+        let len = e.len;
+        self.room_for(len);
+        let w = &mut self.w;
+        let slot = w.slot;
+        let moved = relocator.relocate_record(lease_id, seq, e.at, &mut || {
+            let at = log.copy_entry(e.at, len, w);
+            if counted {
+                log.survivor_entry_counted(slot, len, false);
+            }
+            at
+        });
+        if moved {
+            self.copied += len as u64;
+            if let Some(s) = &mut self.survivor {
+                s.sums.add(len, false);
+            }
         }
     }
 

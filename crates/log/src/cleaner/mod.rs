@@ -75,6 +75,28 @@ pub trait Relocator: Send + Sync {
         hash: u64,
         copy: &mut dyn FnMut() -> LogRef,
     ) -> bool;
+
+    /// Lock-free hint: does the owner still need the completion record of
+    /// (`lease_id`, `seq`) at `at` (RIFL §4.1)? A record nobody needs any more
+    /// (its client acknowledged it, or its lease expired) is left behind, as a
+    /// dead object is. The default, for owners that write no records, is no.
+    fn record_is_live(&self, _lease_id: u64, _seq: u64, _at: LogRef) -> bool {
+        false
+    }
+
+    /// Under the owner's lock on its records: if the completion record of
+    /// (`lease_id`, `seq`) is still needed and still at `at`, call `copy`, point
+    /// the owner at the copy and return true; otherwise return false without
+    /// calling `copy` (as [`Self::relocate`] does for objects).
+    fn relocate_record(
+        &self,
+        _lease_id: u64,
+        _seq: u64,
+        _at: LogRef,
+        _copy: &mut dyn FnMut() -> LogRef,
+    ) -> bool {
+        false
+    }
 }
 
 /// Objects relocated together: their buckets are prefetched as a batch. Enough to

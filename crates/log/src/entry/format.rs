@@ -48,6 +48,8 @@ pub enum EntryType {
     SafeVersion = 5,
     /// Per-tablet entry counts and bytes.
     TabletStats = 6,
+    /// A completion record of an exactly-once RPC (RIFL; `entry::rpc_result`).
+    RpcResult = 7,
 }
 
 impl EntryType {
@@ -61,6 +63,7 @@ impl EntryType {
             4 => Self::LogDigest,
             5 => Self::SafeVersion,
             6 => Self::TabletStats,
+            7 => Self::RpcResult,
             _ => return None,
         })
     }
@@ -145,6 +148,11 @@ pub struct TombstoneLayout {
 pub enum ScannedLayout {
     Object(ObjectLayout),
     Tombstone(TombstoneLayout),
+    /// A completion record (RIFL): which lease and sequence number it answers.
+    RpcResult {
+        lease_id: u64,
+        seq: u64,
+    },
     /// Segment header, digest, safe version or tablet statistics.
     Metadata,
     /// An object or tombstone whose header is sound but whose fields are not: the

@@ -14,7 +14,8 @@
 //! ```
 //!
 //! Types: 1 SegmentHeader, 2 Object, 3 Tombstone, 4 LogDigest, 5 SafeVersion,
-//! 6 TabletStats. Type 0 is invalid because unwritten log memory is zero: a scan that
+//! 6 TabletStats, 7 RpcResult (a RIFL completion record; its body is documented in
+//! `rpc_result`). Type 0 is invalid because unwritten log memory is zero: a scan that
 //! reaches the end of the written part of a segment stops with
 //! [`EntryError::UnknownType`]`(0)` instead of reading garbage. `body_len` is at most
 //! [`SEGMENT_BYTES`] (2^23), so its varint never exceeds four bytes.
@@ -125,9 +126,11 @@
 mod encode;
 mod format;
 mod parse;
+mod rpc_result;
 #[cfg(test)]
 mod tests;
 
 pub use self::encode::*;
 pub use self::format::*;
 pub use self::parse::*;
+pub use self::rpc_result::*;

@@ -110,6 +110,7 @@ pub enum Entry<'a> {
     LogDigest(LogDigestEntry<'a>),
     SafeVersion(SafeVersionEntry),
     TabletStats(TabletStatsEntry<'a>),
+    RpcResult(super::RpcResultEntry<'a>),
 }
 
 impl Entry<'_> {
@@ -122,6 +123,7 @@ impl Entry<'_> {
             Entry::LogDigest(_) => EntryType::LogDigest,
             Entry::SafeVersion(_) => EntryType::SafeVersion,
             Entry::TabletStats(_) => EntryType::TabletStats,
+            Entry::RpcResult(_) => EntryType::RpcResult,
         }
     }
 }
@@ -351,6 +353,13 @@ pub fn parse_scanned(prefix: &[u8]) -> Result<(EntryHeader, ScannedLayout), Entr
             Ok(l) => ScannedLayout::Tombstone(l),
             Err(_) => ScannedLayout::Unparsable,
         },
+        EntryType::RpcResult => match super::rpc_result::rpc_result_fields(prefix, &header) {
+            Ok(r) => ScannedLayout::RpcResult {
+                lease_id: r.lease_id,
+                seq: r.seq,
+            },
+            Err(_) => ScannedLayout::Unparsable,
+        },
         _ => ScannedLayout::Metadata,
     };
     Ok((header, layout))
@@ -486,6 +495,9 @@ pub fn parse_entry(buf: &[u8]) -> Result<(Entry<'_>, usize), EntryError> {
             let mut r = Reader::body(buf, &header);
             let (count, stats) = read_list(&mut r, read_stat)?;
             Entry::TabletStats(TabletStatsEntry { count, stats })
+        }
+        EntryType::RpcResult => {
+            Entry::RpcResult(super::rpc_result::rpc_result_fields(buf, &header)?)
         }
     };
     Ok((entry, header.total_len))

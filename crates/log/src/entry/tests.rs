@@ -18,6 +18,11 @@ fn reencode(entry: &Entry<'_>) -> Vec<u8> {
         Entry::LogDigest(e) => encode_log_digest(&e.segment_ids().collect::<Vec<_>>(), &mut out),
         Entry::SafeVersion(e) => encode_safe_version(e.version, &mut out),
         Entry::TabletStats(e) => encode_tablet_stats(&e.stats().collect::<Vec<_>>(), &mut out),
+        Entry::RpcResult(e) => out.extend_from_slice(
+            encode_rpc_result(e.lease_id, e.seq, e.table_id, e.key_hash, e.result)
+                .expect("a parsed result fits")
+                .as_bytes(),
+        ),
     }
     out
 }

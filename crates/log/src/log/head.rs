@@ -255,6 +255,70 @@ impl Log {
         Ok(appended)
     }
 
+    /// [`Self::append_object`] with a completion record (RIFL §4.1): `record`, a
+    /// whole encoded entry (`entry::encode_rpc_result`), goes right after the
+    /// object in the same piece of the head, so the two are replicated and made
+    /// durable together and recovery finds both or neither. Returns where the
+    /// append landed and the record's reference.
+    pub fn append_object_with_record(
+        &self,
+        object: &NewObject<'_>,
+        replaces: Option<DeadObject>,
+        record: &[u8],
+    ) -> Result<(Appended, LogRef), AppendError> {
+        let encoded = self.encode_object(object, replaces)?;
+        let mut head = self.head.lock();
+        let start = self.make_room(&mut head, encoded.total() + record.len(), AllocClass::Write)?;
+        let mut appended = self.write_object(&mut head.writer, object, &encoded, start);
+        let record_at = self.write_record(&mut head.writer, record);
+        appended.len += record.len();
+        drop(head);
+        self.object_appended(&encoded);
+        self.record_appended(record.len());
+        Ok((appended, record_at))
+    }
+
+    /// Appends a completion record alone (one replayed from another master's log,
+    /// RIFL §4.3): `record` is a whole encoded entry. Returns where it landed and
+    /// its reference.
+    pub fn append_record(&self, record: &[u8]) -> Result<(Appended, LogRef), AppendError> {
+        if record.len() > self.max_entry_bytes {
+            return Err(AppendError::TooLarge(record.len()));
+        }
+        let mut head = self.head.lock();
+        let start = self.make_room(&mut head, record.len(), AllocClass::Write)?;
+        let at = self.write_record(&mut head.writer, record);
+        let appended = Appended {
+            segment_id: head.writer.id,
+            offset: start,
+            len: record.len(),
+            entry: at,
+        };
+        drop(head);
+        self.record_appended(record.len());
+        Ok((appended, at))
+    }
+
+    /// Writes a completion record at the end of `w` (which has room for it) and
+    /// counts it live in `w`'s slot, as an object is: it lives until its owner
+    /// lets it go (`object_died`).
+    fn write_record(&self, w: &mut SegmentWriter, record: &[u8]) -> LogRef {
+        let at = w.ref_at(w.length);
+        w.write(&self.pool, record);
+        w.note_entry(record.len());
+        self.slots[w.slot as usize]
+            .live_bytes
+            .fetch_add(record.len() as u64, Ordering::Relaxed);
+        at
+    }
+
+    /// Counts an appended completion record in the log's totals.
+    fn record_appended(&self, len: usize) {
+        self.live_object_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
+        self.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
+    }
+
     /// The headers and checksums of `object` (and of the tombstone of the version
     /// it replaces), computed before any lock is taken.
     pub(super) fn encode_object(
@@ -345,7 +409,22 @@ impl Log {
         key: &[u8],
         dead: DeadObject,
     ) -> Result<Appended, AppendError> {
-        self.append_tombstones(table_id, key, dead, None)
+        self.append_tombstones(table_id, key, dead, None, None)
+            .map(|(a, _)| a)
+    }
+
+    /// [`Self::append_tombstone`] followed, in the same piece of the head, by the
+    /// completion record `record` of the delete (RIFL §4.1); returns the record's
+    /// reference too.
+    pub fn append_tombstone_with_record(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        dead: DeadObject,
+        record: &[u8],
+    ) -> Result<(Appended, LogRef), AppendError> {
+        self.append_tombstones(table_id, key, dead, None, Some(record))
+            .map(|(a, r)| (a, r.unwrap_or(a.entry)))
     }
 
     /// Appends the tombstone of a delete (as [`Self::append_tombstone`]) and, while
@@ -359,7 +438,8 @@ impl Log {
         dead: DeadObject,
         hold: TombstoneHold,
     ) -> Result<Appended, AppendError> {
-        self.append_tombstones(table_id, key, dead, Some(hold.id()))
+        self.append_tombstones(table_id, key, dead, Some(hold.id()), None)
+            .map(|(a, _)| a)
     }
 
     fn append_tombstones(
@@ -368,7 +448,9 @@ impl Log {
         key: &[u8],
         dead: DeadObject,
         hold: Option<u64>,
-    ) -> Result<Appended, AppendError> {
+        record: Option<&[u8]>,
+    ) -> Result<(Appended, Option<LogRef>), AppendError> {
+        let record_len = record.map_or(0, <[u8]>::len);
         let seg = self.segment_id_of(dead.location);
         let header = entry::tombstone_header(table_id, dead.version, seg, key.len());
         let len = header.as_bytes().len() + key.len() + 4;
@@ -385,7 +467,7 @@ impl Log {
         let mut head = self.head.lock();
         // A hold released meanwhile adds nothing (checked again below); the room
         // for its tombstone then stays unused.
-        let start = self.make_room(&mut head, len + held_len, AllocClass::Delete)?;
+        let start = self.make_room(&mut head, len + held_len + record_len, AllocClass::Delete)?;
         // Checked and listed under the segment table's mutex, so a release never
         // misses a tombstone naming its hold (`holds`). Lock order: head, then
         // segments (`log`).
@@ -407,18 +489,23 @@ impl Log {
             total += held_len;
         }
         drop(table);
+        let entry = w.ref_at(start);
+        let record_at = record.map(|r| self.write_record(w, r));
         let appended = Appended {
             segment_id: w.id,
             offset: start,
-            len: total,
-            entry: w.ref_at(start),
+            len: total + record_len,
+            entry,
         };
         drop(head);
         self.tombstone_bytes
             .fetch_add(total as u64, Ordering::Relaxed);
         self.appended_bytes
             .fetch_add(total as u64, Ordering::Relaxed);
-        Ok(appended)
+        if record_len > 0 {
+            self.record_appended(record_len);
+        }
+        Ok((appended, record_at))
     }
 
     /// Makes sure the head can take `len` more bytes, rolling to a new head if it is

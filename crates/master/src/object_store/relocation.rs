@@ -38,4 +38,18 @@ impl ramstore_log::Relocator for Inner {
             None => false,
         }
     }
+
+    fn record_is_live(&self, lease_id: u64, seq: u64, at: LogRef) -> bool {
+        self.rpc_results.is_live(lease_id, seq, at)
+    }
+
+    fn relocate_record(
+        &self,
+        lease_id: u64,
+        seq: u64,
+        at: LogRef,
+        copy: &mut dyn FnMut() -> LogRef,
+    ) -> bool {
+        self.rpc_results.relocate(lease_id, seq, at, copy)
+    }
 }

@@ -6,8 +6,12 @@ use std::sync::atomic::Ordering;
 use ramstore_log::{Appended, DeadObject, LogRef, TombstoneHold, MAX_KEY_BYTES};
 use ramstore_wire::RejectRules;
 
+use ramstore_log::entry::encode_rpc_result;
+
+use super::write::AppendedRecord;
 use super::{key_hash, ObjectStore};
 use crate::error::WriteError;
+use crate::rifl::{RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::tablets::Access;
 
 impl ObjectStore {
@@ -50,6 +54,21 @@ impl ObjectStore {
         rules: &RejectRules,
         access: Access,
     ) -> Result<Option<u64>, WriteError> {
+        self.remove_full(table_id, key, rules, access, None)
+            .map(|(v, _)| v)
+    }
+
+    /// [`Self::remove_as`], appending the completion record of exactly-once RPC
+    /// `rpc` (lease id, sequence number) with the tombstone when an object died
+    /// (RIFL §4.1). A delete of nothing changes nothing and logs no record.
+    pub(super) fn remove_full(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        rules: &RejectRules,
+        access: Access,
+        rpc: Option<(u64, u64)>,
+    ) -> Result<(Option<u64>, Option<AppendedRecord>), WriteError> {
         if key.len() > MAX_KEY_BYTES {
             return Err(WriteError::KeyTooLarge(key.len()));
         }
@@ -57,7 +76,7 @@ impl ObjectStore {
         let inner = &*self.inner;
         let log = &inner.log;
         let _pin = log.pin();
-        let (appended, version): (Appended, u64) = {
+        let (appended, version, record): (Appended, u64, Option<AppendedRecord>) = {
             let mut guard = inner.index.lock(hash);
             let tablets = inner.shared.tablets.load();
             let tablet = tablets
@@ -74,7 +93,7 @@ impl ObjectStore {
             });
             rules.check(current.map(|(v, _)| v))?;
             let (Some((slot, r)), Some((version, len))) = (found, current) else {
-                return Ok(None);
+                return Ok((None, None));
             };
             // Raise the safe version before the tombstone exists, so that any head
             // opened from now on records it (R§3.1): versions of this key stay
@@ -87,9 +106,27 @@ impl ObjectStore {
             };
             // A tablet migrating in keeps its deletes' tombstones until the
             // migration is recorded done (K§2.3.4; `Tablet::tombstone_hold`).
-            let appended = match TombstoneHold::from_id(tablet.tombstone_hold()) {
-                Some(hold) => log.append_held_tombstone(table_id, key, dead, hold),
-                None => log.append_tombstone(table_id, key, dead),
+            let mut record = None;
+            let appended = match (TombstoneHold::from_id(tablet.tombstone_hold()), rpc) {
+                (Some(hold), _) => log.append_held_tombstone(table_id, key, dead, hold),
+                (None, None) => log.append_tombstone(table_id, key, dead),
+                (None, Some((lease_id, seq))) => {
+                    let outcome = RpcOutcome::Remove {
+                        existed: true,
+                        version,
+                    };
+                    let mut buf = [0; MAX_OUTCOME_BYTES];
+                    let n = outcome.encode(&mut buf);
+                    match encode_rpc_result(lease_id, seq, table_id, hash, &buf[..n]) {
+                        Some(encoded) => log
+                            .append_tombstone_with_record(table_id, key, dead, encoded.as_bytes())
+                            .map(|(a, at)| {
+                                record = Some((at, encoded.as_bytes().len(), outcome));
+                                a
+                            }),
+                        None => return Err(WriteError::TooLargeRecord),
+                    }
+                }
             };
             let appended = match appended {
                 Ok(a) => a,
@@ -111,10 +148,10 @@ impl ObjectStore {
             guard.remove(slot);
             log.object_died(LogRef(r), len);
             tablet.object_removed(len);
-            (appended, version)
+            (appended, version, record)
         };
         log.replicate(&appended);
         self.note_head(appended.segment_id);
-        Ok(Some(version))
+        Ok((Some(version), record))
     }
 }

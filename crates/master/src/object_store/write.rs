@@ -10,8 +10,11 @@ use ramstore_log::{
 use ramstore_wire::counter::{self, CounterText};
 use ramstore_wire::RejectRules;
 
+use ramstore_log::entry::encode_rpc_result;
+
 use super::{key_hash, ObjectStore};
 use crate::error::WriteError;
+use crate::rifl::{RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::tablets::Access;
 
 /// The current entry of a key, found under its bucket lock.
@@ -26,19 +29,39 @@ struct Current {
 // The counter's text lives on the stack for one write: boxing it would put an
 // allocation on every increment, and no collection holds these.
 #[allow(clippy::large_enum_variant)]
-enum NewValue<'a> {
+pub(super) enum NewValue<'a> {
     Borrowed(&'a [u8]),
-    Counter(CounterText),
+    Counter(CounterText, Number),
+}
+
+/// The number an increment stored (what its completion record saves).
+#[derive(Clone, Copy)]
+pub(super) enum Number {
+    I64(i64),
+    F64(f64),
 }
 
 impl NewValue<'_> {
     fn bytes(&self) -> &[u8] {
         match self {
             NewValue::Borrowed(b) => b,
-            NewValue::Counter(t) => t.as_bytes(),
+            NewValue::Counter(t, _) => t.as_bytes(),
+        }
+    }
+
+    /// What an exactly-once RPC that stored this value at `version` answers.
+    fn outcome(&self, version: u64) -> RpcOutcome {
+        match *self {
+            NewValue::Borrowed(_) => RpcOutcome::Write { version },
+            NewValue::Counter(_, Number::I64(value)) => RpcOutcome::IncrementI64 { value, version },
+            NewValue::Counter(_, Number::F64(value)) => RpcOutcome::IncrementF64 { value, version },
         }
     }
 }
+
+/// A completion record appended with an object: where it is, its length and the
+/// outcome it saves.
+pub(super) type AppendedRecord = (LogRef, usize, RpcOutcome);
 
 /// The longest stored value an increment reads as a number: longer than any
 /// text [`CounterText`] writes, so every counter either front end made fits.
@@ -47,7 +70,7 @@ const MAX_COUNTER_TEXT_BYTES: usize = 400;
 /// The number in `view`'s value, read with `parse` (decimal text, see
 /// [`ramstore_wire::counter`]), or `NotNumeric`. Copies the value into a stack
 /// buffer: a value may span seglets, and an increment must not allocate.
-fn counter_text<T>(
+pub(super) fn counter_text<T>(
     view: &ObjectView<'_>,
     parse: impl FnOnce(&[u8]) -> Option<T>,
 ) -> Result<T, WriteError> {
@@ -217,7 +240,10 @@ impl ObjectStore {
                 None => 0,
             };
             new = old.checked_add(delta).ok_or(WriteError::Overflow)?;
-            Ok(NewValue::Counter(CounterText::from_i64(new)))
+            Ok(NewValue::Counter(
+                CounterText::from_i64(new),
+                Number::I64(new),
+            ))
         })?;
         Ok((new, version))
     }
@@ -259,7 +285,10 @@ impl ObjectStore {
             if new == 0.0 {
                 new = 0.0;
             }
-            Ok(NewValue::Counter(CounterText::from_f64(new)))
+            Ok(NewValue::Counter(
+                CounterText::from_f64(new),
+                Number::F64(new),
+            ))
         })?;
         Ok((new, version))
     }
@@ -278,6 +307,29 @@ impl ObjectStore {
         self.update_in(None, table_id, key, rules, how, compute)
     }
 
+    /// [`Self::update`] for an exactly-once RPC (`rpc`: lease id and sequence
+    /// number): its completion record goes into the same append as the object
+    /// (RIFL §4.1), so both are durable together. Returns the version and the
+    /// record.
+    pub(super) fn update_recorded<'v>(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        rules: &RejectRules,
+        rpc: (u64, u64),
+        compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
+    ) -> Result<(u64, Option<AppendedRecord>), WriteError> {
+        self.update_full(
+            None,
+            table_id,
+            key,
+            rules,
+            (Access::Client, None),
+            Some(rpc),
+            compute,
+        )
+    }
+
     /// [`Self::update`], appending to side log `side` instead of the head when
     /// given (a migration's pulled records, K§2.3): then nothing is reported for
     /// replication here; the side log replicates whole segments and is committed
@@ -288,9 +340,26 @@ impl ObjectStore {
         table_id: u64,
         key: &[u8],
         rules: &RejectRules,
-        (access, forced_version): (Access, Option<u64>),
+        how: (Access, Option<u64>),
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<u64, WriteError> {
+        self.update_full(side, table_id, key, rules, how, None, compute)
+            .map(|(version, _)| version)
+    }
+
+    /// The one write path: [`Self::update_in`], plus the completion record of
+    /// exactly-once RPC `rpc` (lease id, sequence number) when given.
+    #[allow(clippy::too_many_arguments)]
+    fn update_full<'v>(
+        &self,
+        side: Option<&SideLog>,
+        table_id: u64,
+        key: &[u8],
+        rules: &RejectRules,
+        (access, forced_version): (Access, Option<u64>),
+        rpc: Option<(u64, u64)>,
+        compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
+    ) -> Result<(u64, Option<AppendedRecord>), WriteError> {
         if key.len() > MAX_KEY_BYTES {
             return Err(WriteError::KeyTooLarge(key.len()));
         }
@@ -298,7 +367,7 @@ impl ObjectStore {
         let inner = &*self.inner;
         let log = &inner.log;
         let _pin = log.pin();
-        let (appended, version) = {
+        let (appended, version, record) = {
             let mut guard = inner.index.lock(hash);
             let tablets = inner.shared.tablets.load();
             let tablet = tablets
@@ -323,8 +392,8 @@ impl ObjectStore {
                     })
                 });
             rules.check(current.as_ref().map(|c| c.version))?;
-            let value = compute(current_view.as_ref())?;
-            let value = value.bytes();
+            let new_value = compute(current_view.as_ref())?;
+            let value = new_value.bytes();
             let version = match (&current, forced_version) {
                 (_, Some(v)) => v,
                 (Some(c), None) => c.version + 1,
@@ -348,9 +417,22 @@ impl ObjectStore {
                 version: c.version,
                 location: c.at,
             });
-            let appended = match side {
-                None => log.append_object(&object, dead),
-                Some(side) => log.append_side(side, &object, dead),
+            let mut record = None;
+            let appended = match (side, rpc) {
+                (None, None) => log.append_object(&object, dead),
+                (None, Some((lease_id, seq))) => {
+                    let outcome = new_value.outcome(version);
+                    let mut buf = [0; MAX_OUTCOME_BYTES];
+                    let n = outcome.encode(&mut buf);
+                    let encoded = encode_rpc_result(lease_id, seq, table_id, hash, &buf[..n])
+                        .ok_or(WriteError::TooLargeRecord)?;
+                    log.append_object_with_record(&object, dead, encoded.as_bytes())
+                        .map(|(a, at)| {
+                            record = Some((at, encoded.as_bytes().len(), outcome));
+                            a
+                        })
+                }
+                (Some(side), _) => log.append_side(side, &object, dead),
             };
             let appended = match appended {
                 Ok(a) => a,
@@ -376,12 +458,12 @@ impl ObjectStore {
                 }
             }
             tablet.object_added(new_len);
-            (appended, version)
+            (appended, version, record)
         };
         if side.is_none() {
             log.replicate(&appended);
             self.note_head(appended.segment_id);
         }
-        Ok(version)
+        Ok((version, record))
     }
 }

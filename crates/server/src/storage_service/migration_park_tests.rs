@@ -197,6 +197,7 @@ async fn parks_never_a_blind_write() {
         rules: RejectRules::default(),
         key: b"k",
         value: b"new",
+        rpc_id: None,
     });
     let mut out = Vec::new();
     assert_eq!(service.handle(&write, &mut out), Handled::Done);

@@ -15,6 +15,7 @@ use ramstore_wire::{
     RejectRules, Request, Response, ServerListEntries, Status, WireError,
 };
 
+use super::exactly_once::OnceOp;
 use super::object_ops::{error_body, read_status, status_body, write_kind, write_status};
 use super::request_path::{Durability, Step};
 use super::wire_reply::{
@@ -186,11 +187,13 @@ impl StorageService {
                 rules: r,
                 key,
                 value,
+                rpc_id: None,
             } => self.write(id, table_id, &r, key, value, out)?,
             Request::Remove {
                 table_id,
                 rules: r,
                 key,
+                rpc_id: None,
             } => self.remove(id, table_id, &r, key, out)?,
             Request::Increment {
                 table_id,
@@ -198,7 +201,37 @@ impl StorageService {
                 kind,
                 delta,
                 key,
+                rpc_id: None,
             } => self.increment(id, (table_id, key), &r, kind, delta, out)?,
+            // Exactly-once (RIFL): checked against the completion records first.
+            Request::Write {
+                table_id,
+                rules: r,
+                key,
+                value,
+                rpc_id: Some(rpc),
+            } => self.update_once(id, (table_id, key), &r, OnceOp::Write { value }, rpc, out)?,
+            Request::Remove {
+                table_id,
+                rules: r,
+                key,
+                rpc_id: Some(rpc),
+            } => self.update_once(id, (table_id, key), &r, OnceOp::Remove, rpc, out)?,
+            Request::Increment {
+                table_id,
+                rules: r,
+                kind,
+                delta,
+                key,
+                rpc_id: Some(rpc),
+            } => self.update_once(
+                id,
+                (table_id, key),
+                &r,
+                OnceOp::Increment { kind, delta },
+                rpc,
+                out,
+            )?,
             Request::MultiRead(items) => self.multi_read(id, items, out)?,
             Request::MultiWrite(items) => self.multi_write(id, items, out)?,
             Request::MultiRemove(items) => self.multi_remove(id, items, out)?,
@@ -262,6 +295,8 @@ impl StorageService {
             | Request::CrashServer { .. }
             | Request::SuspectServer { .. }
             | Request::RenewLease { .. }
+            | Request::ClientLease { .. }
+            | Request::CheckClientLease { .. }
             | Request::Leave { .. }
             | Request::MigrateTablet { .. }
             | Request::ListMigrations
@@ -308,7 +343,7 @@ impl StorageService {
         Ok(durability)
     }
 
-    fn write(
+    pub(super) fn write(
         &self,
         id: u64,
         table_id: u64,
@@ -325,7 +360,7 @@ impl StorageService {
         Ok(Durability::LogEnd)
     }
 
-    fn remove(
+    pub(super) fn remove(
         &self,
         id: u64,
         table_id: u64,
@@ -344,7 +379,7 @@ impl StorageService {
         Ok(Durability::LogEnd)
     }
 
-    fn increment(
+    pub(super) fn increment(
         &self,
         id: u64,
         (table_id, key): (u64, &[u8]),

@@ -44,7 +44,8 @@ pub(crate) fn write_status(e: WriteError) -> Status {
         WriteError::NotNumeric(_) => Status::NotNumeric,
         WriteError::Overflow => Status::Overflow,
         WriteError::NoSpace => Status::NoSpace,
-        WriteError::Migrating => Status::Retry,
+        WriteError::Migrating | WriteError::RpcInProgress => Status::Retry,
+        WriteError::StaleRpc => Status::StaleRpc,
         _ => Status::Internal,
     }
 }
@@ -186,6 +187,11 @@ impl StorageService {
             Gated::Wait => Err(WriteError::Migrating),
         };
         self.accepted(result.map(|(v, version)| (v.to_le_bytes(), version)))
+    }
+
+    /// Notes an accepted write (an exactly-once one's, whose result type differs).
+    pub(crate) fn note_accepted(&self) {
+        self.full_log.accepted();
     }
 
     /// Notes an accepted write: the log is not refusing writes any more (L§7).

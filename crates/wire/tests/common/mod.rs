@@ -69,6 +69,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
                 rules: rules_cas(5),
                 key: b"k1",
                 value: b"hello",
+                rpc_id: None,
             },
         ),
         (
@@ -80,6 +81,49 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
                     ..Default::default()
                 },
                 key: b"k1",
+                rpc_id: None,
+            },
+        ),
+        (
+            "write_exactly_once_request",
+            Request::Write {
+                table_id: TABLE,
+                rules: RejectRules::default(),
+                key: b"k1",
+                value: b"hello",
+                rpc_id: Some(RpcId {
+                    lease_id: 7,
+                    seq: 12,
+                    first_incomplete: 10,
+                }),
+            },
+        ),
+        (
+            "remove_exactly_once_request",
+            Request::Remove {
+                table_id: TABLE,
+                rules: RejectRules::default(),
+                key: b"k1",
+                rpc_id: Some(RpcId {
+                    lease_id: 7,
+                    seq: 13,
+                    first_incomplete: 13,
+                }),
+            },
+        ),
+        (
+            "increment_exactly_once_request",
+            Request::Increment {
+                table_id: TABLE,
+                rules: RejectRules::default(),
+                kind: NumberKind::I64,
+                delta: 1i64.to_le_bytes(),
+                key: b"ctr",
+                rpc_id: Some(RpcId {
+                    lease_id: 7,
+                    seq: 14,
+                    first_incomplete: 13,
+                }),
             },
         ),
         (
@@ -90,6 +134,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
                 kind: NumberKind::I64,
                 delta: 5i64.to_le_bytes(),
                 key: b"ctr",
+                rpc_id: None,
             },
         ),
         (
@@ -100,6 +145,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
                 kind: NumberKind::F64,
                 delta: 1.5f64.to_le_bytes(),
                 key: b"ctr",
+                rpc_id: None,
             },
         ),
         (
@@ -218,6 +264,18 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
             },
         ),
         ("renew_lease_request", Request::RenewLease { caller_id: 5 }),
+        (
+            "client_lease_open_request",
+            Request::ClientLease { lease_id: 0 },
+        ),
+        (
+            "client_lease_renew_request",
+            Request::ClientLease { lease_id: 7 },
+        ),
+        (
+            "check_client_lease_request",
+            Request::CheckClientLease { lease_id: 7 },
+        ),
         ("leave_request", Request::Leave { server_id: 3 }),
         (
             "migrate_tablet_request",
@@ -640,6 +698,19 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
             "renew_lease_response",
             Opcode::RenewLease,
             Response::RenewLease { lease_ms: 500 },
+        ),
+        (
+            "client_lease_response",
+            Opcode::ClientLease,
+            Response::ClientLease {
+                lease_id: 7,
+                lease_ms: 30_000,
+            },
+        ),
+        (
+            "check_client_lease_response",
+            Opcode::CheckClientLease,
+            Response::CheckClientLease { live: true },
         ),
         ("leave_response", Opcode::Leave, Response::Leave),
         (

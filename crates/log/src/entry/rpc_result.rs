@@ -1,0 +1,202 @@
+//! The RpcResult entry (type 7): a completion record of an exactly-once RPC (RIFL,
+//! Lee et al. SOSP'15 §4.1; R§10.3). A master appends it in the same append as the
+//! object version the RPC wrote, so the record is durable exactly when its effect
+//! is, and recovery finds both or neither.
+//!
+//! ```text
+//! +----------+--------+----------+-------------+-------------------------------+
+//! | lease_id | seq    | table_id | key_hash    | result                        |
+//! | varint   | varint | varint   | u64 LE, 8 B | rest of the body, ≤ 32 B      |
+//! +----------+--------+----------+-------------+-------------------------------+
+//! ```
+//!
+//! `table_id` and `key_hash` place the record in a tablet, so crash recovery sends
+//! it to the recovery master of the object it belongs with (RIFL §4.3). The result
+//! is opaque here: the master encodes what the RPC answered.
+//!
+//! The encoder builds the whole entry on the stack ([`RpcResultEntry`]): the write
+//! path appends it beside the object without allocating.
+
+use super::format::{EntryError, EntryHeader, EntryType, CRC_BYTES};
+use super::parse::parse_header;
+use crate::varint::{self, MAX_VARINT_BYTES};
+
+/// Most bytes of an RPC's saved result.
+pub const MAX_RPC_RESULT_BYTES: usize = 32;
+
+/// Most bytes of a whole RpcResult entry: type, body_len (one byte: the body is
+/// below 128 bytes), three varints, the hash, the result and the checksum.
+pub const MAX_RPC_RESULT_ENTRY_BYTES: usize =
+    1 + 1 + 3 * MAX_VARINT_BYTES + 8 + MAX_RPC_RESULT_BYTES + CRC_BYTES;
+const _: () = assert!(3 * MAX_VARINT_BYTES + 8 + MAX_RPC_RESULT_BYTES < 128);
+
+/// A parsed RpcResult entry, borrowing its result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RpcResultEntry<'a> {
+    pub lease_id: u64,
+    pub seq: u64,
+    pub table_id: u64,
+    pub key_hash: u64,
+    pub result: &'a [u8],
+}
+
+/// A complete RpcResult entry encoded on the stack, checksum included.
+#[derive(Clone, Copy, Debug)]
+pub struct EncodedRpcResult {
+    bytes: [u8; MAX_RPC_RESULT_ENTRY_BYTES],
+    len: u8,
+}
+
+impl EncodedRpcResult {
+    /// The entry's bytes, ready to append.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+/// Encodes an RpcResult entry, or `None` if `result` is longer than
+/// [`MAX_RPC_RESULT_BYTES`].
+pub fn encode_rpc_result(
+    lease_id: u64,
+    seq: u64,
+    table_id: u64,
+    key_hash: u64,
+    result: &[u8],
+) -> Option<EncodedRpcResult> {
+    if result.len() > MAX_RPC_RESULT_BYTES {
+        return None;
+    }
+    let body_len = varint::encoded_len(lease_id)
+        + varint::encoded_len(seq)
+        + varint::encoded_len(table_id)
+        + 8
+        + result.len();
+    let mut e = EncodedRpcResult {
+        bytes: [0; MAX_RPC_RESULT_ENTRY_BYTES],
+        len: 0,
+    };
+    let b = &mut e.bytes;
+    b[0] = EntryType::RpcResult as u8;
+    let mut at = 1;
+    // body_len < 128 (asserted above), so its varint is one byte.
+    at += varint::encode_u64(body_len as u64, &mut b[at..]);
+    at += varint::encode_u64(lease_id, &mut b[at..]);
+    at += varint::encode_u64(seq, &mut b[at..]);
+    at += varint::encode_u64(table_id, &mut b[at..]);
+    b[at..at + 8].copy_from_slice(&key_hash.to_le_bytes());
+    at += 8;
+    b[at..at + result.len()].copy_from_slice(result);
+    at += result.len();
+    let crc = crc32c::crc32c(&b[..at]);
+    b[at..at + CRC_BYTES].copy_from_slice(&crc.to_le_bytes());
+    at += CRC_BYTES;
+    // At most MAX_RPC_RESULT_ENTRY_BYTES (< 256).
+    e.len = at as u8;
+    Some(e)
+}
+
+/// Parses the fields of an RpcResult entry whose header is `header` (checksum not
+/// checked here; [`super::parse_entry`] checks it).
+pub(crate) fn rpc_result_fields<'a>(
+    buf: &'a [u8],
+    header: &EntryHeader,
+) -> Result<RpcResultEntry<'a>, EntryError> {
+    let body_end = header.header_len + header.body_len;
+    let body = buf
+        .get(header.header_len..body_end)
+        .ok_or(EntryError::Truncated {
+            needed: body_end,
+            available: buf.len(),
+        })?;
+    let mut at = 0;
+    let mut next = || -> Result<u64, EntryError> {
+        let (v, n) =
+            varint::decode_u64(body.get(at..).unwrap_or(&[])).map_err(|_| EntryError::BadLength)?;
+        at += n;
+        Ok(v)
+    };
+    let lease_id = next()?;
+    let seq = next()?;
+    let table_id = next()?;
+    let hash: [u8; 8] = body
+        .get(at..at + 8)
+        .and_then(|s| s.try_into().ok())
+        .ok_or(EntryError::BadLength)?;
+    at += 8;
+    let result = &body[at..];
+    if result.len() > MAX_RPC_RESULT_BYTES {
+        return Err(EntryError::BadLength);
+    }
+    Ok(RpcResultEntry {
+        lease_id,
+        seq,
+        table_id,
+        key_hash: u64::from_le_bytes(hash),
+        result,
+    })
+}
+
+/// The fields of the RpcResult entry at the start of `buf` (a log reference's
+/// bytes), checking its type and checksum.
+pub fn parse_rpc_result(buf: &[u8]) -> Result<RpcResultEntry<'_>, EntryError> {
+    let header = parse_header(buf)?;
+    if header.entry_type != EntryType::RpcResult {
+        return Err(EntryError::UnexpectedType {
+            expected: EntryType::RpcResult,
+            found: header.entry_type,
+        });
+    }
+    let crc_at = header.header_len + header.body_len;
+    let stored = buf
+        .get(crc_at..crc_at + CRC_BYTES)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+        .map(u32::from_le_bytes)
+        .ok_or(EntryError::Truncated {
+            needed: header.total_len,
+            available: buf.len(),
+        })?;
+    let computed = crc32c::crc32c(&buf[..crc_at]);
+    if stored != computed {
+        return Err(EntryError::BadChecksum { stored, computed });
+    }
+    rpc_result_fields(buf, &header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::{parse_entry, Entry};
+
+    #[test]
+    fn encode_rpc_result_round_trips_through_parse_entry() {
+        let e = encode_rpc_result(7, 300, 2, 0xdead_beef_0123_4567, b"\x01abc").expect("fits");
+        let (entry, len) = parse_entry(e.as_bytes()).expect("parses");
+        assert_eq!(len, e.as_bytes().len());
+        let Entry::RpcResult(r) = entry else {
+            panic!("not an rpc result: {entry:?}")
+        };
+        assert_eq!(
+            (r.lease_id, r.seq, r.table_id, r.key_hash, r.result),
+            (7, 300, 2, 0xdead_beef_0123_4567, &b"\x01abc"[..])
+        );
+        assert_eq!(parse_rpc_result(e.as_bytes()), Ok(r));
+    }
+
+    #[test]
+    fn encode_rpc_result_refuses_a_long_result() {
+        assert!(encode_rpc_result(1, 1, 1, 1, &[0; MAX_RPC_RESULT_BYTES + 1]).is_none());
+        let e = encode_rpc_result(u64::MAX, u64::MAX, u64::MAX, 1, &[9; MAX_RPC_RESULT_BYTES])
+            .expect("the longest result fits");
+        assert_eq!(e.as_bytes().len(), MAX_RPC_RESULT_ENTRY_BYTES);
+    }
+
+    #[test]
+    fn parse_rpc_result_rejects_a_flipped_bit() {
+        let e = encode_rpc_result(7, 3, 2, 5, b"r").expect("fits");
+        for i in 0..e.as_bytes().len() {
+            let mut bad = e.as_bytes().to_vec();
+            bad[i] ^= 0x10;
+            assert!(parse_rpc_result(&bad).is_err(), "bit flip at {i} accepted");
+        }
+    }
+}
