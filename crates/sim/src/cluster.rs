@@ -31,8 +31,12 @@ pub const COORDINATOR: &str = "coord";
 /// memory (each frame of a simulated disk is held twice, as written and as
 /// durable).
 pub const SIM_SEGMENT_BYTES: usize = 128 * 1024;
-/// Frames per simulated backup disk.
-pub const SIM_BACKUP_FRAMES: u32 = 64;
+/// Frames per simulated backup disk. 64 let a 4-server run's backups fill up
+/// with side segments and tenure heads (nothing is cleaned here), so a
+/// migration's side logs never got R replicas and it stayed `Pulling`
+/// (`run_migrations_without_faults_keep_every_seed_linearizable`, seed 1, after
+/// tablet ctimes; session 32). 256 is over the backup's open-buffer limit.
+pub const SIM_BACKUP_FRAMES: u32 = 128;
 /// Log memory per master: room for the workload without cleaning (the cleaner
 /// runs on a thread, and its passes wait for replication, so the simulation
 /// never cleans; L§4 is tested elsewhere).

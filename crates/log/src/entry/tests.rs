@@ -361,7 +361,7 @@ fn parse_header_errors() {
         })
     );
     assert_eq!(parse_header(&[0, 5]), Err(EntryError::UnknownType(0)));
-    assert_eq!(parse_header(&[7, 5]), Err(EntryError::UnknownType(7)));
+    assert_eq!(parse_header(&[8, 5]), Err(EntryError::UnknownType(8)));
     assert_eq!(parse_header(&[0xff]), Err(EntryError::UnknownType(0xff)));
     assert_eq!(
         parse_header(&[2, 0x80]),
@@ -675,11 +675,12 @@ fn entry_type_from_u8_matches_repr() {
         EntryType::LogDigest,
         EntryType::SafeVersion,
         EntryType::TabletStats,
+        EntryType::RpcResult,
     ] {
         assert_eq!(EntryType::from_u8(t as u8), Some(t));
     }
     assert_eq!(EntryType::from_u8(0), None);
-    assert!((7..=255).all(|b| EntryType::from_u8(b).is_none()));
+    assert!((8..=255).all(|b| EntryType::from_u8(b).is_none()));
 }
 
 fn check_parsers_total(bytes: &[u8]) {
