@@ -23,6 +23,7 @@ mod admin;
 mod map_refresh;
 mod objects;
 mod retry_loop;
+mod rifl;
 mod tables;
 
 /// Bytes of a request frame besides its key and value (prefix, header, fixed
@@ -64,7 +65,7 @@ pub(crate) struct Inner {
     /// take its outcome instead of sending their own.
     refresh: tokio::sync::Mutex<RefreshOutcome>,
     /// The client lease and sequence numbers of exactly-once RPCs (RIFL).
-    pub(crate) rifl: crate::rifl::Session,
+    pub(crate) rifl: rifl::Session,
 }
 
 /// The outcome of the last refresh attempt, shared with the callers that waited
@@ -190,7 +191,7 @@ impl Client {
                 attempts: 0,
                 last: Ok(()),
             }),
-            rifl: crate::rifl::Session::default(),
+            rifl: rifl::Session::default(),
         });
         let mut retry = Retrier::new(&inner.options, inner.options.operation_deadline);
         // Coordinators that refused in a row: each is tried once before giving up.

@@ -104,7 +104,6 @@ mod migration;
 mod multi;
 mod options;
 mod retry;
-mod rifl;
 mod tablet_map;
 
 #[cfg(not(madsim))]

@@ -257,7 +257,7 @@ impl Client {
 
     /// An exactly-once RPC id when [`crate::ClientOptions::exactly_once`] is on
     /// (RIFL): the same id goes with every retry of the operation.
-    async fn ticket(&self) -> Result<Option<crate::rifl::Ticket>, ClientError> {
+    async fn ticket(&self) -> Result<Option<super::rifl::Ticket>, ClientError> {
         if !self.inner.options.exactly_once {
             return Ok(None);
         }

@@ -110,7 +110,7 @@ pub enum Entry<'a> {
     LogDigest(LogDigestEntry<'a>),
     SafeVersion(SafeVersionEntry),
     TabletStats(TabletStatsEntry<'a>),
-    RpcResult(super::RpcResultEntry<'a>),
+    RpcResult(super::rpc_result::RpcResultEntry<'a>),
 }
 
 impl Entry<'_> {
@@ -508,4 +508,30 @@ pub fn parse_entry(buf: &[u8]) -> Result<(Entry<'_>, usize), EntryError> {
 fn slice(buf: &[u8], offset: usize, len: usize) -> Result<&[u8], EntryError> {
     buf.get(offset..offset.saturating_add(len))
         .ok_or(EntryError::BadLength)
+}
+
+/// The fields of the RpcResult entry at the start of `buf` (a log reference's
+/// bytes), checking its type and checksum.
+pub fn parse_rpc_result(buf: &[u8]) -> Result<super::rpc_result::RpcResultEntry<'_>, EntryError> {
+    let header = parse_header(buf)?;
+    if header.entry_type != EntryType::RpcResult {
+        return Err(EntryError::UnexpectedType {
+            expected: EntryType::RpcResult,
+            found: header.entry_type,
+        });
+    }
+    let crc_at = header.header_len + header.body_len;
+    let stored = buf
+        .get(crc_at..crc_at + CRC_BYTES)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+        .map(u32::from_le_bytes)
+        .ok_or(EntryError::Truncated {
+            needed: header.total_len,
+            available: buf.len(),
+        })?;
+    let computed = crc32c::crc32c(&buf[..crc_at]);
+    if stored != computed {
+        return Err(EntryError::BadChecksum { stored, computed });
+    }
+    super::rpc_result::rpc_result_fields(buf, &header)
 }

@@ -18,7 +18,6 @@
 //! path appends it beside the object without allocating.
 
 use super::format::{EntryError, EntryHeader, EntryType, CRC_BYTES};
-use super::parse::parse_header;
 use crate::varint::{self, MAX_VARINT_BYTES};
 
 /// Most bytes of an RPC's saved result.
@@ -136,51 +135,9 @@ pub(crate) fn rpc_result_fields<'a>(
     })
 }
 
-/// The fields of the RpcResult entry at the start of `buf` (a log reference's
-/// bytes), checking its type and checksum.
-pub fn parse_rpc_result(buf: &[u8]) -> Result<RpcResultEntry<'_>, EntryError> {
-    let header = parse_header(buf)?;
-    if header.entry_type != EntryType::RpcResult {
-        return Err(EntryError::UnexpectedType {
-            expected: EntryType::RpcResult,
-            found: header.entry_type,
-        });
-    }
-    let crc_at = header.header_len + header.body_len;
-    let stored = buf
-        .get(crc_at..crc_at + CRC_BYTES)
-        .and_then(|s| <[u8; 4]>::try_from(s).ok())
-        .map(u32::from_le_bytes)
-        .ok_or(EntryError::Truncated {
-            needed: header.total_len,
-            available: buf.len(),
-        })?;
-    let computed = crc32c::crc32c(&buf[..crc_at]);
-    if stored != computed {
-        return Err(EntryError::BadChecksum { stored, computed });
-    }
-    rpc_result_fields(buf, &header)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entry::{parse_entry, Entry};
-
-    #[test]
-    fn encode_rpc_result_round_trips_through_parse_entry() {
-        let e = encode_rpc_result(7, 300, 2, 0xdead_beef_0123_4567, b"\x01abc").expect("fits");
-        let (entry, len) = parse_entry(e.as_bytes()).expect("parses");
-        assert_eq!(len, e.as_bytes().len());
-        let Entry::RpcResult(r) = entry else {
-            panic!("not an rpc result: {entry:?}")
-        };
-        assert_eq!(
-            (r.lease_id, r.seq, r.table_id, r.key_hash, r.result),
-            (7, 300, 2, 0xdead_beef_0123_4567, &b"\x01abc"[..])
-        );
-        assert_eq!(parse_rpc_result(e.as_bytes()), Ok(r));
-    }
 
     #[test]
     fn encode_rpc_result_refuses_a_long_result() {
@@ -188,15 +145,5 @@ mod tests {
         let e = encode_rpc_result(u64::MAX, u64::MAX, u64::MAX, 1, &[9; MAX_RPC_RESULT_BYTES])
             .expect("the longest result fits");
         assert_eq!(e.as_bytes().len(), MAX_RPC_RESULT_ENTRY_BYTES);
-    }
-
-    #[test]
-    fn parse_rpc_result_rejects_a_flipped_bit() {
-        let e = encode_rpc_result(7, 3, 2, 5, b"r").expect("fits");
-        for i in 0..e.as_bytes().len() {
-            let mut bad = e.as_bytes().to_vec();
-            bad[i] ^= 0x10;
-            assert!(parse_rpc_result(&bad).is_err(), "bit flip at {i} accepted");
-        }
     }
 }

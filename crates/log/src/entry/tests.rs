@@ -775,3 +775,28 @@ proptest! {
         prop_assert_eq!(entry, Entry::Tombstone(expected));
     }
 }
+
+#[test]
+fn encode_rpc_result_round_trips_through_parse_entry() {
+    let e = encode_rpc_result(7, 300, 2, 0xdead_beef_0123_4567, b"\x01abc").expect("fits");
+    let (entry, len) = parse_entry(e.as_bytes()).expect("parses");
+    assert_eq!(len, e.as_bytes().len());
+    let Entry::RpcResult(r) = entry else {
+        panic!("not an rpc result: {entry:?}")
+    };
+    assert_eq!(
+        (r.lease_id, r.seq, r.table_id, r.key_hash, r.result),
+        (7, 300, 2, 0xdead_beef_0123_4567, &b"\x01abc"[..])
+    );
+    assert_eq!(parse_rpc_result(e.as_bytes()), Ok(r));
+}
+
+#[test]
+fn parse_rpc_result_rejects_a_flipped_bit() {
+    let e = encode_rpc_result(7, 3, 2, 5, b"r").expect("fits");
+    for i in 0..e.as_bytes().len() {
+        let mut bad = e.as_bytes().to_vec();
+        bad[i] ^= 0x10;
+        assert!(parse_rpc_result(&bad).is_err(), "bit flip at {i} accepted");
+    }
+}

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use ramstore_wire::{Request, Response, RpcId};
 
-use crate::client::Inner;
+use super::Inner;
 use crate::error::ClientError;
 
 /// The client's lease and sequence numbers.
