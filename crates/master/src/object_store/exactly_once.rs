@@ -5,10 +5,9 @@
 
 use ramstore_log::entry::parse_rpc_result;
 use ramstore_log::MAX_VALUE_BYTES;
-use ramstore_wire::counter::{self, CounterText};
 use ramstore_wire::{RejectRules, RpcId};
 
-use super::write::{AppendedRecord, NewValue, Number};
+use super::write::{incremented_f64, incremented_i64, AppendedRecord, NewValue};
 use super::ObjectStore;
 use crate::error::WriteError;
 use crate::rifl::{Check, RpcOutcome};
@@ -96,15 +95,7 @@ impl ObjectStore {
     ) -> Result<RpcOutcome, WriteError> {
         self.once(id, |rpc| {
             let (_, record) = self.update_recorded(table_id, key, rules, rpc, |current| {
-                let old = match current {
-                    Some(view) => super::write::counter_text(view, counter::parse_i64)?,
-                    None => 0,
-                };
-                let new = old.checked_add(delta).ok_or(WriteError::Overflow)?;
-                Ok(NewValue::Counter(
-                    CounterText::from_i64(new),
-                    Number::I64(new),
-                ))
+                incremented_i64(current, delta)
             })?;
             recorded(record)
         })
@@ -121,22 +112,7 @@ impl ObjectStore {
     ) -> Result<RpcOutcome, WriteError> {
         self.once(id, |rpc| {
             let (_, record) = self.update_recorded(table_id, key, rules, rpc, |current| {
-                let old = match current {
-                    Some(view) => super::write::counter_text(view, counter::parse_f64)?,
-                    None => 0.0,
-                };
-                let mut new = old + delta;
-                if !new.is_finite() {
-                    return Err(WriteError::Overflow);
-                }
-                // -0 is stored as "0": answer the number stored.
-                if new == 0.0 {
-                    new = 0.0;
-                }
-                Ok(NewValue::Counter(
-                    CounterText::from_f64(new),
-                    Number::F64(new),
-                ))
+                incremented_f64(current, delta)
             })?;
             recorded(record)
         })

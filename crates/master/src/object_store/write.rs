@@ -67,6 +67,48 @@ pub(super) type AppendedRecord = (LogRef, usize, RpcOutcome);
 /// text [`CounterText`] writes, so every counter either front end made fits.
 const MAX_COUNTER_TEXT_BYTES: usize = 400;
 
+/// The value an increment by `delta` stores over `current` (a missing object
+/// counts as 0): decimal text, with the number it is. A sum outside i64 is
+/// `Overflow`.
+pub(super) fn incremented_i64(
+    current: Option<&ObjectView<'_>>,
+    delta: i64,
+) -> Result<NewValue<'static>, WriteError> {
+    let old = match current {
+        Some(view) => counter_text(view, counter::parse_i64)?,
+        None => 0,
+    };
+    let new = old.checked_add(delta).ok_or(WriteError::Overflow)?;
+    Ok(NewValue::Counter(
+        CounterText::from_i64(new),
+        Number::I64(new),
+    ))
+}
+
+/// [`incremented_i64`] for INCRBYFLOAT's numbers: a non-finite sum is
+/// `Overflow`.
+pub(super) fn incremented_f64(
+    current: Option<&ObjectView<'_>>,
+    delta: f64,
+) -> Result<NewValue<'static>, WriteError> {
+    let old = match current {
+        Some(view) => counter_text(view, counter::parse_f64)?,
+        None => 0.0,
+    };
+    let mut new = old + delta;
+    if !new.is_finite() {
+        return Err(WriteError::Overflow);
+    }
+    // -0 is stored as "0": answer the number stored.
+    if new == 0.0 {
+        new = 0.0;
+    }
+    Ok(NewValue::Counter(
+        CounterText::from_f64(new),
+        Number::F64(new),
+    ))
+}
+
 /// The number in `view`'s value, read with `parse` (decimal text, see
 /// [`ramstore_wire::counter`]), or `NotNumeric`. Copies the value into a stack
 /// buffer: a value may span seglets, and an increment must not allocate.
@@ -235,15 +277,11 @@ impl ObjectStore {
     ) -> Result<(i64, u64), WriteError> {
         let mut new = 0;
         let version = self.update(table_id, key, rules, (access, None), |current| {
-            let old = match current {
-                Some(view) => counter_text(view, counter::parse_i64)?,
-                None => 0,
-            };
-            new = old.checked_add(delta).ok_or(WriteError::Overflow)?;
-            Ok(NewValue::Counter(
-                CounterText::from_i64(new),
-                Number::I64(new),
-            ))
+            let next = incremented_i64(current, delta)?;
+            if let NewValue::Counter(_, Number::I64(n)) = next {
+                new = n;
+            }
+            Ok(next)
         })?;
         Ok((new, version))
     }
@@ -273,22 +311,11 @@ impl ObjectStore {
     ) -> Result<(f64, u64), WriteError> {
         let mut new = 0.0;
         let version = self.update(table_id, key, rules, (access, None), |current| {
-            let old = match current {
-                Some(view) => counter_text(view, counter::parse_f64)?,
-                None => 0.0,
-            };
-            new = old + delta;
-            if !new.is_finite() {
-                return Err(WriteError::Overflow);
+            let next = incremented_f64(current, delta)?;
+            if let NewValue::Counter(_, Number::F64(n)) = next {
+                new = n;
             }
-            // -0 is stored as "0": answer the number stored.
-            if new == 0.0 {
-                new = 0.0;
-            }
-            Ok(NewValue::Counter(
-                CounterText::from_f64(new),
-                Number::F64(new),
-            ))
+            Ok(next)
         })?;
         Ok((new, version))
     }
