@@ -330,18 +330,34 @@ impl<'a> Pass<'a> {
 
     /// Copies the completion record `e` if its owner still needs it.
     fn relocate_record(&mut self, e: &Found, lease_id: u64, seq: u64, relocator: &dyn Relocator) {
+        self.copy_if(e.at, e.len, |copy| {
+            relocator.relocate_record(lease_id, seq, e.at, copy)
+        });
+    }
+
+    /// Makes room for the live entry of `len` bytes at `at` and hands `relocate`
+    /// the copy to make under its owner's lock (which calls it only if the
+    /// owner still refers to that entry); counts what was copied.
+    fn copy_if(
+        &mut self,
+        at: LogRef,
+        len: usize,
+        relocate: impl FnOnce(&mut dyn FnMut() -> LogRef) -> bool,
+    ) {
         let log = self.log;
         let counted = self.survivor.is_some();
-        let len = e.len;
         self.room_for(len);
         let w = &mut self.w;
+        // A survivor counts its entries inside the copy, under the owner's lock,
+        // as combined cleaning does: once the lock is released a writer may
+        // already count the copy dead.
         let slot = w.slot;
-        let moved = relocator.relocate_record(lease_id, seq, e.at, &mut || {
-            let at = log.copy_entry(e.at, len, w);
+        let moved = relocate(&mut || {
+            let to = log.copy_entry(at, len, w);
             if counted {
                 log.survivor_entry_counted(slot, len, false);
             }
-            at
+            to
         });
         if moved {
             self.copied += len as u64;
@@ -395,29 +411,9 @@ impl<'a> Pass<'a> {
 
     /// Relocates the batch's objects that the hash table still refers to (L§6.2).
     fn relocate_batch(&mut self, batch: &mut Batch<'a>, relocator: &dyn Relocator) {
-        let log = self.log;
-        let counted = self.survivor.is_some();
         for (view, hash, _) in batch.drain(..) {
             let (at, len) = (view.location(), view.entry_len());
-            self.room_for(len);
-            let w = &mut self.w;
-            // A survivor counts its objects inside the copy, under the bucket lock,
-            // as combined cleaning does: once the lock is released a writer may
-            // already count the copy dead.
-            let slot = w.slot;
-            let moved = relocator.relocate(&view, hash, &mut || {
-                let at = log.copy_entry(at, len, w);
-                if counted {
-                    log.survivor_entry_counted(slot, len, false);
-                }
-                at
-            });
-            if moved {
-                self.copied += len as u64;
-                if let Some(s) = &mut self.survivor {
-                    s.sums.add(len, false);
-                }
-            }
+            self.copy_if(at, len, |copy| relocator.relocate(&view, hash, copy));
         }
     }
 }
