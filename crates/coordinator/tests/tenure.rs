@@ -95,15 +95,22 @@ fn migration_ownership_moved_gives_the_tablet_the_persisted_target_ctime() {
     assert_eq!(core.migrations()[0].target_ctime, 42);
 }
 
+/// Migrates the upper half to `target`, whose tenure begins at `target_ctime`,
+/// up to ownership moved (pulling).
+fn moved_to(core: &mut CoordinatorCore, target: ServerId, target_ctime: u64) -> MigrationRecord {
+    let m = core
+        .begin_migration("t", UPPER, target, MigrationMode::Rocksteady)
+        .unwrap();
+    core.migration_target_tenure(m.id, target_ctime).unwrap();
+    core.migration_ownership_moved(m.id, 5).unwrap();
+    m
+}
+
 #[test]
 fn lineage_replays_each_log_from_its_own_ctime_and_roll_back_restores_the_source() {
     let (_, mut core, ids) = setup();
     let (source, target) = recovered_with(&mut core, &ids, 17);
-    let m = core
-        .begin_migration("t", UPPER, target, MigrationMode::Rocksteady)
-        .unwrap();
-    core.migration_target_tenure(m.id, 42).unwrap();
-    core.migration_ownership_moved(m.id, 5).unwrap();
+    let m = moved_to(&mut core, target, 42);
     core.server_crashed(target).unwrap();
     let lineage = core.lineage_of(target);
     assert!(matches!(lineage[..], [Lineage::RollBack(_)]));
@@ -125,11 +132,7 @@ fn lineage_replays_each_log_from_its_own_ctime_and_roll_back_restores_the_source
 fn migration_source_recovered_since_records_the_new_sources_ctime() {
     let (_, mut core, ids) = setup();
     let (source, target) = recovered_with(&mut core, &ids, 17);
-    let m = core
-        .begin_migration("t", UPPER, target, MigrationMode::Rocksteady)
-        .unwrap();
-    core.migration_target_tenure(m.id, 42).unwrap();
-    core.migration_ownership_moved(m.id, 5).unwrap();
+    let m = moved_to(&mut core, target, 42);
     core.server_crashed(source).unwrap();
     let lineage = core.lineage_of(source);
     assert!(matches!(lineage[..], [Lineage::NewSource(_)]));
