@@ -46,6 +46,9 @@ pub struct CleanerRun {
     /// Passes in the window.
     pub compactions: u64,
     pub combined_passes: u64,
+    /// Of `combined_passes`, those that cleaned one segment in place
+    /// (`cleaner::incremental`) rather than a batch.
+    pub incremental_combined_passes: u64,
     /// Passes in the window that found work but no memory for their output.
     pub passes_without_memory: u64,
     /// Combined passes in the window that read their victims and gave them back.
@@ -145,6 +148,7 @@ pub(super) fn run_one(spec: RunSpec, budget: Budget) -> CleanerRun {
         memory_copy_per_write_byte: 0.0,
         compactions: 0,
         combined_passes: 0,
+        incremental_combined_passes: 0,
         passes_without_memory: 0,
         combined_passes_refused: 0,
         cleaner_cpu_seconds: 0.0,
@@ -297,6 +301,8 @@ pub(super) fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> an
     out.cleaner_bytes_copied = bytes_copied;
     out.compactions = s1.compactions - s0.compactions;
     out.combined_passes = s1.combined_passes - s0.combined_passes;
+    out.incremental_combined_passes =
+        s1.incremental_combined_passes - s0.incremental_combined_passes;
     out.passes_without_memory = s1.passes_without_memory - s0.passes_without_memory;
     out.combined_passes_refused = s1.combined_passes_refused - s0.combined_passes_refused;
     out.cleaner_cpu_seconds = (s1.cleaner_cpu_ns - s0.cleaner_cpu_ns) as f64 / 1e9;
