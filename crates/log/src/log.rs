@@ -53,10 +53,10 @@ pub(crate) enum SegmentState {
     /// A side log's segment (`side`): not yet in the log (no digest names it)
     /// until its side log is committed; never cleaned before that.
     Side,
-    /// Cleaned by a one-segment combined pass (`cleaner::incremental`) whose
-    /// survivor is being replicated: still in the log (the digest names it until
-    /// the survivor is durable) but no longer in memory, where its seglets became
-    /// the survivor's.
+    /// Cleaned by a combined pass whose survivors are being replicated: still in
+    /// the log (the digest names it until the survivors are durable) but no
+    /// longer in memory (its seglets became the survivor's, or went back to the
+    /// pool).
     Leaving,
 }
 
