@@ -6,6 +6,14 @@ use ramstore_log::LogRef;
 use super::{key_hash, EnumeratedObject, ObjectStore};
 use crate::error::ReadError;
 
+/// A scan window ends once it holds this many references (a few memory latencies
+/// of misses in flight, small enough that a batch cut short by `max_bytes`
+/// prefetched little for nothing)...
+const PREFETCH_REFS: usize = 32;
+/// ...or this many buckets (sparse tables: most buckets hold other tables'
+/// entries, or none).
+const PREFETCH_BUCKETS: usize = 16;
+
 impl ObjectStore {
     /// Returns the next batch of objects of `table_id` in the tablet holding hash
     /// `cursor`, starting at that hash, and the cursor to continue from (`None` when
@@ -67,51 +75,73 @@ impl ObjectStore {
         let _pin = log.pin();
         let mut bytes = 0usize;
         let mut bucket = index.bucket_of(cursor);
-        let mut refs = Vec::new();
+        // References of a window of buckets, with where each bucket's run ends:
+        // the whole window is prefetched before any entry is read, so the cache
+        // misses on the entries (the scan's cost, K§2.3) overlap.
+        let mut refs: Vec<LogRef> = Vec::with_capacity(2 * PREFETCH_REFS);
+        let mut runs: Vec<(usize, usize)> = Vec::with_capacity(PREFETCH_BUCKETS);
         let (mut key_buf, mut value_buf) = (Vec::new(), Vec::new());
         loop {
             refs.clear();
-            index.for_each_in_bucket(bucket, |r| refs.push(LogRef(r)));
+            runs.clear();
+            let mut b = bucket;
+            loop {
+                index.for_each_in_bucket(b, |r| refs.push(LogRef(r)));
+                runs.push((b, refs.len()));
+                let (_, last) = index.bucket_hash_range(b);
+                if last >= end || refs.len() >= PREFETCH_REFS || runs.len() == PREFETCH_BUCKETS {
+                    break;
+                }
+                b += 1;
+            }
             for &r in &refs {
-                let Ok(view) = log.object(r) else { continue };
-                if view.table_id() != table_id {
-                    continue;
-                }
-                let key = match view.key_slice() {
-                    Some(k) => k,
-                    None => {
-                        key_buf.clear();
-                        view.copy_key(&mut key_buf);
-                        &key_buf[..]
+                log.prefetch_entry(r);
+            }
+            let mut from = 0;
+            for &(b, to) in &runs {
+                for &r in &refs[from..to] {
+                    let Ok(view) = log.object(r) else { continue };
+                    if view.table_id() != table_id {
+                        continue;
                     }
-                };
-                let hash = key_hash(key);
-                // The walk may pass entries of other buckets (an overflow bucket
-                // unlinked and reused by another chain while the walk stood in it,
-                // `ramstore_index` docs); they are returned with their own bucket,
-                // or the batch would hold them twice.
-                if hash < cursor || hash > end || index.bucket_of(hash) != bucket {
-                    continue;
-                }
-                let value = match view.value_slice() {
-                    Some(v) => v,
-                    None => {
-                        value_buf.clear();
-                        view.copy_value(&mut value_buf);
-                        &value_buf[..]
+                    let key = match view.key_slice() {
+                        Some(k) => k,
+                        None => {
+                            key_buf.clear();
+                            view.copy_key(&mut key_buf);
+                            &key_buf[..]
+                        }
+                    };
+                    let hash = key_hash(key);
+                    // The walk may pass entries of other buckets (an overflow
+                    // bucket unlinked and reused by another chain while the walk
+                    // stood in it, `ramstore_index` docs); they are returned with
+                    // their own bucket, or the batch would hold them twice.
+                    if hash < cursor || hash > end || index.bucket_of(hash) != b {
+                        continue;
                     }
-                };
-                bytes += key.len() + value.len();
-                visit(view.version(), key, value);
+                    let value = match view.value_slice() {
+                        Some(v) => v,
+                        None => {
+                            value_buf.clear();
+                            view.copy_value(&mut value_buf);
+                            &value_buf[..]
+                        }
+                    };
+                    bytes += key.len() + value.len();
+                    visit(view.version(), key, value);
+                }
+                from = to;
+                let (_, last) = index.bucket_hash_range(b);
+                if last >= end {
+                    return Ok(end.checked_add(1));
+                }
+                if bytes >= max_bytes {
+                    return Ok(Some(last + 1));
+                }
             }
-            let (_, last) = index.bucket_hash_range(bucket);
-            if last >= end {
-                return Ok(end.checked_add(1));
-            }
-            if bytes >= max_bytes {
-                return Ok(Some(last + 1));
-            }
-            bucket += 1;
+            // `runs` is never empty: the inner loop pushes before it breaks.
+            bucket = runs[runs.len() - 1].0 + 1;
         }
     }
 }
