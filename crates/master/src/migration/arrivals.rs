@@ -90,8 +90,16 @@ impl Arrivals {
 
     /// Whether the target's copy of `key` is authoritative.
     pub fn is_settled(&self, key: &[u8]) -> bool {
-        let hash = key_hash(key);
-        self.partitions.iter().any(|p| p.covers(hash)) || self.settled.contains(key)
+        self.is_settled_hashed(key, key_hash(key))
+    }
+
+    /// [`Self::is_settled`] for a key whose hash the caller has: the apply path
+    /// asks it once per pulled record, where the set of keys settled one by one
+    /// is almost always empty — hashing the key again for it cost 13% of the
+    /// target's apply (docs/benchmarks.md, issue 20 session 32).
+    pub fn is_settled_hashed(&self, key: &[u8], hash: u64) -> bool {
+        self.partitions.iter().any(|p| p.covers(hash))
+            || (!self.settled.is_empty() && self.settled.contains(key))
     }
 
     /// The key is authoritative here from now on (a priority pull answered, or a

@@ -250,7 +250,8 @@ impl IncomingMigration {
         arrivals: &Arrivals,
         o: PulledObject<'_>,
     ) -> Result<(), WriteError> {
-        if !self.contains(self.table_id, key_hash(o.key)) || arrivals.is_settled(o.key) {
+        let hash = key_hash(o.key);
+        if !self.contains(self.table_id, hash) || arrivals.is_settled_hashed(o.key, hash) {
             return Ok(());
         }
         if store.replay_object_into(side, self.table_id, o.key, o.value, o.version)? {
