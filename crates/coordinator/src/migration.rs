@@ -591,15 +591,18 @@ impl Migrator {
                 .cluster
                 .core()
                 .migration_ownership_moved(record.id, safe_version);
-            tracing::info!(id = record.id, safe_version, ok = moved.is_ok(), "migration: ownership moved");
+            tracing::info!(
+                id = record.id,
+                safe_version,
+                ok = moved.is_ok(),
+                "migration: ownership moved"
+            );
             moved
         };
         let actions = match actions {
             Ok(actions) => actions,
             Err(CoordinatorError::MigrationTargetCrashed(_)) => {
-                return Err(
-                    roll_back_unmoved(&self.cluster, &self.notifier, &record).await,
-                );
+                return Err(roll_back_unmoved(&self.cluster, &self.notifier, &record).await);
             }
             Err(e) => return Err(e),
         };

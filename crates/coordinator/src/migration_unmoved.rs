@@ -115,7 +115,9 @@ pub(crate) async fn roll_back_unmoved(
                             "the migration changed while it was rolled back".into(),
                         );
                     }
-                    Err(e) => tracing::warn!(id = record.id, error = %e, "migration: cannot record the roll-back; retried"),
+                    Err(e) => {
+                        tracing::warn!(id = record.id, error = %e, "migration: cannot record the roll-back; retried")
+                    }
                 }
             }
             Err(why) => {

@@ -51,7 +51,10 @@ fn migration_ownership_moved_refuses_a_target_crashed_before_the_move() {
         .expect("begin");
     core.server_crashed(target).expect("crash");
     let e = core.migration_ownership_moved(m.id, 10).unwrap_err();
-    assert!(matches!(e, CoordinatorError::MigrationTargetCrashed(id) if id == m.id), "{e}");
+    assert!(
+        matches!(e, CoordinatorError::MigrationTargetCrashed(id) if id == m.id),
+        "{e}"
+    );
     assert_eq!(owner(&core), source, "the range stays on its source");
     assert_eq!(core.migrations()[0].state, MigrationState::Preparing);
     // Its recovery finishing changes nothing: the move is still refused.
@@ -82,7 +85,9 @@ fn migration_unmoved_rolled_back_finishes_the_record_and_has_the_source_serve() 
         .begin_migration("t", UPPER, target, MigrationMode::Rocksteady)
         .expect("begin");
     core.server_crashed(target).expect("crash");
-    let actions = core.migration_unmoved_rolled_back(m.id).expect("rolled back");
+    let actions = core
+        .migration_unmoved_rolled_back(m.id)
+        .expect("rolled back");
     assert!(
         matches!(actions.as_slice(), [Action::TakeTablet { server_id, start_hash, .. }]
             if *server_id == source && *start_hash == UPPER.0),

@@ -189,8 +189,16 @@ fn assert_no_migration_stuck(seed: &str) {
         .lines()
         .find(|l| l.contains("migrations_stuck="))
         .unwrap_or_else(|| panic!("no migrations_stuck= line in {stdout}"));
-    assert_eq!(field(summary, "migrations_stuck"), "0", "seed {seed}: {summary}");
-    assert_eq!(field(summary, "unreadable_keys"), "0", "seed {seed}: {summary}");
+    assert_eq!(
+        field(summary, "migrations_stuck"),
+        "0",
+        "seed {seed}: {summary}"
+    );
+    assert_eq!(
+        field(summary, "unreadable_keys"),
+        "0",
+        "seed {seed}: {summary}"
+    );
 }
 
 /// Regression (issue 20, known limit 4 of the design notes' lineage
