@@ -45,6 +45,8 @@ use tokio::sync::oneshot;
 use crate::cluster::Cluster;
 use crate::coordinator::{address_of, take_migrating_action, Action, CoordinatorCore};
 use crate::error::CoordinatorError;
+use crate::migration_orphans::{drop_orphan_copy, OrphanDrop};
+use crate::migration_unmoved::roll_back_unmoved;
 use crate::notifier::{Notifier, NOTIFY_DEADLINE_MS};
 use crate::server_list::ServerId;
 
@@ -167,6 +169,7 @@ impl CoordinatorCore {
         let Some(m) = self.state().migrations().get(id).copied() else {
             return Ok(Vec::new());
         };
+        self.refuse_a_gone_target(&m)?;
         let mut next = self.state().clone();
         let Some(table) = next.tables_mut().by_id_mut(m.table_id) else {
             return Ok(Vec::new());
@@ -201,6 +204,7 @@ impl CoordinatorCore {
         let Some(mut m) = self.state().migrations().get(id).copied() else {
             return Ok(Vec::new());
         };
+        self.refuse_a_gone_target(&m)?;
         if m.state == MigrationState::Preparing {
             m.state = MigrationState::Copying;
             m.safe_version = safe_version;
@@ -210,6 +214,24 @@ impl CoordinatorCore {
         let action = take_migrating_action(&next, &m);
         self.commit(next)?;
         Ok(vec![action])
+    }
+
+    /// `MigrationTargetCrashed` for a `Preparing` migration whose target is
+    /// no longer up: moving the range to it would give it to a master whose
+    /// crash recovery may be over, and nobody would hold it (issue 20, seed
+    /// 285). Checked under the core's lock, in the call that would move it,
+    /// so no crash is declared in between; the caller rolls the migration
+    /// back instead (`migration_unmoved`).
+    fn refuse_a_gone_target(&self, m: &MigrationRecord) -> Result<(), CoordinatorError> {
+        let up = self
+            .state()
+            .servers()
+            .get(m.target)
+            .is_some_and(|e| e.is_up());
+        if m.state == MigrationState::Preparing && !up {
+            return Err(CoordinatorError::MigrationTargetCrashed(m.id));
+        }
+        Ok(())
     }
 
     /// Forgets a migration that never moved ownership (its source refused or is
@@ -389,7 +411,7 @@ impl Migrator {
             self.copy_waiters.lock().push((record.id, tx));
             rx
         });
-        let moved = self.move_ownership(record).await;
+        let moved = self.move_ownership(record, false).await;
         if let Err(e) = moved {
             self.copy_waiters.lock().retain(|(id, _)| *id != record.id);
             return Err(e);
@@ -449,7 +471,7 @@ impl Migrator {
             .filter(|m| m.state == MigrationState::Preparing)
             .collect();
         for record in preparing {
-            if let Err(e) = self.move_ownership(record).await {
+            if let Err(e) = self.move_ownership(record, true).await {
                 tracing::warn!(id = record.id, error = %e, "resumed migration did not start");
             }
         }
@@ -500,8 +522,13 @@ impl Migrator {
         }
     }
 
-    /// Steps 2–4 for a `Preparing` record.
-    async fn move_ownership(&self, record: MigrationRecord) -> Result<(), CoordinatorError> {
+    /// Steps 2–4 for a `Preparing` record. `resumed`: a previous coordinator
+    /// drove it and may have fenced the source already.
+    async fn move_ownership(
+        &self,
+        record: MigrationRecord,
+        resumed: bool,
+    ) -> Result<(), CoordinatorError> {
         // A drop still due on the target for a stale copy of this range (a
         // finished migration's) must land before the target takes the range,
         // never after (it would drop the new tablet).
@@ -514,27 +541,17 @@ impl Migrator {
         if record.returns != 0 {
             self.drop_stale_copy(&record).await?;
         }
-        // The target's tenure of the range starts at or above its tenure floor
-        // (after the stale-copy drops above); recorded before anything is
-        // fenced or moved (R§9).
-        let target_ctime = loop {
-            if let Some(stats) = crate::master_stats::fetch(&self.cluster, record.target).await {
-                break stats.tenure_floor;
-            }
-            if !self.cluster.is_up(record.target) {
-                self.cluster.core().abort_migration(record.id)?;
-                return Err(CoordinatorError::MigrationRefused(
-                    "the target master is no longer up".into(),
-                ));
-            }
-            self.cluster
-                .clock
-                .sleep(Duration::from_millis(PREPARE_RETRY_MS))
-                .await;
-        };
-        self.cluster
-            .core()
-            .migration_target_tenure(record.id, target_ctime)?;
+        // A copy of the range that nothing names (an orphan) goes first, and
+        // the target's tenure of the range starts at or above its tenure floor
+        // read after that; recorded before anything is fenced or moved (R§9).
+        let target_up = self.prepare_target(&record).await?;
+        if !target_up && !resumed {
+            // Nothing was fenced: this coordinator has sent no PrepareMigration.
+            self.cluster.core().abort_migration(record.id)?;
+            return Err(CoordinatorError::MigrationRefused(
+                "the target master is no longer up".into(),
+            ));
+        }
         let safe_version = loop {
             match self.prepare(&record).await {
                 Prepared::SafeVersion(v) => break v,
@@ -558,26 +575,66 @@ impl Migrator {
             }
         };
         let actions = if record.mode == MigrationMode::StopAndCopy {
-            let actions = self
+            let copying = self
                 .cluster
                 .core()
-                .migration_copying(record.id, safe_version)?;
+                .migration_copying(record.id, safe_version);
             tracing::info!(
                 id = record.id,
                 safe_version,
+                ok = copying.is_ok(),
                 "migration: copying (stop-and-copy)"
             );
-            actions
+            copying
         } else {
-            let actions = self
+            let moved = self
                 .cluster
                 .core()
-                .migration_ownership_moved(record.id, safe_version)?;
-            tracing::info!(id = record.id, safe_version, "migration: ownership moved");
-            actions
+                .migration_ownership_moved(record.id, safe_version);
+            tracing::info!(
+                id = record.id,
+                safe_version,
+                ok = moved.is_ok(),
+                "migration: ownership moved"
+            );
+            moved
+        };
+        let actions = match actions {
+            Ok(actions) => actions,
+            Err(CoordinatorError::MigrationTargetCrashed(_)) => {
+                return Err(roll_back_unmoved(&self.cluster, &self.notifier, &record).await);
+            }
+            Err(e) => return Err(e),
         };
         self.notifier.carry_out(actions).await;
         Ok(())
+    }
+
+    /// Before the source is fenced: the target drops any orphan copy of the
+    /// range (`migration_orphans`), then its tenure floor is recorded as the
+    /// migration's target ctime. False if the target is no longer up.
+    async fn prepare_target(&self, record: &MigrationRecord) -> Result<bool, CoordinatorError> {
+        match drop_orphan_copy(&self.cluster, &self.notifier, record).await {
+            OrphanDrop::TargetGone => return Ok(false),
+            // PrepareMigration finds the source gone and aborts.
+            OrphanDrop::SourceGone | OrphanDrop::Dropped => {}
+        }
+        let target_ctime = loop {
+            if let Some(stats) = crate::master_stats::fetch(&self.cluster, record.target).await {
+                break stats.tenure_floor;
+            }
+            if !self.cluster.is_up(record.target) {
+                return Ok(false);
+            }
+            self.cluster
+                .clock
+                .sleep(Duration::from_millis(PREPARE_RETRY_MS))
+                .await;
+        };
+        self.cluster
+            .core()
+            .migration_target_tenure(record.id, target_ctime)?;
+        Ok(true)
     }
 
     /// Whether a finished migration's stale copy of `record`'s range waits to be
@@ -654,7 +711,7 @@ impl Migrator {
             // answers its PrepareMigration while this answer is on its way.
             let me = self.clone();
             tokio::spawn(async move {
-                if let Err(e) = me.move_ownership(ret).await {
+                if let Err(e) = me.move_ownership(ret, false).await {
                     tracing::warn!(id = ret.id, error = %e, "return migration did not start");
                 }
             });

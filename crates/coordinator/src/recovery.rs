@@ -287,6 +287,16 @@ impl RecoveryDriver {
 
     /// One attempt (see the module doc).
     async fn attempt(self: &Arc<Self>, crashed: ServerId) -> Attempt {
+        // A migration from the crashed master still `Preparing` may yet have
+        // its target drop an orphan copy of the range (`migration_orphans`);
+        // the migrator resolves it soon (PrepareMigration finds the source
+        // gone), and only then may the range be placed, on any master.
+        let preparing = self.cluster.core().migrations_preparing_from(crashed);
+        if preparing > 0 {
+            return Attempt::Again(format!(
+                "{preparing} migrations from it are still being prepared"
+            ));
+        }
         // A stop-and-copy from the crashed master is over (the range never
         // moved): recorded so, and the target's partial copy dropped, before
         // the range is placed (the target may be picked for it).
