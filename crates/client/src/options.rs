@@ -13,6 +13,9 @@ pub const DEFAULT_OPERATION_DEADLINE_MS: u64 = 30_000;
 /// Default time a write keeps retrying a full log ([`ClientOptions::no_space_patience`]).
 pub const DEFAULT_NO_SPACE_PATIENCE_MS: u64 = 3_000;
 
+/// Whether mutations are exactly-once RPCs by default ([`ClientOptions::exactly_once`]).
+pub const DEFAULT_EXACTLY_ONCE: bool = false;
+
 const _: () = assert!(DEFAULT_RPC_DEADLINE_MS <= DEFAULT_OPERATION_DEADLINE_MS);
 const _: () = assert!(DEFAULT_NO_SPACE_PATIENCE_MS <= DEFAULT_OPERATION_DEADLINE_MS);
 
@@ -84,7 +87,7 @@ impl ClientOptions {
             no_space_patience: Duration::from_millis(DEFAULT_NO_SPACE_PATIENCE_MS),
             clock: system_clock(),
             rng: system_rng(),
-            exactly_once: false,
+            exactly_once: DEFAULT_EXACTLY_ONCE,
         }
     }
 
