@@ -16,13 +16,15 @@
 //!   memoization over the model in `model.rs`).
 //! - An operation whose outcome is unknown (timeout, lost connection) may have taken
 //!   effect at any time after its invocation, or never; a failed read is ignored.
-//! - Until ramstore has RIFL-style completion records, a retried call may take
-//!   effect more than once (at-least-once, docs/design.md §1). With
-//!   [`CheckOptions::at_least_once`] every mutating call slow enough to have been
-//!   retried may also have taken effect more times, unseen, between its invocation
-//!   and its return (duplicates from retries: one, plus one per
+//! - Mutations are exactly-once (RIFL completion records, issue 21): a retried
+//!   call takes effect at most once, so by default a duplicate is a violation.
+//!   With [`CheckOptions::at_least_once`] (clients without RPC ids, or tablets
+//!   whose completion records do not follow them yet, see
+//!   [`CheckOptions::at_least_once`]) every mutating call slow enough to have been
+//!   retried may also have taken effect more times, unseen, between its
+//!   invocation and its return (duplicates from retries: one, plus one per
 //!   [`RETRY_ATTEMPT_MIN_NS`] it lasted beyond [`CheckOptions::duplicate_min_ns`],
-//!   at most [`MAX_DUPLICATES_PER_CALL`]); without it a duplicate is a violation.
+//!   at most [`MAX_DUPLICATES_PER_CALL`]).
 //! - The named real-time checks (`checks.rs`) classify what went wrong (lost write,
 //!   resurrected delete, version regressed) before the search gives its verdict.
 //!
@@ -76,7 +78,8 @@ pub const MAX_DUPLICATES_PER_CALL: usize = 3;
 #[derive(Clone, Debug)]
 pub struct CheckOptions {
     /// Mutating calls may have taken effect a second time within their own
-    /// interval (at-least-once retries; see the crate documentation).
+    /// interval (at-least-once retries; see the crate documentation). Off by
+    /// default: clients send exactly-once RPCs.
     pub at_least_once: bool,
     /// Only calls lasting at least this long (or with an unknown outcome) may
     /// have such a duplicate ([`DEFAULT_DUPLICATE_MIN_NS`]).
@@ -88,9 +91,20 @@ pub struct CheckOptions {
 impl Default for CheckOptions {
     fn default() -> Self {
         CheckOptions {
-            at_least_once: true,
+            at_least_once: false,
             duplicate_min_ns: DEFAULT_DUPLICATE_MIN_NS,
             max_steps_per_key: DEFAULT_MAX_STEPS_PER_KEY,
+        }
+    }
+}
+
+impl CheckOptions {
+    /// The defaults, but tolerating duplicates of slow mutating calls (for
+    /// histories of at-least-once clients).
+    pub fn at_least_once() -> Self {
+        CheckOptions {
+            at_least_once: true,
+            ..CheckOptions::default()
         }
     }
 }

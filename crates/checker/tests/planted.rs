@@ -327,11 +327,11 @@ fn check_jsonl_round_trip_keeps_every_field() {
     assert_eq!(back, history);
 }
 
-/// Default options, but duplicates allowed for calls of any length.
+/// At-least-once options, with duplicates allowed for calls of any length.
 fn any_duplicates() -> CheckOptions {
     CheckOptions {
         duplicate_min_ns: 0,
-        ..CheckOptions::default()
+        ..CheckOptions::at_least_once()
     }
 }
 
@@ -347,16 +347,23 @@ fn check_duplicates_are_allowed_only_for_calls_slow_enough_to_be_retried() {
         h.read(2, "k", "b", 2, (21 * ms, 22 * ms));
         History { ops: h.ops }
     };
-    let slow = check(&history(500), &CheckOptions::default());
+    let slow = check(&history(500), &CheckOptions::at_least_once());
     assert!(
         slow.is_clean(),
         "a 500 ms write may have been retried:\n{slow}"
     );
-    let fast = check(&history(5), &CheckOptions::default());
+    let fast = check(&history(5), &CheckOptions::at_least_once());
     assert_eq!(
         fast.count(ViolationKind::NotLinearizable),
         1,
         "a 5 ms write was not retried:\n{fast}"
+    );
+    // Exactly-once (the default, issue 21): even a slow write takes effect once.
+    let strict = check(&history(500), &CheckOptions::default());
+    assert_eq!(
+        strict.count(ViolationKind::NotLinearizable),
+        1,
+        "an exactly-once write applied twice is a violation:\n{strict}"
     );
 }
 
@@ -404,12 +411,20 @@ fn check_slow_calls_may_carry_several_duplicates_fast_ones_one() {
         );
         History { ops: h.ops }
     };
-    let slow = check(&history(3_100), &CheckOptions::default());
+    let slow = check(&history(3_100), &CheckOptions::at_least_once());
     assert!(
         slow.is_clean(),
         "a 3.1 s increment may have been applied three times:\n{slow}"
     );
-    let fast = check(&history(150), &CheckOptions::default());
+    // Exactly-once (the default, issue 21): a slow increment applied three
+    // times is two duplicates too many.
+    let strict = check(&history(3_100), &CheckOptions::default());
+    assert_eq!(
+        strict.count(ViolationKind::NotLinearizable),
+        1,
+        "an exactly-once increment applied three times is a violation:\n{strict}"
+    );
+    let fast = check(&history(150), &CheckOptions::at_least_once());
     assert_eq!(
         fast.count(ViolationKind::NotLinearizable),
         1,
@@ -445,7 +460,7 @@ fn check_slow_calls_may_carry_several_duplicates_fast_ones_one() {
         invoke_ns: 40 * ms,
         return_ns: Some(41 * ms),
     });
-    let too_many = check(&h, &CheckOptions::default());
+    let too_many = check(&h, &CheckOptions::at_least_once());
     assert_eq!(
         too_many.count(ViolationKind::NotLinearizable),
         1,

@@ -437,6 +437,11 @@ pub(crate) struct At {
     #[arg(long, value_name = "SECONDS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(crate) timeout: u64,
+    /// Send writes, deletes and increments without an RPC id (at-least-once: a
+    /// retry after a lost reply may apply them twice) instead of as exactly-once
+    /// RPCs under a client lease (RIFL, the default).
+    #[arg(long)]
+    pub(crate) at_least_once: bool,
     #[command(flatten)]
     pub(crate) output: output::OutputArgs,
 }
@@ -462,6 +467,7 @@ impl At {
         reach::connect(
             &self.addr(top),
             std::time::Duration::from_secs(self.timeout),
+            !self.at_least_once,
         )
     }
 

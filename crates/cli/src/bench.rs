@@ -79,7 +79,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     // Set up on a runtime of its own, dropped before the clients start.
     let setup = crate::runtime()?;
     let table_id = setup.block_on(async {
-        let client = Client::connect(client_options(args.coordinator()))
+        let client = Client::connect(client_options(&args))
             .await
             .map_err(|e| match e {
                 ClientError::CoordinatorUnreachable(_) => anyhow::anyhow!(
@@ -125,7 +125,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     drop(setup);
 
     eprintln!(
-        "running {} with {} client(s) ({}{}): {} s warm-up, then {} s measured",
+        "running {} with {} client(s) ({}{}, {}): {} s warm-up, then {} s measured",
         args.workload.name(),
         args.clients,
         match args.mode {
@@ -137,6 +137,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             ", one shared client"
         } else {
             ""
+        },
+        if args.exactly_once() {
+            "exactly-once"
+        } else {
+            "at-least-once"
         },
         args.warmup,
         args.duration
@@ -209,6 +214,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             not_found: stats.not_found,
             mode: args.mode,
             shared_client: args.shared_client,
+            exactly_once: args.exactly_once(),
             table: args.table.clone(),
             coordinator: args.coordinator().to_string(),
             per_op,

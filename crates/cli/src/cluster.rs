@@ -365,6 +365,11 @@ async fn start_dev_resp(
     let client = ramstore_client::Client::connect(ramstore_client::ClientOptions {
         // Forwarded writes give up on a full log as soon as local ones do.
         no_space_patience: no_space_wait,
+        // Forwarded writes, deletes and counters' compare-and-swaps are
+        // exactly-once whatever the client default (RIFL; issue 21): a retried
+        // CAS of an INCR must not apply the increment twice. Local ones run
+        // in-process, where no reply can be lost.
+        exactly_once: true,
         ..ramstore_client::ClientOptions::new(coordinator)
     })
     .await

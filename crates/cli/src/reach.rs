@@ -74,8 +74,13 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
 }
 
 /// Connects to the coordinator(s) at `addrs` (comma-separated), retrying for at most
-/// `timeout`; if that fails, says why for each address.
-pub fn connect(addrs: &str, timeout: Duration) -> anyhow::Result<BlockingClient> {
+/// `timeout`, sending mutations as exactly-once RPCs if `exactly_once` (RIFL); if
+/// that fails, says why for each address.
+pub fn connect(
+    addrs: &str,
+    timeout: Duration,
+    exactly_once: bool,
+) -> anyhow::Result<BlockingClient> {
     let list: Vec<&str> = addrs
         .split(',')
         .map(str::trim)
@@ -89,6 +94,7 @@ pub fn connect(addrs: &str, timeout: Duration) -> anyhow::Result<BlockingClient>
     }
     let options = ClientOptions {
         operation_deadline: timeout,
+        exactly_once,
         ..ClientOptions::new(addrs.to_string())
     };
     match BlockingClient::connect(options) {

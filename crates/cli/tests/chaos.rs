@@ -6,7 +6,8 @@
 //! one server's traffic by 20–100 ms for 3 s (late, reordered answers). Every
 //! operation is recorded; the checker then finds every acknowledged write readable,
 //! no deleted object back, versions only growing and each key's history
-//! linearizable (at-least-once retries allowed, docs/design.md §1).
+//! linearizable, with every mutation applied exactly once (the clients are
+//! exactly-once, RIFL; a duplicate is a violation).
 //!
 //! On a failure the test prints the faults, the checker's report and the tail of
 //! every process's log, and keeps the run's directory (history.jsonl, logs).

@@ -215,7 +215,7 @@ impl BlockingClient {
         block!(self, self.client.read_with_rules(table_id, key, rules))
     }
 
-    /// See [`Client::write`] (at-least-once when retried).
+    /// See [`Client::write`] (exactly-once when retried, by default).
     ///
     /// ```no_run
     /// # fn demo(client: ramstore_client::BlockingClient, table_id: u64) -> Result<(), ramstore_client::ClientError> {

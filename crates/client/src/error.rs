@@ -57,9 +57,9 @@ pub enum ClientError {
     /// A master's log stayed full (NO_SPACE) for the whole
     /// [`crate::ClientOptions::no_space_patience`]: its live data does not leave
     /// room for this write. Deletes still work there and free space once the
-    /// cleaner has run (L§7). The last attempt was not applied; as with every
-    /// retried operation, an earlier attempt whose answer was lost may have been
-    /// (at-least-once, see the crate doc).
+    /// cleaner has run (L§7). The last attempt was not applied; with
+    /// exactly-once off (or a multi-op), an earlier attempt whose answer was lost
+    /// may have been (see the crate doc).
     #[error(
         "out of memory: the log of the server at {server} is full and has refused \
          writes for {waited:?} (delete data or add servers)"

@@ -77,12 +77,22 @@
 //! value (`read` gives `b"42"`), and the Redis commands and native increments work
 //! on the same keys.
 //!
-//! # Delivery: at-least-once
+//! # Delivery: exactly-once
 //!
 //! A retried request may have been executed by the server already (its response
-//! was lost, or it timed out just after taking effect). Until exactly-once RPCs land
-//! (docs/design.md §9: RIFL-style completion records), retried writes, removes and
-//! increments are **at-least-once**: an increment may be applied twice, a
+//! was lost, or it timed out just after taking effect). Writes, removes and
+//! increments are therefore sent as exactly-once RPCs (RIFL, Lee et al. SOSP'15;
+//! [`ClientOptions::exactly_once`], on by default): the client opens a lease at
+//! the coordinator at its first mutation, numbers every mutating RPC and keeps the
+//! number across that operation's retries; the master writes a completion record
+//! into its log with the effect, and a retry gets the first answer instead of
+//! executing again — across master crashes and recovery too. A retry that
+//! outlives the client's lease (the client was cut off for a whole lease term,
+//! 30 s) fails with [`ClientError::StaleRpc`]: its outcome can no longer be told,
+//! but it is never applied twice.
+//!
+//! With `exactly_once` off, and for multi-ops (multi-write, multi-remove) either
+//! way, retries are **at-least-once**: an increment may be applied twice, a
 //! conditional write may fail with [`ClientError::WrongVersion`] because its own
 //! first attempt succeeded, and a retried remove may report `None`.
 //!
@@ -114,8 +124,8 @@ pub use error::ClientError;
 pub use migration::MigrationInfo;
 pub use multi::{MultiRemoveOp, MultiWriteOp};
 pub use options::{
-    ClientOptions, DEFAULT_NO_SPACE_PATIENCE_MS, DEFAULT_OPERATION_DEADLINE_MS,
-    DEFAULT_RPC_DEADLINE_MS,
+    ClientOptions, DEFAULT_EXACTLY_ONCE, DEFAULT_NO_SPACE_PATIENCE_MS,
+    DEFAULT_OPERATION_DEADLINE_MS, DEFAULT_RPC_DEADLINE_MS,
 };
 /// How counters are stored (decimal text, as Redis stores them): to read a counter
 /// written by `increment_i64` or Redis's INCR, `counter::parse_i64(&value)`.

@@ -550,8 +550,9 @@ impl Client {
     }
 
     /// Writes many objects: one result (the new version) per object, in the order
-    /// given; masters are asked in parallel. Not atomic across objects, and (like
-    /// [`Client::write`]) at-least-once when retried.
+    /// given; masters are asked in parallel. Not atomic across objects, and
+    /// at-least-once when retried (unlike [`Client::write`], multi-ops carry no
+    /// exactly-once RPC ids yet).
     ///
     /// ```no_run
     /// # async fn demo(client: ramstore_client::Client, table_id: u64) {

@@ -13,6 +13,9 @@ pub const DEFAULT_OPERATION_DEADLINE_MS: u64 = 30_000;
 /// Default time a write keeps retrying a full log ([`ClientOptions::no_space_patience`]).
 pub const DEFAULT_NO_SPACE_PATIENCE_MS: u64 = 3_000;
 
+/// Whether mutations are exactly-once RPCs by default ([`ClientOptions::exactly_once`]).
+pub const DEFAULT_EXACTLY_ONCE: bool = true;
+
 const _: () = assert!(DEFAULT_RPC_DEADLINE_MS <= DEFAULT_OPERATION_DEADLINE_MS);
 const _: () = assert!(DEFAULT_NO_SPACE_PATIENCE_MS <= DEFAULT_OPERATION_DEADLINE_MS);
 
@@ -52,10 +55,13 @@ pub struct ClientOptions {
     pub clock: Arc<dyn Clock>,
     /// Where backoff jitter and ping nonces come from (default: the system's).
     pub rng: Arc<dyn Rng>,
-    /// Send writes, deletes and increments as exactly-once RPCs (RIFL; default
-    /// off for now): a retry after a lost reply gets the first answer instead of
-    /// executing again. Opens a client lease at the coordinator at the first
-    /// such operation. Multi-ops are still at-least-once.
+    /// Send writes, deletes and increments as exactly-once RPCs (RIFL, Lee et al.
+    /// SOSP'15; default on): a retry after a lost reply gets the first answer
+    /// instead of executing again. Opens a client lease at the coordinator at the
+    /// first such operation and renews it while the client is busy; a retry that
+    /// outlives the lease fails with [`crate::ClientError::StaleRpc`] rather than
+    /// run twice. Off: no RPC ids, at-least-once (a retried increment may apply
+    /// twice). Multi-ops (multi-write, multi-remove) are still at-least-once.
     pub exactly_once: bool,
 }
 
@@ -84,7 +90,7 @@ impl ClientOptions {
             no_space_patience: Duration::from_millis(DEFAULT_NO_SPACE_PATIENCE_MS),
             clock: system_clock(),
             rng: system_rng(),
-            exactly_once: false,
+            exactly_once: DEFAULT_EXACTLY_ONCE,
         }
     }
 
@@ -104,5 +110,21 @@ impl ClientOptions {
         } else {
             addrs
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 21: mutations are exactly-once unless a caller turns it off.
+    #[test]
+    fn new_defaults_to_exactly_once() {
+        assert!(ClientOptions::new("127.0.0.1:11100").exactly_once);
+        let off = ClientOptions {
+            exactly_once: false,
+            ..ClientOptions::new("127.0.0.1:11100")
+        };
+        assert!(!off.exactly_once);
     }
 }

@@ -63,10 +63,27 @@ pub struct BenchArgs {
     /// Seed of the key and operation choices.
     #[arg(long, default_value_t = 1)]
     pub(super) seed: u64,
+    /// Send writes, deletes and increments as exactly-once RPCs (RIFL; the
+    /// client's default).
+    #[arg(long, overrides_with = "at_least_once")]
+    pub(super) exactly_once: bool,
+    /// Send them without an RPC id (at-least-once), to measure what RIFL costs.
+    #[arg(long, overrides_with = "exactly_once")]
+    pub(super) at_least_once: bool,
 }
 impl BenchArgs {
     /// The coordinator's address (`main` resolves the default).
     pub(super) fn coordinator(&self) -> &str {
         self.coordinator.as_deref().unwrap_or("127.0.0.1:7000")
+    }
+
+    /// Whether the clients send exactly-once RPCs: the client's default unless a
+    /// flag says otherwise (the last one given wins).
+    pub(super) fn exactly_once(&self) -> bool {
+        if self.at_least_once {
+            false
+        } else {
+            self.exactly_once || ramstore_client::DEFAULT_EXACTLY_ONCE
+        }
     }
 }

@@ -203,17 +203,18 @@ pub(super) fn complete<F: std::future::Future>(future: F) -> F::Output {
     }
 }
 
-pub(super) fn client_options(coordinator: &str) -> ClientOptions {
+pub(super) fn client_options(args: &BenchArgs) -> ClientOptions {
     ClientOptions {
         operation_deadline: OPERATION_DEADLINE,
-        ..ClientOptions::new(coordinator.to_string())
+        exactly_once: args.exactly_once(),
+        ..ClientOptions::new(args.coordinator().to_string())
     }
 }
 
 /// Runs `clients` closed-loop clients as `mode` says and merges what they measured.
 pub(super) fn run_clients(args: &BenchArgs, shared: Arc<Shared>) -> Result<ClientStats> {
     let n = args.clients;
-    let options = client_options(args.coordinator());
+    let options = client_options(args);
     let mut merged = ClientStats::new();
     match args.mode {
         Mode::Tasks => {

@@ -79,6 +79,8 @@ pub(super) struct Report {
     pub(super) not_found: u64,
     pub(super) mode: Mode,
     pub(super) shared_client: bool,
+    /// Whether mutations were sent as exactly-once RPCs (RIFL).
+    pub(super) exactly_once: bool,
     pub(super) table: String,
     pub(super) coordinator: String,
     /// Percentiles per kind of operation (mixed workloads).

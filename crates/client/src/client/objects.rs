@@ -61,8 +61,9 @@ impl Client {
 
     /// Writes an object (creating or replacing it) and returns its new version.
     ///
-    /// A write that is retried after a lost response may be applied twice
-    /// (at-least-once) until exactly-once RPCs land; see the crate documentation.
+    /// A write retried after a lost response takes effect once and answers as
+    /// the first attempt did (exactly-once, [`crate::ClientOptions::exactly_once`];
+    /// see the crate documentation).
     ///
     /// ```no_run
     /// # async fn demo(client: ramstore_client::Client, table_id: u64) -> Result<(), ramstore_client::ClientError> {

@@ -490,6 +490,17 @@ impl FakeCoordinator {
         let op = header.opcode;
         match req {
             Request::GetTabletMap => self.tablet_map(id, out),
+            // Clients are exactly-once by default and open a lease at their first
+            // mutation; the fake masters ignore the rpc ids (at-least-once).
+            Request::ClientLease { lease_id } => ok(
+                id,
+                op,
+                Response::ClientLease {
+                    lease_id: if lease_id == 0 { 1 } else { lease_id },
+                    lease_ms: 30_000,
+                },
+                out,
+            ),
             Request::Ping { nonce, .. } => ok(
                 id,
                 op,
