@@ -235,6 +235,13 @@ pub(crate) enum Command {
               default_value_t = ramstore_server::replica_manager::DEFAULT_REPLICA_CHECK_INTERVAL_MS,
               value_parser = parse_replica_check_interval)]
         replica_check_interval_ms: u64,
+        /// Pause between this master's checks of idle client leases, in ms:
+        /// the records of exactly-once RPCs of clients whose lease expired are
+        /// dropped (RIFL). 0: never checked (records then wait for their
+        /// clients' acknowledgements).
+        #[arg(long, value_name = "MS",
+              default_value_t = ramstore_server::client_lease_expiry::DEFAULT_CLIENT_LEASE_CHECK_MS)]
+        client_lease_check_ms: u64,
         #[command(flatten)]
         timeouts: TimeoutArgs,
     },

@@ -153,9 +153,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_connections,
             no_space_wait_ms,
             replica_check_interval_ms,
+            client_lease_check_ms,
             timeouts,
         } => runtime()?.block_on(cluster::server(ServerOptions {
             replica_check_interval_ms,
+            client_lease_check_ms,
             resp_poll_us,
             no_space_wait_ms,
             max_connections: max_connections as usize,

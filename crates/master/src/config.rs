@@ -48,6 +48,9 @@ pub struct StoreConfig {
     /// The clock the cleaner threads pace themselves by, and the log's waits run
     /// on (default: the system clock).
     pub clock: Arc<dyn Clock>,
+    /// Expired client lease ids each of the 16 shards of the completion-record
+    /// table remembers before its floor rises (`crate::rifl::expired`).
+    pub expired_leases_per_shard: usize,
 }
 
 impl StoreConfig {
@@ -66,6 +69,7 @@ impl StoreConfig {
             cleaner: CleanerMode::Background { threads: 1 },
             replicas: Arc::new(NoReplicas),
             clock: system_clock(),
+            expired_leases_per_shard: crate::rifl::DEFAULT_EXPIRED_PER_SHARD,
         }
     }
 }

@@ -87,6 +87,10 @@ pub enum WriteError {
     /// An exactly-once RPC that another request is executing now (retryable).
     #[error("the same exactly-once RPC is being executed now; retry")]
     RpcInProgress,
+    /// An exactly-once RPC under a lease so old this master may have forgotten
+    /// that it expired (`rifl::expired`): retryable once the coordinator says.
+    #[error("the rpc's client lease is being checked with the coordinator; retry")]
+    LeaseUnverified,
     /// A completion record that cannot be encoded (a bug: outcomes are small).
     #[error("completion record too large")]
     TooLargeRecord,
@@ -95,7 +99,10 @@ pub enum WriteError {
 impl WriteError {
     /// Whether retrying the same operation later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, WriteError::NoSpace | WriteError::RpcInProgress)
+        matches!(
+            self,
+            WriteError::NoSpace | WriteError::RpcInProgress | WriteError::LeaseUnverified
+        )
     }
 }
 

@@ -192,7 +192,9 @@ impl ObjectStore {
             shared,
             tablet_changes: parking_lot::Mutex::new(()),
             departed_floor: std::sync::atomic::AtomicU64::new(0),
-            rpc_results: crate::rifl::UnackedRpcResults::default(),
+            rpc_results: crate::rifl::UnackedRpcResults::with_expired_capacity(
+                config.expired_leases_per_shard.max(1),
+            ),
         });
         let cleaner = match config.cleaner {
             CleanerMode::Background { threads } => {

@@ -239,7 +239,7 @@ async fn call_coordinator(
 /// The response frame to `request` of the first address in `coordinator`
 /// (separated by commas, tried in order) that answers at all, all within
 /// [`COORDINATOR_CALL_DEADLINE_MS`] of `clock`; `None` if none does in time.
-async fn coordinator_answer(
+pub(crate) async fn coordinator_answer(
     clock: &Arc<dyn Clock>,
     transport: &dyn Transport,
     coordinator: &str,

@@ -61,6 +61,7 @@
 pub mod backup_recovery;
 pub mod backup_service;
 pub mod blocking;
+pub mod client_lease_expiry;
 pub mod cold_start;
 pub mod failure_monitor;
 pub mod full_log;

@@ -13,10 +13,10 @@ use ramstore_rpc::Transport;
 use ramstore_wire::{decode_response, encode_request, ErrorBody, Request, Response, Status};
 use tokio::task::JoinHandle;
 
-use crate::failure_monitor;
 use crate::replica_manager::{ReplicaManager, MAX_REPLICAS};
 use crate::server_options::{ServerError, ServerOptions, ENLIST_TIMEOUT_MS};
 use crate::storage_service::StorageService;
+use crate::{client_lease_expiry, failure_monitor};
 
 /// Checks the options and builds the master's store (`store_config` with the
 /// options' clock) and replica manager (whose BackupWrites go over `transport`): the first step of [`start`] and of
@@ -48,8 +48,9 @@ pub(crate) fn build_store(
 }
 
 /// What a server does once enlisted as `server_id`: records its id, starts
-/// replicating (R§4.2) and its failure monitor (pings and zombie detection,
-/// R§7.2, R§7.11, over `transport`); returns the tasks it started.
+/// replicating (R§4.2), its lease-expiry loop (RIFL §4.2) and its failure
+/// monitor (pings and zombie detection, R§7.2, R§7.11, over `transport`);
+/// returns the tasks it started.
 pub(crate) fn run_enlisted(
     options: &ServerOptions,
     service: &Arc<StorageService>,
@@ -67,6 +68,12 @@ pub(crate) fn run_enlisted(
             &options.failure_domain,
         ));
     }
+    tasks.extend(client_lease_expiry::start(
+        service.clone(),
+        transport.clone(),
+        options.coordinator.clone(),
+        options.client_lease_check_ms,
+    ));
     tasks.push(failure_monitor::start(
         service.clone(),
         transport,

@@ -96,6 +96,11 @@ pub struct ServerOptions {
     /// to one backup, the backups in turn; `--replica-check-interval-ms`; 0: off).
     /// See [`crate::replica_manager`], "Replica health".
     pub replica_check_interval_ms: u64,
+    /// Pause between rounds of the lease-expiry loop, in ms: client leases
+    /// idle since the last round are checked with the coordinator and the
+    /// records of expired ones dropped (RIFL §4.2;
+    /// [`crate::client_lease_expiry`]; `--client-lease-check-ms`; 0: off).
+    pub client_lease_check_ms: u64,
     /// How long a request may take to arrive once begun, and a reply write may
     /// stall, before the connection is closed, on the native and Redis ports
     /// (`--request-timeout-ms`; 0: never).
@@ -140,6 +145,7 @@ impl ServerOptions {
             max_connections: ramstore_rpc::DEFAULT_MAX_CONNECTIONS,
             no_space_wait_ms: crate::DEFAULT_NO_SPACE_WAIT_MS,
             replica_check_interval_ms: crate::replica_manager::DEFAULT_REPLICA_CHECK_INTERVAL_MS,
+            client_lease_check_ms: crate::client_lease_expiry::DEFAULT_CLIENT_LEASE_CHECK_MS,
             request_timeout_ms: ramstore_rpc::conns::DEFAULT_REQUEST_TIMEOUT_MS,
             idle_timeout_ms: ramstore_rpc::conns::DEFAULT_IDLE_TIMEOUT_MS,
             clock: system_clock(),

@@ -27,6 +27,7 @@ impl ObjectStore {
             Check::Completed(outcome) => return Ok(outcome),
             Check::Stale => return Err(WriteError::StaleRpc),
             Check::InProgress => return Err(WriteError::RpcInProgress),
+            Check::Unverified => return Err(WriteError::LeaseUnverified),
             Check::New => {}
         }
         match exec((id.lease_id, id.seq)) {
@@ -151,6 +152,23 @@ impl ObjectStore {
         self.inner
             .rpc_results
             .expire_lease(lease_id, &self.inner.log);
+    }
+
+    /// One round of the lease-expiry loop: the client leases to ask the
+    /// coordinator about (idle since the last round, or unverified).
+    pub fn client_leases_to_check(&self) -> Vec<u64> {
+        self.inner.rpc_results.leases_to_check()
+    }
+
+    /// The coordinator says client lease `lease_id` is live.
+    pub fn client_lease_is_live(&self, lease_id: u64) {
+        self.inner.rpc_results.lease_is_live(lease_id)
+    }
+
+    /// Expired (and unverified) lease ids remembered now; bounded by
+    /// 16 × ([`crate::rifl::DEFAULT_EXPIRED_PER_SHARD`] + [`crate::rifl::MAX_UNVERIFIED`]).
+    pub fn remembered_expired_leases(&self) -> usize {
+        self.inner.rpc_results.remembered_expired()
     }
 
     /// The client leases with completion records here.

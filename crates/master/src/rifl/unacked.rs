@@ -7,18 +7,27 @@
 //! forgotten and a retry of one is stale. Within the window a sequence number is
 //! new, in progress (running now: a duplicate must wait) or completed (its outcome
 //! and where its record lies in the log). A lease the coordinator says expired is
-//! forgotten whole; its id is remembered, so a late retry is stale rather than new.
+//! forgotten whole; its id is remembered (in bounded memory: `super::expired`), so
+//! a late retry is stale rather than new.
+//!
+//! Which leases to ask the coordinator about: each lease notes the *epoch* it was
+//! last used in; the lease-expiry loop advances the epoch every round
+//! ([`UnackedRpcResults::leases_to_check`]), and a lease not used for a whole
+//! round is idle and worth a `CheckClientLease`. A client that keeps sending
+//! costs no check.
 //!
 //! The cleaner asks here whether a record is live and re-points it when it moves
 //! (`ramstore_log::Relocator`), under the same shard lock as every other change,
 //! so a record is never both forgotten and moved.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use ramstore_log::{Log, LogRef};
 use ramstore_wire::RpcId;
 
+use super::expired::{ExpiredLeases, Known, DEFAULT_EXPIRED_PER_SHARD};
 use super::outcome::RpcOutcome;
 
 /// Shards of the table, by lease id: writes of different clients rarely share a
@@ -37,6 +46,9 @@ pub enum Check {
     Completed(RpcOutcome),
     /// Below the acknowledged window, or its lease expired: its record is gone.
     Stale,
+    /// A lease unknown here with an id so old that it may have expired and been
+    /// forgotten (`super::expired`): answer RETRY until the coordinator says.
+    Unverified,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -53,26 +65,28 @@ enum Record {
 struct LeaseRecords {
     first_incomplete: u64,
     records: BTreeMap<u64, Record>,
+    /// The epoch this lease was last used in.
+    touched: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shard {
     leases: HashMap<u64, LeaseRecords>,
-    /// Leases the coordinator said expired (8 bytes per expired client).
-    expired: HashSet<u64>,
+    /// Leases the coordinator said expired, in bounded memory.
+    expired: ExpiredLeases,
 }
 
 /// The completion records of one master.
 #[derive(Debug)]
 pub struct UnackedRpcResults {
     shards: Box<[Mutex<Shard>]>,
+    /// Advanced by every round of the lease-expiry loop.
+    epoch: AtomicU64,
 }
 
 impl Default for UnackedRpcResults {
     fn default() -> Self {
-        Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-        }
+        Self::with_expired_capacity(DEFAULT_EXPIRED_PER_SHARD)
     }
 }
 
@@ -94,6 +108,21 @@ impl LeaseRecords {
 }
 
 impl UnackedRpcResults {
+    /// A table whose shards remember up to `per_shard` expired lease ids each.
+    pub fn with_expired_capacity(per_shard: usize) -> Self {
+        Self {
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        leases: HashMap::new(),
+                        expired: ExpiredLeases::new(per_shard),
+                    })
+                })
+                .collect(),
+            epoch: AtomicU64::new(0),
+        }
+    }
+
     fn shard(&self, lease_id: u64) -> &Mutex<Shard> {
         // Lease ids are handed out in sequence: the low bits spread them.
         &self.shards[(lease_id % SHARDS as u64) as usize]
@@ -104,10 +133,18 @@ impl UnackedRpcResults {
     /// then classifies the RPC; a new one is marked in progress.
     pub fn check(&self, id: RpcId, log: &Log) -> Check {
         let mut shard = self.shard(id.lease_id).lock();
-        if shard.expired.contains(&id.lease_id) {
-            return Check::Stale;
+        if !shard.leases.contains_key(&id.lease_id) {
+            match shard.expired.classify(id.lease_id) {
+                Known::Expired => return Check::Stale,
+                Known::Unverified => {
+                    shard.expired.note_unverified(id.lease_id);
+                    return Check::Unverified;
+                }
+                Known::New => {}
+            }
         }
         let lease = shard.leases.entry(id.lease_id).or_default();
+        lease.touched = self.epoch.load(Ordering::Relaxed);
         lease.acknowledge(id.first_incomplete, log);
         if id.seq < lease.first_incomplete {
             return Check::Stale;
@@ -168,10 +205,19 @@ impl UnackedRpcResults {
         len: usize,
     ) -> bool {
         let mut shard = self.shard(lease_id).lock();
-        if shard.expired.contains(&lease_id) {
+        if shard.expired.is_expired(lease_id) {
             return false;
         }
-        let lease = shard.leases.entry(lease_id).or_default();
+        // A lease below the floor is restored too: the expiry loop will ask
+        // about it, as it is idle.
+        let touched = self.epoch.load(Ordering::Relaxed);
+        let lease = shard
+            .leases
+            .entry(lease_id)
+            .or_insert_with(|| LeaseRecords {
+                touched,
+                ..LeaseRecords::default()
+            });
         if seq < lease.first_incomplete || lease.records.contains_key(&seq) {
             return false;
         }
@@ -190,7 +236,7 @@ impl UnackedRpcResults {
     /// or its lease expired): a replayed copy of it is not needed.
     pub fn is_known(&self, lease_id: u64, seq: u64) -> bool {
         let shard = self.shard(lease_id).lock();
-        shard.expired.contains(&lease_id)
+        shard.expired.is_expired(lease_id)
             || shard
                 .leases
                 .get(&lease_id)
@@ -205,6 +251,48 @@ impl UnackedRpcResults {
             lease.acknowledge(u64::MAX, log);
         }
         shard.expired.insert(lease_id);
+    }
+
+    /// The coordinator says `lease_id` is live: a lease waiting for that
+    /// (unverified) is admitted, and its RPCs run from now on.
+    pub fn lease_is_live(&self, lease_id: u64) {
+        let mut shard = self.shard(lease_id).lock();
+        if shard.expired.verified_live(lease_id) {
+            let touched = self.epoch.load(Ordering::Relaxed);
+            shard
+                .leases
+                .entry(lease_id)
+                .or_insert_with(|| LeaseRecords {
+                    touched,
+                    ..LeaseRecords::default()
+                });
+        }
+    }
+
+    /// One round of the lease-expiry loop: the leases to ask the coordinator
+    /// about (those not used since the previous round, and the unverified
+    /// ones); then starts a new epoch.
+    pub fn leases_to_check(&self) -> Vec<u64> {
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            out.extend(
+                shard
+                    .leases
+                    .iter()
+                    .filter(|(_, l)| l.touched < epoch)
+                    .map(|(id, _)| *id),
+            );
+            out.extend(shard.expired.unverified());
+        }
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        out
+    }
+
+    /// Expired and unverified lease ids remembered now (bounded: `super::expired`).
+    pub fn remembered_expired(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().expired.len()).sum()
     }
 
     /// The leases with records here now (for the expiry check).

@@ -63,6 +63,8 @@ impl StorageService {
                     "the completion record of this rpc is gone (acknowledged, or its lease expired)",
             }),
             Err(WriteError::RpcInProgress) => Response::Error(ErrorBody::Retry { delay_ms: 1 }),
+            // The lease-expiry loop asks the coordinator at its next round.
+            Err(WriteError::LeaseUnverified) => Response::Error(ErrorBody::Retry { delay_ms: 100 }),
             Err(e) => Response::Error(self.refused(e)),
         };
         encode_response(id, opcode, &response, out)?;

@@ -44,7 +44,9 @@ pub(crate) fn write_status(e: WriteError) -> Status {
         WriteError::NotNumeric(_) => Status::NotNumeric,
         WriteError::Overflow => Status::Overflow,
         WriteError::NoSpace => Status::NoSpace,
-        WriteError::Migrating | WriteError::RpcInProgress => Status::Retry,
+        WriteError::Migrating | WriteError::RpcInProgress | WriteError::LeaseUnverified => {
+            Status::Retry
+        }
         WriteError::StaleRpc => Status::StaleRpc,
         _ => Status::Internal,
     }
