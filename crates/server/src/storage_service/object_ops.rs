@@ -44,7 +44,9 @@ pub(crate) fn write_status(e: WriteError) -> Status {
         WriteError::NotNumeric(_) => Status::NotNumeric,
         WriteError::Overflow => Status::Overflow,
         WriteError::NoSpace => Status::NoSpace,
-        WriteError::Migrating | WriteError::RpcInProgress => Status::Retry,
+        WriteError::Migrating | WriteError::RpcInProgress | WriteError::ObjectLocked => {
+            Status::Retry
+        }
         WriteError::StaleRpc => Status::StaleRpc,
         _ => Status::Internal,
     }
@@ -52,7 +54,7 @@ pub(crate) fn write_status(e: WriteError) -> Status {
 
 pub(crate) fn error_body(e: WriteError) -> ErrorBody<'static> {
     match e {
-        WriteError::Migrating => status_body(Status::Retry),
+        WriteError::Migrating | WriteError::ObjectLocked => status_body(Status::Retry),
         WriteError::WrongVersion { current } => ErrorBody::WrongVersion {
             current_version: current,
         },
@@ -120,6 +122,7 @@ impl StorageService {
         value: &[u8],
         rules: &RejectRules,
     ) -> Result<u64, WriteError> {
+        let locks = self.unlocked(table_id, key)?;
         let written = match self.migration_gate(table_id, key, write_kind(rules)) {
             Gated::Plain => self.store.write(table_id, key, value, rules),
             Gated::Arrived(m) => {
@@ -132,6 +135,7 @@ impl StorageService {
             }
             Gated::Wait => Err(WriteError::Migrating),
         };
+        drop(locks);
         self.accepted(written)
     }
 
@@ -144,6 +148,7 @@ impl StorageService {
         key: &[u8],
         rules: &RejectRules,
     ) -> Result<Option<u64>, WriteError> {
+        let _locks = self.unlocked(table_id, key)?;
         match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
             Gated::Plain => self.store.remove(table_id, key, rules),
             Gated::Arrived(_) => self.store.remove_arrived(table_id, key, rules),
@@ -160,6 +165,7 @@ impl StorageService {
         delta: i64,
         rules: &RejectRules,
     ) -> Result<([u8; 8], u64), WriteError> {
+        let locks = self.unlocked(table_id, key)?;
         let result = match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
             Gated::Plain => self.store.increment_i64(table_id, key, delta, rules),
             Gated::Arrived(_) => self
@@ -167,6 +173,7 @@ impl StorageService {
                 .increment_i64_arrived(table_id, key, delta, rules),
             Gated::Wait => Err(WriteError::Migrating),
         };
+        drop(locks);
         self.accepted(result.map(|(v, version)| (v.to_le_bytes(), version)))
     }
 
@@ -179,6 +186,7 @@ impl StorageService {
         delta: f64,
         rules: &RejectRules,
     ) -> Result<([u8; 8], u64), WriteError> {
+        let locks = self.unlocked(table_id, key)?;
         let result = match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
             Gated::Plain => self.store.increment_f64(table_id, key, delta, rules),
             Gated::Arrived(_) => self
@@ -186,6 +194,7 @@ impl StorageService {
                 .increment_f64_arrived(table_id, key, delta, rules),
             Gated::Wait => Err(WriteError::Migrating),
         };
+        drop(locks);
         self.accepted(result.map(|(v, version)| (v.to_le_bytes(), version)))
     }
 
