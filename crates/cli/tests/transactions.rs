@@ -102,7 +102,7 @@ fn bank_transfers_keep_the_total_in_every_snapshot_and_at_the_end() {
         let mut total = 0;
         for i in 0..ACCOUNTS {
             let (value, _) = admin.read(table, &account(i)).await.expect("read");
-            total += balance(Some(value));
+            total += balance(Some(value.clone()));
             admin
                 .write(table, &account(i), &value)
                 .await
@@ -121,13 +121,19 @@ fn transaction_aborts_when_a_read_version_changed() {
         let table = c.create_table("t", 2).await.expect("table");
         c.write(table, b"x", b"1").await.expect("write");
         let mut tx = c.transaction();
-        assert_eq!(tx.read(table, b"x").await.unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(
+            tx.read(table, b"x").await.unwrap().as_deref(),
+            Some(&b"1"[..])
+        );
         tx.write(table, b"y", b"2").unwrap();
         // Another writer changes what the transaction read.
         c.write(table, b"x", b"changed").await.expect("write");
         assert_eq!(tx.commit().await, Err(ClientError::Aborted));
         // Nothing of the aborted transaction was applied.
-        assert_eq!(c.read(table, b"y").await, Err(ClientError::ObjectDoesntExist));
+        assert_eq!(
+            c.read(table, b"y").await,
+            Err(ClientError::ObjectDoesntExist)
+        );
     });
 }
 
@@ -148,6 +154,9 @@ fn transaction_commit_applies_writes_and_removes_across_servers() {
         for i in 0..10u8 {
             assert_eq!(c.read(table, &[b'k', i]).await.unwrap().0, vec![i]);
         }
-        assert_eq!(c.read(table, b"gone").await, Err(ClientError::ObjectDoesntExist));
+        assert_eq!(
+            c.read(table, b"gone").await,
+            Err(ClientError::ObjectDoesntExist)
+        );
     });
 }

@@ -33,8 +33,8 @@ pub mod error;
 pub mod migration;
 pub mod object_store;
 pub mod rifl;
-pub mod tx;
 pub mod tablets;
+pub mod tx;
 
 pub use cleaner_thread::{CLEANER_IDLE_INTERVAL_MS, CLEANER_POLL_INTERVAL_MS};
 pub use config::{CleanerMode, ConfigError, StoreConfig};

@@ -3,8 +3,8 @@
 //! request it answers and the status; the body layout depends on both.
 
 use crate::codec::{
-    check_value_len, put_bool, put_long_string, put_replica_bytes, put_string, put_u32, put_u64, put_u8,
-    put_value, Reader,
+    check_value_len, put_bool, put_long_string, put_replica_bytes, put_string, put_u32, put_u64,
+    put_u8, put_value, Reader,
 };
 use crate::error::WireError;
 use crate::frame::{atomically, begin_frame, end_frame, split_frame, Header};

@@ -205,7 +205,10 @@ pub fn encode_tx_prepare(
 
 fn put_list<'a, T: ListItem<'a>>(out: &mut Vec<u8>, items: &[T]) -> Result<(), WireError> {
     // Counts were checked against MAX_TX_OBJECTS, far below u32::MAX.
-    put_u32(out, u32::try_from(items.len()).map_err(|_| WireError::TooManyItems(items.len()))?);
+    put_u32(
+        out,
+        u32::try_from(items.len()).map_err(|_| WireError::TooManyItems(items.len()))?,
+    );
     for item in items {
         Sealed::write(item, out)?;
     }
@@ -235,7 +238,10 @@ mod tests {
                 value: b"v",
             },
         ];
-        let parts = [TxParticipant { table_id: 1, key_hash: 9 }];
+        let parts = [TxParticipant {
+            table_id: 1,
+            key_hash: 9,
+        }];
         let mut frame = Vec::new();
         encode_tx_prepare(5, 3, 4, TX_DECIDE_NOW, &parts, &ops, &mut frame).unwrap();
         let (header, req) = decode_request(&frame).unwrap();

@@ -82,7 +82,11 @@ impl Transaction {
     /// The object's value as this transaction sees it (its own buffered write
     /// first), `None` if it does not exist. The first read of an object records
     /// its version, which commit checks.
-    pub async fn read(&mut self, table_id: u64, key: &[u8]) -> Result<Option<Vec<u8>>, ClientError> {
+    pub async fn read(
+        &mut self,
+        table_id: u64,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, ClientError> {
         if let Some(entry) = self.objects.get(&(table_id, key.to_vec())) {
             if let Some(change) = &entry.change {
                 return Ok(change.clone());
@@ -212,9 +216,7 @@ impl Transaction {
                 None => Err(ClientError::Internal("no vote".into())),
             };
         }
-        let all_prepared = votes
-            .iter()
-            .all(|v| matches!(v, Ok(TxVote::Prepared)));
+        let all_prepared = votes.iter().all(|v| matches!(v, Ok(TxVote::Prepared)));
         // Every participant hears the decision, even one whose prepare failed: it
         // may have prepared and lost the answer.
         let decisions = groups.iter().map(|group| {
@@ -245,7 +247,10 @@ impl Transaction {
                 None => Err(ClientError::Aborted),
             };
         }
-        decided.into_iter().collect::<Result<Vec<()>, _>>().map(|_| ())
+        decided
+            .into_iter()
+            .collect::<Result<Vec<()>, _>>()
+            .map(|_| ())
     }
 
     /// The ops' indexes grouped by the master that owns them now.

@@ -10,4 +10,4 @@ pub mod locks;
 pub mod prepare;
 
 pub use locks::{LockTable, ObjectLocked, TxId};
-pub use prepare::{TxOpOwned, Transactions};
+pub use prepare::{Transactions, TxOpOwned};

@@ -117,7 +117,12 @@ impl Transactions {
 
     /// Checks versions and takes the locks under the exclusive guard; false (and
     /// nothing held) on a conflict.
-    fn lock_all(&self, store: &ObjectStore, id: TxId, ops: &[TxOp<'_>]) -> Result<bool, WriteError> {
+    fn lock_all(
+        &self,
+        store: &ObjectStore,
+        id: TxId,
+        ops: &[TxOp<'_>],
+    ) -> Result<bool, WriteError> {
         let mut map = self.locks.exclusive();
         for op in ops {
             let slot = (op.table_id, key_hash(op.key));

@@ -18,7 +18,11 @@ use super::StorageService;
 impl StorageService {
     /// The plain writers' guard, once `key` of `table_id` is known not to be
     /// locked by a transaction; hold it until the write is in the store.
-    pub(crate) fn unlocked(&self, table_id: u64, key: &[u8]) -> Result<WriterGuard<'_>, WriteError> {
+    pub(crate) fn unlocked(
+        &self,
+        table_id: u64,
+        key: &[u8],
+    ) -> Result<WriterGuard<'_>, WriteError> {
         let guard = self.tx.locks().writer_guard();
         guard
             .check(table_id, key)

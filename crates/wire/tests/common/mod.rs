@@ -553,7 +553,6 @@ pub fn list_request_frames() -> Vec<(&'static str, Vec<u8>)> {
     e.finish().expect("finish");
     frames.push(("priority_pull_request", out));
 
-
     let mut out = Vec::new();
     let ops = [
         TxOp {
@@ -579,8 +578,14 @@ pub fn list_request_frames() -> Vec<(&'static str, Vec<u8>)> {
         },
     ];
     let participants = [
-        TxParticipant { table_id: 7, key_hash: 0x11 },
-        TxParticipant { table_id: 8, key_hash: 0x22 },
+        TxParticipant {
+            table_id: 7,
+            key_hash: 0x11,
+        },
+        TxParticipant {
+            table_id: 8,
+            key_hash: 0x22,
+        },
     ];
     encode_tx_prepare(ID, 3, 9, 0, &participants, &ops, &mut out).expect("tx prepare");
     frames.push(("tx_prepare_request", out));
@@ -759,7 +764,11 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
                 vote: TxVote::Prepared,
             },
         ),
-        ("tx_decision_response", Opcode::TxDecision, Response::TxDecision),
+        (
+            "tx_decision_response",
+            Opcode::TxDecision,
+            Response::TxDecision,
+        ),
         ("leave_response", Opcode::Leave, Response::Leave),
         (
             "migrate_tablet_response",

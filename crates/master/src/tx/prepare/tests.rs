@@ -98,10 +98,7 @@ fn prepare_votes_abort_when_another_transaction_holds_a_lock() {
         TxVote::Prepared
     );
     let second = [read(b"a", 0)];
-    assert_eq!(
-        t.prepare(&s, tx(2), &second, false).unwrap(),
-        TxVote::Abort
-    );
+    assert_eq!(t.prepare(&s, tx(2), &second, false).unwrap(), TxVote::Abort);
     // The first transaction's lock is untouched by the second's abort.
     assert_eq!(t.locks().holder(1, b"a"), Some(tx(1)));
 }
@@ -154,10 +151,7 @@ fn prepare_after_abort_decision_votes_abort_and_locks_nothing() {
     // saw the prepare remembers the abort).
     t.decide(&s, tx(1), false).unwrap();
     let ops = [write(b"a", b"1", None)];
-    assert_eq!(
-        t.prepare(&s, tx(1), &ops, false).unwrap(),
-        TxVote::Abort
-    );
+    assert_eq!(t.prepare(&s, tx(1), &ops, false).unwrap(), TxVote::Abort);
     assert!(t.locks().is_empty());
 }
 
