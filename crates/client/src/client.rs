@@ -25,6 +25,9 @@ mod objects;
 mod retry_loop;
 mod rifl;
 mod tables;
+mod transaction;
+
+pub use transaction::Transaction;
 
 /// Bytes of a request frame besides its key and value (prefix, header, fixed
 /// fields), used to size encode buffers in one allocation.

@@ -41,6 +41,14 @@ pub enum ClientError {
     /// (RIFL §4, `STALE_RPC`). It may or may not have taken effect.
     #[error("stale exactly-once operation: its outcome is unknown (client lease expired)")]
     StaleRpc,
+    /// A transaction conflicted (a version it read changed, or another
+    /// transaction held a lock) and was aborted: nothing of it was applied.
+    /// Run it again, e.g. with [`crate::Client::run_transaction`].
+    #[error("transaction aborted by a conflict; nothing was applied")]
+    Aborted,
+    /// A transaction over a limit (objects or bytes): nothing was sent.
+    #[error("transaction too large: {0}")]
+    TxTooLarge(String),
     /// The coordinator does not know the client lease (`UNKNOWN_LEASE`).
     #[error("unknown client lease")]
     UnknownLease,

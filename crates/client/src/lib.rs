@@ -118,7 +118,7 @@ mod tablet_map;
 
 #[cfg(not(madsim))]
 pub use blocking::{BlockingClient, BlockingEnumeration, BLOCKING_RUNTIME_THREADS};
-pub use client::{Client, PingReply};
+pub use client::{Client, PingReply, Transaction};
 pub use enumerate::{EnumeratedObject, Enumeration, ENUMERATE_BATCH_BYTES};
 pub use error::ClientError;
 pub use migration::MigrationInfo;

@@ -94,6 +94,10 @@ pub enum WriteError {
     /// A completion record that cannot be encoded (a bug: outcomes are small).
     #[error("completion record too large")]
     TooLargeRecord,
+    /// A transaction holds the object locked between its prepare and its
+    /// decision (SOSP'15 §6.2): retry shortly.
+    #[error("the object is locked by a transaction being committed; retry")]
+    ObjectLocked,
 }
 
 impl WriteError {
@@ -101,7 +105,10 @@ impl WriteError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            WriteError::NoSpace | WriteError::RpcInProgress | WriteError::LeaseUnverified
+            WriteError::NoSpace
+                | WriteError::RpcInProgress
+                | WriteError::LeaseUnverified
+                | WriteError::ObjectLocked
         )
     }
 }

@@ -34,6 +34,7 @@ pub mod migration;
 pub mod object_store;
 pub mod rifl;
 pub mod tablets;
+pub mod tx;
 
 pub use cleaner_thread::{CLEANER_IDLE_INTERVAL_MS, CLEANER_POLL_INTERVAL_MS};
 pub use config::{CleanerMode, ConfigError, StoreConfig};
@@ -46,3 +47,4 @@ pub use object_store::{
 pub use ramstore_wire::{key_hash, Refusal, RejectRules};
 pub use rifl::{RpcOutcome, UnackedRpcResults};
 pub use tablets::{Tablet, TabletMap};
+pub use tx::{Transactions, TxId};

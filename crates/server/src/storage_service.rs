@@ -67,6 +67,8 @@ pub(crate) mod request_path;
 mod slow_path;
 /// The server's statistics as text.
 mod stats;
+/// Transactions' prepare and decision on this participant (SOSP'15 §6).
+mod transactions;
 /// How the native front end answers.
 mod wire_reply;
 
@@ -136,6 +138,8 @@ pub struct StorageService {
     pub(crate) blocking: crate::blocking::Blocking,
     /// Migrations in and out of this master (K§2.3).
     pub(crate) migrations: migration::Migrations,
+    /// Transactions' locks and prepared ops on this participant (SOSP'15 §6).
+    pub(crate) tx: ramstore_master::Transactions,
 }
 
 impl StorageService {
@@ -170,6 +174,7 @@ impl StorageService {
             rng: ramstore_clock::system_rng(),
             blocking: crate::blocking::Blocking::Pool,
             migrations: migration::Migrations::default(),
+            tx: ramstore_master::Transactions::new(),
         }
     }
 

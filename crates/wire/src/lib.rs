@@ -179,6 +179,7 @@ mod rpc_id;
 mod rules;
 pub mod server_id;
 mod status;
+mod tx;
 
 pub use encoder::{
     BackupReplicasEncoder, BackupStartPartitioningEncoder, EnumerateResponseEncoder,
@@ -212,6 +213,10 @@ pub use rules::{
     RULE_VERSION_LE_GIVEN, RULE_VERSION_NE_GIVEN,
 };
 pub use status::Status;
+pub use tx::{
+    encode_tx_prepare, TxOp, TxOpKind, TxParticipant, TxPrepare, TxVote, MAX_TX_BYTES,
+    MAX_TX_OBJECTS, TX_DECIDE_NOW,
+};
 
 /// The 64-bit hash of a key: it places the key in a tablet (a range of key hashes,
 /// docs/design.md §4) and, on its master, in a hash-table bucket. xxh3-64. Clients

@@ -190,6 +190,7 @@ macro_rules! list_item {
         impl<'a> ListItem<'a> for $t $(<$l>)? {}
     };
 }
+pub(crate) use list_item;
 
 /// Upper bound for lists that are not multi-operations: the frame limit bounds them
 /// (through `MIN_BYTES`), not an item count.

@@ -82,11 +82,17 @@ pub enum Opcode {
     /// Master → coordinator: is this client lease still live? (RIFL §4: the
     /// master drops an expired lease's completion records).
     CheckClientLease = 41,
+    /// Client → participant master: check versions and lock these objects of a
+    /// transaction, or commit them at once if it is the only participant
+    /// (SOSP'15 §6; `tx.rs`).
+    TxPrepare = 42,
+    /// Client → participant master: commit or abort a prepared transaction.
+    TxDecision = 43,
 }
 
 impl Opcode {
     /// Every opcode, in code order (for tests and tables).
-    pub const ALL: [Opcode; 41] = [
+    pub const ALL: [Opcode; 43] = [
         Opcode::Ping,
         Opcode::CreateTable,
         Opcode::GetTableId,
@@ -128,6 +134,8 @@ impl Opcode {
         Opcode::CancelMigration,
         Opcode::ClientLease,
         Opcode::CheckClientLease,
+        Opcode::TxPrepare,
+        Opcode::TxDecision,
     ];
 
     /// The code sent on the wire.

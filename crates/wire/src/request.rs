@@ -16,6 +16,7 @@ use crate::opcode::Opcode;
 use crate::rpc_id::{optional_rpc_id, put_optional_rpc_id, RpcId};
 use crate::rules::RejectRules;
 use crate::status::Status;
+use crate::tx::{read_prepare, write_prepare, TxPrepare};
 
 /// A request, borrowed from the frame it was decoded from (or from the caller's data
 /// when encoding). Multi-op and server lists can only come from a decoded frame; build
@@ -267,6 +268,15 @@ pub enum Request<'a> {
     /// The records of these keys, from a tablet being migrated away. Build with
     /// [`crate::MultiReadRequestEncoder::priority_pull`].
     PriorityPull(MultiReadItems<'a>),
+    /// Phase one of a transaction's commit on one participant (`tx.rs`).
+    TxPrepare(TxPrepare<'a>),
+    /// Phase two: apply (`commit`) or drop the prepared ops of transaction
+    /// (`lease_id`, `tx_seq`).
+    TxDecision {
+        lease_id: u64,
+        tx_seq: u64,
+        commit: bool,
+    },
     /// Cancel migration `migration_id`: its range goes back to its source.
     CancelMigration {
         migration_id: u64,
@@ -308,6 +318,8 @@ impl Request<'_> {
             Request::RenewLease { .. } => Opcode::RenewLease,
             Request::ClientLease { .. } => Opcode::ClientLease,
             Request::CheckClientLease { .. } => Opcode::CheckClientLease,
+            Request::TxPrepare(_) => Opcode::TxPrepare,
+            Request::TxDecision { .. } => Opcode::TxDecision,
             Request::Leave { .. } => Opcode::Leave,
             Request::MigrateTablet { .. } => Opcode::MigrateTablet,
             Request::ListMigrations => Opcode::ListMigrations,
@@ -468,6 +480,12 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
         },
         Opcode::ClientLease => Request::ClientLease { lease_id: r.u64()? },
         Opcode::CheckClientLease => Request::CheckClientLease { lease_id: r.u64()? },
+        Opcode::TxPrepare => Request::TxPrepare(read_prepare(r)?),
+        Opcode::TxDecision => Request::TxDecision {
+            lease_id: r.u64()?,
+            tx_seq: r.u64()?,
+            commit: r.bool("commit")?,
+        },
         Opcode::Leave => Request::Leave {
             server_id: r.u64()?,
         },
@@ -719,6 +737,16 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
         Request::RenewLease { caller_id } => put_u64(out, *caller_id),
         Request::ClientLease { lease_id } | Request::CheckClientLease { lease_id } => {
             put_u64(out, *lease_id)
+        }
+        Request::TxPrepare(p) => write_prepare(p, out),
+        Request::TxDecision {
+            lease_id,
+            tx_seq,
+            commit,
+        } => {
+            put_u64(out, *lease_id);
+            put_u64(out, *tx_seq);
+            put_u8(out, u8::from(*commit));
         }
         Request::MigrateTablet {
             name,

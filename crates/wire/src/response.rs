@@ -4,7 +4,7 @@
 
 use crate::codec::{
     check_value_len, put_bool, put_long_string, put_replica_bytes, put_string, put_u32, put_u64,
-    put_value, Reader,
+    put_u8, put_value, Reader,
 };
 use crate::error::WireError;
 use crate::frame::{atomically, begin_frame, end_frame, split_frame, Header};
@@ -14,6 +14,7 @@ use crate::list::{
 };
 use crate::opcode::Opcode;
 use crate::status::Status;
+use crate::tx::TxVote;
 use crate::FLAG_RESPONSE;
 
 /// A response, borrowed from the frame it was decoded from (or from the caller's data
@@ -130,6 +131,11 @@ pub enum Response<'a> {
     CheckClientLease {
         live: bool,
     },
+    /// A participant's vote on a transaction (`tx.rs`).
+    TxPrepare {
+        vote: TxVote,
+    },
+    TxDecision,
     /// Ownership has moved; the migration goes on under this id.
     MigrateTablet {
         migration_id: u64,
@@ -246,6 +252,8 @@ impl Response<'_> {
             Response::RenewLease { .. } => Opcode::RenewLease,
             Response::ClientLease { .. } => Opcode::ClientLease,
             Response::CheckClientLease { .. } => Opcode::CheckClientLease,
+            Response::TxPrepare { .. } => Opcode::TxPrepare,
+            Response::TxDecision => Opcode::TxDecision,
             Response::MigrateTablet { .. } => Opcode::MigrateTablet,
             Response::ListMigrations { .. } => Opcode::ListMigrations,
             Response::MigrationDone => Opcode::MigrationDone,
@@ -368,6 +376,10 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
         Opcode::CheckClientLease => Response::CheckClientLease {
             live: r.bool("live")?,
         },
+        Opcode::TxPrepare => Response::TxPrepare {
+            vote: TxVote::from_code(r.u8()?)?,
+        },
+        Opcode::TxDecision => Response::TxDecision,
         Opcode::MigrateTablet => Response::MigrateTablet {
             migration_id: r.u64()?,
         },
@@ -547,6 +559,7 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
             put_u32(out, *lease_ms);
         }
         Response::CheckClientLease { live } => put_bool(out, *live),
+        Response::TxPrepare { vote } => put_u8(out, *vote as u8),
         Response::MigrateTablet { migration_id } => put_u64(out, *migration_id),
         Response::ListMigrations { text } => put_long_string(out, text)?,
         Response::PrepareMigration { safe_version } => put_u64(out, *safe_version),
@@ -562,6 +575,7 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
         Response::PriorityPull { objects } => objects.write(out),
         Response::MigrationDone
         | Response::CancelMigration
+        | Response::TxDecision
         | Response::TakeMigratingTablet
         | Response::CrashServer
         | Response::Leave

@@ -79,6 +79,8 @@ impl StorageService {
         op: &OnceOp<'_>,
         rpc_id: RpcId,
     ) -> Result<RpcOutcome, WriteError> {
+        // Held across the write: no transaction can lock the key meanwhile.
+        let _locks = self.unlocked(table_id, key)?;
         let store = &self.store;
         match *op {
             OnceOp::Write { value } => store.write_once(table_id, key, value, rules, rpc_id),

@@ -235,6 +235,12 @@ impl StorageService {
             Request::MultiRead(items) => self.multi_read(id, items, out)?,
             Request::MultiWrite(items) => self.multi_write(id, items, out)?,
             Request::MultiRemove(items) => self.multi_remove(id, items, out)?,
+            Request::TxPrepare(prepare) => self.tx_prepare(id, &prepare, out)?,
+            Request::TxDecision {
+                lease_id,
+                tx_seq,
+                commit,
+            } => self.tx_decision(id, lease_id, tx_seq, commit, out)?,
             Request::TakeTabletOwnership { server_id, .. } if server_id != self.server_id() => {
                 answer_message(id, op, Status::ServerNotUp, NOT_THE_SERVER_MEANT, out)?;
                 Durability::Now

@@ -44,9 +44,10 @@ pub(crate) fn write_status(e: WriteError) -> Status {
         WriteError::NotNumeric(_) => Status::NotNumeric,
         WriteError::Overflow => Status::Overflow,
         WriteError::NoSpace => Status::NoSpace,
-        WriteError::Migrating | WriteError::RpcInProgress | WriteError::LeaseUnverified => {
-            Status::Retry
-        }
+        WriteError::Migrating
+        | WriteError::RpcInProgress
+        | WriteError::LeaseUnverified
+        | WriteError::ObjectLocked => Status::Retry,
         WriteError::StaleRpc => Status::StaleRpc,
         _ => Status::Internal,
     }
@@ -54,7 +55,7 @@ pub(crate) fn write_status(e: WriteError) -> Status {
 
 pub(crate) fn error_body(e: WriteError) -> ErrorBody<'static> {
     match e {
-        WriteError::Migrating => status_body(Status::Retry),
+        WriteError::Migrating | WriteError::ObjectLocked => status_body(Status::Retry),
         WriteError::WrongVersion { current } => ErrorBody::WrongVersion {
             current_version: current,
         },
@@ -122,6 +123,7 @@ impl StorageService {
         value: &[u8],
         rules: &RejectRules,
     ) -> Result<u64, WriteError> {
+        let locks = self.unlocked(table_id, key)?;
         let written = match self.migration_gate(table_id, key, write_kind(rules)) {
             Gated::Plain => self.store.write(table_id, key, value, rules),
             Gated::Arrived(m) => {
@@ -134,6 +136,7 @@ impl StorageService {
             }
             Gated::Wait => Err(WriteError::Migrating),
         };
+        drop(locks);
         self.accepted(written)
     }
 
@@ -146,6 +149,7 @@ impl StorageService {
         key: &[u8],
         rules: &RejectRules,
     ) -> Result<Option<u64>, WriteError> {
+        let _locks = self.unlocked(table_id, key)?;
         match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
             Gated::Plain => self.store.remove(table_id, key, rules),
             Gated::Arrived(_) => self.store.remove_arrived(table_id, key, rules),
@@ -162,6 +166,7 @@ impl StorageService {
         delta: i64,
         rules: &RejectRules,
     ) -> Result<([u8; 8], u64), WriteError> {
+        let locks = self.unlocked(table_id, key)?;
         let result = match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
             Gated::Plain => self.store.increment_i64(table_id, key, delta, rules),
             Gated::Arrived(_) => self
@@ -169,6 +174,7 @@ impl StorageService {
                 .increment_i64_arrived(table_id, key, delta, rules),
             Gated::Wait => Err(WriteError::Migrating),
         };
+        drop(locks);
         self.accepted(result.map(|(v, version)| (v.to_le_bytes(), version)))
     }
 
@@ -181,6 +187,7 @@ impl StorageService {
         delta: f64,
         rules: &RejectRules,
     ) -> Result<([u8; 8], u64), WriteError> {
+        let locks = self.unlocked(table_id, key)?;
         let result = match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
             Gated::Plain => self.store.increment_f64(table_id, key, delta, rules),
             Gated::Arrived(_) => self
@@ -188,6 +195,7 @@ impl StorageService {
                 .increment_f64_arrived(table_id, key, delta, rules),
             Gated::Wait => Err(WriteError::Migrating),
         };
+        drop(locks);
         self.accepted(result.map(|(v, version)| (v.to_le_bytes(), version)))
     }
 

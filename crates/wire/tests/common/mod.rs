@@ -276,6 +276,14 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
             "check_client_lease_request",
             Request::CheckClientLease { lease_id: 7 },
         ),
+        (
+            "tx_decision_request",
+            Request::TxDecision {
+                lease_id: 3,
+                tx_seq: 9,
+                commit: true,
+            },
+        ),
         ("leave_request", Request::Leave { server_id: 3 }),
         (
             "migrate_tablet_request",
@@ -545,6 +553,43 @@ pub fn list_request_frames() -> Vec<(&'static str, Vec<u8>)> {
     e.finish().expect("finish");
     frames.push(("priority_pull_request", out));
 
+    let mut out = Vec::new();
+    let ops = [
+        TxOp {
+            kind: TxOpKind::Read,
+            expected_version: Some(4),
+            table_id: 7,
+            key: b"alice",
+            value: b"",
+        },
+        TxOp {
+            kind: TxOpKind::Write,
+            expected_version: Some(4),
+            table_id: 7,
+            key: b"bob",
+            value: b"100",
+        },
+        TxOp {
+            kind: TxOpKind::Remove,
+            expected_version: None,
+            table_id: 7,
+            key: b"carol",
+            value: b"",
+        },
+    ];
+    let participants = [
+        TxParticipant {
+            table_id: 7,
+            key_hash: 0x11,
+        },
+        TxParticipant {
+            table_id: 8,
+            key_hash: 0x22,
+        },
+    ];
+    encode_tx_prepare(ID, 3, 9, 0, &participants, &ops, &mut out).expect("tx prepare");
+    frames.push(("tx_prepare_request", out));
+
     frames
 }
 
@@ -711,6 +756,18 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
             "check_client_lease_response",
             Opcode::CheckClientLease,
             Response::CheckClientLease { live: true },
+        ),
+        (
+            "tx_prepare_response",
+            Opcode::TxPrepare,
+            Response::TxPrepare {
+                vote: TxVote::Prepared,
+            },
+        ),
+        (
+            "tx_decision_response",
+            Opcode::TxDecision,
+            Response::TxDecision,
         ),
         ("leave_response", Opcode::Leave, Response::Leave),
         (

@@ -1,0 +1,105 @@
+//! A participant's side of a transaction's commit (Lee et al., SOSP'15 §6.2) on
+//! the native front end: TxPrepare checks versions and takes locks
+//! (`ramstore_master::tx`), TxDecision applies or drops. Plain writes check the
+//! same locks ([`StorageService::unlocked`]) and are answered RETRY on a locked
+//! object; reads never look at locks.
+
+use ramstore_master::migration::ClientOp;
+use ramstore_master::tx::locks::WriterGuard;
+use ramstore_master::{TxId, WriteError};
+use ramstore_wire::{
+    encode_response, Opcode, Response, TxPrepare, WireError, MAX_TX_BYTES, TX_DECIDE_NOW,
+};
+
+use super::migration::Gated;
+use super::request_path::Durability;
+use super::StorageService;
+
+impl StorageService {
+    /// The plain writers' guard, once `key` of `table_id` is known not to be
+    /// locked by a transaction; hold it until the write is in the store.
+    pub(crate) fn unlocked(
+        &self,
+        table_id: u64,
+        key: &[u8],
+    ) -> Result<WriterGuard<'_>, WriteError> {
+        let guard = self.tx.locks().writer_guard();
+        guard
+            .check(table_id, key)
+            .map_err(|_| WriteError::ObjectLocked)?;
+        Ok(guard)
+    }
+
+    /// Phase one on this participant: the vote, or (with [`TX_DECIDE_NOW`]) the
+    /// commit of a single-server transaction. A vote of PREPARED holds locks in
+    /// memory only (first slice), so it is answered at once; a commit waits for
+    /// its writes to be durable.
+    pub(crate) fn tx_prepare(
+        &self,
+        id: u64,
+        prepare: &TxPrepare<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Durability, WireError> {
+        let ops: Vec<_> = prepare.ops.iter().collect();
+        let bytes: usize = ops.iter().map(|op| op.key.len() + op.value.len()).sum();
+        if bytes > MAX_TX_BYTES {
+            return self.tx_refused(id, Opcode::TxPrepare, WriteError::ValueTooLarge(bytes), out);
+        }
+        // A key whose tablet is migrating in is not decided here yet (K§2.3).
+        for op in &ops {
+            if !matches!(
+                self.migration_gate(op.table_id, op.key, ClientOp::ReadsRecord),
+                Gated::Plain
+            ) {
+                return self.tx_refused(id, Opcode::TxPrepare, WriteError::Migrating, out);
+            }
+        }
+        let tx = TxId {
+            lease_id: prepare.lease_id,
+            tx_seq: prepare.tx_seq,
+        };
+        let decide_now = prepare.flags & TX_DECIDE_NOW != 0;
+        match self.tx.prepare(&self.store, tx, &ops, decide_now) {
+            Ok(vote) => {
+                encode_response(id, Opcode::TxPrepare, &Response::TxPrepare { vote }, out)?;
+                Ok(if decide_now {
+                    Durability::LogEnd
+                } else {
+                    Durability::Now
+                })
+            }
+            Err(e) => self.tx_refused(id, Opcode::TxPrepare, e, out),
+        }
+    }
+
+    /// Phase two: applies or drops the prepared ops; the answer waits until the
+    /// applied writes are durable.
+    pub(crate) fn tx_decision(
+        &self,
+        id: u64,
+        lease_id: u64,
+        tx_seq: u64,
+        commit: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<Durability, WireError> {
+        let tx = TxId { lease_id, tx_seq };
+        match self.tx.decide(&self.store, tx, commit) {
+            Ok(()) => {
+                encode_response(id, Opcode::TxDecision, &Response::TxDecision, out)?;
+                Ok(Durability::LogEnd)
+            }
+            Err(e) => self.tx_refused(id, Opcode::TxDecision, e, out),
+        }
+    }
+
+    fn tx_refused(
+        &self,
+        id: u64,
+        op: Opcode,
+        e: WriteError,
+        out: &mut Vec<u8>,
+    ) -> Result<Durability, WireError> {
+        encode_response(id, op, &Response::Error(self.refused(e)), out)?;
+        Ok(Durability::Now)
+    }
+}

@@ -1,0 +1,72 @@
+//! The TxPrepare frame (`wire/src/tx.rs`): round trips, and its limits.
+
+use ramstore_wire::{
+    decode_request, encode_request, encode_tx_prepare, Request, TxOp, TxOpKind, TxParticipant,
+    MAX_TX_OBJECTS, TX_DECIDE_NOW,
+};
+
+#[test]
+fn encode_tx_prepare_round_trips_through_decode_and_encode() {
+    let ops = [
+        TxOp {
+            kind: TxOpKind::Read,
+            expected_version: Some(7),
+            table_id: 1,
+            key: b"a",
+            value: b"",
+        },
+        TxOp {
+            kind: TxOpKind::Write,
+            expected_version: None,
+            table_id: 1,
+            key: b"b",
+            value: b"v",
+        },
+    ];
+    let parts = [TxParticipant {
+        table_id: 1,
+        key_hash: 9,
+    }];
+    let mut frame = Vec::new();
+    encode_tx_prepare(5, 3, 4, TX_DECIDE_NOW, &parts, &ops, &mut frame).unwrap();
+    let (header, req) = decode_request(&frame).unwrap();
+    assert_eq!(header.request_id, 5);
+    let Request::TxPrepare(p) = req else {
+        panic!("decoded {req:?}");
+    };
+    assert_eq!((p.lease_id, p.tx_seq, p.flags), (3, 4, TX_DECIDE_NOW));
+    assert_eq!(p.ops.iter().collect::<Vec<_>>(), ops);
+    assert_eq!(p.participants.iter().collect::<Vec<_>>(), parts);
+    let mut again = Vec::new();
+    encode_request(5, &req, &mut again).unwrap();
+    assert_eq!(again, frame);
+}
+
+#[test]
+fn decode_tx_prepare_rejects_a_read_without_version() {
+    let ops = [TxOp {
+        kind: TxOpKind::Read,
+        expected_version: None,
+        table_id: 1,
+        key: b"a",
+        value: b"",
+    }];
+    let mut frame = Vec::new();
+    encode_tx_prepare(1, 3, 4, 0, &[], &ops, &mut frame).unwrap();
+    assert!(decode_request(&frame).is_err());
+}
+
+#[test]
+fn encode_tx_prepare_refuses_too_many_objects() {
+    let op = TxOp {
+        kind: TxOpKind::Remove,
+        expected_version: None,
+        table_id: 1,
+        key: b"a",
+        value: b"",
+    };
+    let ops = vec![op; MAX_TX_OBJECTS + 1];
+    let mut frame = Vec::new();
+    assert!(encode_tx_prepare(1, 3, 4, 0, &[], &ops, &mut frame).is_err());
+    assert!(frame.is_empty());
+}
