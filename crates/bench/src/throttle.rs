@@ -21,12 +21,21 @@
 //! survivor segment, which no backup link does (measured: the writer spent 22–29% of
 //! the 90% point waiting on the link, docs/benchmarks.md).
 //!
+//! Survivor segments are sent the way the storage server's replica manager sends
+//! them: `replicate` only takes the survivor's slot on the bulk clock and returns
+//! (the manager's replicator thread does the sending), and `sync_closed` — where
+//! the cleaner waits before the digest naming them — waits until each slot ends.
+//! So a cleaner that hands a survivor over as soon as it fills overlaps its copy
+//! with the transfer, as it would against real backups.
+//!
 //! Cost per call when the link is idle: one clock read and one compare-and-swap.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ramstore_log::ReplicaSink;
+use ramstore_log::{ReplicaSink, SegmentRole};
 
 /// Waits longer than this sleep (minus [`SLEEP_SLACK_NS`]); shorter waits yield, and
 /// the last tens of microseconds spin. Sleeping on this VM overshoots by tens of
@@ -58,6 +67,11 @@ pub struct ThrottledReplicas {
     bytes: AtomicU64,
     calls: AtomicU64,
     waited_ns: AtomicU64,
+    /// Survivor segments opened and not yet given a slot.
+    survivors: Mutex<HashSet<u64>>,
+    /// Survivor transfers under way: segment id → (slot end, small link time
+    /// before it was reserved), as a bulk transfer's wait needs them.
+    in_flight: Mutex<HashMap<u64, (u64, u64)>>,
 }
 
 /// Counters of a [`ThrottledReplicas`].
@@ -82,6 +96,8 @@ impl ThrottledReplicas {
             bytes: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             waited_ns: AtomicU64::new(0),
+            survivors: Mutex::new(HashSet::new()),
+            in_flight: Mutex::new(HashMap::new()),
         }
     }
 
@@ -135,7 +151,7 @@ impl ThrottledReplicas {
 }
 
 impl ReplicaSink for ThrottledReplicas {
-    fn replicate(&self, _segment_id: u64, _offset: usize, len: usize) {
+    fn replicate(&self, segment_id: u64, _offset: usize, len: usize) {
         self.bytes.fetch_add(len as u64, Ordering::Relaxed);
         self.calls.fetch_add(1, Ordering::Relaxed);
         if self.ns_per_kb == 0 {
@@ -155,6 +171,53 @@ impl ReplicaSink for ThrottledReplicas {
         // another) plus the link time small transfers took while it was under way.
         let small_before = self.small_busy_ns.load(Ordering::Relaxed);
         let slot_end = Self::reserve(&self.next_free_ns, cost, now);
+        // A poisoned lock means a cleaner thread panicked: the run is over anyway.
+        if lock(&self.survivors).remove(&segment_id) {
+            lock(&self.in_flight).insert(segment_id, (slot_end, small_before));
+            return;
+        }
+        self.wait_for_bulk(slot_end, small_before, now);
+    }
+
+    fn close(&self, segment_id: u64) {
+        // A survivor small enough to go as a small transfer was sent in
+        // `replicate`; forget it. (Heads close once per segment: no hot path.)
+        if self.ns_per_kb != 0 {
+            lock(&self.survivors).remove(&segment_id);
+        }
+    }
+
+    fn opened(&self, segment_id: u64, role: SegmentRole) {
+        if role == SegmentRole::Survivor && self.ns_per_kb != 0 {
+            lock(&self.survivors).insert(segment_id);
+        }
+    }
+
+    fn sync_closed(&self, segment_ids: &[u64]) {
+        for id in segment_ids {
+            let Some((slot_end, small_before)) = lock(&self.in_flight).remove(id) else {
+                continue;
+            };
+            self.wait_for_bulk(slot_end, small_before, self.now_ns());
+        }
+    }
+
+    fn cleaned(&self, _survivors: &[u64], _freed: &[u64]) {}
+
+    // The model paces bandwidth only; nothing reports durability back to the log.
+    fn durable_on_close(&self) -> bool {
+        true
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl ThrottledReplicas {
+    /// Waits until a bulk transfer whose slot ends at `slot_end` really ended: the
+    /// slot stretched by the small transfers' link time since `small_before`.
+    fn wait_for_bulk(&self, slot_end: u64, small_before: u64, now: u64) {
         let (mut target, mut at) = (slot_end, now);
         loop {
             if target > at {
@@ -170,15 +233,6 @@ impl ReplicaSink for ThrottledReplicas {
             }
             target = slot_end + shared;
         }
-    }
-
-    fn close(&self, _segment_id: u64) {}
-
-    fn cleaned(&self, _survivors: &[u64], _freed: &[u64]) {}
-
-    // The model paces bandwidth only; nothing reports durability back to the log.
-    fn durable_on_close(&self) -> bool {
-        true
     }
 }
 
@@ -227,6 +281,40 @@ mod tests {
         // The bulk transfer paid for the 100 kB of small ones: ≥ 40 ms + 1 ms.
         assert!(bulk >= Duration::from_millis(41), "{bulk:?}");
         assert_eq!(t.stats().bytes, 4_100_000);
+    }
+
+    #[test]
+    fn replicate_survivor_returns_at_once_and_sync_closed_waits_for_its_slot() {
+        // 100 MB/s: two 2 MB survivors take 20 ms each, back to back on the link.
+        let t = ThrottledReplicas::new(100);
+        let start = Instant::now();
+        for id in [7, 8] {
+            t.opened(id, SegmentRole::Survivor);
+            t.replicate(id, 0, 2_000_000);
+            t.close(id);
+        }
+        let handed_over = start.elapsed();
+        assert!(handed_over < Duration::from_millis(20), "{handed_over:?}");
+        t.sync_closed(&[7]);
+        let first = start.elapsed();
+        assert!(first >= Duration::from_millis(20), "{first:?}");
+        t.sync_closed(&[8]);
+        let both = start.elapsed();
+        assert!(both >= Duration::from_millis(40), "{both:?}");
+        // Nothing is left in flight: a second wait returns at once.
+        let again = Instant::now();
+        t.sync_closed(&[7, 8]);
+        assert!(again.elapsed() < Duration::from_millis(10));
+    }
+
+    #[test]
+    fn replicate_head_bulk_transfer_still_waits() {
+        // A head's large append is acknowledged only once sent: 2 MB at 100 MB/s.
+        let t = ThrottledReplicas::new(100);
+        t.opened(3, SegmentRole::Head);
+        let start = Instant::now();
+        t.replicate(3, 0, 2_000_000);
+        assert!(start.elapsed() >= Duration::from_millis(20));
     }
 
     #[test]

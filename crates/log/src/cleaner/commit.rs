@@ -21,24 +21,22 @@ impl Cleaner<'_> {
     pub(super) fn commit_combined(&self, list: WorkList, survivors: Survivors) -> PassOutcome {
         let log = self.log;
         let Survivors {
-            writers: mut survivors,
+            written,
             copied,
             relocated,
         } = survivors;
         let victim_ids = list.victim_ids();
-        let now = log.clock();
-        let survivor_seglets: usize = survivors.iter().map(|w| w.seglets.len()).sum();
-        let survivor_bytes: usize = survivors.iter().map(|w| w.length).sum();
+        let survivor_seglets: usize = written.iter().map(|w| w.seglets).sum();
+        let survivor_bytes: usize = written.iter().map(|w| w.length).sum();
         let victim_disk_bytes: usize = list.victims.iter().map(|m| m.disk_length).sum();
-        let written: Vec<(u64, usize)> = survivors.iter().map(|w| (w.id, w.length)).collect();
+        let survivor_ids: Vec<u64> = written.iter().map(|w| w.id).collect();
         {
-            // The victims stay in the log until the survivors are durable (the
-            // digest names them), but no longer in memory: `Leaving`, as after a
-            // one-segment pass, so re-replication treats them as gone.
+            // The survivors are `Pending` and being replicated already
+            // (`publish_survivor`). The victims stay in the log until the
+            // survivors are durable (the digest names them), but no longer in
+            // memory: `Leaving`, as after a one-segment pass, so re-replication
+            // treats them as gone.
             let mut table = log.segments.lock();
-            for w in &mut survivors {
-                self.add_pending_survivor(&mut table, w, now);
-            }
             for m in &list.victims {
                 if let Some(t) = table.by_id.get_mut(&m.id) {
                     t.state = SegmentState::Leaving;
@@ -59,7 +57,7 @@ impl Cleaner<'_> {
             retired += m.seglets.len();
             log.retire(std::mem::take(&mut m.seglets), None);
         }
-        self.swap_in_survivors(&written, &victim_ids);
+        self.swap_in_survivors(&survivor_ids, &victim_ids);
         for (m, moved) in victims.into_iter().zip(relocated) {
             self.forget_slot_counts(m.slot, moved);
             log.retire(Vec::new(), Some(m.slot));
@@ -77,7 +75,7 @@ impl Cleaner<'_> {
             segments: victim_ids.len(),
             bytes_copied: copied,
             seglets_retired: retired,
-            survivors: written.len(),
+            survivors: survivor_ids.len(),
             output_seglets: survivor_seglets,
             made_progress: retired > survivor_seglets + 1
                 || tombstones_dropped > 0
@@ -171,7 +169,8 @@ impl Cleaner<'_> {
         // wait (about 12 ms per 8 MiB at 700 MB/s) used to hold them while writers
         // stalled for memory (issue 17, session 33).
         recycler.finish(log);
-        self.swap_in_survivors(&[(survivor_id, survivor_bytes)], &[victim.id]);
+        self.send_survivor(survivor_id, survivor_bytes);
+        self.swap_in_survivors(&[survivor_id], &[victim.id]);
         self.forget_slot_counts(victim.slot, copy.sums);
         // Whatever the scan did not reach (nothing, unless an entry failed to
         // parse) leaves with the victim's slot, whose counters stay until the
@@ -230,21 +229,25 @@ impl Cleaner<'_> {
         );
     }
 
-    /// Replicates the pending survivors (id, length), waits until they are durable
-    /// (L§6.4: before any digest names them), then joins them to the log and drops
-    /// `victim_ids` from it with a new head's digest, and tells the sink which
-    /// segments it may free.
-    pub(super) fn swap_in_survivors(&self, survivors: &[(u64, usize)], victim_ids: &[u64]) {
+    /// Hands the pending survivor `id` (complete, `length` bytes) to the replica
+    /// sink: opened, replicated whole and closed at once. The sink may send it in
+    /// the background; `swap_in_survivors` waits for it.
+    pub(super) fn send_survivor(&self, id: u64, length: usize) {
+        let sink = &self.log.config.replicas;
+        sink.opened(id, SegmentRole::Survivor);
+        sink.replicate(id, 0, length);
+        sink.close(id);
+    }
+
+    /// Waits until the pending survivors, already sent (`send_survivor`), are
+    /// durable (L§6.4: before any digest names them), then joins them to the log
+    /// and drops `victim_ids` from it with a new head's digest, and tells the sink
+    /// which segments it may free.
+    pub(super) fn swap_in_survivors(&self, survivor_ids: &[u64], victim_ids: &[u64]) {
         let sink = &self.log.config.replicas;
         let clock = &self.log.config.clock;
         let began = clock.now();
-        for &(id, length) in survivors {
-            sink.opened(id, SegmentRole::Survivor);
-            sink.replicate(id, 0, length);
-            sink.close(id);
-        }
-        let survivor_ids: Vec<u64> = survivors.iter().map(|&(id, _)| id).collect();
-        sink.sync_closed(&survivor_ids);
+        sink.sync_closed(survivor_ids);
         let waited_ns = u64::try_from(clock.now().saturating_duration_since(began).as_nanos())
             .unwrap_or(u64::MAX);
         self.log
@@ -253,7 +256,7 @@ impl Cleaner<'_> {
             .fetch_add(waited_ns, std::sync::atomic::Ordering::Relaxed);
         {
             let mut table = self.log.segments.lock();
-            for id in &survivor_ids {
+            for id in survivor_ids {
                 if let Some(m) = table.by_id.get_mut(id) {
                     m.state = SegmentState::Closed;
                 }
@@ -263,7 +266,7 @@ impl Cleaner<'_> {
             }
         }
         self.log.roll_head_for_cleaner();
-        sink.cleaned(&survivor_ids, victim_ids);
+        sink.cleaned(survivor_ids, victim_ids);
     }
 
     /// A victim leaves the log: its remaining live and tombstone bytes (counted in
