@@ -132,6 +132,8 @@ pub(crate) struct CleanerCounters {
     pub incremental_combined_passes: AtomicU64,
     pub tombstones_moved: AtomicU64,
     pub survivor_sync_ns: AtomicU64,
+    pub cleaner_idle_ns: AtomicU64,
+    pub cleaner_idle_waits: AtomicU64,
 }
 
 /// Bytes every head sets aside for its tablet statistics entry.

@@ -17,6 +17,10 @@ pub(crate) trait Cleanable: Send + Sync + 'static {
     fn clean_once(&self) -> bool;
     /// Whether the balancer wants cleaning now.
     fn wants_cleaning(&self) -> bool;
+    /// The thread slept `ns` although cleaning was wanted (no pass it could start
+    /// made progress): counted so benchmarks can tell an idle cleaner from a
+    /// busy one.
+    fn idled(&self, ns: u64);
 }
 
 /// How long a cleaner sleeps before it asks the balancer again while the balancer
@@ -87,16 +91,23 @@ fn run(store: &impl Cleanable, signal: &Signal, clock: &Arc<dyn Clock>) {
         if store.clean_once() {
             continue;
         }
-        let interval_ms = if store.wants_cleaning() {
+        let wanted = store.wants_cleaning();
+        let interval_ms = if wanted {
             CLEANER_POLL_INTERVAL_MS
         } else {
             CLEANER_IDLE_INTERVAL_MS
         };
+        let began = clock.now();
         let mut woken = signal.lock.lock();
         if !*woken {
             // `wake` notifies with the lock held, as a clock's slices need.
             clock.wait_for(&signal.cond, &mut woken, Duration::from_millis(interval_ms));
         }
         *woken = false;
+        drop(woken);
+        if wanted {
+            let slept = clock.now().saturating_duration_since(began);
+            store.idled(u64::try_from(slept.as_nanos()).unwrap_or(u64::MAX));
+        }
     }
 }

@@ -88,6 +88,10 @@ impl Cleanable for Inner {
             ramstore_log::CleanKind::None
         )
     }
+
+    fn idled(&self, ns: u64) {
+        self.log.note_cleaner_idle(ns);
+    }
 }
 
 /// One object returned by [`ObjectStore::enumerate`].

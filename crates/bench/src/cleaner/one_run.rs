@@ -56,6 +56,10 @@ pub struct CleanerRun {
     pub cleaner_cpu_seconds: f64,
     /// Wall time cleaning passes waited for their survivors to be durable.
     pub survivor_sync_seconds: f64,
+    /// Time cleaner threads slept while cleaning was wanted (no pass they could
+    /// start made progress), summed over the threads, and how many sleeps.
+    pub cleaner_idle_seconds: f64,
+    pub cleaner_idle_waits: u64,
     /// Bytes the cleaner copied in memory (compaction + combined) in the window.
     pub cleaner_bytes_copied: u64,
     /// Cleaner CPU per byte it copied, in ns: its cost per unit of work, which
@@ -153,6 +157,8 @@ pub(super) fn run_one(spec: RunSpec, budget: Budget) -> CleanerRun {
         combined_passes_refused: 0,
         cleaner_cpu_seconds: 0.0,
         survivor_sync_seconds: 0.0,
+        cleaner_idle_seconds: 0.0,
+        cleaner_idle_waits: 0,
         cleaner_bytes_copied: 0,
         cleaner_cpu_ns_per_byte_copied: 0.0,
         live_fraction_end: 0.0,
@@ -307,6 +313,8 @@ pub(super) fn measure(spec: RunSpec, budget: Budget, out: &mut CleanerRun) -> an
     out.combined_passes_refused = s1.combined_passes_refused - s0.combined_passes_refused;
     out.cleaner_cpu_seconds = (s1.cleaner_cpu_ns - s0.cleaner_cpu_ns) as f64 / 1e9;
     out.survivor_sync_seconds = (s1.survivor_sync_ns - s0.survivor_sync_ns) as f64 / 1e9;
+    out.cleaner_idle_seconds = (s1.cleaner_idle_ns - s0.cleaner_idle_ns) as f64 / 1e9;
+    out.cleaner_idle_waits = s1.cleaner_idle_waits - s0.cleaner_idle_waits;
     out.cleaner_cpu_ns_per_byte_copied =
         (s1.cleaner_cpu_ns - s0.cleaner_cpu_ns) as f64 / bytes_copied.max(1) as f64;
     out.live_fraction_end = s1.live_object_bytes as f64 / s1.memory_bytes as f64;

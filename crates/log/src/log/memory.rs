@@ -219,6 +219,11 @@ pub struct LogStats {
     /// Wall time cleaning passes spent waiting for their survivors to be durable
     /// on the backups (L§6.4) before the victims could leave the log.
     pub survivor_sync_ns: u64,
+    /// Wall time cleaner threads slept while the balancer wanted cleaning, because
+    /// no pass they could start made progress (another thread held the combined
+    /// pass, or nothing was worth cleaning), and how many such sleeps.
+    pub cleaner_idle_ns: u64,
+    pub cleaner_idle_waits: u64,
     /// Cleaning passes that found work but could not take the seglets for their
     /// output (the cleaner then waits for memory to come back).
     pub passes_without_memory: u64,
@@ -234,6 +239,17 @@ pub struct LogStats {
 }
 
 impl Log {
+    /// A cleaner thread slept `ns` while cleaning was wanted but no pass it could
+    /// start made progress (counted in [`LogStats::cleaner_idle_ns`]).
+    pub fn note_cleaner_idle(&self, ns: u64) {
+        self.counters
+            .cleaner_idle_ns
+            .fetch_add(ns, Ordering::Relaxed);
+        self.counters
+            .cleaner_idle_waits
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A snapshot of the statistics.
     pub fn stats(&self) -> LogStats {
         let table = self.segments.lock();
@@ -275,6 +291,8 @@ impl Log {
             cleaner_cpu_ns: get(&c.cpu_ns),
             emergency_heads: get(&c.emergency_heads),
             survivor_sync_ns: get(&c.survivor_sync_ns),
+            cleaner_idle_ns: get(&c.cleaner_idle_ns),
+            cleaner_idle_waits: get(&c.cleaner_idle_waits),
         }
     }
 }
