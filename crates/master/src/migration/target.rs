@@ -506,6 +506,36 @@ mod tests {
     }
 
     #[test]
+    fn apply_pull_applies_every_record_of_many_chunks_once_with_its_version() {
+        let s = store();
+        s.add_migrating_tablet(1, 0, u64::MAX, 1_000)
+            .expect("added");
+        let m = migration();
+        // Settled before the pull (a client wrote it here): the pulled copy of
+        // it must not replace it, whichever chunk it falls in.
+        let rules = RejectRules::default();
+        let written = s.write_arrived(1, b"key-0100", b"mine", &rules).expect("w");
+        m.settle(b"key-0100");
+        let n = 3 * APPLY_BATCH + 5;
+        let keys: Vec<String> = (0..n).map(|i| format!("key-{i:04}")).collect();
+        let pulled_batch = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| pulled(k.as_bytes(), b"pulled", 10 + i as u64));
+        m.apply_pull(&s, 0, pulled_batch, None).expect("applied");
+        assert_eq!(
+            m.progress().1,
+            n as u64 - 1,
+            "each record once, the settled one skipped"
+        );
+        for (i, k) in keys.iter().enumerate() {
+            let version = s.read_with_arrived(1, k.as_bytes(), |o| o.version());
+            let expected = if i == 100 { written } else { 10 + i as u64 };
+            assert_eq!(version, Ok(expected), "key {k}");
+        }
+    }
+
+    #[test]
     fn gate_without_priority_pulls_waits_for_the_background_pull() {
         let s = store();
         s.add_migrating_tablet(1, 0, u64::MAX, 100).expect("added");
