@@ -176,3 +176,31 @@ fn commit_side_logs_names_the_segments_only_after_they_are_closed_on_replicas() 
     assert!(a.segment_ids().is_empty() && b.segment_ids().is_empty());
     assert!(log.commit_side_logs(&[&a, &b]).is_empty());
 }
+
+#[test]
+fn copy_for_replica_upto_copies_only_the_round_and_returns_the_whole_length() {
+    let log = log_with(Arc::new(Recorder::default()));
+    let side = SideLog::new();
+    for i in 0..100 {
+        append(&log, &side, i);
+    }
+    let id = side.segment_ids()[0];
+    let mut whole = Vec::new();
+    let length = log.copy_for_replica(id, 0, &mut whole).unwrap();
+    assert_eq!(whole.len(), length);
+    // A round from the middle, capped: exactly those bytes, the full length.
+    let (from, upto) = (length / 4, length / 2);
+    let mut round = Vec::new();
+    assert_eq!(
+        log.copy_for_replica_upto(id, from, upto, &mut round),
+        Some(length)
+    );
+    assert_eq!(round, whole[from..upto]);
+    // A cap past the end copies to the end.
+    let mut tail = Vec::new();
+    assert_eq!(
+        log.copy_for_replica_upto(id, from, length + 1, &mut tail),
+        Some(length)
+    );
+    assert_eq!(tail, whole[from..]);
+}

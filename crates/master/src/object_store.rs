@@ -250,7 +250,12 @@ impl ObjectStore {
     /// pipeline of Redis commands) overlaps those cache misses instead of taking
     /// them one after another, as the cleaner does (R§11.3). Changes nothing.
     pub fn prefetch(&self, key: &[u8]) {
-        self.inner.index.prefetch(key_hash(key));
+        self.prefetch_hash(key_hash(key));
+    }
+
+    /// [`Self::prefetch`] for a key whose hash (`key_hash`) the caller has.
+    pub fn prefetch_hash(&self, hash: u64) {
+        self.inner.index.prefetch(hash);
     }
 
     /// Reads an object: calls `f` with a view of it (value pieces are read in place,

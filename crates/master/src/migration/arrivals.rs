@@ -13,9 +13,40 @@
 //! Thread-safety: none inside; the owner ([`super::IncomingMigration`]) keeps it
 //! behind one mutex.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use ramstore_wire::key_hash;
+
+/// Keys settled one by one, by key hash: a pulled record's probe is one integer
+/// lookup with the hash its apply has already computed (K§2.3: the target's
+/// replay is the migration's bottleneck). With PriorityPulls the set holds the
+/// workload's hot keys for the whole pull, so every pulled record probed it: a
+/// SipHash of the key into a `HashSet<Vec<u8>>`, 13% of the apply in session
+/// 32's profile (docs/benchmarks.md) — and absent without PriorityPulls.
+type SettledKeys = HashMap<u64, Vec<Vec<u8>>, BuildHasherDefault<KeyHashHasher>>;
+
+/// Hashes a `u64` key hash to itself: it is already xxh3, uniformly spread.
+#[derive(Debug, Default, Clone, Copy)]
+struct KeyHashHasher(u64);
+
+impl Hasher for KeyHashHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used (the map's keys are `u64`); fold anything
+        // else in so the hasher stays correct if that changes.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
 
 /// One hash partition of the range, pulled in order of key hash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,8 +95,9 @@ pub fn partitions(start: u64, end: u64, parts: u32) -> Vec<Partition> {
 #[derive(Debug, Clone)]
 pub struct Arrivals {
     partitions: Vec<Partition>,
-    /// Keys settled individually (not yet covered by their partition's cursor).
-    settled: HashSet<Vec<u8>>,
+    /// Keys settled individually (not yet covered by their partition's cursor),
+    /// by key hash (keys whose hashes collide share an entry).
+    settled: SettledKeys,
     /// Keys a client waits for, not yet asked of the source.
     pending: BTreeSet<Vec<u8>>,
     /// Keys asked of the source by the PriorityPull in flight.
@@ -78,7 +110,7 @@ impl Arrivals {
     pub fn new(start: u64, end: u64, parts: u32) -> Self {
         Self {
             partitions: partitions(start, end, parts),
-            settled: HashSet::new(),
+            settled: SettledKeys::default(),
             pending: BTreeSet::new(),
             in_flight: BTreeSet::new(),
         }
@@ -94,21 +126,29 @@ impl Arrivals {
     }
 
     /// [`Self::is_settled`] for a key whose hash the caller has: the apply path
-    /// asks it once per pulled record, where the set of keys settled one by one
-    /// is almost always empty — hashing the key again for it cost 13% of the
-    /// target's apply (docs/benchmarks.md, issue 20 session 32).
+    /// asks it once per pulled record, so it must not hash the key again (that
+    /// cost 13% of the target's apply, docs/benchmarks.md, issue 20 session 32).
     pub fn is_settled_hashed(&self, key: &[u8], hash: u64) -> bool {
         self.partitions.iter().any(|p| p.covers(hash))
-            || (!self.settled.is_empty() && self.settled.contains(key))
+            || self
+                .settled
+                .get(&hash)
+                .is_some_and(|keys| keys.iter().any(|k| k.as_slice() == key))
     }
 
     /// The key is authoritative here from now on (a priority pull answered, or a
     /// client wrote or deleted it on the target).
     pub fn settle(&mut self, key: &[u8]) {
-        if !self.is_settled(key) {
-            self.settled.insert(key.to_vec());
+        let hash = key_hash(key);
+        if !self.is_settled_hashed(key, hash) {
+            self.settled.entry(hash).or_default().push(key.to_vec());
         }
         self.pending.remove(key);
+    }
+
+    /// How many keys are settled one by one (not by a cursor).
+    pub fn settled_individually(&self) -> usize {
+        self.settled.values().map(Vec::len).sum()
     }
 
     /// A client waits for `key`: it joins the next PriorityPull unless it is
@@ -169,7 +209,7 @@ impl Arrivals {
         // A cursor past the partition's end means it is done.
         p.next = next.filter(|n| *n <= p.hi);
         let p = *p;
-        self.settled.retain(|k| !p.covers(key_hash(k)));
+        self.settled.retain(|&hash, _| !p.covers(hash));
     }
 
     /// Whether some client waits for a key (pending or in flight).
@@ -240,6 +280,23 @@ mod tests {
         assert!(a.is_settled(b"k"));
         a.advance(0, Some(0));
         assert!(a.is_settled(b"k"), "cursors never move back");
+    }
+
+    #[test]
+    fn settle_keeps_keys_apart_and_advance_forgets_covered_ones() {
+        let mut a = Arrivals::new(0, u64::MAX, 1);
+        a.settle(b"k1");
+        a.settle(b"k1");
+        a.settle(b"k2");
+        assert_eq!(a.settled_individually(), 2, "a key is settled once");
+        assert!(a.is_settled(b"k1") && a.is_settled(b"k2"));
+        assert!(!a.is_settled(b"k3"));
+        // Same hash, other key: settling k1 says nothing of it.
+        assert!(!a.is_settled_hashed(b"k3", key_hash(b"k1")));
+        let (h1, h2) = (key_hash(b"k1"), key_hash(b"k2"));
+        a.advance(0, Some(h1.min(h2) + 1));
+        assert_eq!(a.settled_individually(), 1, "the cursor covers one key now");
+        assert!(a.is_settled(b"k1") && a.is_settled(b"k2"));
     }
 
     #[test]

@@ -156,11 +156,30 @@ impl IncomingMigration {
         next: Option<u64>,
     ) -> Result<(), WriteError> {
         let side = self.side(partition);
-        let mut objects = objects.into_iter().peekable();
-        while objects.peek().is_some() {
+        let mut objects = objects.into_iter();
+        let mut chunk = Vec::with_capacity(APPLY_BATCH);
+        loop {
+            chunk.clear();
+            chunk.extend(
+                objects
+                    .by_ref()
+                    .take(APPLY_BATCH)
+                    .map(|o| (o, key_hash(o.key))),
+            );
+            if chunk.is_empty() {
+                break;
+            }
+            // The chunk's hash buckets are prefetched back to back before any is
+            // locked, so their cache (and TLB) misses overlap: one after another
+            // they were 40% of the apply (`examples/pull_apply.rs` under perf;
+            // K§2.4: the target's hash-table probes are its costly misses).
+            // Done before the mutex is taken, so the hold stays short.
+            for &(_, hash) in &chunk {
+                store.prefetch_hash(hash);
+            }
             let arrivals = self.arrivals.lock();
-            for o in objects.by_ref().take(APPLY_BATCH) {
-                self.apply_one(store, side, &arrivals, o)?;
+            for &(o, hash) in &chunk {
+                self.apply_one(store, side, &arrivals, o, hash)?;
             }
             MutexGuard::unlock_fair(arrivals);
         }
@@ -211,7 +230,7 @@ impl IncomingMigration {
                 .iter()
                 .position(|p| (p.lo..=p.hi).contains(&hash))
                 .unwrap_or(0);
-            if let Err(e) = self.apply_one(store, self.side(partition), &arrivals, o) {
+            if let Err(e) = self.apply_one(store, self.side(partition), &arrivals, o, hash) {
                 arrivals.priority_failed(keys);
                 return Err(e);
             }
@@ -243,14 +262,16 @@ impl IncomingMigration {
         )
     }
 
+    /// Applies one pulled record `o` whose key hash is `hash` (see
+    /// [`Self::apply_pull`]); the caller holds the arrivals mutex.
     fn apply_one(
         &self,
         store: &ObjectStore,
         side: &SideLog,
         arrivals: &Arrivals,
         o: PulledObject<'_>,
+        hash: u64,
     ) -> Result<(), WriteError> {
-        let hash = key_hash(o.key);
         if !self.contains(self.table_id, hash) || arrivals.is_settled_hashed(o.key, hash) {
             return Ok(());
         }
@@ -482,6 +503,36 @@ mod tests {
             s.read_with_arrived(1, b"k", |o| o.version()),
             Err(ReadError::ObjectDoesntExist)
         );
+    }
+
+    #[test]
+    fn apply_pull_applies_every_record_of_many_chunks_once_with_its_version() {
+        let s = store();
+        s.add_migrating_tablet(1, 0, u64::MAX, 1_000)
+            .expect("added");
+        let m = migration();
+        // Settled before the pull (a client wrote it here): the pulled copy of
+        // it must not replace it, whichever chunk it falls in.
+        let rules = RejectRules::default();
+        let written = s.write_arrived(1, b"key-0100", b"mine", &rules).expect("w");
+        m.settle(b"key-0100");
+        let n = 3 * APPLY_BATCH + 5;
+        let keys: Vec<String> = (0..n).map(|i| format!("key-{i:04}")).collect();
+        let pulled_batch = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| pulled(k.as_bytes(), b"pulled", 10 + i as u64));
+        m.apply_pull(&s, 0, pulled_batch, None).expect("applied");
+        assert_eq!(
+            m.progress().1,
+            n as u64 - 1,
+            "each record once, the settled one skipped"
+        );
+        for (i, k) in keys.iter().enumerate() {
+            let version = s.read_with_arrived(1, k.as_bytes(), |o| o.version());
+            let expected = if i == 100 { written } else { 10 + i as u64 };
+            assert_eq!(version, Ok(expected), "key {k}");
+        }
     }
 
     #[test]

@@ -344,8 +344,12 @@ impl ReplicaManager {
 
     pub(super) async fn run_round(&self, round: Round) {
         let mut bytes = Vec::new();
-        let length =
-            self.with_log(|log| log.copy_for_replica(round.segment_id, round.from, &mut bytes));
+        // Only the round's bytes: a survivor round sends at most
+        // SURVIVOR_ROUND_BYTES of a segment that may hold 8 MiB.
+        let upto = round.until.unwrap_or(usize::MAX);
+        let length = self.with_log(|log| {
+            log.copy_for_replica_upto(round.segment_id, round.from, upto, &mut bytes)
+        });
         let Some(Some(mut length)) = length else {
             // The segment left memory (cleaned, or an emergency head): nothing to
             // replicate any more.
