@@ -50,6 +50,9 @@ pub enum EntryType {
     TabletStats = 6,
     /// A completion record of an exactly-once RPC (RIFL; `entry::rpc_result`).
     RpcResult = 7,
+    /// A transaction's durable prepared op, or the mark that it was decided
+    /// (SOSP'15 §6.2; `entry::tx_record`).
+    TxRecord = 8,
 }
 
 impl EntryType {
@@ -64,6 +67,7 @@ impl EntryType {
             5 => Self::SafeVersion,
             6 => Self::TabletStats,
             7 => Self::RpcResult,
+            8 => Self::TxRecord,
             _ => return None,
         })
     }
@@ -153,6 +157,9 @@ pub enum ScannedLayout {
         lease_id: u64,
         seq: u64,
     },
+    /// A transaction record: which prepared op it is, and for a decided
+    /// record the segment of its prepared op.
+    TxRecord(super::tx_record::TxRecordScan),
     /// Segment header, digest, safe version or tablet statistics.
     Metadata,
     /// An object or tombstone whose header is sound but whose fields are not: the
