@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use common::Cluster;
 use ramstore_client::{BlockingClient, ClientOptions, TabletInfo};
 use ramstore_wire::{
-    decode_response, encode_request, encode_tx_prepare, key_hash, ErrorBody, RejectRules,
-    Request, Response, TxOp, TxOpKind, TxParticipant, TxVote,
+    decode_response, encode_request, encode_tx_prepare, key_hash, ErrorBody, RejectRules, Request,
+    Response, TxOp, TxOpKind, TxParticipant, TxVote,
 };
 
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -115,7 +115,12 @@ fn prepared_participant_crash_keeps_lock_and_commit_applies_everywhere() {
         encode_tx_prepare(1, lease_id, tx_seq, 0, &participants, &[op], &mut frame).unwrap();
         let vote = exchange(&owner(&map, table, key).address, &frame);
         assert!(
-            matches!(vote, Response::TxPrepare { vote: TxVote::Prepared }),
+            matches!(
+                vote,
+                Response::TxPrepare {
+                    vote: TxVote::Prepared
+                }
+            ),
             "{vote:?}"
         );
     }

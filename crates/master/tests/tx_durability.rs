@@ -203,3 +203,30 @@ fn replay_tx_records_of_a_prepared_participant_rebuilds_it_elsewhere() {
     t2.decide(&other, tx(4), true).unwrap();
     assert_eq!(value(&other, b"b").as_deref(), Some(&b"2"[..]));
 }
+
+/// SOSP'15 §6.4: a participant asked for its vote on a transaction it never
+/// saw decides ABORT and refuses the prepare when it arrives late.
+#[test]
+fn request_vote_of_an_unseen_transaction_aborts_and_refuses_a_late_prepare() {
+    let s = store(8 << 20);
+    let t = Transactions::new();
+    assert_eq!(t.request_vote(tx(1)), TxVote::Abort);
+    let ops = [write(b"a", b"1")];
+    assert_eq!(
+        t.prepare(&s, tx(1), &ops, &[], false).unwrap(),
+        TxVote::Abort
+    );
+    assert!(t.locks().is_empty());
+    assert_eq!(s.tx_prepared_records(), 0);
+}
+
+#[test]
+fn request_vote_reports_prepared_and_decided_transactions() {
+    let s = store(8 << 20);
+    let t = Transactions::new();
+    t.prepare(&s, tx(1), &[write(b"a", b"1")], &[], false)
+        .unwrap();
+    assert_eq!(t.request_vote(tx(1)), TxVote::Prepared);
+    t.decide(&s, tx(1), true).unwrap();
+    assert_eq!(t.request_vote(tx(1)), TxVote::Committed);
+}

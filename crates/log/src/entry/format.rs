@@ -159,10 +159,20 @@ pub enum ScannedLayout {
     },
     /// A transaction record: which prepared op it is, and for a decided
     /// record the segment of its prepared op.
-    TxRecord(super::tx_record::TxRecordScan),
+    TxRecord(TxRecordScan),
     /// Segment header, digest, safe version or tablet statistics.
     Metadata,
     /// An object or tombstone whose header is sound but whose fields are not: the
     /// scan skips it (its length is known) and goes on.
     Unparsable,
+}
+
+/// What a segment scan needs of a TxRecord to ask whether it is live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TxRecordScan {
+    pub lease_id: u64,
+    pub tx_seq: u64,
+    pub op_index: u64,
+    /// `Some(segment)` for a decided record: the segment its prepared op was in.
+    pub decided_segment: Option<u64>,
 }

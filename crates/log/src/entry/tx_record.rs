@@ -41,7 +41,7 @@
 //! the key hash. Like an object tombstone (L§3), the decided record is needed
 //! only while that segment is in the log; after that the cleaner drops it.
 
-use super::format::{EntryError, EntryHeader, EntryType};
+use super::format::{EntryError, EntryHeader, EntryType, TxRecordScan};
 use crate::varint;
 use crate::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
@@ -106,16 +106,6 @@ impl<'a> TxRecordEntry<'a> {
             Some((table_id, hash))
         })
     }
-}
-
-/// What a segment scan needs of a TxRecord to ask whether it is live.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TxRecordScan {
-    pub lease_id: u64,
-    pub tx_seq: u64,
-    pub op_index: u64,
-    /// `Some(segment)` for a decided record: the segment its prepared op was in.
-    pub decided_segment: Option<u64>,
 }
 
 /// The identifying fields every TxRecord starts with.

@@ -8,6 +8,7 @@
 
 pub mod locks;
 pub mod prepare;
+pub mod recovery;
 pub mod replay;
 
 pub use locks::{LockTable, ObjectLocked, TxId};

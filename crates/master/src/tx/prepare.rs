@@ -152,7 +152,16 @@ impl Transactions {
                 recorded: 0,
                 applied: 0,
             };
-            self.prepared.lock().insert(id, tx);
+            let mut prepared = self.prepared.lock();
+            // A recovery manager may have decided ABORT here meanwhile
+            // (`recovery.rs`): under the prepared map's lock, which it holds
+            // too, the late prepare holds nothing and votes ABORT.
+            if self.decided.lock().outcome.contains_key(&id) {
+                drop(prepared);
+                self.release(&tx.ops);
+                return Ok(TxVote::Abort);
+            }
+            prepared.insert(id, tx);
         }
         if decide_now {
             self.decide(store, id, true)?;
