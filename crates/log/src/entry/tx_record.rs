@@ -16,8 +16,10 @@
 //! +----------+--------+----------+------+------------------------+----------+-------------+------------+
 //! ```
 //!
-//! `(lease_id, tx_seq)` is the transaction's id; `op_index` numbers the op among
-//! those this participant prepared. `table_id` and `key_hash` are the op's
+//! `(lease_id, tx_seq)` is the transaction's id; `op_index` is the op's object's
+//! position in the transaction's participant list, unique in the whole
+//! transaction (a recovery may gather ops of several participants on one
+//! master). `table_id` and `key_hash` are the op's
 //! object: backups bucket the record by them, so it reaches the recovery master of
 //! that object, whose lock it is. The fields a segment scan needs (ids, kind,
 //! segment) come first: they always fit the 48 bytes the scan reads
@@ -32,8 +34,8 @@
 //! ```
 //!
 //! where the list is every object of the whole transaction (the participant list
-//! a recovery manager asks for votes, SOSP'15 §6.4). Only the first op of a
-//! participant carries it (count 0 on the others): at most one list per
+//! a recovery manager asks for votes, SOSP'15 §6.4). Only the first op a
+//! participant prepared carries it (count 0 on the others): at most one list per
 //! transaction per master, as RAMCloud's ParticipantList.
 //!
 //! Kinds 4 (decided: commit) and 5 (decided: abort) carry `segment_id`, the

@@ -138,8 +138,8 @@ impl Transactions {
             let owned = ops
                 .iter()
                 .zip(0u64..)
-                .map(|(op, op_index)| TxOpOwned {
-                    op_index,
+                .map(|(op, local)| TxOpOwned {
+                    op_index: op_index(participants, op, local),
                     kind: op.kind,
                     expected_version: op.expected_version,
                     table_id: op.table_id,
@@ -189,7 +189,8 @@ impl Transactions {
             (tx.recorded..tx.ops.len())
                 .map(|i| {
                     let op = &tx.ops[i];
-                    let list = if op.op_index == 0 { participants } else { &[] };
+                    // One list per transaction per master: on its first op.
+                    let list = if i == 0 { participants } else { &[] };
                     let mut entry = Vec::new();
                     encode_tx_prepared(
                         &op.record_id(id),
@@ -280,6 +281,24 @@ impl Transactions {
         for (op, &hash) in ops.iter().zip(&hashes) {
             map.remove(op.table_id, hash);
         }
+    }
+}
+
+/// The op's number in its records: its object's position in the transaction's
+/// participant list, unique in the whole transaction, so ops of one transaction
+/// that a recovery gathers on one master from several participants stay apart
+/// (regression: `transactions_crash.rs` lost one when two participants both
+/// numbered theirs from 0). Without the object in the list (a malformed or
+/// empty list), the op's place in this prepare, above every list position.
+fn op_index(participants: &[(u64, u64)], op: &TxOp<'_>, local: u64) -> u64 {
+    let hash = key_hash(op.key);
+    match participants
+        .iter()
+        .position(|&(t, h)| t == op.table_id && h == hash)
+    {
+        Some(p) => p as u64,
+        None if participants.is_empty() => local,
+        None => (1 << 32) + local,
     }
 }
 
