@@ -327,21 +327,22 @@ impl<'a> Pass<'a> {
             }
             // A prepared op moves while undecided; its decided mark while the
             // prepared op's segment is in the log (SOSP'15 §6.2; L§3).
-            EntryType::TxRecord => match e.layout {
-                ScannedLayout::TxRecord(r) => match r.decided_segment {
-                    None => self.copy_if(e.at, e.len, |copy| {
-                        relocator.relocate_tx_record(&r, e.at, copy)
-                    }),
-                    Some(segment) if live_ids.contains(&segment) => {
-                        self.copy_if(e.at, e.len, |copy| {
-                            copy();
-                            true
-                        })
+            EntryType::TxRecord => {
+                if let ScannedLayout::TxRecord(r) = e.layout {
+                    match r.decided_segment {
+                        None => self.copy_if(e.at, e.len, |copy| {
+                            relocator.relocate_tx_record(&r, e.at, copy)
+                        }),
+                        Some(segment) if live_ids.contains(&segment) => {
+                            self.copy_if(e.at, e.len, |copy| {
+                                copy();
+                                true
+                            })
+                        }
+                        Some(_) => {}
                     }
-                    Some(_) => {}
-                },
-                _ => {}
-            },
+                }
+            }
         }
     }
 
