@@ -110,6 +110,33 @@ fn check_one(data: &[u8]) -> Option<usize> {
             .expect("a parsed result fits");
             out.extend_from_slice(e.as_bytes());
         }
+        Entry::TxRecord(r) => {
+            use ramstore_log::entry::{
+                encode_tx_decided, encode_tx_prepared, TxRecordBody, TxRecordId,
+            };
+            let id = TxRecordId {
+                lease_id: r.lease_id,
+                tx_seq: r.tx_seq,
+                op_index: r.op_index,
+                table_id: r.table_id,
+                key_hash: r.key_hash,
+            };
+            match r.body {
+                TxRecordBody::Prepared {
+                    kind,
+                    expected_version,
+                    key,
+                    value,
+                    ..
+                } => {
+                    let list: Vec<_> = r.participants().collect();
+                    encode_tx_prepared(&id, kind, expected_version, key, value, &list, &mut out);
+                }
+                TxRecordBody::Decided { commit, segment_id } => {
+                    encode_tx_decided(&id, commit, segment_id, &mut out);
+                }
+            }
+        }
     }
     assert_eq!(out, &data[..len]);
     Some(len)

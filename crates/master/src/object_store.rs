@@ -29,6 +29,8 @@ mod multi;
 mod ownership;
 mod relocation;
 mod remove;
+mod tx_records;
+pub use tx_records::{replayed_tx_record, ReplayedPrepared, ReplayedTxRecord, TxRecordKey};
 mod write;
 
 /// The key hash, defined once in `ramstore-wire` (docs/design.md §4).
@@ -75,6 +77,8 @@ pub(crate) struct Inner {
     pub departed_floor: std::sync::atomic::AtomicU64,
     /// Completion records of exactly-once RPCs (RIFL §4.1).
     pub rpc_results: crate::rifl::UnackedRpcResults,
+    /// Undecided prepared ops of transactions (SOSP'15 §6.2).
+    pub tx_records: tx_records::TxRecordRefs,
 }
 
 impl Cleanable for Inner {
@@ -199,6 +203,7 @@ impl ObjectStore {
             rpc_results: crate::rifl::UnackedRpcResults::with_expired_capacity(
                 config.expired_leases_per_shard.max(1),
             ),
+            tx_records: tx_records::TxRecordRefs::default(),
         });
         let cleaner = match config.cleaner {
             CleanerMode::Background { threads } => {

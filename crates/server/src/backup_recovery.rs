@@ -216,6 +216,9 @@ pub fn bucket(
             Entry::Tombstone(t) => (t.table_id, key_hash(t.key)),
             // A completion record goes with its object's key (RIFL §4.3).
             Entry::RpcResult(r) => (r.table_id, r.key_hash),
+            // A prepared op (or its decided mark) goes with its object's key, to
+            // the recovery master that will hold the object's lock (SOSP'15 §6.2).
+            Entry::TxRecord(r) => (r.table_id, r.key_hash),
             Entry::SafeVersion(_) => {
                 for b in &mut buckets {
                     b.extend_from_slice(raw);

@@ -217,12 +217,14 @@ impl LogReplay {
                 Entry::Object(o) => self.apply(o.table_id, o.key, o.version, Some(o.value)),
                 Entry::Tombstone(t) => self.apply(t.table_id, t.key, t.version, None),
                 Entry::SafeVersion(s) => self.max_version = self.max_version.max(s.version),
-                // Completion records are not object state (RIFL §4.3): the
-                // recovery masters rebuild them (`recovery_master`).
+                // Completion records and transaction records are not object
+                // state (RIFL §4.3, SOSP'15 §6.2): the recovery masters rebuild
+                // them (`recovery_master`).
                 Entry::SegmentHeader(_)
                 | Entry::LogDigest(_)
                 | Entry::TabletStats(_)
-                | Entry::RpcResult(_) => {}
+                | Entry::RpcResult(_)
+                | Entry::TxRecord(_) => {}
             }
         }
         Ok(())

@@ -190,6 +190,17 @@ pub struct Replay {
     /// The highest ctime of `cutoffs` (0: none): segments at or above it are
     /// replayed whole without looking a key's tablet up.
     max_cutoff: u64,
+    /// Transaction records (log entry type 8) of the partition, re-prepared
+    /// once the whole partition is replayed (SOSP'15 §6.2): a decided mark may
+    /// arrive after the prepared op it names.
+    tx_records: Vec<Vec<u8>>,
+}
+
+/// The owner of a recovering store's transactions: it re-takes the locks of the
+/// prepared ops a replay found (`ramstore_master::tx::replay`).
+pub trait ReplaysTransactions {
+    /// Re-prepares the undecided ops among `records`; how many.
+    fn replay_tx_records(&self, records: &[Vec<u8>]) -> Result<usize, WriteError>;
 }
 
 impl Replay {
@@ -217,7 +228,14 @@ impl Replay {
         if segment_id >= self.max_cutoff {
             return false;
         }
-        let hash = ramstore_wire::key_hash(key);
+        self.earlier_tenure_hash(segment_id, table_id, ramstore_wire::key_hash(key))
+    }
+
+    /// [`Self::earlier_tenure`] of a key known by its hash.
+    fn earlier_tenure_hash(&self, segment_id: u64, table_id: u64, hash: u64) -> bool {
+        if segment_id >= self.max_cutoff {
+            return false;
+        }
         self.cutoffs
             .iter()
             .any(|&(t, s, e, c)| t == table_id && (s..=e).contains(&hash) && segment_id < c)
@@ -289,10 +307,22 @@ impl Replay {
                     let kept = with_space(store.clock(), || store.replay_rpc_result(raw))?;
                     self.counts.applied += u64::from(kept);
                 }
+                // A prepared op or its decided mark (SOSP'15 §6.2): kept until
+                // the whole partition is replayed ([`ReplaysTransactions`]).
+                Entry::TxRecord(r) => {
+                    if !self.earlier_tenure_hash(segment_id, r.table_id, r.key_hash) {
+                        self.tx_records.push(raw.to_vec());
+                    }
+                }
                 Entry::SegmentHeader(_) | Entry::LogDigest(_) | Entry::TabletStats(_) => {}
             }
         }
         Ok(())
+    }
+
+    /// The transaction records replayed so far (prepared ops and decided marks).
+    pub fn tx_records(&self) -> &[Vec<u8>] {
+        &self.tx_records
     }
 
     fn tombstoned(&self, table_id: u64, key: &[u8], version: u64) -> bool {
@@ -332,7 +362,7 @@ pub async fn recover<S>(
     job: PartitionJob,
 ) -> Result<ReplayCounts, RecoveryError>
 where
-    S: AsRef<ObjectStore> + Send + Sync + 'static,
+    S: AsRef<ObjectStore> + ReplaysTransactions + Send + Sync + 'static,
 {
     recover_with(owner, replicas, backups, job, Blocking::Pool).await
 }
@@ -346,7 +376,7 @@ pub async fn recover_with<S>(
     blocking: Blocking,
 ) -> Result<ReplayCounts, RecoveryError>
 where
-    S: AsRef<ObjectStore> + Send + Sync + 'static,
+    S: AsRef<ObjectStore> + ReplaysTransactions + Send + Sync + 'static,
 {
     let clock = owner.as_ref().as_ref().clock().clone();
     let started = clock.now();
@@ -461,7 +491,7 @@ async fn fetch_and_replay<S>(
     blocking: Blocking,
 ) -> Result<ReplayCounts, RecoveryError>
 where
-    S: AsRef<ObjectStore> + Send + Sync + 'static,
+    S: AsRef<ObjectStore> + ReplaysTransactions + Send + Sync + 'static,
 {
     let clock = owner.as_ref().as_ref().clock().clone();
     let mut sources = job.sources.iter().cloned();
@@ -520,6 +550,23 @@ where
                 Ok(()) => Ok(replay),
                 Err(reason) => Err(RecoveryError::Replay { segment_id, reason }),
             })?;
+    }
+    // Undecided prepared ops lock their objects again before the partition is
+    // served (SOSP'15 §6.2); their records are made durable with the rest.
+    if !replay.tx_records().is_empty() {
+        let records = replay.tx_records().to_vec();
+        let owner2 = owner.clone();
+        let replayed = blocking
+            .run(move || owner2.replay_tx_records(&records))
+            .await
+            .map_err(|e| RecoveryError::Replay {
+                segment_id: 0,
+                reason: e.to_string(),
+            })?;
+        replayed.map_err(|e| RecoveryError::Replay {
+            segment_id: 0,
+            reason: e.to_string(),
+        })?;
     }
     let store = owner.as_ref().as_ref();
     store.raise_safe_version(replay.max_version() + 1);

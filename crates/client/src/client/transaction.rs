@@ -239,7 +239,37 @@ impl Transaction {
                     .await
             }
         });
-        let decided = join_all(decisions).await;
+        let mut decided = join_all(decisions).await;
+        // A participant that crashed meanwhile had its objects recovered by
+        // other masters, each of which re-took the locks of its prepared ops
+        // (SOSP'15 §6.2, design notes "Transactions"): the decision goes to
+        // every master that owns one of the objects now, not only to the one
+        // that owns each group's first object. Cheap when nothing moved: the
+        // grouping is read from the cached tablet map.
+        if let Ok(now) = self.group_by_master(&ops).await {
+            let moved: Vec<&Vec<usize>> = now.iter().filter(|g| !groups.contains(g)).collect();
+            let again = moved.iter().map(|group| {
+                let first = ops[group[0]];
+                let req = Request::TxDecision {
+                    lease_id,
+                    tx_seq,
+                    commit: all_prepared,
+                };
+                async move {
+                    inner
+                        .keyed(
+                            Opcode::TxDecision,
+                            first.table_id,
+                            key_hash(first.key),
+                            REQUEST_OVERHEAD_BYTES + 24,
+                            |out| encode_request(0, &req, out),
+                            |r| matches!(r, Response::TxDecision).then_some(()),
+                        )
+                        .await
+                }
+            });
+            decided.extend(join_all(again).await);
+        }
         drop(ticket);
         if !all_prepared {
             return match votes.into_iter().find_map(Result::err) {

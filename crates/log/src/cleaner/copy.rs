@@ -150,6 +150,16 @@ impl Cleaner<'_> {
                     {
                         found.push(Candidate::new(m.created_at, &e, victim, lease_id));
                     }
+                    // An undecided prepared op lives; a decided mark lives while
+                    // its prepared op's segment is in the log (SOSP'15 §6.2, L§3).
+                    (EntryType::TxRecord, ScannedLayout::TxRecord(r))
+                        if r.decided_segment.map_or_else(
+                            || relocator.tx_record_is_live(&r, e.at),
+                            |segment| in_log.contains(&segment),
+                        ) =>
+                    {
+                        found.push(Candidate::new(m.created_at, &e, victim, r.lease_id));
+                    }
                     _ => {}
                 }
             }
@@ -251,6 +261,7 @@ impl Cleaner<'_> {
             let (bytes, tombstone) = match c.kind {
                 EntryType::Object => (self.copy_object(c, w, relocator), false),
                 EntryType::RpcResult => (self.copy_record(c, w, relocator), false),
+                EntryType::TxRecord => (self.copy_tx_record(c, w, relocator), false),
                 _ => (
                     self.copy_tombstone(c, w, &list.victims, &mut moved_tombstones),
                     true,
@@ -312,6 +323,41 @@ impl Cleaner<'_> {
             self.log.survivor_entry_counted(slot, len, false);
             at
         });
+        if moved {
+            len as u64
+        } else {
+            0
+        }
+    }
+
+    /// Relocates the transaction record `c` into `w`: a prepared op if it is
+    /// still undecided, a decided mark always (the scan kept it only while its
+    /// prepared op's segment is in the log); returns the bytes copied.
+    fn copy_tx_record(
+        &self,
+        c: &Candidate,
+        w: &mut SegmentWriter,
+        relocator: &dyn Relocator,
+    ) -> u64 {
+        // Parsed again, as objects are: the scan parsed it, so it parses.
+        let Ok((_, ScannedLayout::TxRecord(r))) = self.log.scan_entry(c.at) else {
+            debug_assert!(false, "a tx record parsed by the scan did not parse again");
+            return 0;
+        };
+        let len = c.len as usize;
+        let slot = w.slot;
+        let mut copy = || {
+            let at = self.log.copy_entry(c.at, len, w);
+            self.log.survivor_entry_counted(slot, len, false);
+            at
+        };
+        let moved = match r.decided_segment {
+            None => relocator.relocate_tx_record(&r, c.at, &mut copy),
+            Some(_) => {
+                copy();
+                true
+            }
+        };
         if moved {
             len as u64
         } else {

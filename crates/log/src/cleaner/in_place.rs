@@ -325,6 +325,24 @@ impl<'a> Pass<'a> {
                     self.relocate_record(e, lease_id, seq, relocator);
                 }
             }
+            // A prepared op moves while undecided; its decided mark while the
+            // prepared op's segment is in the log (SOSP'15 §6.2; L§3).
+            EntryType::TxRecord => {
+                if let ScannedLayout::TxRecord(r) = e.layout {
+                    match r.decided_segment {
+                        None => self.copy_if(e.at, e.len, |copy| {
+                            relocator.relocate_tx_record(&r, e.at, copy)
+                        }),
+                        Some(segment) if live_ids.contains(&segment) => {
+                            self.copy_if(e.at, e.len, |copy| {
+                                copy();
+                                true
+                            })
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
         }
     }
 

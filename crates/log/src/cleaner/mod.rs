@@ -97,6 +97,26 @@ pub trait Relocator: Send + Sync {
     ) -> bool {
         false
     }
+
+    /// Lock-free hint: is the prepared op `record` at `at` still undecided
+    /// (SOSP'15 §6.2)? A decided one is left behind. Only asked of prepared ops:
+    /// the cleaner keeps a decided mark while its prepared op's segment is in
+    /// the log. The default, for owners without transactions, is no.
+    fn tx_record_is_live(&self, _record: &crate::entry::TxRecordScan, _at: LogRef) -> bool {
+        false
+    }
+
+    /// Under the owner's lock on its prepared ops: if `record` is still
+    /// undecided and at `at`, call `copy`, point the owner at the copy and
+    /// return true; otherwise return false without calling `copy`.
+    fn relocate_tx_record(
+        &self,
+        _record: &crate::entry::TxRecordScan,
+        _at: LogRef,
+        _copy: &mut dyn FnMut() -> LogRef,
+    ) -> bool {
+        false
+    }
 }
 
 /// Objects relocated together: their buckets are prefetched as a batch. Enough to

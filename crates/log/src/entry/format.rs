@@ -50,6 +50,9 @@ pub enum EntryType {
     TabletStats = 6,
     /// A completion record of an exactly-once RPC (RIFL; `entry::rpc_result`).
     RpcResult = 7,
+    /// A transaction's durable prepared op, or the mark that it was decided
+    /// (SOSP'15 §6.2; `entry::tx_record`).
+    TxRecord = 8,
 }
 
 impl EntryType {
@@ -64,6 +67,7 @@ impl EntryType {
             5 => Self::SafeVersion,
             6 => Self::TabletStats,
             7 => Self::RpcResult,
+            8 => Self::TxRecord,
             _ => return None,
         })
     }
@@ -153,9 +157,22 @@ pub enum ScannedLayout {
         lease_id: u64,
         seq: u64,
     },
+    /// A transaction record: which prepared op it is, and for a decided
+    /// record the segment of its prepared op.
+    TxRecord(TxRecordScan),
     /// Segment header, digest, safe version or tablet statistics.
     Metadata,
     /// An object or tombstone whose header is sound but whose fields are not: the
     /// scan skips it (its length is known) and goes on.
     Unparsable,
+}
+
+/// What a segment scan needs of a TxRecord to ask whether it is live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TxRecordScan {
+    pub lease_id: u64,
+    pub tx_seq: u64,
+    pub op_index: u64,
+    /// `Some(segment)` for a decided record: the segment its prepared op was in.
+    pub decided_segment: Option<u64>,
 }

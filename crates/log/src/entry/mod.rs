@@ -15,7 +15,8 @@
 //!
 //! Types: 1 SegmentHeader, 2 Object, 3 Tombstone, 4 LogDigest, 5 SafeVersion,
 //! 6 TabletStats, 7 RpcResult (a RIFL completion record; its body is documented in
-//! `rpc_result`). Type 0 is invalid because unwritten log memory is zero: a scan that
+//! `rpc_result`), 8 TxRecord (a transaction's prepared op or its decided mark;
+//! documented in `tx_record`). Type 0 is invalid because unwritten log memory is zero: a scan that
 //! reaches the end of the written part of a segment stops with
 //! [`EntryError::UnknownType`]`(0)` instead of reading garbage. `body_len` is at most
 //! [`SEGMENT_BYTES`] (2^23), so its varint never exceeds four bytes.
@@ -129,8 +130,10 @@ mod parse;
 mod rpc_result;
 #[cfg(test)]
 mod tests;
+mod tx_record;
 
 pub use self::encode::*;
 pub use self::format::*;
 pub use self::parse::*;
 pub use self::rpc_result::*;
+pub use self::tx_record::*;

@@ -111,6 +111,7 @@ pub enum Entry<'a> {
     SafeVersion(SafeVersionEntry),
     TabletStats(TabletStatsEntry<'a>),
     RpcResult(super::rpc_result::RpcResultEntry<'a>),
+    TxRecord(super::tx_record::TxRecordEntry<'a>),
 }
 
 impl Entry<'_> {
@@ -124,6 +125,7 @@ impl Entry<'_> {
             Entry::SafeVersion(_) => EntryType::SafeVersion,
             Entry::TabletStats(_) => EntryType::TabletStats,
             Entry::RpcResult(_) => EntryType::RpcResult,
+            Entry::TxRecord(_) => EntryType::TxRecord,
         }
     }
 }
@@ -360,6 +362,10 @@ pub fn parse_scanned(prefix: &[u8]) -> Result<(EntryHeader, ScannedLayout), Entr
             },
             Err(_) => ScannedLayout::Unparsable,
         },
+        EntryType::TxRecord => match super::tx_record::tx_record_scan(prefix, &header) {
+            Ok(r) => ScannedLayout::TxRecord(r),
+            Err(_) => ScannedLayout::Unparsable,
+        },
         _ => ScannedLayout::Metadata,
     };
     Ok((header, layout))
@@ -499,6 +505,7 @@ pub fn parse_entry(buf: &[u8]) -> Result<(Entry<'_>, usize), EntryError> {
         EntryType::RpcResult => {
             Entry::RpcResult(super::rpc_result::rpc_result_fields(buf, &header)?)
         }
+        EntryType::TxRecord => Entry::TxRecord(super::tx_record::tx_record_fields(buf, &header)?),
     };
     Ok((entry, header.total_len))
 }
@@ -534,4 +541,30 @@ pub fn parse_rpc_result(buf: &[u8]) -> Result<super::rpc_result::RpcResultEntry<
         return Err(EntryError::BadChecksum { stored, computed });
     }
     super::rpc_result::rpc_result_fields(buf, &header)
+}
+
+/// The fields of the TxRecord entry at the start of `buf` (a log reference's
+/// bytes), checking its type and checksum.
+pub fn parse_tx_record(buf: &[u8]) -> Result<super::tx_record::TxRecordEntry<'_>, EntryError> {
+    let header = parse_header(buf)?;
+    if header.entry_type != EntryType::TxRecord {
+        return Err(EntryError::UnexpectedType {
+            expected: EntryType::TxRecord,
+            found: header.entry_type,
+        });
+    }
+    let crc_at = header.header_len + header.body_len;
+    let stored = buf
+        .get(crc_at..crc_at + CRC_BYTES)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+        .map(u32::from_le_bytes)
+        .ok_or(EntryError::Truncated {
+            needed: header.total_len,
+            available: buf.len(),
+        })?;
+    let computed = crc32c::crc32c(&buf[..crc_at]);
+    if stored != computed {
+        return Err(EntryError::BadChecksum { stored, computed });
+    }
+    super::tx_record::tx_record_fields(buf, &header)
 }

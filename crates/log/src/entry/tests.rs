@@ -23,6 +23,30 @@ fn reencode(entry: &Entry<'_>) -> Vec<u8> {
                 .expect("a parsed result fits")
                 .as_bytes(),
         ),
+        Entry::TxRecord(e) => {
+            let id = TxRecordId {
+                lease_id: e.lease_id,
+                tx_seq: e.tx_seq,
+                op_index: e.op_index,
+                table_id: e.table_id,
+                key_hash: e.key_hash,
+            };
+            match e.body {
+                TxRecordBody::Prepared {
+                    kind,
+                    expected_version,
+                    key,
+                    value,
+                    ..
+                } => {
+                    let list: Vec<_> = e.participants().collect();
+                    encode_tx_prepared(&id, kind, expected_version, key, value, &list, &mut out)
+                }
+                TxRecordBody::Decided { commit, segment_id } => {
+                    encode_tx_decided(&id, commit, segment_id, &mut out)
+                }
+            }
+        }
     }
     out
 }
@@ -361,7 +385,7 @@ fn parse_header_errors() {
         })
     );
     assert_eq!(parse_header(&[0, 5]), Err(EntryError::UnknownType(0)));
-    assert_eq!(parse_header(&[8, 5]), Err(EntryError::UnknownType(8)));
+    assert_eq!(parse_header(&[9, 5]), Err(EntryError::UnknownType(9)));
     assert_eq!(parse_header(&[0xff]), Err(EntryError::UnknownType(0xff)));
     assert_eq!(
         parse_header(&[2, 0x80]),
@@ -676,11 +700,12 @@ fn entry_type_from_u8_matches_repr() {
         EntryType::SafeVersion,
         EntryType::TabletStats,
         EntryType::RpcResult,
+        EntryType::TxRecord,
     ] {
         assert_eq!(EntryType::from_u8(t as u8), Some(t));
     }
     assert_eq!(EntryType::from_u8(0), None);
-    assert!((8..=255).all(|b| EntryType::from_u8(b).is_none()));
+    assert!((9..=255).all(|b| EntryType::from_u8(b).is_none()));
 }
 
 fn check_parsers_total(bytes: &[u8]) {
@@ -714,7 +739,7 @@ proptest! {
     /// random bytes alone almost never do.
     #[test]
     fn parse_entry_framed_arbitrary_body_reencodes(
-        t in 0u8..=7,
+        t in 0u8..=8,
         body in proptest::collection::vec(any::<u8>(), 0..300),
     ) {
         let e = raw_entry(t, &body);
@@ -798,5 +823,153 @@ fn parse_rpc_result_rejects_a_flipped_bit() {
         let mut bad = e.as_bytes().to_vec();
         bad[i] ^= 0x10;
         assert!(parse_rpc_result(&bad).is_err(), "bit flip at {i} accepted");
+    }
+}
+
+fn tx_id(op_index: u64) -> TxRecordId {
+    TxRecordId {
+        lease_id: 7,
+        tx_seq: 300,
+        op_index,
+        table_id: 2,
+        key_hash: 0xdead_beef_0123_4567,
+    }
+}
+
+#[test]
+fn encode_tx_prepared_round_trips_with_its_participant_list() {
+    let list = [(2, 0xdead_beef_0123_4567), (9, u64::MAX), (2, 0)];
+    let mut out = Vec::new();
+    encode_tx_prepared(
+        &tx_id(0),
+        PreparedKind::Write,
+        Some(0),
+        b"key",
+        b"value",
+        &list,
+        &mut out,
+    );
+    let (entry, len) = parse_entry(&out).expect("parses");
+    assert_eq!(len, out.len());
+    let Entry::TxRecord(r) = entry else {
+        panic!("not a tx record: {entry:?}")
+    };
+    assert_eq!((r.lease_id, r.tx_seq, r.op_index), (7, 300, 0));
+    assert_eq!((r.table_id, r.key_hash), (2, 0xdead_beef_0123_4567));
+    let TxRecordBody::Prepared {
+        kind,
+        expected_version,
+        key,
+        value,
+        ..
+    } = r.body
+    else {
+        panic!("not prepared: {r:?}")
+    };
+    assert_eq!(
+        (kind, expected_version, key, value),
+        (PreparedKind::Write, Some(0), &b"key"[..], &b"value"[..])
+    );
+    assert_eq!(r.participants().collect::<Vec<_>>(), list);
+    assert_eq!(parse_tx_record(&out), Ok(r));
+    let (_, scanned) = parse_scanned(&out[..out.len().min(MAX_HEADER_BYTES)]).expect("scans");
+    assert_eq!(
+        scanned,
+        ScannedLayout::TxRecord(TxRecordScan {
+            lease_id: 7,
+            tx_seq: 300,
+            op_index: 0,
+            decided_segment: None,
+        })
+    );
+}
+
+#[test]
+fn encode_tx_prepared_without_expected_version_or_list_round_trips() {
+    let mut out = Vec::new();
+    encode_tx_prepared(
+        &tx_id(3),
+        PreparedKind::Remove,
+        None,
+        b"k",
+        b"",
+        &[],
+        &mut out,
+    );
+    let r = parse_tx_record(&out).expect("parses");
+    assert!(matches!(
+        r.body,
+        TxRecordBody::Prepared {
+            kind: PreparedKind::Remove,
+            expected_version: None,
+            ..
+        }
+    ));
+    assert_eq!(r.participants().count(), 0);
+}
+
+#[test]
+fn encode_tx_decided_round_trips_and_scans_its_segment() {
+    for commit in [true, false] {
+        let mut out = Vec::new();
+        encode_tx_decided(&tx_id(1), commit, 4242, &mut out);
+        let r = parse_tx_record(&out).expect("parses");
+        assert_eq!(
+            r.body,
+            TxRecordBody::Decided {
+                commit,
+                segment_id: 4242
+            }
+        );
+        assert_eq!(r.key_hash, 0xdead_beef_0123_4567);
+        let (_, scanned) = parse_scanned(&out).expect("scans");
+        let ScannedLayout::TxRecord(scan) = scanned else {
+            panic!("not a tx record scan: {scanned:?}")
+        };
+        assert_eq!(scan.decided_segment, Some(4242));
+    }
+}
+
+/// The scan reads only the first 48 bytes of an entry: a TxRecord's scanned
+/// fields fit there even when every varint is ten bytes long.
+#[test]
+fn parse_scanned_reads_a_tx_record_with_the_longest_ids_from_48_bytes() {
+    let id = TxRecordId {
+        lease_id: u64::MAX,
+        tx_seq: u64::MAX,
+        op_index: u64::MAX,
+        table_id: u64::MAX,
+        key_hash: u64::MAX,
+    };
+    let mut out = Vec::new();
+    encode_tx_decided(&id, true, u64::MAX, &mut out);
+    let (_, scanned) = parse_scanned(&out[..MAX_HEADER_BYTES]).expect("scans");
+    assert_eq!(
+        scanned,
+        ScannedLayout::TxRecord(TxRecordScan {
+            lease_id: u64::MAX,
+            tx_seq: u64::MAX,
+            op_index: u64::MAX,
+            decided_segment: Some(u64::MAX),
+        })
+    );
+}
+
+#[test]
+fn parse_tx_record_rejects_a_flipped_bit() {
+    let mut out = Vec::new();
+    encode_tx_prepared(
+        &tx_id(0),
+        PreparedKind::Read,
+        Some(5),
+        b"k",
+        b"",
+        &[(1, 2)],
+        &mut out,
+    );
+    for i in 0..out.len() {
+        let mut bad = out.clone();
+        bad[i] ^= 0x10;
+        assert!(parse_tx_record(&bad).is_err(), "bit flip at {i} accepted");
     }
 }

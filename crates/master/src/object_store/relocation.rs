@@ -2,6 +2,7 @@
 //! (L§4): whether an entry is live, and re-pointing its hash table reference under
 //! the bucket lock once it has been copied.
 
+use ramstore_log::entry::TxRecordScan;
 use ramstore_log::{LogRef, ObjectView};
 
 use super::{hash_of, Inner};
@@ -51,5 +52,20 @@ impl ramstore_log::Relocator for Inner {
         copy: &mut dyn FnMut() -> LogRef,
     ) -> bool {
         self.rpc_results.relocate(lease_id, seq, at, copy)
+    }
+
+    fn tx_record_is_live(&self, r: &TxRecordScan, at: LogRef) -> bool {
+        self.tx_records
+            .is_live((r.lease_id, r.tx_seq, r.op_index), at)
+    }
+
+    fn relocate_tx_record(
+        &self,
+        r: &TxRecordScan,
+        at: LogRef,
+        copy: &mut dyn FnMut() -> LogRef,
+    ) -> bool {
+        self.tx_records
+            .relocate((r.lease_id, r.tx_seq, r.op_index), at, copy)
     }
 }

@@ -2,12 +2,14 @@
 //! R§10.3): the client-driven two-phase commit's object locks ([`locks`]) and
 //! the prepare / decide steps that take, apply and release them ([`prepare`]).
 //!
-//! First slice: locks and prepared ops live in memory only. A participant that
-//! crashes between prepare and decision forgets them (design notes
-//! "Transactions", "What remains").
+//! Prepared ops are durable: a PREPARED vote follows their log records (entry
+//! type 8), and a replay re-takes their locks ([`replay`]; design notes
+//! "Transactions", "Durability").
 
 pub mod locks;
 pub mod prepare;
+pub mod recovery;
+pub mod replay;
 
 pub use locks::{LockTable, ObjectLocked, TxId};
 pub use prepare::{Transactions, TxOpOwned};

@@ -2,10 +2,17 @@
 //! op's version and locks its object, all or nothing, and votes; a decision
 //! applies the prepared ops (commit) or drops them (abort) and releases the
 //! locks. Both are idempotent, so a client may resend either.
+//!
+//! Durability (design notes "Transactions"): a prepare that votes PREPARED first
+//! appends one prepared record per op (log entry type 8) and its caller answers
+//! once the log's end is replicated, so the vote never outlives the ops it
+//! promises. A decision appends a decided mark per record; a replay re-takes the
+//! locks of records no mark names (`replay.rs`).
 
 use std::collections::{HashMap, VecDeque};
 
 use parking_lot::Mutex;
+use ramstore_log::entry::{encode_tx_prepared, PreparedKind, TxRecordId};
 use ramstore_wire::{key_hash, TxOp, TxOpKind, TxVote};
 
 use super::locks::{LockTable, TxId};
@@ -20,29 +27,56 @@ pub const REMEMBERED_DECISIONS: usize = 65_536;
 /// A prepared op, owned: it outlives the request that carried it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxOpOwned {
+    /// Its number among the ops prepared here (its record's `op_index`).
+    pub op_index: u64,
     pub kind: TxOpKind,
+    pub expected_version: Option<u64>,
     pub table_id: u64,
     pub key: Vec<u8>,
     pub value: Vec<u8>,
+}
+
+impl TxOpOwned {
+    /// The identity its prepared record carries.
+    pub(crate) fn record_id(&self, tx: TxId) -> TxRecordId {
+        TxRecordId {
+            lease_id: tx.lease_id,
+            tx_seq: tx.tx_seq,
+            op_index: self.op_index,
+            table_id: self.table_id,
+            key_hash: key_hash(&self.key),
+        }
+    }
+}
+
+/// A transaction prepared here and not yet decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PreparedTx {
+    pub ops: Vec<TxOpOwned>,
+    /// `ops[..recorded]` have their prepared records in the log.
+    pub recorded: usize,
+    /// `ops[..applied]` were applied by a commit that then failed (a resent
+    /// decision applies the rest).
+    pub applied: usize,
 }
 
 /// The transactions of one master: its locks, its prepared ops, and the
 /// outcomes of recently decided transactions.
 #[derive(Debug, Default)]
 pub struct Transactions {
-    locks: LockTable,
-    prepared: Mutex<HashMap<TxId, Vec<TxOpOwned>>>,
-    decided: Mutex<Decided>,
+    pub(crate) locks: LockTable,
+    pub(crate) prepared: Mutex<HashMap<TxId, PreparedTx>>,
+    pub(crate) decided: Mutex<Decided>,
 }
 
 #[derive(Debug, Default)]
-struct Decided {
-    outcome: HashMap<TxId, bool>,
+pub(crate) struct Decided {
+    pub(crate) outcome: HashMap<TxId, bool>,
     order: VecDeque<TxId>,
 }
 
 impl Decided {
-    fn remember(&mut self, id: TxId, commit: bool) {
+    pub(crate) fn remember(&mut self, id: TxId, commit: bool) {
         if self.outcome.insert(id, commit).is_none() {
             self.order.push_back(id);
         }
@@ -70,18 +104,22 @@ impl Transactions {
     }
 
     /// Phase one: checks every op's expected version and locks every object, or
-    /// votes ABORT holding nothing. With `decide_now` (this master is the only
-    /// participant) it also applies the ops and answers COMMITTED: the
-    /// single-server fast path, one round trip.
+    /// votes ABORT holding nothing. A PREPARED vote first appends the ops'
+    /// prepared records (the first carries `participants`, the transaction's
+    /// whole object list); the caller answers once they are durable. With
+    /// `decide_now` (this master is the only participant) it applies the ops
+    /// and answers COMMITTED instead: the single-server fast path, one round
+    /// trip, which writes no prepared records.
     ///
     /// An error (unknown tablet, a full log) changes nothing that a resend of the
-    /// same prepare does not finish: ops applied before a full log stay prepared
-    /// under their locks, and the resend applies the rest.
+    /// same prepare does not finish: ops stay prepared under their locks, and the
+    /// resend appends the records still missing (or applies the rest).
     pub fn prepare(
         &self,
         store: &ObjectStore,
         id: TxId,
         ops: &[TxOp<'_>],
+        participants: &[(u64, u64)],
         decide_now: bool,
     ) -> Result<TxVote, WriteError> {
         if let Some(&commit) = self.decided.lock().outcome.get(&id) {
@@ -99,20 +137,81 @@ impl Transactions {
             }
             let owned = ops
                 .iter()
-                .map(|op| TxOpOwned {
+                .zip(0u64..)
+                .map(|(op, local)| TxOpOwned {
+                    op_index: op_index(participants, op, local),
                     kind: op.kind,
+                    expected_version: op.expected_version,
                     table_id: op.table_id,
                     key: op.key.to_vec(),
                     value: op.value.to_vec(),
                 })
                 .collect();
-            self.prepared.lock().insert(id, owned);
+            let tx = PreparedTx {
+                ops: owned,
+                recorded: 0,
+                applied: 0,
+            };
+            let mut prepared = self.prepared.lock();
+            // A recovery manager may have decided ABORT here meanwhile
+            // (`recovery.rs`): under the prepared map's lock, which it holds
+            // too, the late prepare holds nothing and votes ABORT.
+            if self.decided.lock().outcome.contains_key(&id) {
+                drop(prepared);
+                self.release(&tx.ops);
+                return Ok(TxVote::Abort);
+            }
+            prepared.insert(id, tx);
         }
         if decide_now {
             self.decide(store, id, true)?;
             return Ok(TxVote::Committed);
         }
+        self.record(store, id, participants)?;
         Ok(TxVote::Prepared)
+    }
+
+    /// Appends the prepared records of `id`'s ops that have none yet (SOSP'15
+    /// §6.2: a participant's vote is durable). Encoded under the map's lock,
+    /// appended outside it; a concurrent resend may append one twice, and the
+    /// store counts the older copy dead.
+    fn record(
+        &self,
+        store: &ObjectStore,
+        id: TxId,
+        participants: &[(u64, u64)],
+    ) -> Result<(), WriteError> {
+        let pending: Vec<(usize, TxRecordId, Vec<u8>)> = {
+            let map = self.prepared.lock();
+            let Some(tx) = map.get(&id) else {
+                return Ok(());
+            };
+            (tx.recorded..tx.ops.len())
+                .map(|i| {
+                    let op = &tx.ops[i];
+                    // One list per transaction per master: on its first op.
+                    let list = if i == 0 { participants } else { &[] };
+                    let mut entry = Vec::new();
+                    encode_tx_prepared(
+                        &op.record_id(id),
+                        prepared_kind(op.kind),
+                        op.expected_version,
+                        &op.key,
+                        &op.value,
+                        list,
+                        &mut entry,
+                    );
+                    (i, op.record_id(id), entry)
+                })
+                .collect()
+        };
+        for (i, rid, entry) in pending {
+            store.append_tx_prepared((rid.lease_id, rid.tx_seq, rid.op_index), &entry)?;
+            if let Some(tx) = self.prepared.lock().get_mut(&id) {
+                tx.recorded = tx.recorded.max(i + 1);
+            }
+        }
+        Ok(())
     }
 
     /// Checks versions and takes the locks under the exclusive guard; false (and
@@ -123,10 +222,13 @@ impl Transactions {
         id: TxId,
         ops: &[TxOp<'_>],
     ) -> Result<bool, WriteError> {
-        let mut map = self.locks.exclusive();
-        for op in ops {
-            let slot = (op.table_id, key_hash(op.key));
-            if map.get(&slot).is_some_and(|holder| *holder != id) {
+        let hashes: Vec<u64> = ops.iter().map(|op| key_hash(op.key)).collect();
+        let mut map = self.locks.exclusive(hashes.iter().copied());
+        for (op, &hash) in ops.iter().zip(&hashes) {
+            if map
+                .get(op.table_id, hash)
+                .is_some_and(|holder| holder != id)
+            {
                 return Ok(false);
             }
             let current = current_version(store, op.table_id, op.key)?;
@@ -134,47 +236,78 @@ impl Transactions {
                 return Ok(false);
             }
         }
-        for op in ops {
-            map.insert((op.table_id, key_hash(op.key)), id);
+        for (op, &hash) in ops.iter().zip(&hashes) {
+            map.insert(op.table_id, hash, id);
         }
         Ok(true)
     }
 
-    /// Phase two: applies (`commit`) or drops the prepared ops of `id` and
-    /// releases their locks. Deciding a transaction not prepared here is a no-op
-    /// (a resent decision, or an abort of one that voted ABORT here) that is
-    /// remembered, so a late prepare of it votes as decided.
+    /// Phase two: applies (`commit`) or drops the prepared ops of `id`, marks
+    /// their prepared records decided and releases their locks. Deciding a
+    /// transaction not prepared here is a no-op (a resent decision, or an abort
+    /// of one that voted ABORT here) that is remembered, so a late prepare of it
+    /// votes as decided.
     pub fn decide(&self, store: &ObjectStore, id: TxId, commit: bool) -> Result<(), WriteError> {
-        let Some(mut ops) = self.prepared.lock().remove(&id) else {
+        let Some(mut tx) = self.prepared.lock().remove(&id) else {
             self.decided.lock().remember(id, commit);
             return Ok(());
         };
-        if commit {
-            // Apply in order, dropping each applied op; on an error the rest stay
-            // prepared (and locked) for the resent decision.
-            let mut applied = 0;
-            let result = ops.iter().try_for_each(|op| {
-                apply(store, op)?;
-                applied += 1;
-                Ok(())
-            });
-            if let Err(e) = result {
-                let rest = ops.split_off(applied);
-                self.release(&ops);
-                self.prepared.lock().insert(id, rest);
-                return Err(e);
+        // Apply in order; on an error the transaction stays prepared (and all
+        // its objects locked) and a resent decision applies the rest.
+        let result = (|| {
+            if commit {
+                while tx.applied < tx.ops.len() {
+                    apply(store, &tx.ops[tx.applied])?;
+                    tx.applied += 1;
+                }
             }
+            for op in &tx.ops {
+                store.tx_record_decided(&op.record_id(id), commit)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            self.prepared.lock().insert(id, tx);
+            return Err(e);
         }
-        self.release(&ops);
+        self.release(&tx.ops);
         self.decided.lock().remember(id, commit);
         Ok(())
     }
 
-    fn release(&self, ops: &[TxOpOwned]) {
-        let mut map = self.locks.exclusive();
-        for op in ops {
-            map.remove(&(op.table_id, key_hash(&op.key)));
+    pub(crate) fn release(&self, ops: &[TxOpOwned]) {
+        let hashes: Vec<u64> = ops.iter().map(|op| key_hash(&op.key)).collect();
+        let mut map = self.locks.exclusive(hashes.iter().copied());
+        for (op, &hash) in ops.iter().zip(&hashes) {
+            map.remove(op.table_id, hash);
         }
+    }
+}
+
+/// The op's number in its records: its object's position in the transaction's
+/// participant list, unique in the whole transaction, so ops of one transaction
+/// that a recovery gathers on one master from several participants stay apart
+/// (regression: `transactions_crash.rs` lost one when two participants both
+/// numbered theirs from 0). Without the object in the list (a malformed or
+/// empty list), the op's place in this prepare, above every list position.
+fn op_index(participants: &[(u64, u64)], op: &TxOp<'_>, local: u64) -> u64 {
+    let hash = key_hash(op.key);
+    match participants
+        .iter()
+        .position(|&(t, h)| t == op.table_id && h == hash)
+    {
+        Some(p) => p as u64,
+        None if participants.is_empty() => local,
+        None => (1 << 32) + local,
+    }
+}
+
+/// The record's kind of a wire op kind.
+fn prepared_kind(kind: TxOpKind) -> PreparedKind {
+    match kind {
+        TxOpKind::Read => PreparedKind::Read,
+        TxOpKind::Write => PreparedKind::Write,
+        TxOpKind::Remove => PreparedKind::Remove,
     }
 }
 

@@ -16,24 +16,25 @@ use super::request_path::Durability;
 use super::StorageService;
 
 impl StorageService {
-    /// The plain writers' guard, once `key` of `table_id` is known not to be
-    /// locked by a transaction; hold it until the write is in the store.
+    /// The plain writers' guard of `key`'s lock shard, once `key` of `table_id`
+    /// is known not to be locked by a transaction; hold it until the write is in
+    /// the store (`ramstore_master::tx::locks`: one shard of 64, so writers of
+    /// different keys do not share a cache line).
     pub(crate) fn unlocked(
         &self,
         table_id: u64,
         key: &[u8],
     ) -> Result<WriterGuard<'_>, WriteError> {
-        let guard = self.tx.locks().writer_guard();
-        guard
-            .check(table_id, key)
-            .map_err(|_| WriteError::ObjectLocked)?;
-        Ok(guard)
+        self.tx
+            .locks()
+            .writer_guard(table_id, key)
+            .map_err(|_| WriteError::ObjectLocked)
     }
 
     /// Phase one on this participant: the vote, or (with [`TX_DECIDE_NOW`]) the
-    /// commit of a single-server transaction. A vote of PREPARED holds locks in
-    /// memory only (first slice), so it is answered at once; a commit waits for
-    /// its writes to be durable.
+    /// commit of a single-server transaction. A vote of PREPARED is answered
+    /// once its prepared records (log entry type 8) are replicated, a commit
+    /// once its writes are (SOSP'15 §6.2).
     pub(crate) fn tx_prepare(
         &self,
         id: u64,
@@ -59,14 +60,20 @@ impl StorageService {
             tx_seq: prepare.tx_seq,
         };
         let decide_now = prepare.flags & TX_DECIDE_NOW != 0;
-        match self.tx.prepare(&self.store, tx, &ops, decide_now) {
+        let participants: Vec<(u64, u64)> = prepare
+            .participants
+            .iter()
+            .map(|p| (p.table_id, p.key_hash))
+            .collect();
+        match self
+            .tx
+            .prepare(&self.store, tx, &ops, &participants, decide_now)
+        {
             Ok(vote) => {
                 encode_response(id, Opcode::TxPrepare, &Response::TxPrepare { vote }, out)?;
-                Ok(if decide_now {
-                    Durability::LogEnd
-                } else {
-                    Durability::Now
-                })
+                // PREPARED follows its prepared records, COMMITTED its writes:
+                // either is answered once the log's end is replicated.
+                Ok(Durability::LogEnd)
             }
             Err(e) => self.tx_refused(id, Opcode::TxPrepare, e, out),
         }
@@ -101,5 +108,12 @@ impl StorageService {
     ) -> Result<Durability, WireError> {
         encode_response(id, op, &Response::Error(self.refused(e)), out)?;
         Ok(Durability::Now)
+    }
+}
+
+impl crate::recovery_master::ReplaysTransactions for StorageService {
+    fn replay_tx_records(&self, records: &[Vec<u8>]) -> Result<usize, WriteError> {
+        self.tx
+            .replay_tx_records(&self.store, records.iter().map(Vec::as_slice))
     }
 }

@@ -1,0 +1,119 @@
+//! Re-taking the locks of prepared transactions from a replayed log (SOSP'15
+//! §6.2; RAMCloud's PreparedOps recovery): a recovery master (cold start goes
+//! through the same recovery) collects every transaction record it replays
+//! and, once the replay is done, hands them to
+//! [`Transactions::replay_tx_records`]. A
+//! prepared op that no decided mark names is appended to this master's log
+//! again and its object locked for its transaction, which then waits for its
+//! decision (from the client, or a recovery manager) as on the master that
+//! voted.
+//!
+//! Records and marks reach a replay in any order (segments are replayed as they
+//! arrive), so nothing is re-taken before the whole log has been seen.
+
+use std::collections::{BTreeMap, HashMap};
+
+use ramstore_wire::TxOpKind;
+
+use super::locks::TxId;
+use super::prepare::{PreparedTx, Transactions, TxOpOwned};
+use crate::error::WriteError;
+use crate::object_store::{replayed_tx_record, ReplayedPrepared, ReplayedTxRecord};
+use crate::ObjectStore;
+
+impl Transactions {
+    /// Re-prepares the transactions of `records`, every transaction record
+    /// (log entry type 8) of one replayed log or partition, in any order: each
+    /// prepared op that no decided mark names is appended to this log again and
+    /// its lock taken for its transaction, without a version check (its vote was
+    /// given). Records that do not parse are skipped. Returns how many ops it
+    /// re-prepared.
+    pub fn replay_tx_records<'a>(
+        &self,
+        store: &ObjectStore,
+        records: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<usize, WriteError> {
+        let mut prepared = HashMap::new();
+        let mut decided = HashMap::new();
+        for entry in records {
+            match replayed_tx_record(entry) {
+                Some(ReplayedTxRecord::Prepared(p)) => {
+                    prepared.insert((p.id.lease_id, p.id.tx_seq, p.id.op_index), p);
+                }
+                Some(ReplayedTxRecord::Decided { key, commit }) => {
+                    decided.insert(key, commit);
+                }
+                None => {}
+            }
+        }
+        let mut by_tx: BTreeMap<TxId, Vec<ReplayedPrepared>> = BTreeMap::new();
+        for (key, p) in prepared {
+            if decided.contains_key(&key) {
+                continue;
+            }
+            let tx = TxId {
+                lease_id: key.0,
+                tx_seq: key.1,
+            };
+            by_tx.entry(tx).or_default().push(p);
+        }
+        let mut count = 0;
+        for (tx, mut ops) in by_tx {
+            if self.decided.lock().outcome.contains_key(&tx) {
+                continue;
+            }
+            ops.sort_by_key(|p| p.id.op_index);
+            for p in &ops {
+                store.append_tx_prepared((tx.lease_id, tx.tx_seq, p.id.op_index), &p.entry)?;
+            }
+            let owned: Vec<TxOpOwned> = ops.into_iter().map(owned).collect();
+            self.relock(tx, &owned);
+            count += owned.len();
+            let mut prepared = self.prepared.lock();
+            let entry = prepared.entry(tx).or_insert_with(|| PreparedTx {
+                ops: Vec::new(),
+                recorded: 0,
+                applied: 0,
+            });
+            for op in owned {
+                if !entry.ops.iter().any(|o| o.op_index == op.op_index) {
+                    entry.ops.push(op);
+                }
+            }
+            entry.recorded = entry.ops.len();
+        }
+        Ok(count)
+    }
+
+    /// Takes the locks of `tx`'s replayed ops.
+    fn relock(&self, tx: TxId, ops: &[TxOpOwned]) {
+        let hashes: Vec<u64> = ops.iter().map(|op| op.record_id(tx).key_hash).collect();
+        let mut locks = self.locks.exclusive(hashes.iter().copied());
+        for (op, &hash) in ops.iter().zip(&hashes) {
+            let holder = locks.get(op.table_id, hash);
+            // The crashed master held each lock for one transaction; two replayed
+            // holders would mean two logs claimed one object.
+            debug_assert!(
+                holder.is_none_or(|h| h == tx),
+                "two replayed transactions hold one lock"
+            );
+            locks.insert(op.table_id, hash, tx);
+        }
+    }
+}
+
+fn owned(p: ReplayedPrepared) -> TxOpOwned {
+    use ramstore_log::entry::PreparedKind;
+    TxOpOwned {
+        op_index: p.id.op_index,
+        kind: match p.kind {
+            PreparedKind::Read => TxOpKind::Read,
+            PreparedKind::Write => TxOpKind::Write,
+            PreparedKind::Remove => TxOpKind::Remove,
+        },
+        expected_version: p.expected_version,
+        table_id: p.id.table_id,
+        key: p.key,
+        value: p.value,
+    }
+}
