@@ -36,10 +36,24 @@ pub const MAX_SCRIPT_BYTES: usize = 16 << 20;
 /// One line of the script.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
-    Get { table: String, key: String },
-    Put { table: String, key: String, value: String },
-    Del { table: String, key: String },
-    Incr { table: String, key: String, by: i64 },
+    Get {
+        table: String,
+        key: String,
+    },
+    Put {
+        table: String,
+        key: String,
+        value: String,
+    },
+    Del {
+        table: String,
+        key: String,
+    },
+    Incr {
+        table: String,
+        key: String,
+        by: i64,
+    },
 }
 
 impl Op {
@@ -149,9 +163,9 @@ pub fn run(client: &BlockingClient, retry: u32, format: Format) -> Result<()> {
              attempt{}); nothing was applied (--retry N tries again)",
             if attempts == 1 { "" } else { "s" }
         ),
-        Err(ClientError::NotNumeric) => anyhow::bail!(
-            "incr: the value is not an integer in decimal text; nothing was applied"
-        ),
+        Err(ClientError::NotNumeric) => {
+            anyhow::bail!("incr: the value is not an integer in decimal text; nothing was applied")
+        }
         Err(e) => return Err(explain(e).context("the transaction failed; nothing was applied")),
     };
     print(&ops, &answers, attempts, format)
@@ -165,7 +179,10 @@ fn run_ops(
     let mut answers = Vec::new();
     for op in ops {
         // Every table was looked up before the transaction began.
-        let id = tables.get(op.table()).copied().ok_or(ClientError::TableDoesntExist)?;
+        let id = tables
+            .get(op.table())
+            .copied()
+            .ok_or(ClientError::TableDoesntExist)?;
         match op {
             Op::Get { key, .. } => answers.push(Answer::Value(tx.read(id, key.as_bytes())?)),
             Op::Put { key, value, .. } => tx.write(id, key.as_bytes(), value.as_bytes())?,

@@ -55,7 +55,10 @@ fn blocking_transaction_commit_aborts_when_a_read_version_changed() {
         tx.read_with_version(table, b"x").expect("read"),
         (Some(b"1".to_vec()), version)
     );
-    assert_eq!(tx.read_with_version(table, b"absent").expect("read"), (None, 0));
+    assert_eq!(
+        tx.read_with_version(table, b"absent").expect("read"),
+        (None, 0)
+    );
     tx.write(table, b"y", b"2").expect("buffered");
     c.write(table, b"x", b"changed").expect("write");
     assert_eq!(tx.commit(), Err(ClientError::Aborted));

@@ -78,8 +78,7 @@ fn exactly_once_client(cluster: &Cluster) -> BlockingClient {
 fn lease_expiry_drops_records_and_a_late_retry_is_stale() {
     let term = TERM_MS.to_string();
     let check = CHECK_MS.to_string();
-    let mut cluster =
-        Cluster::start_with_coordinator_args(0, &["--client-lease-term-ms", &term]);
+    let mut cluster = Cluster::start_with_coordinator_args(0, &["--client-lease-term-ms", &term]);
     cluster.add_server_with("127.0.0.1:0", &["--client-lease-check-ms", &check]);
     let client = exactly_once_client(&cluster);
     let table = client.create_table("t", 1).expect("table");

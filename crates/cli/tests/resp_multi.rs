@@ -164,7 +164,10 @@ fn multi_exec_answers_as_redis_does() {
             ("MULTI", "OK"),
             ("SET x 1", "QUEUED"),
             ("NOSUCH x", "(error) ERR unknown command*"),
-            ("GET", "(error) ERR wrong number of arguments for 'get' command"),
+            (
+                "GET",
+                "(error) ERR wrong number of arguments for 'get' command",
+            ),
             (
                 "EXEC",
                 "(error) EXECABORT Transaction discarded because of previous errors.",
@@ -335,7 +338,10 @@ fn exec_applies_the_queue_atomically_across_servers() {
             "nothing of the aborted EXEC applied"
         );
     }
-    assert_eq!(client.read(table, b"absent"), Err(ClientError::ObjectDoesntExist));
+    assert_eq!(
+        client.read(table, b"absent"),
+        Err(ClientError::ObjectDoesntExist)
+    );
 }
 
 /// Two clients run Redis's optimistic-lock increment (WATCH, GET, MULTI, SET,
@@ -350,7 +356,11 @@ fn watch_race_second_exec_gets_nil() {
     assert_eq!(b.cmd("GET counter"), "\"10\"");
     check(
         &mut a,
-        &[("MULTI", "OK"), ("SET counter 11", "QUEUED"), ("EXEC", "[OK]")],
+        &[
+            ("MULTI", "OK"),
+            ("SET counter 11", "QUEUED"),
+            ("EXEC", "[OK]"),
+        ],
     );
     check(
         &mut b,

@@ -7,7 +7,7 @@ mod common;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use common::{ramstore_bin, Cluster, CliOutput};
+use common::{ramstore_bin, CliOutput, Cluster};
 
 /// Runs `ramstore tx ARGS --coordinator ADDR` with `script` on stdin.
 fn tx(cluster: &Cluster, args: &[&str], script: &str) -> CliOutput {
@@ -84,7 +84,10 @@ fn tx_refuses_a_malformed_script_with_usage_exit_code() {
     let line = out.error_line(2);
     assert!(line.contains("line 2"), "{line}");
     // Nothing of the script ran.
-    assert!(cluster.cli(&["get", "t", "k"]).one_line_error().contains("not found"));
+    assert!(cluster
+        .cli(&["get", "t", "k"])
+        .one_line_error()
+        .contains("not found"));
 }
 
 #[test]
@@ -93,13 +96,22 @@ fn tx_fails_without_applying_anything_when_an_incr_is_not_numeric() {
     cluster.cli(&["create-table", "t", "--span", "2"]).ok();
     cluster.cli(&["put", "t", "word", "hello"]).ok();
     let out = tx(&cluster, &[], "put t a 1\nincr t word\n");
-    assert!(out.one_line_error().contains("nothing was applied"), "{out:?}");
-    assert!(cluster.cli(&["get", "t", "a"]).one_line_error().contains("not found"));
+    assert!(
+        out.one_line_error().contains("nothing was applied"),
+        "{out:?}"
+    );
+    assert!(cluster
+        .cli(&["get", "t", "a"])
+        .one_line_error()
+        .contains("not found"));
 }
 
 #[test]
 fn tx_unknown_table_is_a_clear_error() {
     let cluster = Cluster::start(1);
     let out = tx(&cluster, &[], "get nosuch k\n");
-    assert!(out.one_line_error().contains("unknown table 'nosuch'"), "{out:?}");
+    assert!(
+        out.one_line_error().contains("unknown table 'nosuch'"),
+        "{out:?}"
+    );
 }

@@ -88,11 +88,19 @@ trait Store {
     async fn bench_write(&self, table_id: u64, key: &[u8], value: &[u8])
         -> Result<(), ClientError>;
     /// One transaction writing `value` to every key of `keys`, committed.
-    async fn bench_tx(&self, table_id: u64, keys: &[Vec<u8>], value: &[u8])
-        -> Result<(), ClientError>;
+    async fn bench_tx(
+        &self,
+        table_id: u64,
+        keys: &[Vec<u8>],
+        value: &[u8],
+    ) -> Result<(), ClientError>;
     /// One bank transfer of 1 from `from` to `to`, retried on abort.
-    async fn bench_transfer(&self, table_id: u64, from: &[u8], to: &[u8])
-        -> Result<(), ClientError>;
+    async fn bench_transfer(
+        &self,
+        table_id: u64,
+        from: &[u8],
+        to: &[u8],
+    ) -> Result<(), ClientError>;
 }
 
 /// Attempts of one bank transfer before it counts as an error.

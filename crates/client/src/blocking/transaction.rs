@@ -88,7 +88,8 @@ impl BlockingTransaction {
         table_id: u64,
         key: &[u8],
     ) -> Result<(Option<Vec<u8>>, u64), ClientError> {
-        self.runtime.block_on(self.tx.read_with_version(table_id, key))
+        self.runtime
+            .block_on(self.tx.read_with_version(table_id, key))
     }
 
     /// See [`Transaction::write`]: buffered until commit.

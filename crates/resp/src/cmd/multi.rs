@@ -341,10 +341,7 @@ impl Connection {
 /// Reads every watched key inside `tx`: `false` if one's version is no longer
 /// the one WATCH saw (EXEC then applies nothing). The reads make commit check
 /// the versions too.
-async fn watched_unchanged(
-    tx: &mut Transaction,
-    watched: &[Watched],
-) -> Result<bool, ClientError> {
+async fn watched_unchanged(tx: &mut Transaction, watched: &[Watched]) -> Result<bool, ClientError> {
     for w in watched {
         let (_, version) = tx.read_with_version(w.table, &w.key).await?;
         if version != w.version {
@@ -361,5 +358,61 @@ fn exec_error(e: &ClientError) -> String {
             format!("ERR the transaction is too large ({what}); nothing was applied")
         }
         other => StoreError::Client(other.clone()).resp_message(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{lookup, parse};
+    use super::*;
+
+    fn frame<'a>(words: &'a [&'a str]) -> Vec<&'a [u8]> {
+        words.iter().map(|w| w.as_bytes()).collect()
+    }
+
+    #[test]
+    fn parse_transaction_commands_and_their_arity() {
+        assert_eq!(parse(&frame(&["multi"])), Ok(Command::Multi));
+        assert_eq!(parse(&frame(&["EXEC"])), Ok(Command::Exec));
+        assert_eq!(parse(&frame(&["Discard"])), Ok(Command::Discard));
+        assert_eq!(parse(&frame(&["unwatch"])), Ok(Command::Unwatch));
+        let watch = frame(&["WATCH", "a", "b"]);
+        assert!(matches!(parse(&watch), Ok(Command::Watch { keys }) if keys.len() == 2));
+        for bad in [&["WATCH"][..], &["MULTI", "x"], &["EXEC", "x"], &["DISCARD", "x"]] {
+            let err = lookup(&frame(bad)).expect_err("wrong arity");
+            assert!(matches!(err, ParseError::WrongArity(_)), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn runs_inside_multi_is_redis_list() {
+        let now: Vec<&str> = crate::cmd::COMMANDS
+            .iter()
+            .filter(|s| runs_inside_multi(s))
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(now, ["quit", "multi", "exec", "discard", "watch"]);
+    }
+
+    #[test]
+    fn refused_in_transaction_only_table_walks_and_cas() {
+        let refused: Vec<&str> = crate::cmd::COMMANDS
+            .iter()
+            .filter(|s| refused_in_transaction(s.name))
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(refused, ["dbsize", "scan", "keys", "flushdb", "rs.cas"]);
+    }
+
+    #[test]
+    fn flag_marks_only_an_open_transaction() {
+        let mut state = MultiState::default();
+        state.flag();
+        assert!(!state.dirty, "outside MULTI nothing is flagged");
+        state.queue = Some(Vec::new());
+        state.flag();
+        assert!(state.dirty && state.active());
+        state.reset();
+        assert!(!state.active() && !state.dirty);
     }
 }
