@@ -377,8 +377,8 @@ impl Connection {
             self.error(sink, "NOAUTH Authentication required.");
             return Flow::Continue;
         }
-        if self.multi.active() && !multi::runs_inside_multi(spec) {
-            return self.queue(spec, args, sink);
+        if self.multi.active() && !multi::runs_inside_multi(spec.name) {
+            return self.queue(spec.name, args, sink);
         }
         match (spec.parse)(&args[1..]) {
             Ok(command) => self.run(command, sink).await,

@@ -33,7 +33,6 @@ use rand::Rng as _;
 use super::queued::{refused_in_transaction, run_queued};
 use super::{Command, Connection, Flow, ParseError};
 use crate::backend::StoreError;
-use crate::cmd::spec::Spec;
 use crate::protocol::Encoder;
 use crate::sink::Sink;
 
@@ -111,24 +110,25 @@ pub(super) fn parse_unwatch<'a>(_: &'a [&'a [u8]]) -> Result<Command<'a>, ParseE
     Ok(Command::Unwatch)
 }
 
-/// Whether a command named by `spec` runs at once inside MULTI instead of being
-/// queued (Redis's list).
-pub(super) fn runs_inside_multi(spec: &Spec) -> bool {
-    matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit")
+/// Whether the command named `name` (lower case) runs at once inside MULTI
+/// instead of being queued (Redis's list).
+pub(super) fn runs_inside_multi(name: &str) -> bool {
+    matches!(name, "exec" | "discard" | "multi" | "watch" | "quit")
 }
 
 impl Connection {
-    /// Queues a command inside MULTI (its row `spec` is known and its argument
-    /// count right): `+QUEUED`, or an error that flags the transaction.
-    pub(super) fn queue(&mut self, spec: &Spec, args: &[&[u8]], sink: &mut Sink) -> Flow {
-        if refused_in_transaction(spec.name) {
+    /// Queues a command inside MULTI (`name`, its lower-case name, is known and
+    /// its argument count right): `+QUEUED`, or an error that flags the
+    /// transaction.
+    pub(super) fn queue(&mut self, name: &str, args: &[&[u8]], sink: &mut Sink) -> Flow {
+        if refused_in_transaction(name) {
             self.multi.dirty = true;
             self.error(
                 sink,
                 &format!(
                     "ERR '{}' cannot run inside MULTI on ramstore (a transaction reads and \
                      writes single keys)",
-                    spec.name
+                    name
                 ),
             );
             return Flow::Continue;
@@ -378,7 +378,12 @@ mod tests {
         assert_eq!(parse(&frame(&["unwatch"])), Ok(Command::Unwatch));
         let watch = frame(&["WATCH", "a", "b"]);
         assert!(matches!(parse(&watch), Ok(Command::Watch { keys }) if keys.len() == 2));
-        for bad in [&["WATCH"][..], &["MULTI", "x"], &["EXEC", "x"], &["DISCARD", "x"]] {
+        for bad in [
+            &["WATCH"][..],
+            &["MULTI", "x"],
+            &["EXEC", "x"],
+            &["DISCARD", "x"],
+        ] {
             let err = lookup(&frame(bad)).expect_err("wrong arity");
             assert!(matches!(err, ParseError::WrongArity(_)), "{bad:?}: {err}");
         }
@@ -388,7 +393,7 @@ mod tests {
     fn runs_inside_multi_is_redis_list() {
         let now: Vec<&str> = crate::cmd::COMMANDS
             .iter()
-            .filter(|s| runs_inside_multi(s))
+            .filter(|s| runs_inside_multi(s.name))
             .map(|s| s.name)
             .collect();
         assert_eq!(now, ["quit", "multi", "exec", "discard", "watch"]);
