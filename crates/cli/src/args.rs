@@ -119,6 +119,15 @@ pub(crate) enum Command {
         /// [default: 2000; etcd stores only].
         #[arg(long, value_parser = parse_lease_ttl_ms)]
         lease_ttl_ms: Option<u64>,
+        /// The term of the leases clients hold for exactly-once writes (RIFL), in
+        /// milliseconds: a client that stops renewing for this long loses its
+        /// completion records, and its late retries get STALE_RPC.
+        #[arg(long, value_name = "MS",
+              default_value_t = ramstore_coordinator::client_leases::CLIENT_LEASE_TERM_MS,
+              value_parser = clap::value_parser!(u64).range(
+                  ramstore_coordinator::client_leases::MIN_CLIENT_LEASE_TERM_MS
+                      ..=ramstore_coordinator::client_leases::MAX_CLIENT_LEASE_TERM_MS))]
+        client_lease_term_ms: u64,
         #[command(flatten)]
         detector: DetectorArgs,
         #[command(flatten)]
@@ -321,6 +330,18 @@ pub(crate) enum Command {
         /// What to add (negative to subtract).
         #[arg(default_value_t = 1, allow_hyphen_values = true)]
         delta: i64,
+        #[command(flatten)]
+        at: At,
+    },
+    /// Run a small script from stdin as one transaction: one operation a line
+    /// (`get TABLE KEY`, `put TABLE KEY VALUE...`, `del TABLE KEY`, `incr TABLE
+    /// KEY [N]`); prints the reads' results, then `committed`, or fails with
+    /// `aborted` and nothing applied.
+    Tx {
+        /// Run the script again up to N more times when another client's write
+        /// aborts the commit.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        retry: u32,
         #[command(flatten)]
         at: At,
     },

@@ -32,6 +32,13 @@
 //! scrambled Zipfian distribution (θ = 0.99): Zipfian ranks hashed with 64-bit FNV
 //! over the key space so the hot keys are spread out.
 //!
+//! `tx` commits one transaction per operation, writing `--tx-objects` distinct
+//! uniform keys (blind writes: the client buffers them, so the operation's time is
+//! the commit: one prepare per participant master in parallel, then the decision;
+//! one round trip on one master). `bank` moves 1 between two distinct uniform
+//! accounts in a transaction that reads both and writes both, retried on abort
+//! (the time and count are of committed transfers, retries included).
+//!
 //! Errors are counted and reported, not fatal. A read of a missing object
 //! (`--no-load` on an empty table) is a complete round trip: it is timed and counted
 //! as `not_found`, not as an error.
@@ -66,6 +73,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     if args.keys == 0 {
         return usage("--keys must be at least 1");
+    }
+    if (args.keys as usize) < args.workload.objects(usize::from(args.tx_objects)) {
+        return usage("--keys must be at least the objects each transaction touches");
     }
     if !(args.duration > 0.0 && args.duration.is_finite()) {
         return usage("--duration must be a positive number of seconds");
@@ -115,6 +125,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         warmup: Duration::from_secs_f64(args.warmup),
         duration: Duration::from_secs_f64(args.duration),
         seed: args.seed,
+        tx_objects: usize::from(args.tx_objects),
         start: OnceLock::new(),
         failed: AtomicBool::new(false),
     });
@@ -197,6 +208,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(path) = &args.json {
         let report = Report {
             workload: args.workload,
+            tx_objects: args.tx_objects,
             clients: args.clients,
             value_size: args.value_size,
             ops_per_sec,

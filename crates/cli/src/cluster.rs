@@ -427,6 +427,8 @@ pub struct CoordinatorArgs {
     pub standby: bool,
     /// The leader lease's TTL (etcd stores only).
     pub lease_ttl_ms: Option<u64>,
+    /// The term of client leases (RIFL).
+    pub client_lease_term_ms: u64,
     /// The failure detector's timing.
     pub detector: FailureDetectorConfig,
     /// How crash recovery partitions a crashed master's tablets.
@@ -481,6 +483,7 @@ pub async fn coordinator(a: CoordinatorArgs) -> Result<()> {
     };
     let c = started.with_context(|| format!("starting the coordinator on {}", a.listen))?;
     c.service.recoveries().set_limits(a.recovery);
+    c.service.set_client_lease_term_ms(a.client_lease_term_ms);
     println!(
         "ramstore coordinator listening on {} (store {})",
         c.addr, a.store

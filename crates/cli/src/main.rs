@@ -14,6 +14,7 @@ mod output;
 mod reach;
 mod rebalance;
 mod size;
+mod tx;
 mod value;
 
 use clap::{CommandFactory, Parser};
@@ -121,6 +122,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             store,
             standby,
             lease_ttl_ms,
+            client_lease_term_ms,
             detector,
             recovery,
         } => runtime()?.block_on(cluster::coordinator(cluster::CoordinatorArgs {
@@ -128,6 +130,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             store,
             standby,
             lease_ttl_ms,
+            client_lease_term_ms,
             detector: detector.into(),
             recovery: recovery.into(),
         })),
@@ -236,6 +239,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             delta,
             at,
         } => data::incr(&at.connect(top)?, &table, &key, delta, at.format()),
+        Command::Tx { retry, at } => tx::run(&at.connect(top)?, retry, at.format()),
         Command::Scan { table, limit, at } => {
             data::scan(&at.connect(top)?, &table, limit, at.format())
         }

@@ -17,6 +17,11 @@ use crate::options::ClientOptions;
 use crate::tablet_map::TabletInfo;
 use ramstore_wire::RejectRules;
 
+// A child module: it reaches the client and runtime of [`BlockingClient`].
+mod transaction;
+
+pub use transaction::BlockingTransaction;
+
 /// Threads of the runtime a [`BlockingClient`] owns: they keep connections read
 /// while the caller is not inside a call.
 pub const BLOCKING_RUNTIME_THREADS: usize = 1;

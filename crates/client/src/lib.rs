@@ -117,7 +117,9 @@ mod retry;
 mod tablet_map;
 
 #[cfg(not(madsim))]
-pub use blocking::{BlockingClient, BlockingEnumeration, BLOCKING_RUNTIME_THREADS};
+pub use blocking::{
+    BlockingClient, BlockingEnumeration, BlockingTransaction, BLOCKING_RUNTIME_THREADS,
+};
 pub use client::{Client, PingReply, Transaction};
 pub use enumerate::{EnumeratedObject, Enumeration, ENUMERATE_BATCH_BYTES};
 pub use error::ClientError;

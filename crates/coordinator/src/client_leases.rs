@@ -21,6 +21,7 @@
 //! Renewals write nothing, which keeps their cost at one RPC.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,8 +34,15 @@ use crate::storage::{ExternalStorage, StorageError};
 /// Lease ids reserved by one storage write.
 pub const LEASE_ID_BLOCK: u64 = 1024;
 /// How long a lease lasts after it is opened or renewed (RAMCloud: minutes;
-/// short enough here that the records of vanished clients go soon).
+/// short enough here that the records of vanished clients go soon). The default
+/// of `ramstore coordinator --client-lease-term-ms`.
 pub const CLIENT_LEASE_TERM_MS: u64 = 30_000;
+/// The shortest term a coordinator accepts: clients renew at half the term, so a
+/// shorter one would spend a coordinator RPC every few hundred milliseconds.
+pub const MIN_CLIENT_LEASE_TERM_MS: u64 = 1_000;
+/// The longest term a coordinator accepts (a vanished client's records live
+/// that long).
+pub const MAX_CLIENT_LEASE_TERM_MS: u64 = 3_600_000;
 /// The key holding the top of the reserved id range.
 pub const RESERVED_KEY: &str = "client_leases/reserved";
 /// The prefix of the per-lease keys.
@@ -58,7 +66,9 @@ struct State {
 pub struct ClientLeases {
     storage: Arc<dyn ExternalStorage>,
     clock: Arc<dyn Clock>,
-    term: Duration,
+    /// The term in milliseconds ([`ClientLeases::set_term_ms`] may change it
+    /// once the coordinator is serving; leases already granted keep theirs).
+    term_ms: AtomicU64,
     /// Loaded from storage at first use.
     state: Mutex<Option<State>>,
 }
@@ -66,7 +76,7 @@ pub struct ClientLeases {
 impl std::fmt::Debug for ClientLeases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientLeases")
-            .field("term", &self.term)
+            .field("term_ms", &self.term_ms())
             .finish_non_exhaustive()
     }
 }
@@ -77,14 +87,26 @@ impl ClientLeases {
         Self {
             storage,
             clock,
-            term: Duration::from_millis(term_ms),
+            term_ms: AtomicU64::new(term_ms),
             state: Mutex::new(None),
         }
     }
 
     /// The lease term in milliseconds.
     pub fn term_ms(&self) -> u64 {
-        self.term.as_millis() as u64
+        self.term_ms.load(Ordering::Relaxed)
+    }
+
+    /// Grants and renews later leases for `term_ms` (clamped to
+    /// [`MIN_CLIENT_LEASE_TERM_MS`]..=[`MAX_CLIENT_LEASE_TERM_MS`]): clients learn
+    /// the term from each grant and renewal.
+    pub fn set_term_ms(&self, term_ms: u64) {
+        let ms = term_ms.clamp(MIN_CLIENT_LEASE_TERM_MS, MAX_CLIENT_LEASE_TERM_MS);
+        self.term_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn term(&self) -> Duration {
+        Duration::from_millis(self.term_ms())
     }
 
     /// Runs `f` on the state, loading it from storage first if needed.
@@ -114,7 +136,7 @@ impl ClientLeases {
                 .parse::<u64>()
                 .map_err(|e| corrupt(&key, e.to_string()))?;
             // A full term from now: see the module doc.
-            expiries.insert(id, now + self.term);
+            expiries.insert(id, now + self.term());
         }
         Ok(State {
             next_id: reserved + 1,
@@ -136,7 +158,7 @@ impl ClientLeases {
             let id = state.next_id;
             self.storage.put(&lease_key(id), b"")?;
             state.next_id += 1;
-            state.expiries.insert(id, now + self.term);
+            state.expiries.insert(id, now + self.term());
             Ok((id, self.term_ms()))
         })
     }
@@ -146,7 +168,7 @@ impl ClientLeases {
     pub fn renew(&self, id: u64) -> Result<u64, CoordinatorError> {
         self.with_state(|state, now| match state.expiries.get_mut(&id) {
             Some(expiry) if *expiry > now => {
-                *expiry = now + self.term;
+                *expiry = now + self.term();
                 Ok(self.term_ms())
             }
             _ => {

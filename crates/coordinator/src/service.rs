@@ -126,6 +126,13 @@ impl CoordinatorService {
         })
     }
 
+    /// Grants and renews client leases for `term_ms` from now on
+    /// (`ramstore coordinator --client-lease-term-ms`; see
+    /// [`ClientLeases::set_term_ms`]).
+    pub fn set_client_lease_term_ms(&self, term_ms: u64) {
+        self.client_leases.set_term_ms(term_ms);
+    }
+
     /// Read access to the core (tests, status).
     pub fn with_core<R>(&self, f: impl FnOnce(&CoordinatorCore) -> R) -> R {
         f(&self.cluster.core())

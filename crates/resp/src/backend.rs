@@ -239,6 +239,12 @@ impl Backend {
         self.no_space_patience
     }
 
+    /// The client library instance that forwards commands (exactly-once), for
+    /// what runs only through it: MULTI/EXEC's transactions.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The id of table `db{db}`, creating the table on first use.
     pub async fn table_id(&self, db: u32) -> Result<u64, StoreError> {
         if let Some(&id) = self.tables.lock().get(&db) {

@@ -47,6 +47,22 @@ impl Sink {
         }
     }
 
+    /// An empty sink on the same event loop, for replies that are collected
+    /// rather than sent (a command inside EXEC answers into one).
+    pub(crate) fn detached(&self) -> Sink {
+        Sink::new(self.poller.clone())
+    }
+
+    /// The replies appended so far if all are known now, taken out of the sink;
+    /// replies waiting for replication stay (and count as bytes not taken).
+    pub(crate) fn take_ready(&mut self) -> Vec<u8> {
+        if self.queue.is_empty() {
+            std::mem::take(&mut self.out)
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Appends a reply that is known now.
     pub fn reply(&mut self, version: Version, f: impl FnOnce(&mut Encoder<'_>)) {
         if self.queue.is_empty() {

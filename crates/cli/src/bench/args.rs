@@ -26,6 +26,9 @@ pub struct BenchArgs {
     pub coordinator: Option<String>,
     #[arg(long, value_enum, default_value_t = Workload::Read)]
     pub(super) workload: Workload,
+    /// Objects each transaction of `--workload tx` writes (1 to 1024).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub(super) tx_objects: u16,
     /// Bytes per value.
     #[arg(long, default_value_t = 100)]
     pub(super) value_size: usize,

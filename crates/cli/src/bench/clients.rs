@@ -35,6 +35,8 @@ pub(super) struct Shared {
     pub(super) warmup: Duration,
     pub(super) duration: Duration,
     pub(super) seed: u64,
+    /// Objects each `tx` transaction writes.
+    pub(super) tx_objects: usize,
     /// When the warm-up started: set by the first client past the start barrier.
     pub(super) start: OnceLock<Instant>,
     /// A client could not connect: everyone stops at the start barrier.
@@ -44,7 +46,7 @@ pub(super) struct Shared {
 /// What one client measured.
 pub(super) struct ClientStats {
     pub(super) all: Histogram<u64>,
-    pub(super) by_op: [Histogram<u64>; 3],
+    pub(super) by_op: [Histogram<u64>; 4],
     pub(super) ops: u64,
     pub(super) errors: u64,
     pub(super) not_found: u64,
@@ -56,7 +58,7 @@ impl ClientStats {
         let h = || Histogram::new_with_max(MAX_LATENCY_US, 3).expect("valid histogram bounds");
         Self {
             all: h(),
-            by_op: [h(), h(), h()],
+            by_op: [h(), h(), h(), h()],
             ops: 0,
             errors: 0,
             not_found: 0,
@@ -85,6 +87,35 @@ trait Store {
     async fn bench_read(&self, table_id: u64, key: &[u8]) -> Result<(), ClientError>;
     async fn bench_write(&self, table_id: u64, key: &[u8], value: &[u8])
         -> Result<(), ClientError>;
+    /// One transaction writing `value` to every key of `keys`, committed.
+    async fn bench_tx(
+        &self,
+        table_id: u64,
+        keys: &[Vec<u8>],
+        value: &[u8],
+    ) -> Result<(), ClientError>;
+    /// One bank transfer of 1 from `from` to `to`, retried on abort.
+    async fn bench_transfer(
+        &self,
+        table_id: u64,
+        from: &[u8],
+        to: &[u8],
+    ) -> Result<(), ClientError>;
+}
+
+/// Attempts of one bank transfer before it counts as an error.
+const TRANSFER_ATTEMPTS: u32 = 100;
+
+/// A balance as the bank workload stores it (decimal text); anything else (the
+/// loaded random values) counts as 0.
+fn balance(value: Option<Vec<u8>>) -> i64 {
+    value
+        .and_then(|v| ramstore_client::counter::parse_i64(&v))
+        .unwrap_or(0)
+}
+
+fn balance_text(n: i64) -> ramstore_client::counter::CounterText {
+    ramstore_client::counter::CounterText::from_i64(n)
 }
 
 impl Store for Client {
@@ -99,6 +130,35 @@ impl Store for Client {
         value: &[u8],
     ) -> Result<(), ClientError> {
         self.write(table_id, key, value).await.map(drop)
+    }
+
+    async fn bench_tx(
+        &self,
+        table_id: u64,
+        keys: &[Vec<u8>],
+        value: &[u8],
+    ) -> Result<(), ClientError> {
+        let mut tx = self.transaction();
+        for key in keys {
+            tx.write(table_id, key, value)?;
+        }
+        tx.commit().await
+    }
+
+    async fn bench_transfer(
+        &self,
+        table_id: u64,
+        from: &[u8],
+        to: &[u8],
+    ) -> Result<(), ClientError> {
+        self.run_transaction(TRANSFER_ATTEMPTS, |mut tx| async move {
+            let a = balance(tx.read(table_id, from).await?);
+            let b = balance(tx.read(table_id, to).await?);
+            tx.write(table_id, from, balance_text(a.wrapping_sub(1)).as_bytes())?;
+            tx.write(table_id, to, balance_text(b.wrapping_add(1)).as_bytes())?;
+            Ok((tx, ()))
+        })
+        .await
     }
 }
 
@@ -115,6 +175,34 @@ impl Store for BlockingClient {
     ) -> Result<(), ClientError> {
         self.write(table_id, key, value).map(drop)
     }
+
+    async fn bench_tx(
+        &self,
+        table_id: u64,
+        keys: &[Vec<u8>],
+        value: &[u8],
+    ) -> Result<(), ClientError> {
+        let mut tx = self.transaction();
+        for key in keys {
+            tx.write(table_id, key, value)?;
+        }
+        tx.commit()
+    }
+
+    async fn bench_transfer(
+        &self,
+        table_id: u64,
+        from: &[u8],
+        to: &[u8],
+    ) -> Result<(), ClientError> {
+        self.run_transaction(TRANSFER_ATTEMPTS, |tx| {
+            let a = balance(tx.read(table_id, from)?);
+            let b = balance(tx.read(table_id, to)?);
+            tx.write(table_id, from, balance_text(a.wrapping_sub(1)).as_bytes())?;
+            tx.write(table_id, to, balance_text(b.wrapping_add(1)).as_bytes())?;
+            Ok(())
+        })
+    }
 }
 
 /// One operation: `Ok(true)` done, `Ok(false)` the object was missing.
@@ -123,6 +211,7 @@ async fn perform<S: Store>(
     shared: &Shared,
     op: Op,
     key: &[u8],
+    tx_keys: &[Vec<u8>],
 ) -> Result<bool, ClientError> {
     let found = |r: Result<(), ClientError>| match r {
         Ok(()) => Ok(true),
@@ -138,6 +227,34 @@ async fn perform<S: Store>(
                 .bench_write(shared.table_id, key, &shared.value)
                 .await?;
             Ok(present)
+        }
+        Op::Transaction => match (shared.workload, tx_keys) {
+            (Workload::Bank, [from, to]) => {
+                store.bench_transfer(shared.table_id, from, to).await?;
+                Ok(true)
+            }
+            _ => {
+                store
+                    .bench_tx(shared.table_id, tx_keys, &shared.value)
+                    .await?;
+                Ok(true)
+            }
+        },
+    }
+}
+
+/// Fills `keys` with `n` distinct keys from `chooser` (`n` ≤ the key count,
+/// checked before the clients start).
+fn pick_distinct(keys: &mut Vec<Vec<u8>>, n: usize, shared: &Shared, rng: &mut SmallRng) {
+    keys.clear();
+    let mut picked: Vec<u64> = Vec::with_capacity(n);
+    while picked.len() < n {
+        let i = shared.chooser.next(rng);
+        if !picked.contains(&i) {
+            picked.push(i);
+            let mut k = Vec::with_capacity(KEY_BYTES);
+            write_key(&mut k, i);
+            keys.push(k);
         }
     }
 }
@@ -155,15 +272,20 @@ async fn client_loop<S: Store>(store: &S, shared: &Shared, index: usize) -> Clie
     let until = measure_from + shared.duration;
     let mut stats = ClientStats::new();
     let mut key = Vec::with_capacity(KEY_BYTES);
+    let mut tx_keys = Vec::new();
     loop {
         let op = shared.workload.pick(&mut rng);
+        if op == Op::Transaction {
+            let n = shared.workload.objects(shared.tx_objects);
+            pick_distinct(&mut tx_keys, n, shared, &mut rng);
+        }
         write_key(&mut key, shared.chooser.next(&mut rng));
         let key = key.as_slice();
         let began = Instant::now();
         if began >= until {
             break;
         }
-        let result = perform(store, shared, op, key).await;
+        let result = perform(store, shared, op, key, &tx_keys).await;
         let took = began.elapsed();
         if began < measure_from {
             continue;

@@ -61,6 +61,8 @@ pub(super) fn cpu_model() -> String {
 #[derive(Serialize)]
 pub(super) struct Report {
     pub(super) workload: Workload,
+    /// Objects per transaction of the `tx` workload.
+    pub(super) tx_objects: u16,
     pub(super) clients: usize,
     pub(super) value_size: usize,
     pub(super) ops_per_sec: f64,

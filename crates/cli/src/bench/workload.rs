@@ -22,6 +22,13 @@ pub enum Workload {
     YcsbC,
     /// YCSB F: 50% reads, 50% read-modify-writes, Zipfian keys.
     YcsbF,
+    /// Transactions that write `--tx-objects` distinct uniform keys (blind
+    /// writes, buffered by the client): each operation is one commit (issue 21).
+    Tx,
+    /// Bank transfers: a transaction reads two distinct uniform accounts and
+    /// writes both (one decremented, one incremented), retried on abort; each
+    /// operation is one committed transfer, its retries included.
+    Bank,
 }
 
 impl Workload {
@@ -33,6 +40,8 @@ impl Workload {
             Workload::YcsbB => "ycsb-b",
             Workload::YcsbC => "ycsb-c",
             Workload::YcsbF => "ycsb-f",
+            Workload::Tx => "tx",
+            Workload::Bank => "bank",
         }
     }
 
@@ -41,17 +50,33 @@ impl Workload {
     pub(super) fn non_read_percent(self) -> u32 {
         match self {
             Workload::Read | Workload::YcsbC => 0,
-            Workload::Write => 100,
+            Workload::Write | Workload::Tx | Workload::Bank => 100,
             Workload::YcsbA | Workload::YcsbF => 50,
             Workload::YcsbB => 5,
         }
     }
 
     pub(super) fn zipfian(self) -> bool {
-        !matches!(self, Workload::Read | Workload::Write)
+        !matches!(
+            self,
+            Workload::Read | Workload::Write | Workload::Tx | Workload::Bank
+        )
+    }
+
+    /// Distinct keys each operation touches beyond the one picked for it: the
+    /// transactions' objects.
+    pub(super) fn objects(self, tx_objects: usize) -> usize {
+        match self {
+            Workload::Tx => tx_objects,
+            Workload::Bank => 2,
+            _ => 1,
+        }
     }
 
     pub(super) fn pick(self, rng: &mut SmallRng) -> Op {
+        if matches!(self, Workload::Tx | Workload::Bank) {
+            return Op::Transaction;
+        }
         let p = self.non_read_percent();
         if p == 0 || rng.gen_range(0..100) >= p {
             Op::Read
@@ -69,9 +94,11 @@ pub(super) enum Op {
     Read,
     Update,
     ReadModifyWrite,
+    /// A commit (`tx`) or a committed transfer (`bank`).
+    Transaction,
 }
 
-pub(super) const OPS: [Op; 3] = [Op::Read, Op::Update, Op::ReadModifyWrite];
+pub(super) const OPS: [Op; 4] = [Op::Read, Op::Update, Op::ReadModifyWrite, Op::Transaction];
 
 impl Op {
     pub(super) fn index(self) -> usize {
@@ -83,6 +110,7 @@ impl Op {
             Op::Read => "read",
             Op::Update => "update",
             Op::ReadModifyWrite => "read-modify-write",
+            Op::Transaction => "transaction",
         }
     }
 }
@@ -143,5 +171,7 @@ mod tests {
         assert!((300..700).contains(&b), "{b}");
         let f = count(Workload::YcsbF, Op::ReadModifyWrite, &mut rng);
         assert!((4_500..5_500).contains(&f), "{f}");
+        assert_eq!(count(Workload::Tx, Op::Transaction, &mut rng), 10_000);
+        assert_eq!(count(Workload::Bank, Op::Transaction, &mut rng), 10_000);
     }
 }

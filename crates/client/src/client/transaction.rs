@@ -305,3 +305,34 @@ impl Transaction {
         Ok(groups.into_iter().map(|(_, members)| members).collect())
     }
 }
+
+impl Transaction {
+    /// Like [`Transaction::read`], with the version the transaction depends on:
+    /// the version first read (0: the object did not exist then), which commit
+    /// checks. An object this transaction only wrote (never read) answers its
+    /// buffered value and version 0. (The Redis front end's WATCH compares it
+    /// with the version seen at WATCH time, and RS.GETV reports it.)
+    pub async fn read_with_version(
+        &mut self,
+        table_id: u64,
+        key: &[u8],
+    ) -> Result<(Option<Vec<u8>>, u64), ClientError> {
+        let value = self.read(table_id, key).await?;
+        let version = self
+            .objects
+            .get(&(table_id, key.to_vec()))
+            .and_then(|e| e.read.as_ref())
+            .map_or(0, |(version, _)| *version);
+        Ok((value, version))
+    }
+
+    /// Objects this transaction has read or changed so far.
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// Whether the transaction has neither read nor changed anything.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+}

@@ -14,8 +14,10 @@
 //! Families, one file each (mini-redis's layout): [`connection`] (PING, ECHO,
 //! HELLO, AUTH, SELECT, CLIENT, QUIT), [`strings`] (GET, SET, SETNX, GETSET, MGET,
 //! MSET, STRLEN, APPEND, RS.GETV, RS.CAS), [`counters`] (INCR, DECR, INCRBY,
-//! DECRBY, INCRBYFLOAT), [`keys`] (DEL, UNLINK, EXISTS, SCAN, KEYS) and
-//! [`server`] (COMMAND, CONFIG, INFO, DBSIZE, FLUSHDB).
+//! DECRBY, INCRBYFLOAT), [`keys`] (DEL, UNLINK, EXISTS, SCAN, KEYS),
+//! [`server`] (COMMAND, CONFIG, INFO, DBSIZE, FLUSHDB) and [`multi`] (MULTI,
+//! EXEC, DISCARD, WATCH, UNWATCH; the queued commands run inside one ramstore
+//! transaction by `queued.rs`).
 //!
 //! Parsing neither allocates nor copies: a GET or SET is parsed into slices of the
 //! connection's read buffer (`tests/no_alloc.rs`). Only error replies allocate.
@@ -26,6 +28,8 @@
 pub mod connection;
 pub mod counters;
 pub mod keys;
+pub mod multi;
+mod queued;
 pub mod server;
 pub mod spec;
 pub mod strings;
@@ -42,6 +46,7 @@ use crate::sink::Sink;
 
 pub use connection::{ClientSub, Hello, MAX_CLIENT_NAME_BYTES};
 pub use keys::{Scan, MAX_KEYS_REPLY, MAX_SCAN_BATCHES};
+pub use multi::{MultiState, MAX_EXEC_ATTEMPTS, MAX_QUEUED_COMMANDS, MAX_WATCHED_KEYS};
 pub use server::CommandSub;
 pub use spec::{find_spec, key_first, Spec, COMMANDS};
 pub use strings::{Set, SetCondition, MAX_KEPT_VALUE_BUFFER};
@@ -172,6 +177,14 @@ pub enum Command<'a> {
     },
     DbSize,
     FlushDb,
+    // multi.rs
+    Multi,
+    Exec,
+    Discard,
+    Watch {
+        keys: &'a [&'a [u8]],
+    },
+    Unwatch,
 }
 
 impl Command<'_> {
@@ -210,6 +223,11 @@ impl Command<'_> {
             Command::Info { .. } => "info",
             Command::DbSize => "dbsize",
             Command::FlushDb => "flushdb",
+            Command::Multi => "multi",
+            Command::Exec => "exec",
+            Command::Discard => "discard",
+            Command::Watch { .. } => "watch",
+            Command::Unwatch => "unwatch",
         }
     }
 }
@@ -310,6 +328,8 @@ pub struct Connection {
     table: Option<u64>,
     /// GET's value buffer, reused from command to command (no allocation per GET).
     value: Vec<u8>,
+    /// MULTI's queue and WATCH's keys.
+    multi: MultiState,
 }
 
 /// A read-modify-write's answer for the client, or the error to reply.
@@ -328,6 +348,7 @@ impl Connection {
             name: None,
             table: None,
             value: Vec::new(),
+            multi: MultiState::default(),
         }
     }
 
@@ -340,15 +361,24 @@ impl Connection {
         if args.is_empty() {
             return Flow::Continue;
         }
+        // A command refused before it runs makes a MULTI's EXEC fail (Redis's
+        // EXECABORT); errors of its arguments are found when EXEC runs it.
         let spec = match lookup(args) {
             Ok(spec) => spec,
-            Err(e) => return self.refuse(sink, &e),
+            Err(e) => {
+                self.multi.flag();
+                return self.refuse(sink, &e);
+            }
         };
         // Before the arguments are looked at, as Redis does: an unauthenticated
         // client learns nothing from the error it gets.
         if !self.authenticated && !spec.allowed_before_auth() {
+            self.multi.flag();
             self.error(sink, "NOAUTH Authentication required.");
             return Flow::Continue;
+        }
+        if self.multi.active() && !multi::runs_inside_multi(spec.name) {
+            return self.queue(spec.name, args, sink);
         }
         match (spec.parse)(&args[1..]) {
             Ok(command) => self.run(command, sink).await,
@@ -378,6 +408,11 @@ impl Connection {
             Command::Command(sub) => self.command(sub, sink),
             Command::Config { patterns } => self.config(patterns, sink),
             Command::Info { sections } => self.info(sections, sink).await,
+            Command::Multi => self.multi(sink),
+            Command::Exec => return self.exec(sink).await,
+            Command::Discard => self.discard(sink),
+            Command::Unwatch => self.unwatch(sink),
+            Command::Watch { keys } => self.watch(keys, sink).await,
             data => match self.table().await {
                 Ok(table) => self.run_data(table, data, sink).await,
                 Err(e) => self.store_error(sink, &e),

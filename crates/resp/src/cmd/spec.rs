@@ -6,7 +6,7 @@
 //! ([`key_first`]). Each row names its family's parse function, so a command is
 //! added in one place and cannot be known to one reader and missing from another.
 
-use super::{connection, counters, keys, server, strings, Command, ParseError};
+use super::{connection, counters, keys, multi, server, strings, Command, ParseError};
 
 /// Parses a command's arguments (after its name), already checked against the
 /// arity, into a typed [`Command`] that borrows them.
@@ -110,6 +110,11 @@ pub static COMMANDS: &[Spec] = &[
     spec("quit", -1, A, NOKEYS, connection::parse_quit),
     spec("rs.getv", 2, R, ONEKEY, strings::parse_getv),
     spec("rs.cas", 4, W, ONEKEY, strings::parse_cas),
+    spec("multi", 1, &["fast"], NOKEYS, multi::parse_multi),
+    spec("exec", 1, &["skip_slowlog"], NOKEYS, multi::parse_exec),
+    spec("discard", 1, &["fast"], NOKEYS, multi::parse_discard),
+    spec("watch", -2, &["fast"], (1, -1, 1), multi::parse_watch),
+    spec("unwatch", 1, &["fast"], NOKEYS, multi::parse_unwatch),
 ];
 
 /// The row of the command named `name` (any case), if ramstore has it.

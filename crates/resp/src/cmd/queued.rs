@@ -1,0 +1,191 @@
+//! The data commands of a MULTI … EXEC block, run inside one ramstore transaction
+//! (SOSP'15 §6; design notes "Transactions", "Redis MULTI/EXEC"): reads go
+//! through [`Transaction::read`], which records the version commit checks; writes
+//! and deletes are buffered in the transaction until commit. A command sees the
+//! changes of the commands queued before it (the transaction answers its own
+//! buffered writes), as in Redis, where EXEC runs the queue in order with nothing
+//! in between. INCR and the other read-modify-writes are a read then a write of
+//! the same object, so commit fails if anyone else changed it meanwhile, and EXEC
+//! runs the whole queue again.
+//!
+//! A command's own error (INCR of a value that is not an integer, a syntax error
+//! in SET's options) is its slot's reply, and the other commands still apply, as
+//! in Redis. An error of the store (a server unreachable, the transaction over
+//! its size limit) is the error of the whole EXEC, and nothing applies.
+
+use ramstore_client::{ClientError, Transaction};
+use ramstore_wire::counter::{parse_f64 as parse_float, CounterText};
+
+use super::strings::{Set, SetCondition};
+use super::{Command, NOT_FLOAT, NOT_INTEGER};
+use crate::protocol::{parse_i64, Encoder};
+
+/// Whether `name` (a command's lower-case name) touches the current database
+/// but has no transactional form: refused while queueing, which makes EXEC fail
+/// with EXECABORT (see the module documentation of `multi`).
+pub(super) fn refused_in_transaction(name: &str) -> bool {
+    // SCAN, KEYS, DBSIZE and FLUSHDB walk a whole table, which a transaction of
+    // at most MAX_TX_OBJECTS objects cannot read; RS.CAS answers the new version,
+    // which is unknown until the commit.
+    matches!(name, "scan" | "keys" | "dbsize" | "flushdb" | "rs.cas")
+}
+
+/// Runs `command` on `table` inside `tx` and encodes its reply with `e`.
+pub(super) async fn run_queued(
+    tx: &mut Transaction,
+    table: u64,
+    command: Command<'_>,
+    e: &mut Encoder<'_>,
+) -> Result<(), ClientError> {
+    match command {
+        Command::Get { key } => match tx.read(table, key).await? {
+            Some(v) => e.bulk(&v),
+            None => e.null(),
+        },
+        Command::Set(set) => set_in(tx, table, set, e).await?,
+        Command::SetNx { key, value } => {
+            let absent = tx.read(table, key).await?.is_none();
+            if absent {
+                tx.write(table, key, value)?;
+            }
+            e.integer(i64::from(absent));
+        }
+        Command::GetSet { key, value } => {
+            let old = tx.read(table, key).await?;
+            tx.write(table, key, value)?;
+            match old {
+                Some(v) => e.bulk(&v),
+                None => e.null(),
+            }
+        }
+        Command::MGet { keys } => {
+            let mut values = Vec::with_capacity(keys.len());
+            for key in keys {
+                values.push(tx.read(table, key).await?);
+            }
+            e.array(values.len());
+            for v in values {
+                match v {
+                    Some(v) => e.bulk(&v),
+                    None => e.null(),
+                }
+            }
+        }
+        Command::MSet { pairs } => {
+            for pair in pairs.chunks_exact(2) {
+                tx.write(table, pair[0], pair[1])?;
+            }
+            e.ok();
+        }
+        Command::StrLen { key } => {
+            let len = tx.read(table, key).await?.map_or(0, |v| v.len());
+            e.integer(i64::try_from(len).unwrap_or(i64::MAX));
+        }
+        Command::Append { key, suffix } => {
+            let mut v = tx.read(table, key).await?.unwrap_or_default();
+            v.extend_from_slice(suffix);
+            tx.write(table, key, &v)?;
+            e.integer(i64::try_from(v.len()).unwrap_or(i64::MAX));
+        }
+        Command::GetV { key } => match tx.read_with_version(table, key).await? {
+            (Some(v), version) => {
+                e.array(2);
+                e.bulk(&v);
+                e.integer(i64::try_from(version).unwrap_or(i64::MAX));
+            }
+            (None, _) => e.null_array(),
+        },
+        Command::Incr { key, by }
+        | Command::IncrBy { key, by }
+        | Command::Decr { key, by }
+        | Command::DecrBy { key, by } => {
+            let current = match tx.read(table, key).await? {
+                None => Some(0),
+                Some(v) => parse_i64(&v),
+            };
+            match current.map(|c| c.checked_add(by)) {
+                None => e.error(NOT_INTEGER),
+                Some(None) => e.error("ERR increment or decrement would overflow"),
+                Some(Some(next)) => {
+                    tx.write(table, key, CounterText::from_i64(next).as_bytes())?;
+                    e.integer(next);
+                }
+            }
+        }
+        Command::IncrByFloat { key, by } => {
+            let current = match tx.read(table, key).await? {
+                None => Some(0.0),
+                Some(v) => parse_float(&v),
+            };
+            match current.map(|c| c + by) {
+                None => e.error(NOT_FLOAT),
+                Some(next) if !next.is_finite() => {
+                    e.error("ERR increment would produce NaN or Infinity");
+                }
+                Some(next) => {
+                    let text = CounterText::from_f64(next);
+                    tx.write(table, key, text.as_bytes())?;
+                    e.bulk(text.as_bytes());
+                }
+            }
+        }
+        Command::Del { keys } | Command::Unlink { keys } => {
+            // A key named twice counts once: the second read sees the buffered
+            // remove, as Redis's second delete finds nothing.
+            let mut removed = 0i64;
+            for key in keys {
+                if tx.read(table, key).await?.is_some() {
+                    tx.remove(table, key)?;
+                    removed += 1;
+                }
+            }
+            e.integer(removed);
+        }
+        Command::Exists { keys } => {
+            let mut found = 0i64;
+            for key in keys {
+                found += i64::from(tx.read(table, key).await?.is_some());
+            }
+            e.integer(found);
+        }
+        other => e.error(&format!(
+            "ERR '{}' cannot run inside MULTI on ramstore",
+            other.name()
+        )),
+    }
+    Ok(())
+}
+
+/// SET inside a transaction: NX and XX look at the value as the transaction sees
+/// it; GET answers the old value whether or not the condition held.
+async fn set_in(
+    tx: &mut Transaction,
+    table: u64,
+    set: Set<'_>,
+    e: &mut Encoder<'_>,
+) -> Result<(), ClientError> {
+    let old = if set.get || set.condition.is_some() {
+        tx.read(table, set.key).await?
+    } else {
+        None
+    };
+    let allowed = match set.condition {
+        Some(SetCondition::Absent) => old.is_none(),
+        Some(SetCondition::Present) => old.is_some(),
+        None => true,
+    };
+    if allowed {
+        tx.write(table, set.key, set.value)?;
+    }
+    if set.get {
+        match old {
+            Some(v) => e.bulk(&v),
+            None => e.null(),
+        }
+    } else if allowed {
+        e.ok();
+    } else {
+        e.null();
+    }
+    Ok(())
+}
