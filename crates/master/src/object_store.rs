@@ -31,6 +31,7 @@ mod relocation;
 mod remove;
 mod write;
 
+pub use exactly_once::OnceUpdate;
 /// The key hash, defined once in `ramstore-wire` (docs/design.md §4).
 pub use ramstore_wire::key_hash;
 

@@ -302,7 +302,7 @@ impl Log {
     /// Writes a completion record at the end of `w` (which has room for it) and
     /// counts it live in `w`'s slot, as an object is: it lives until its owner
     /// lets it go (`object_died`).
-    fn write_record(&self, w: &mut SegmentWriter, record: &[u8]) -> LogRef {
+    pub(super) fn write_record(&self, w: &mut SegmentWriter, record: &[u8]) -> LogRef {
         let at = w.ref_at(w.length);
         w.write(&self.pool, record);
         w.note_entry(record.len());
@@ -313,7 +313,7 @@ impl Log {
     }
 
     /// Counts an appended completion record in the log's totals.
-    fn record_appended(&self, len: usize) {
+    pub(super) fn record_appended(&self, len: usize) {
         self.live_object_bytes
             .fetch_add(len as u64, Ordering::Relaxed);
         self.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
