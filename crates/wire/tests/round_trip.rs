@@ -199,7 +199,8 @@ fn list_responses_round_trip_item_by_item() {
         "pull_response_with_records",
         "priority_pull_response_with_records",
     ] {
-        let (objects, records) = match decode_response(&get(name)).expect("decodes").1 {
+        let frame = get(name);
+        let (objects, records) = match decode_response(&frame).expect("decodes").1 {
             Response::Pull {
                 objects, records, ..
             } => (objects, records),
@@ -218,7 +219,8 @@ fn list_responses_round_trip_item_by_item() {
         );
     }
     for name in ["pull_response", "priority_pull_response"] {
-        let records = match decode_response(&get(name)).expect("decodes").1 {
+        let frame = get(name);
+        let records = match decode_response(&frame).expect("decodes").1 {
             Response::Pull { records, .. } | Response::PriorityPull { records, .. } => records,
             other => panic!("{name}: {other:?}"),
         };
@@ -351,6 +353,22 @@ fn every_truncation_is_an_error() {
                 );
                 continue;
             }
+            // And the completion records trailer of a Pull or PriorityPull
+            // answer (RIFL §4.3): without it the answer carries no records.
+            if name.ends_with("_with_records") && cut + records_trailer_len() == frame.len() {
+                let mut patched = short.to_vec();
+                patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
+                let (_, resp) = decode_response(&patched).expect("decodes without records");
+                assert!(
+                    matches!(
+                        resp,
+                        Response::Pull { records, .. } | Response::PriorityPull { records, .. }
+                            if records.is_empty()
+                    ),
+                    "{name}: {resp:?}"
+                );
+                continue;
+            }
             if cut >= 20 {
                 let mut patched = short.to_vec();
                 patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
@@ -365,6 +383,15 @@ fn every_truncation_is_an_error() {
             }
         }
     }
+}
+
+/// Bytes of the sample records trailer: its count, then each record's four
+/// u64s, result length and result.
+fn records_trailer_len() -> usize {
+    4 + moved_records()
+        .iter()
+        .map(|r| 4 * 8 + 1 + r.result.len())
+        .sum::<usize>()
 }
 
 /// Samples whose last byte is an optional migration mode.
