@@ -327,3 +327,25 @@ fn install_moved_record_survives_the_side_log_commit_and_cleaning() {
     );
     assert_eq!(read(&t, b"c"), b"100", "the retry did not increment");
 }
+
+/// Regression (sim seeds 71 and 74 with `--migrations`): a delete on a tablet
+/// migrating in writes a held tombstone (K§2.3.4), and wrote no completion
+/// record with it, so a retry of an exactly-once delete ran again and answered
+/// that the object did not exist.
+#[test]
+fn update_once_arrived_remove_keeps_its_record_on_a_migrating_in_tablet() {
+    let s = source();
+    let rules = RejectRules::default();
+    s.write(TABLE, b"k", b"v", &rules).expect("written");
+    let (t, m) = migrate(&s, 100);
+    assert_eq!(m.gate(b"k", ClientOp::ExactlyOnce), Gate::Go);
+    let first = t
+        .update_once_arrived((TABLE, b"k"), &rules, OnceUpdate::Remove, id(12, 1, 1))
+        .expect("removed");
+    assert!(matches!(first, RpcOutcome::Remove { existed: true, .. }));
+    assert_eq!(
+        t.update_once_arrived((TABLE, b"k"), &rules, OnceUpdate::Remove, id(12, 1, 1)),
+        Ok(first),
+        "the retry is answered from the record, not run again"
+    );
+}

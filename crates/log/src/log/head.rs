@@ -442,6 +442,21 @@ impl Log {
             .map(|(a, _)| a)
     }
 
+    /// [`Self::append_held_tombstone`] followed, in the same piece of the head,
+    /// by the completion record `record` of the delete (RIFL §4.1): an
+    /// exactly-once delete on a tablet migrating in (K§2.3.4) keeps its record
+    /// like any other. Returns the record's reference too.
+    pub fn append_held_tombstone_with_record(
+        &self,
+        (table_id, key): (u64, &[u8]),
+        dead: DeadObject,
+        hold: TombstoneHold,
+        record: &[u8],
+    ) -> Result<(Appended, LogRef), AppendError> {
+        self.append_tombstones(table_id, key, dead, Some(hold.id()), Some(record))
+            .map(|(a, r)| (a, r.unwrap_or(a.entry)))
+    }
+
     fn append_tombstones(
         &self,
         table_id: u64,
