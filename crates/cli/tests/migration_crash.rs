@@ -183,10 +183,9 @@ fn verify(coordinators: &str, run: Running, owner: u64) {
     wait_settled(&c, run.id);
     thread::sleep(Duration::from_millis(300));
     let history = run.workload.stop(&run.config, &c);
-    // At-least-once: until completion records move with a migration (issue 21,
-    // the master side's remaining work), a retry that reaches the target may
-    // execute again.
-    let report = check(&history, &CheckOptions::at_least_once());
+    // Exactly once: completion records move with a migration, so a retry that
+    // reaches the target gets the first answer (RIFL §4.3).
+    let report = check(&history, &CheckOptions::default());
     assert!(report.is_clean(), "{report}");
     assert_eq!(owner_of(&c, run.t), owner);
     let keys: Vec<Vec<u8>> = (0..STABLE).map(stable_key).collect();

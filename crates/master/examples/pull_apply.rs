@@ -54,7 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 value: &value,
                 version: (b * per_batch + i) as u64 + 2,
             });
-            m.apply_pull(&store, 0, batch, stay)?;
+            m.apply_pull(&store, 0, batch, &[], stay)?;
             bytes += chunk.len() * (keys[0].len() + value.len());
         }
         let secs = began.elapsed().as_secs_f64();

@@ -40,11 +40,11 @@ pub use cleaner_thread::{CLEANER_IDLE_INTERVAL_MS, CLEANER_POLL_INTERVAL_MS};
 pub use config::{CleanerMode, ConfigError, StoreConfig};
 pub use error::{ReadError, WriteError};
 pub use object_store::{
-    EnumeratedObject, LogHandle, MultiWrite, ObjectStore, StoreResident, StoreStats,
+    EnumeratedObject, LogHandle, MultiWrite, ObjectStore, OnceUpdate, StoreResident, StoreStats,
 };
 /// Reject rules and the key hash are defined once in `ramstore-wire`, the crate the
 /// client, the master and the checker all share.
 pub use ramstore_wire::{key_hash, Refusal, RejectRules};
-pub use rifl::{RpcOutcome, UnackedRpcResults};
+pub use rifl::{MovedRecord, RpcOutcome, UnackedRpcResults};
 pub use tablets::{Tablet, TabletMap};
 pub use tx::{Transactions, TxId};

@@ -33,6 +33,7 @@ mod tx_records;
 pub use tx_records::{replayed_tx_record, ReplayedPrepared, ReplayedTxRecord, TxRecordKey};
 mod write;
 
+pub use exactly_once::OnceUpdate;
 /// The key hash, defined once in `ramstore-wire` (docs/design.md §4).
 pub use ramstore_wire::key_hash;
 

@@ -229,7 +229,7 @@ proptest! {
                         value: v,
                         version: *ver,
                     });
-                    m.apply_priority(&s, &in_flight, pulled).expect("priority");
+                    m.apply_priority(&s, &in_flight, pulled, &[]).expect("priority");
                     for kb in in_flight.drain(..) {
                         let k = index[&kb];
                         settled
@@ -248,7 +248,7 @@ proptest! {
                         version: *ver,
                     });
                     // Cursor 0: the batch settles nothing by itself.
-                    m.apply_pull(&s, 0, pulled, Some(0)).expect("pull");
+                    m.apply_pull(&s, 0, pulled, &[], Some(0)).expect("pull");
                     for &k in &keys {
                         if !settled.contains_key(&k) && source_record(k).is_some() {
                             arrived.insert(k);

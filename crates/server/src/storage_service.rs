@@ -55,6 +55,8 @@ pub(crate) mod migration;
 mod migration_park;
 #[cfg(test)]
 mod migration_park_tests;
+/// Completion records that move with a migration (RIFL §4.3).
+mod migration_records;
 /// The source's side of live migration: fence and pulls (K§2.3).
 mod migration_source;
 /// The native front end: frames in, frames out.

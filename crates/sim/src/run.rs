@@ -310,15 +310,9 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
     };
     let unknown = history.ops.iter().filter(|o| !o.is_definite()).count();
     // The simulated clients send exactly-once RPCs (the client default), so a
-    // duplicate is a violation. Except with migrations: until completion records
-    // move with a migration (issue 21, the master side's remaining work), a retry
-    // that reaches the target of a migration re-executes (design-notes "Exactly-once
-    // RPCs", What remains), so those runs keep the at-least-once allowance.
-    let options = if config.migrations {
-        CheckOptions::at_least_once()
-    } else {
-        CheckOptions::default()
-    };
+    // duplicate is a violation, with migrations too: completion records move
+    // with their objects (design notes "Exactly-once RPCs", records in migration).
+    let options = CheckOptions::default();
     let report = check(&history, &options);
     let recoveries = cluster.recoveries_completed();
     let stuck = migration_stats.stuck.load(Ordering::Relaxed);

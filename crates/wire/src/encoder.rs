@@ -16,6 +16,7 @@ use crate::list::{
     MultiWriteItem, MultiWriteResult, PartitionTablet, RecoveryItem, ReplicaEntry, ServerListEntry,
     TabletMapEntry,
 };
+use crate::moved_record::{put_moved_records, MovedRpcResult};
 use crate::opcode::Opcode;
 use crate::rules::RejectRules;
 use crate::status::Status;
@@ -82,6 +83,23 @@ impl<'o> ListFrame<'o> {
             Err(_) => self.out.truncate(item_start),
         }
         result
+    }
+
+    /// Appends the optional trailer of moved completion records
+    /// (`moved_record.rs`) after the list; nothing if there are none. Call it
+    /// last, just before [`Self::finish`].
+    fn put_records<'r>(
+        &mut self,
+        records: impl IntoIterator<Item = MovedRpcResult<'r>>,
+    ) -> Result<(), WireError> {
+        let before = self.out.len();
+        put_moved_records(self.out, records)?;
+        let len = self.out.len() - self.start - LEN_PREFIX_BYTES;
+        if len > MAX_FRAME_BYTES {
+            self.out.truncate(before);
+            return Err(WireError::FrameTooLarge(len));
+        }
+        Ok(())
     }
 
     /// Patches the count and the length prefix; the frame is complete.
@@ -426,6 +444,18 @@ impl<'o> EnumerateResponseEncoder<'o> {
 
     /// Completes the frame: whether more objects follow and where to continue.
     pub fn finish(self, has_next: bool, next_cursor: u64) -> Result<(), WireError> {
+        self.finish_with_records(has_next, next_cursor, [])
+    }
+
+    /// [`Self::finish`] for a Pull answer that carries the completion records of
+    /// the hashes it covers (`moved_record.rs`; RIFL §4.3).
+    pub fn finish_with_records<'r>(
+        mut self,
+        has_next: bool,
+        next_cursor: u64,
+        records: impl IntoIterator<Item = MovedRpcResult<'r>>,
+    ) -> Result<(), WireError> {
+        self.0.put_records(records)?;
         let frame = self.0;
         let at = frame.body_at();
         if let Some(b) = frame.out.get_mut(at) {
@@ -441,6 +471,18 @@ impl<'o> EnumerateResponseEncoder<'o> {
 pub struct PriorityPullResponseEncoder<'o>(ListFrame<'o>);
 encoder_common!(PriorityPullResponseEncoder);
 encoder_finish!(PriorityPullResponseEncoder);
+
+impl PriorityPullResponseEncoder<'_> {
+    /// Completes the frame with the completion records of the keys' hashes
+    /// (`moved_record.rs`; RIFL §4.3).
+    pub fn finish_with_records<'r>(
+        mut self,
+        records: impl IntoIterator<Item = MovedRpcResult<'r>>,
+    ) -> Result<(), WireError> {
+        self.0.put_records(records)?;
+        self.0.finish()
+    }
+}
 
 impl<'o> PriorityPullResponseEncoder<'o> {
     pub fn new(request_id: u64, out: &'o mut Vec<u8>) -> Self {

@@ -172,6 +172,7 @@ mod error;
 mod fields;
 mod frame;
 mod list;
+mod moved_record;
 mod opcode;
 mod request;
 mod response;
@@ -201,6 +202,7 @@ pub use list::{
     PartitionTablet, PartitionTablets, RecoveryItem, RecoveryItems, ReplicaEntries, ReplicaEntry,
     ServerListEntries, ServerListEntry, TabletMapEntries, TabletMapEntry,
 };
+pub use moved_record::{MovedRpcResult, MovedRpcResults, MAX_MOVED_RESULT_BYTES};
 pub use opcode::Opcode;
 pub use request::{decode_request, encode_request, Request};
 pub use response::{

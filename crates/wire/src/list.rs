@@ -71,6 +71,15 @@ impl<'a, T: ListItem<'a>> List<'a, T> {
         })
     }
 
+    /// A list of no items.
+    pub fn empty() -> Self {
+        List {
+            count: 0,
+            bytes: &[],
+            item: PhantomData,
+        }
+    }
+
     /// Appends the list in its wire form (count, then the items' bytes).
     pub(crate) fn write(&self, out: &mut Vec<u8>) {
         put_u32(out, self.count);

@@ -12,6 +12,7 @@ use crate::list::{
     EnumeratedObjects, List, MultiReadResults, MultiRemoveResults, MultiWriteResults,
     ReplicaEntries, TabletMapEntries,
 };
+use crate::moved_record::{optional_moved_records, MovedRpcResults};
 use crate::opcode::Opcode;
 use crate::status::Status;
 use crate::tx::TxVote;
@@ -152,16 +153,21 @@ pub enum Response<'a> {
     },
     TakeMigratingTablet,
     /// A batch of records; continue from `next_cursor` if `has_next`. Build with
-    /// [`crate::EnumerateResponseEncoder::for_pull`].
+    /// [`crate::EnumerateResponseEncoder::for_pull`]. `records`: the completion
+    /// records of the hashes the batch covers (an optional trailer,
+    /// `moved_record.rs`).
     Pull {
         has_next: bool,
         next_cursor: u64,
         objects: EnumeratedObjects<'a>,
+        records: MovedRpcResults<'a>,
     },
     /// The records of the keys asked for that exist (a key not answered does not
-    /// exist). Build with [`crate::PriorityPullResponseEncoder`].
+    /// exist), and the completion records of their key hashes (an optional
+    /// trailer). Build with [`crate::PriorityPullResponseEncoder`].
     PriorityPull {
         objects: EnumeratedObjects<'a>,
+        records: MovedRpcResults<'a>,
     },
     /// Any status other than OK, for any opcode.
     Error(ErrorBody<'a>),
@@ -396,9 +402,11 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
             has_next: r.bool("has_next")?,
             next_cursor: r.u64()?,
             objects: List::read(r)?,
+            records: optional_moved_records(r)?,
         },
         Opcode::PriorityPull => Response::PriorityPull {
             objects: List::read(r)?,
+            records: optional_moved_records(r)?,
         },
     })
 }
@@ -567,12 +575,21 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
             has_next,
             next_cursor,
             objects,
+            records,
         } => {
             put_bool(out, *has_next);
             put_u64(out, *next_cursor);
             objects.write(out);
+            if !records.is_empty() {
+                records.write(out);
+            }
         }
-        Response::PriorityPull { objects } => objects.write(out),
+        Response::PriorityPull { objects, records } => {
+            objects.write(out);
+            if !records.is_empty() {
+                records.write(out);
+            }
+        }
         Response::MigrationDone
         | Response::CancelMigration
         | Response::TxDecision

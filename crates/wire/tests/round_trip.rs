@@ -195,6 +195,38 @@ fn list_responses_round_trip_item_by_item() {
         .collect();
     assert_eq!(got, enumerated());
 
+    for name in [
+        "pull_response_with_records",
+        "priority_pull_response_with_records",
+    ] {
+        let frame = get(name);
+        let (objects, records) = match decode_response(&frame).expect("decodes").1 {
+            Response::Pull {
+                objects, records, ..
+            } => (objects, records),
+            Response::PriorityPull { objects, records } => (objects, records),
+            other => panic!("{name}: {other:?}"),
+        };
+        let got: Vec<_> = objects
+            .iter()
+            .map(|o| (o.version, o.key, o.value))
+            .collect();
+        assert_eq!(got, enumerated(), "{name}");
+        assert_eq!(
+            records.iter().collect::<Vec<_>>(),
+            moved_records(),
+            "{name}"
+        );
+    }
+    for name in ["pull_response", "priority_pull_response"] {
+        let frame = get(name);
+        let records = match decode_response(&frame).expect("decodes").1 {
+            Response::Pull { records, .. } | Response::PriorityPull { records, .. } => records,
+            other => panic!("{name}: {other:?}"),
+        };
+        assert!(records.is_empty(), "{name}: no trailer, no records");
+    }
+
     let frame = get("get_tablet_map_response");
     let (
         _,
@@ -321,6 +353,22 @@ fn every_truncation_is_an_error() {
                 );
                 continue;
             }
+            // And the completion records trailer of a Pull or PriorityPull
+            // answer (RIFL §4.3): without it the answer carries no records.
+            if name.ends_with("_with_records") && cut + records_trailer_len() == frame.len() {
+                let mut patched = short.to_vec();
+                patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
+                let (_, resp) = decode_response(&patched).expect("decodes without records");
+                assert!(
+                    matches!(
+                        resp,
+                        Response::Pull { records, .. } | Response::PriorityPull { records, .. }
+                            if records.is_empty()
+                    ),
+                    "{name}: {resp:?}"
+                );
+                continue;
+            }
             if cut >= 20 {
                 let mut patched = short.to_vec();
                 patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
@@ -335,6 +383,15 @@ fn every_truncation_is_an_error() {
             }
         }
     }
+}
+
+/// Bytes of the sample records trailer: its count, then each record's four
+/// u64s, result length and result.
+fn records_trailer_len() -> usize {
+    4 + moved_records()
+        .iter()
+        .map(|r| 4 * 8 + 1 + r.result.len())
+        .sum::<usize>()
 }
 
 /// Samples whose last byte is an optional migration mode.
@@ -949,4 +1006,36 @@ fn decode_request_rpc_id_trailer_round_trips_and_rejects_bad_ids() {
     let len = (frame.len() - 4) as u32;
     frame[..4].copy_from_slice(&len.to_le_bytes());
     assert!(decode_request(&frame).is_err());
+}
+
+/// The records trailer is optional but never empty: an answer with an explicit
+/// count of 0 has a second encoding, so it is refused; so is a result over 32
+/// bytes.
+#[test]
+fn decode_response_refuses_an_empty_or_oversize_records_trailer() {
+    let mut out = Vec::new();
+    PriorityPullResponseEncoder::new(ID, &mut out)
+        .finish()
+        .expect("finish");
+    let mut empty_trailer = out.clone();
+    empty_trailer.extend_from_slice(&0u32.to_le_bytes());
+    let len = (empty_trailer.len() - 4) as u32;
+    empty_trailer[..4].copy_from_slice(&len.to_le_bytes());
+    assert!(matches!(
+        decode_response(&empty_trailer),
+        Err(WireError::Malformed(_))
+    ));
+
+    let long = [0u8; MAX_MOVED_RESULT_BYTES + 1];
+    let mut out = Vec::new();
+    let refused =
+        PriorityPullResponseEncoder::new(ID, &mut out).finish_with_records([MovedRpcResult {
+            table_id: 1,
+            key_hash: 2,
+            lease_id: 3,
+            seq: 4,
+            result: &long,
+        }]);
+    assert!(refused.is_err());
+    assert!(out.is_empty(), "a refused frame leaves nothing behind");
 }

@@ -302,7 +302,7 @@ impl Log {
     /// Writes a completion record at the end of `w` (which has room for it) and
     /// counts it live in `w`'s slot, as an object is: it lives until its owner
     /// lets it go (`object_died`).
-    fn write_record(&self, w: &mut SegmentWriter, record: &[u8]) -> LogRef {
+    pub(super) fn write_record(&self, w: &mut SegmentWriter, record: &[u8]) -> LogRef {
         let at = w.ref_at(w.length);
         w.write(&self.pool, record);
         w.note_entry(record.len());
@@ -313,7 +313,7 @@ impl Log {
     }
 
     /// Counts an appended completion record in the log's totals.
-    fn record_appended(&self, len: usize) {
+    pub(super) fn record_appended(&self, len: usize) {
         self.live_object_bytes
             .fetch_add(len as u64, Ordering::Relaxed);
         self.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
@@ -440,6 +440,21 @@ impl Log {
     ) -> Result<Appended, AppendError> {
         self.append_tombstones(table_id, key, dead, Some(hold.id()), None)
             .map(|(a, _)| a)
+    }
+
+    /// [`Self::append_held_tombstone`] followed, in the same piece of the head,
+    /// by the completion record `record` of the delete (RIFL §4.1): an
+    /// exactly-once delete on a tablet migrating in (K§2.3.4) keeps its record
+    /// like any other. Returns the record's reference too.
+    pub fn append_held_tombstone_with_record(
+        &self,
+        (table_id, key): (u64, &[u8]),
+        dead: DeadObject,
+        hold: TombstoneHold,
+        record: &[u8],
+    ) -> Result<(Appended, LogRef), AppendError> {
+        self.append_tombstones(table_id, key, dead, Some(hold.id()), Some(record))
+            .map(|(a, r)| (a, r.unwrap_or(a.entry)))
     }
 
     fn append_tombstones(

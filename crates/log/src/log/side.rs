@@ -41,6 +41,7 @@ use crate::log::head::{AppendError, Appended, DeadObject, NewObject};
 use crate::pool::AllocClass;
 use crate::replica::SegmentRole;
 use crate::segment::SegmentWriter;
+use crate::LogRef;
 
 /// A side log of one [`Log`]: its open segment and the full ones not yet
 /// committed. Thread-safe (one mutex); meant for one bulk writer, so the mutex
@@ -96,13 +97,47 @@ impl Log {
         let encoded = self.encode_object(object, replaces)?;
         let total = encoded.total();
         let mut st = side.state.lock();
+        let w = self.side_room(&mut st, total)?;
+        let start = w.length;
+        let appended = self.write_object(w, object, &encoded, start);
+        st.bytes += total as u64;
+        drop(st);
+        self.object_appended(&encoded);
+        Ok(appended)
+    }
+
+    /// Appends a whole completion record (`entry::encode_rpc_result`) to side
+    /// log `side`, counted live as [`Self::append_record`] counts one in the
+    /// head: a migration's target installs the records that move with the
+    /// range's objects (RIFL §4.3, K§2.3) where it puts the objects, so they are
+    /// replicated and committed with them.
+    pub fn append_side_record(&self, side: &SideLog, record: &[u8]) -> Result<LogRef, AppendError> {
+        if record.len() > self.max_entry_bytes {
+            return Err(AppendError::TooLarge(record.len()));
+        }
+        let mut st = side.state.lock();
+        let w = self.side_room(&mut st, record.len())?;
+        let at = self.write_record(w, record);
+        st.bytes += record.len() as u64;
+        drop(st);
+        self.record_appended(record.len());
+        Ok(at)
+    }
+
+    /// The open segment of `st` with `total` bytes of room reserved, opening a
+    /// new side segment when the current one is full.
+    fn side_room<'s>(
+        &self,
+        st: &'s mut SideState,
+        total: usize,
+    ) -> Result<&'s mut SegmentWriter, AppendError> {
         let fits = st.writer.as_ref().is_some_and(|w| w.room() >= total);
         if !fits {
             if let Some(full) = st.writer.take() {
                 let done = self.close_side_segment(full);
                 st.full.push(done);
             }
-            let header_len = self.open_side_segment(&mut st, total)?;
+            let header_len = self.open_side_segment(st, total)?;
             st.bytes += header_len as u64;
         }
         // Set just above when absent; `open_side_segment` returns only with one.
@@ -115,12 +150,7 @@ impl Log {
                 return Err(AppendError::NoSpace);
             }
         }
-        let start = w.length;
-        let appended = self.write_object(w, object, &encoded, start);
-        st.bytes += total as u64;
-        drop(st);
-        self.object_appended(&encoded);
-        Ok(appended)
+        Ok(w)
     }
 
     /// Commits every segment of `sides` to the log (module doc): hands over the

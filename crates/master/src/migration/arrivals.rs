@@ -10,10 +10,16 @@
 //! keys that are not settled, so a key deleted on the target is never
 //! resurrected by an older pulled copy.
 //!
+//! A key's *completion records* (RIFL §4.3) have arrived once its hash is below
+//! its partition's cursor or a PriorityPull answered for it: the source sends a
+//! range's records with its objects. A client's write settles the key but brings
+//! no record, so an exactly-once RPC waits for the records, not for settling
+//! ([`Arrivals::request_records`]).
+//!
 //! Thread-safety: none inside; the owner ([`super::IncomingMigration`]) keeps it
 //! behind one mutex.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use ramstore_wire::key_hash;
@@ -98,6 +104,9 @@ pub struct Arrivals {
     /// Keys settled individually (not yet covered by their partition's cursor),
     /// by key hash (keys whose hashes collide share an entry).
     settled: SettledKeys,
+    /// Key hashes whose completion records a PriorityPull brought (not yet
+    /// covered by their partition's cursor).
+    fetched: HashSet<u64>,
     /// Keys a client waits for, not yet asked of the source.
     pending: BTreeSet<Vec<u8>>,
     /// Keys asked of the source by the PriorityPull in flight.
@@ -111,6 +120,7 @@ impl Arrivals {
         Self {
             partitions: partitions(start, end, parts),
             settled: SettledKeys::default(),
+            fetched: HashSet::new(),
             pending: BTreeSet::new(),
             in_flight: BTreeSet::new(),
         }
@@ -134,6 +144,13 @@ impl Arrivals {
                 .settled
                 .get(&hash)
                 .is_some_and(|keys| keys.iter().any(|k| k.as_slice() == key))
+    }
+
+    /// Whether the completion records of key hash `hash` have arrived (module
+    /// doc).
+    pub fn has_records(&self, hash: u64) -> bool {
+        self.partitions.iter().any(|p| p.covers(hash))
+            || (!self.fetched.is_empty() && self.fetched.contains(&hash))
     }
 
     /// The key is authoritative here from now on (a priority pull answered, or a
@@ -161,6 +178,19 @@ impl Arrivals {
         self.pending.insert(key.to_vec())
     }
 
+    /// [`Self::request`] for an exactly-once RPC, which needs the key's
+    /// completion records as well as its object: a key settled by a client's
+    /// write is still asked for while its records have not arrived.
+    pub fn request_records(&mut self, key: &[u8]) -> bool {
+        let hash = key_hash(key);
+        if (self.is_settled_hashed(key, hash) && self.has_records(hash))
+            || self.in_flight.contains(key)
+        {
+            return false;
+        }
+        self.pending.insert(key.to_vec())
+    }
+
     /// The keys of the next PriorityPull (every pending key, at most `max`);
     /// they are in flight until [`Self::priority_answered`] or
     /// [`Self::priority_failed`].
@@ -176,12 +206,17 @@ impl Arrivals {
         keys
     }
 
-    /// The source answered for `keys` (the records it had were applied): they
-    /// are settled.
+    /// The source answered for `keys` (the records it had were applied, and
+    /// their completion records installed): they are settled, and their
+    /// records have arrived.
     pub fn priority_answered(&mut self, keys: &[Vec<u8>]) {
         for key in keys {
             self.in_flight.remove(key);
             self.settle(key);
+            let hash = key_hash(key);
+            if !self.partitions.iter().any(|p| p.covers(hash)) {
+                self.fetched.insert(hash);
+            }
         }
     }
 
@@ -210,6 +245,7 @@ impl Arrivals {
         p.next = next.filter(|n| *n <= p.hi);
         let p = *p;
         self.settled.retain(|&hash, _| !p.covers(hash));
+        self.fetched.retain(|h| !p.covers(*h));
     }
 
     /// Whether some client waits for a key (pending or in flight).
@@ -258,6 +294,23 @@ mod tests {
         a.priority_answered(&keys);
         assert!(a.is_settled(b"k"));
         assert!(!a.request(b"k"));
+    }
+
+    #[test]
+    fn request_records_asks_for_a_key_settled_without_its_records() {
+        let mut a = Arrivals::new(0, u64::MAX, 1);
+        a.settle(b"k");
+        assert!(!a.request(b"k"), "the object is here");
+        assert!(a.request_records(b"k"), "its completion records are not");
+        assert!(!a.request_records(b"k"), "asked for once");
+        let keys = a.take_pending(10);
+        assert!(!a.request_records(b"k"), "in flight");
+        a.priority_answered(&keys);
+        assert!(a.has_records(key_hash(b"k")));
+        assert!(!a.request_records(b"k"));
+        assert!(!a.has_records(key_hash(b"other")));
+        a.advance(0, None);
+        assert!(a.has_records(key_hash(b"other")), "the cursor passed it");
     }
 
     #[test]

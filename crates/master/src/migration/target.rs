@@ -8,6 +8,7 @@ use parking_lot::{Mutex, MutexGuard};
 use super::arrivals::Arrivals;
 use crate::error::{ReadError, WriteError};
 use crate::object_store::{key_hash, ObjectStore};
+use crate::rifl::MovedRecord;
 use crate::tablets::{Access, Tablet, TabletState};
 use crate::{ConfigError, RejectRules};
 use ramstore_log::{ObjectView, SideLog};
@@ -31,6 +32,11 @@ pub enum ClientOp {
     /// Anything that reads the old record (read, conditional write, increment,
     /// delete, which answers whether the object existed).
     ReadsRecord,
+    /// An exactly-once RPC (RIFL §4): it needs the key's completion records as
+    /// well as its object, so that a retry of an RPC the source carried out gets
+    /// the first answer instead of running again (RIFL §4.3: records move with
+    /// their objects). Even a blind write waits for them.
+    ExactlyOnce,
 }
 
 /// The gate's answer.
@@ -122,12 +128,17 @@ impl IncomingMigration {
             return Gate::Go;
         }
         let mut arrivals = self.arrivals.lock();
-        if arrivals.is_settled(key) {
+        let hash = key_hash(key);
+        let here = arrivals.is_settled_hashed(key, hash)
+            && (op != ClientOp::ExactlyOnce || arrivals.has_records(hash));
+        if here {
             Gate::Go
         } else if !self.priority_pulls {
             // Nothing is queued: no PriorityPull will be sent, and a queued key
             // would keep the migration from ever looking complete.
             Gate::Wait(false)
+        } else if op == ClientOp::ExactlyOnce {
+            Gate::Wait(arrivals.request_records(key))
         } else {
             Gate::Wait(arrivals.request(key))
         }
@@ -138,8 +149,10 @@ impl IncomingMigration {
         self.arrivals.lock().settle(key);
     }
 
-    /// Applies pulled records of partition `partition` and then moves its cursor
-    /// to `next` (`None`: the partition is done). A record is applied only while
+    /// Applies pulled records of partition `partition`, installs the completion
+    /// records that came with them (`records`, RIFL §4.3) and then moves its
+    /// cursor to `next` (`None`: the partition is done): the cursor never passes
+    /// a key whose records are not installed. A record is applied only while
     /// its key is not settled ("settled stays settled": a key deleted here is
     /// never resurrected; the check and the apply share one hold of the mutex)
     /// and replaces only an older version (the replay rule, R§7.6); it goes to
@@ -153,9 +166,13 @@ impl IncomingMigration {
         store: &ObjectStore,
         partition: usize,
         objects: impl IntoIterator<Item = PulledObject<'a>>,
+        records: &[MovedRecord],
         next: Option<u64>,
     ) -> Result<(), WriteError> {
         let side = self.side(partition);
+        if !records.is_empty() {
+            self.install_records(store, &self.arrivals.lock(), records)?;
+        }
         let mut objects = objects.into_iter();
         let mut chunk = Vec::with_capacity(APPLY_BATCH);
         loop {
@@ -215,22 +232,26 @@ impl IncomingMigration {
     }
 
     /// The source answered a PriorityPull for `keys` with `objects` (those that
-    /// exist): applies them and settles every key, in one critical section.
+    /// exist) and the completion records of their key hashes (`records`, RIFL
+    /// §4.3): installs the records, applies the objects and settles every key,
+    /// in one critical section, so no gate lets an exactly-once RPC of these
+    /// keys through before its records are here.
     pub fn apply_priority<'a>(
         &self,
         store: &ObjectStore,
         keys: &[Vec<u8>],
         objects: impl IntoIterator<Item = PulledObject<'a>>,
+        records: &[MovedRecord],
     ) -> Result<(), WriteError> {
         let mut arrivals = self.arrivals.lock();
+        if let Err(e) = self.install_records(store, &arrivals, records) {
+            arrivals.priority_failed(keys);
+            return Err(e);
+        }
         for o in objects {
             let hash = key_hash(o.key);
-            let partition = arrivals
-                .partitions()
-                .iter()
-                .position(|p| (p.lo..=p.hi).contains(&hash))
-                .unwrap_or(0);
-            if let Err(e) = self.apply_one(store, self.side(partition), &arrivals, o, hash) {
+            let side = self.side_of(&arrivals, hash);
+            if let Err(e) = self.apply_one(store, side, &arrivals, o, hash) {
                 arrivals.priority_failed(keys);
                 return Err(e);
             }
@@ -260,6 +281,34 @@ impl IncomingMigration {
             self.bytes.load(Ordering::Relaxed),
             self.objects.load(Ordering::Relaxed),
         )
+    }
+
+    /// The side log of the partition that holds key hash `hash`.
+    fn side_of(&self, arrivals: &Arrivals, hash: u64) -> &SideLog {
+        let partition = arrivals
+            .partitions()
+            .iter()
+            .position(|p| (p.lo..=p.hi).contains(&hash))
+            .unwrap_or(0);
+        self.side(partition)
+    }
+
+    /// Installs the completion records of this migration's range among
+    /// `records` into the side log of their partition, where their objects go
+    /// (RIFL §4.3; one the target knows already is skipped). The caller holds
+    /// the arrivals mutex, so no gate decides on these keys meanwhile.
+    fn install_records(
+        &self,
+        store: &ObjectStore,
+        arrivals: &Arrivals,
+        records: &[MovedRecord],
+    ) -> Result<(), WriteError> {
+        for r in records {
+            if self.contains(r.table_id, r.key_hash) {
+                store.install_moved_record(self.side_of(arrivals, r.key_hash), r)?;
+            }
+        }
+        Ok(())
     }
 
     /// Applies one pulled record `o` whose key hash is `hash` (see
@@ -473,7 +522,7 @@ mod tests {
         let rules = RejectRules::default();
         let written = s.write_arrived(1, b"k", b"new", &rules).expect("write");
         m.settle(b"k");
-        m.apply_pull(&s, 0, [pulled(b"k", b"old", 99)], None)
+        m.apply_pull(&s, 0, [pulled(b"k", b"old", 99)], &[], None)
             .expect("applied");
         let mut v = Vec::new();
         assert_eq!(s.read_with_arrived(1, b"k", |o| o.version()), Ok(written));
@@ -491,13 +540,13 @@ mod tests {
         assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Wait(true));
         assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Wait(false));
         let keys = m.take_pending(10);
-        m.apply_priority(&s, &keys, [pulled(b"k", b"v", 42)])
+        m.apply_priority(&s, &keys, [pulled(b"k", b"v", 42)], &[])
             .expect("applied");
         assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Go);
         let rules = RejectRules::default();
         assert_eq!(s.remove_arrived(1, b"k", &rules), Ok(Some(42)));
         // The background pull brings the same old record later.
-        m.apply_pull(&s, 0, [pulled(b"k", b"v", 42)], None)
+        m.apply_pull(&s, 0, [pulled(b"k", b"v", 42)], &[], None)
             .expect("applied");
         assert_eq!(
             s.read_with_arrived(1, b"k", |o| o.version()),
@@ -522,7 +571,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, k)| pulled(k.as_bytes(), b"pulled", 10 + i as u64));
-        m.apply_pull(&s, 0, pulled_batch, None).expect("applied");
+        m.apply_pull(&s, 0, pulled_batch, &[], None).expect("applied");
         assert_eq!(
             m.progress().1,
             n as u64 - 1,
@@ -548,7 +597,7 @@ mod tests {
         assert!(!m.has_waiters());
         assert_eq!(m.gate(b"k", ClientOp::BlindWrite), Gate::Go);
         for p in 0..super::PULL_PARTITIONS as usize {
-            m.apply_pull(&s, p, [pulled(b"k", b"v", 42)], None)
+            m.apply_pull(&s, p, [pulled(b"k", b"v", 42)], &[], None)
                 .expect("applied");
         }
         assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Go);
@@ -562,11 +611,11 @@ mod tests {
         let m = migration();
         assert_eq!(m.gate(b"none", ClientOp::ReadsRecord), Gate::Wait(true));
         let keys = m.take_pending(10);
-        m.apply_priority(&s, &keys, []).expect("applied");
+        m.apply_priority(&s, &keys, [], &[]).expect("applied");
         assert_eq!(m.gate(b"none", ClientOp::ReadsRecord), Gate::Go);
         assert!(!m.is_complete(), "partitions are not pulled yet");
         for p in 0..super::PULL_PARTITIONS as usize {
-            m.apply_pull(&s, p, [], None).expect("applied");
+            m.apply_pull(&s, p, [], &[], None).expect("applied");
         }
         assert!(m.is_complete());
     }

@@ -1,28 +1,46 @@
 //! Exactly-once object operations (RIFL, Lee et al. SOSP'15 §4; R§10.3): each
 //! checks the RPC's completion record first, executes only a new RPC, and writes
 //! the record in the same log append as the object, so a retry gets the first
-//! answer and recovery finds both or neither.
+//! answer and recovery finds both or neither. Records move with their objects in
+//! a migration (RIFL §4.3, K§2.3): the source lists a range's records
+//! ([`ObjectStore::pull_rpc_results`]) and the target installs them
+//! ([`ObjectStore::install_moved_record`]).
 
-use ramstore_log::entry::parse_rpc_result;
-use ramstore_log::MAX_VALUE_BYTES;
+use ramstore_log::entry::{encode_rpc_result, parse_rpc_result};
+use ramstore_log::{SideLog, MAX_VALUE_BYTES};
 use ramstore_wire::{RejectRules, RpcId};
 
 use super::write::{incremented_f64, incremented_i64, AppendedRecord, NewValue};
-use super::ObjectStore;
+use super::{key_hash, ObjectStore};
 use crate::error::WriteError;
-use crate::rifl::{Check, RpcOutcome};
+use crate::rifl::{Check, MovedRecord, RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::tablets::Access;
 
+/// One exactly-once update, as [`ObjectStore::update_once`] carries it out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OnceUpdate<'a> {
+    Write(&'a [u8]),
+    Remove,
+    IncrementI64(i64),
+    IncrementF64(f64),
+}
+
 impl ObjectStore {
-    /// Runs `exec` once per RPC `id`: a completed RPC answers its saved outcome,
-    /// a stale one `StaleRpc`, one running now `RpcInProgress` (retryable).
+    /// Runs `exec` once per RPC `id` on the object at `place` (table id, key
+    /// hash): a completed RPC answers its saved outcome, a stale one `StaleRpc`,
+    /// one running now `RpcInProgress` (retryable).
     fn once(
         &self,
         id: RpcId,
+        place: (u64, u64),
         exec: impl FnOnce((u64, u64)) -> Result<(RpcOutcome, Option<AppendedRecord>), WriteError>,
     ) -> Result<RpcOutcome, WriteError> {
         let log = &self.inner.log;
         let table = &self.inner.rpc_results;
+        // Held from the check to the completion: a migration's fence
+        // (`prepare_migration` waits for every pinned operation) then leaves no
+        // record of the range in progress, so the source's pulls see them all.
+        let _pin = log.pin();
         match table.check(id, log) {
             Check::Completed(outcome) => return Ok(outcome),
             Check::Stale => return Err(WriteError::StaleRpc),
@@ -32,7 +50,7 @@ impl ObjectStore {
         }
         match exec((id.lease_id, id.seq)) {
             Ok((outcome, Some((at, len, _)))) => {
-                table.complete(id, outcome, at, len, log);
+                table.complete(id, (outcome, place), at, len, log);
                 Ok(outcome)
             }
             // Took no effect (a delete of nothing): nothing to remember.
@@ -47,6 +65,76 @@ impl ObjectStore {
         }
     }
 
+    /// Carries out `op` on `key` of `table_id` as exactly-once RPC `id`.
+    pub fn update_once(
+        &self,
+        (table_id, key): (u64, &[u8]),
+        rules: &RejectRules,
+        op: OnceUpdate<'_>,
+        id: RpcId,
+    ) -> Result<RpcOutcome, WriteError> {
+        self.update_once_as((table_id, key), rules, op, id, Access::Client)
+    }
+
+    /// [`Self::update_once`] on a migrating-in tablet, for a key whose object and
+    /// completion records the migration's gate says have arrived.
+    pub fn update_once_arrived(
+        &self,
+        (table_id, key): (u64, &[u8]),
+        rules: &RejectRules,
+        op: OnceUpdate<'_>,
+        id: RpcId,
+    ) -> Result<RpcOutcome, WriteError> {
+        self.update_once_as((table_id, key), rules, op, id, Access::Arrived)
+    }
+
+    fn update_once_as(
+        &self,
+        (table_id, key): (u64, &[u8]),
+        rules: &RejectRules,
+        op: OnceUpdate<'_>,
+        id: RpcId,
+        access: Access,
+    ) -> Result<RpcOutcome, WriteError> {
+        let place = (table_id, key_hash(key));
+        let object = (table_id, key);
+        match op {
+            OnceUpdate::Write(value) => {
+                if value.len() > MAX_VALUE_BYTES {
+                    return Err(WriteError::ValueTooLarge(value.len()));
+                }
+                self.once(id, place, |rpc| {
+                    let (version, record) =
+                        self.update_recorded(object, rules, access, rpc, |_| {
+                            Ok(NewValue::Borrowed(value))
+                        })?;
+                    Ok((RpcOutcome::Write { version }, record))
+                })
+            }
+            OnceUpdate::Remove => self.once(id, place, |rpc| {
+                let (removed, record) =
+                    self.remove_full(table_id, key, rules, access, Some(rpc))?;
+                let outcome = RpcOutcome::Remove {
+                    existed: removed.is_some(),
+                    version: removed.unwrap_or(0),
+                };
+                Ok((outcome, record))
+            }),
+            OnceUpdate::IncrementI64(delta) => self.once(id, place, |rpc| {
+                let (_, record) = self.update_recorded(object, rules, access, rpc, |current| {
+                    incremented_i64(current, delta)
+                })?;
+                recorded(record)
+            }),
+            OnceUpdate::IncrementF64(delta) => self.once(id, place, |rpc| {
+                let (_, record) = self.update_recorded(object, rules, access, rpc, |current| {
+                    incremented_f64(current, delta)
+                })?;
+                recorded(record)
+            }),
+        }
+    }
+
     /// [`Self::write`] as exactly-once RPC `id`.
     pub fn write_once(
         &self,
@@ -56,14 +144,7 @@ impl ObjectStore {
         rules: &RejectRules,
         id: RpcId,
     ) -> Result<RpcOutcome, WriteError> {
-        if value.len() > MAX_VALUE_BYTES {
-            return Err(WriteError::ValueTooLarge(value.len()));
-        }
-        self.once(id, |rpc| {
-            let (version, record) =
-                self.update_recorded(table_id, key, rules, rpc, |_| Ok(NewValue::Borrowed(value)))?;
-            Ok((RpcOutcome::Write { version }, record))
-        })
+        self.update_once((table_id, key), rules, OnceUpdate::Write(value), id)
     }
 
     /// [`Self::remove`] as exactly-once RPC `id`.
@@ -74,15 +155,7 @@ impl ObjectStore {
         rules: &RejectRules,
         id: RpcId,
     ) -> Result<RpcOutcome, WriteError> {
-        self.once(id, |rpc| {
-            let (removed, record) =
-                self.remove_full(table_id, key, rules, Access::Client, Some(rpc))?;
-            let outcome = RpcOutcome::Remove {
-                existed: removed.is_some(),
-                version: removed.unwrap_or(0),
-            };
-            Ok((outcome, record))
-        })
+        self.update_once((table_id, key), rules, OnceUpdate::Remove, id)
     }
 
     /// [`Self::increment_i64`] as exactly-once RPC `id`.
@@ -94,12 +167,7 @@ impl ObjectStore {
         rules: &RejectRules,
         id: RpcId,
     ) -> Result<RpcOutcome, WriteError> {
-        self.once(id, |rpc| {
-            let (_, record) = self.update_recorded(table_id, key, rules, rpc, |current| {
-                incremented_i64(current, delta)
-            })?;
-            recorded(record)
-        })
+        self.update_once((table_id, key), rules, OnceUpdate::IncrementI64(delta), id)
     }
 
     /// [`Self::increment_f64`] as exactly-once RPC `id`.
@@ -111,12 +179,7 @@ impl ObjectStore {
         rules: &RejectRules,
         id: RpcId,
     ) -> Result<RpcOutcome, WriteError> {
-        self.once(id, |rpc| {
-            let (_, record) = self.update_recorded(table_id, key, rules, rpc, |current| {
-                incremented_f64(current, delta)
-            })?;
-            recorded(record)
-        })
+        self.update_once((table_id, key), rules, OnceUpdate::IncrementF64(delta), id)
     }
 
     /// Replays a completion record of a log being reloaded (crash recovery, cold
@@ -130,6 +193,13 @@ impl ObjectStore {
         let Some(outcome) = RpcOutcome::decode(r.result) else {
             return Ok(false);
         };
+        let moved = MovedRecord {
+            lease_id: r.lease_id,
+            seq: r.seq,
+            table_id: r.table_id,
+            key_hash: r.key_hash,
+            outcome,
+        };
         let log = &self.inner.log;
         let table = &self.inner.rpc_results;
         if table.is_known(r.lease_id, r.seq) {
@@ -137,12 +207,50 @@ impl ObjectStore {
         }
         let _pin = log.pin();
         let (appended, at) = log.append_record(entry).map_err(WriteError::from)?;
-        let kept = table.restore(r.lease_id, r.seq, outcome, at, entry.len());
+        let kept = table.restore(&moved, at, entry.len());
         if !kept {
             log.object_died(at, entry.len());
         }
         log.replicate(&appended);
         self.note_head(appended.segment_id);
+        Ok(kept)
+    }
+
+    /// The completed records of objects of `table_id` with key hash in `[lo,
+    /// hi]`, appended to `out`: what a migration's source sends with the range's
+    /// objects (RIFL §4.3, K§2.3), so a retry that reaches the target gets the
+    /// first answer.
+    pub fn pull_rpc_results(&self, table_id: u64, lo: u64, hi: u64, out: &mut Vec<MovedRecord>) {
+        self.inner.rpc_results.records_in(table_id, (lo, hi), out);
+    }
+
+    /// Installs a completion record a migration's source sent (RIFL §4.3): it
+    /// is appended to side log `side`, where the target puts the range's pulled
+    /// objects (replicated and committed with them, K§2.3), and kept unless it
+    /// is known here already, was acknowledged, or its lease expired. Returns
+    /// whether it was kept.
+    pub fn install_moved_record(
+        &self,
+        side: &SideLog,
+        r: &MovedRecord,
+    ) -> Result<bool, WriteError> {
+        let table = &self.inner.rpc_results;
+        if table.is_known(r.lease_id, r.seq) {
+            return Ok(false);
+        }
+        let mut buf = [0; MAX_OUTCOME_BYTES];
+        let n = r.outcome.encode(&mut buf);
+        let entry = encode_rpc_result(r.lease_id, r.seq, r.table_id, r.key_hash, &buf[..n])
+            .ok_or(WriteError::TooLargeRecord)?;
+        let log = &self.inner.log;
+        let _pin = log.pin();
+        let at = log
+            .append_side_record(side, entry.as_bytes())
+            .map_err(WriteError::from)?;
+        let kept = table.restore(r, at, entry.as_bytes().len());
+        if !kept {
+            log.object_died(at, entry.as_bytes().len());
+        }
         Ok(kept)
     }
 

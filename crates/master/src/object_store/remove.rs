@@ -106,26 +106,37 @@ impl ObjectStore {
             };
             // A tablet migrating in keeps its deletes' tombstones until the
             // migration is recorded done (K§2.3.4; `Tablet::tombstone_hold`).
+            // An exactly-once delete writes its completion record with the
+            // tombstone, held or not (regression: a delete on a migrating-in
+            // tablet wrote none, so its retry ran again; sim seeds 71 and 74).
             let mut record = None;
-            let appended = match (TombstoneHold::from_id(tablet.tombstone_hold()), rpc) {
-                (Some(hold), _) => log.append_held_tombstone(table_id, key, dead, hold),
+            let hold = TombstoneHold::from_id(tablet.tombstone_hold());
+            let appended = match (hold, rpc) {
+                (Some(hold), None) => log.append_held_tombstone(table_id, key, dead, hold),
                 (None, None) => log.append_tombstone(table_id, key, dead),
-                (None, Some((lease_id, seq))) => {
+                (hold, Some((lease_id, seq))) => {
                     let outcome = RpcOutcome::Remove {
                         existed: true,
                         version,
                     };
                     let mut buf = [0; MAX_OUTCOME_BYTES];
                     let n = outcome.encode(&mut buf);
-                    match encode_rpc_result(lease_id, seq, table_id, hash, &buf[..n]) {
-                        Some(encoded) => log
-                            .append_tombstone_with_record(table_id, key, dead, encoded.as_bytes())
-                            .map(|(a, at)| {
-                                record = Some((at, encoded.as_bytes().len(), outcome));
-                                a
-                            }),
-                        None => return Err(WriteError::TooLargeRecord),
-                    }
+                    let encoded = encode_rpc_result(lease_id, seq, table_id, hash, &buf[..n])
+                        .ok_or(WriteError::TooLargeRecord)?;
+                    let bytes = encoded.as_bytes();
+                    let appended = match hold {
+                        Some(hold) => log.append_held_tombstone_with_record(
+                            (table_id, key),
+                            dead,
+                            hold,
+                            bytes,
+                        ),
+                        None => log.append_tombstone_with_record(table_id, key, dead, bytes),
+                    };
+                    appended.map(|(a, at)| {
+                        record = Some((at, bytes.len(), outcome));
+                        a
+                    })
                 }
             };
             let appended = match appended {

@@ -340,9 +340,9 @@ impl ObjectStore {
     /// record.
     pub(super) fn update_recorded<'v>(
         &self,
-        table_id: u64,
-        key: &[u8],
+        (table_id, key): (u64, &[u8]),
         rules: &RejectRules,
+        access: Access,
         rpc: (u64, u64),
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<(u64, Option<AppendedRecord>), WriteError> {
@@ -351,7 +351,7 @@ impl ObjectStore {
             table_id,
             key,
             rules,
-            (Access::Client, None),
+            (access, None),
             Some(rpc),
             compute,
         )

@@ -10,4 +10,4 @@ pub mod unacked;
 
 pub use expired::{DEFAULT_EXPIRED_PER_SHARD, MAX_UNVERIFIED};
 pub use outcome::{RpcOutcome, MAX_OUTCOME_BYTES};
-pub use unacked::{Check, UnackedRpcResults};
+pub use unacked::{Check, MovedRecord, UnackedRpcResults};

@@ -58,7 +58,21 @@ enum Record {
         outcome: RpcOutcome,
         at: LogRef,
         len: u32,
+        /// The (table id, key hash) of the object the RPC wrote: the record moves
+        /// with that object in a migration (RIFL §4.3, K§2.3).
+        place: (u64, u64),
     },
+}
+
+/// A completed record of a key range, as a migration's source sends it to the
+/// target (RIFL §4.3: records move with their objects).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MovedRecord {
+    pub lease_id: u64,
+    pub seq: u64,
+    pub table_id: u64,
+    pub key_hash: u64,
+    pub outcome: RpcOutcome,
 }
 
 #[derive(Debug, Default)]
@@ -160,8 +174,16 @@ impl UnackedRpcResults {
     }
 
     /// Records that the in-progress RPC `id` completed with `outcome`, its record
-    /// of `len` bytes at `at` in `log`.
-    pub fn complete(&self, id: RpcId, outcome: RpcOutcome, at: LogRef, len: usize, log: &Log) {
+    /// of `len` bytes at `at` in `log`, for the object at `place` (table id, key
+    /// hash).
+    pub fn complete(
+        &self,
+        id: RpcId,
+        (outcome, place): (RpcOutcome, (u64, u64)),
+        at: LogRef,
+        len: usize,
+        log: &Log,
+    ) {
         let mut shard = self.shard(id.lease_id).lock();
         let record = shard
             .leases
@@ -174,6 +196,7 @@ impl UnackedRpcResults {
                     outcome,
                     at,
                     len: len as u32,
+                    place,
                 };
             }
             // The lease expired while the RPC ran: nobody will ask for the record.
@@ -193,17 +216,11 @@ impl UnackedRpcResults {
     }
 
     /// Puts back a record found in a log being replayed (crash recovery, cold
-    /// start; RIFL §4.3), now at `at` in this master's log. Returns false (and
-    /// the caller counts the new copy dead) if the record is already here, was
-    /// acknowledged, or its lease expired.
-    pub fn restore(
-        &self,
-        lease_id: u64,
-        seq: u64,
-        outcome: RpcOutcome,
-        at: LogRef,
-        len: usize,
-    ) -> bool {
+    /// start; RIFL §4.3) or pulled by a migration, now at `at` in this master's
+    /// log. Returns false (and the caller counts the new copy dead) if the record
+    /// is already here, was acknowledged, or its lease expired.
+    pub fn restore(&self, r: &MovedRecord, at: LogRef, len: usize) -> bool {
+        let (lease_id, seq) = (r.lease_id, r.seq);
         let mut shard = self.shard(lease_id).lock();
         if shard.expired.is_expired(lease_id) {
             return false;
@@ -224,12 +241,46 @@ impl UnackedRpcResults {
         lease.records.insert(
             seq,
             Record::Completed {
-                outcome,
+                outcome: r.outcome,
                 at,
                 len: len as u32,
+                place: (r.table_id, r.key_hash),
             },
         );
         true
+    }
+
+    /// Appends to `out` every completed record of an object of `table_id` whose
+    /// key hash lies in `[lo, hi]`: what a migration's source sends with the
+    /// objects of that range (RIFL §4.3). Records in progress are left out: on a
+    /// tablet fenced for migration only RPCs that will fail (and leave no
+    /// record) can be in progress (`ObjectStore::prepare_migration` waits for
+    /// the others). Walks every record: O(records kept), which the clients'
+    /// acknowledgements keep small.
+    pub fn records_in(&self, table_id: u64, (lo, hi): (u64, u64), out: &mut Vec<MovedRecord>) {
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            for (&lease_id, lease) in &shard.leases {
+                for (&seq, record) in &lease.records {
+                    if let Record::Completed {
+                        outcome,
+                        place: (t, hash),
+                        ..
+                    } = *record
+                    {
+                        if t == table_id && (lo..=hi).contains(&hash) {
+                            out.push(MovedRecord {
+                                lease_id,
+                                seq,
+                                table_id,
+                                key_hash: hash,
+                                outcome,
+                            });
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Whether (lease, seq) has a record here, or can have none (acknowledged,

@@ -3,11 +3,13 @@
 //! master's completion records and, when new, executed with its record written
 //! in the same log append (`ramstore_master::ObjectStore::write_once`).
 //!
-//! A tablet migrating in takes the at-least-once path: completion records do not
-//! move with migration yet (design notes "Exactly-once RPCs (RIFL)").
+//! On a tablet migrating in, the gate lets such an RPC through only once its
+//! key's object and completion records have arrived from the source (RIFL §4.3:
+//! records move with their objects; `ClientOp::ExactlyOnce`); until then it is
+//! parked or answered RETRY like a read, never run at least once.
 
 use ramstore_master::migration::ClientOp;
-use ramstore_master::{RejectRules, RpcOutcome, WriteError};
+use ramstore_master::{OnceUpdate, RejectRules, RpcOutcome, WriteError};
 use ramstore_wire::{
     encode_response, ErrorBody, NumberKind, Opcode, Response, RpcId, Status, WireError,
 };
@@ -40,16 +42,10 @@ impl StorageService {
             OnceOp::Remove => Opcode::Remove,
             OnceOp::Increment { .. } => Opcode::Increment,
         };
-        let kind = match op {
-            OnceOp::Write { .. } if *rules == RejectRules::default() => ClientOp::BlindWrite,
-            _ => ClientOp::ReadsRecord,
-        };
-        let result = match self.migration_gate(table_id, key, kind) {
-            Gated::Plain => self.once_in_store(table_id, key, rules, &op, rpc_id),
-            // Records do not move with a migration yet: at least once here.
-            Gated::Arrived(_) => {
-                return self.update_at_least_once(id, (table_id, key), rules, op, out)
-            }
+        let result = match self.migration_gate(table_id, key, ClientOp::ExactlyOnce) {
+            Gated::Plain => self.once_in_store((table_id, key), rules, &op, rpc_id, false),
+            // The key's object and completion records are here (RIFL §4.3).
+            Gated::Arrived(_) => self.once_in_store((table_id, key), rules, &op, rpc_id, true),
             Gated::Wait => Err(WriteError::Migrating),
         };
         if result.is_ok() {
@@ -71,45 +67,36 @@ impl StorageService {
         Ok(Durability::LogEnd)
     }
 
+    /// The store call of `op`; `arrived`: on a migrating-in tablet whose gate
+    /// let it through.
     fn once_in_store(
         &self,
-        table_id: u64,
-        key: &[u8],
+        (table_id, key): (u64, &[u8]),
         rules: &RejectRules,
         op: &OnceOp<'_>,
         rpc_id: RpcId,
+        arrived: bool,
     ) -> Result<RpcOutcome, WriteError> {
         // Held across the write: no transaction can lock the key meanwhile.
         let _locks = self.unlocked(table_id, key)?;
-        let store = &self.store;
-        match *op {
-            OnceOp::Write { value } => store.write_once(table_id, key, value, rules, rpc_id),
-            OnceOp::Remove => store.remove_once(table_id, key, rules, rpc_id),
+        let update = match *op {
+            OnceOp::Write { value } => OnceUpdate::Write(value),
+            OnceOp::Remove => OnceUpdate::Remove,
             OnceOp::Increment {
                 kind: NumberKind::I64,
                 delta,
-            } => store.increment_i64_once(table_id, key, i64::from_le_bytes(delta), rules, rpc_id),
+            } => OnceUpdate::IncrementI64(i64::from_le_bytes(delta)),
             OnceOp::Increment {
                 kind: NumberKind::F64,
                 delta,
-            } => store.increment_f64_once(table_id, key, f64::from_le_bytes(delta), rules, rpc_id),
-        }
-    }
-
-    fn update_at_least_once(
-        &self,
-        id: u64,
-        (table_id, key): (u64, &[u8]),
-        rules: &RejectRules,
-        op: OnceOp<'_>,
-        out: &mut Vec<u8>,
-    ) -> Result<Durability, WireError> {
-        match op {
-            OnceOp::Write { value } => self.write(id, table_id, rules, key, value, out),
-            OnceOp::Remove => self.remove(id, table_id, rules, key, out),
-            OnceOp::Increment { kind, delta } => {
-                self.increment(id, (table_id, key), rules, kind, delta, out)
-            }
+            } => OnceUpdate::IncrementF64(f64::from_le_bytes(delta)),
+        };
+        if arrived {
+            self.store
+                .update_once_arrived((table_id, key), rules, update, rpc_id)
+        } else {
+            self.store
+                .update_once((table_id, key), rules, update, rpc_id)
         }
     }
 }

@@ -41,6 +41,7 @@ use ramstore_wire::{
 use tokio::sync::Notify;
 use tracing::Instrument;
 
+use super::migration_records::incoming_records;
 use super::request_path::Durability;
 use super::wire_reply::answer_message;
 use super::StorageService;
@@ -625,7 +626,13 @@ fn apply_pulled(
     bytes: &[u8],
     next: Option<u64>,
 ) -> Result<(), ApplyFailed> {
-    let Ok((_, Response::Pull { objects, .. })) = decode_response(bytes) else {
+    let Ok((
+        _,
+        Response::Pull {
+            objects, records, ..
+        },
+    )) = decode_response(bytes)
+    else {
         return Err(ApplyFailed::Undecodable);
     };
     let pulled = objects.iter().map(|o| PulledObject {
@@ -633,7 +640,8 @@ fn apply_pulled(
         value: o.value,
         version: o.version,
     });
-    Ok(m.apply_pull(&service.store, index, pulled, next)?)
+    let records = incoming_records(&records);
+    Ok(m.apply_pull(&service.store, index, pulled, &records, next)?)
 }
 
 /// Sends pending keys to the source in PriorityPulls (batched and
@@ -693,14 +701,16 @@ async fn priority_pull(service: &StorageService, m: &IncomingMigration, keys: &[
     let source = service.source_of(m);
     let answer = service.migration_call(Lane::Priority, &source, frame).await;
     match answer.as_deref().map(decode_response) {
-        Some(Ok((_, Response::PriorityPull { objects }))) => {
+        Some(Ok((_, Response::PriorityPull { objects, records }))) => {
             let pulled = objects.iter().map(|o| PulledObject {
                 key: o.key,
                 value: o.value,
                 version: o.version,
             });
+            let records = incoming_records(&records);
             // A failed apply queues the keys again itself.
-            m.apply_priority(&service.store, keys, pulled).is_ok()
+            m.apply_priority(&service.store, keys, pulled, &records)
+                .is_ok()
         }
         _ => {
             m.priority_failed(keys);

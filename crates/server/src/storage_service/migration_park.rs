@@ -2,8 +2,9 @@
 //! "Migration (Rocksteady)", *Parked requests*).
 //!
 //! On a tablet migrating in, a read, conditional write, increment or delete of a
-//! key whose record may still be on the source cannot run yet; the gate queues
-//! the key for a PriorityPull. Answering RETRY made the client sleep at least
+//! key whose record may still be on the source cannot run yet, nor can any
+//! exactly-once update whose key's completion records may still be there (RIFL
+//! §4.3); the gate queues the key for a PriorityPull. Answering RETRY made the client sleep at least
 //! its retry delay (1 ms, rounded up by its timer) and send the request again,
 //! often more than once, though the PriorityPull's answer usually comes back in
 //! a fraction of that: during a migration the client's reads of the migrating
@@ -31,7 +32,7 @@ use ramstore_rpc::Handled;
 use ramstore_wire::{decode_raw_header, decode_request, encode_error_response, Request};
 
 use super::migration::Gated;
-use super::object_ops::status_body;
+use super::object_ops::{status_body, write_kind};
 use super::StorageService;
 
 /// Most client requests parked at once on one server.
@@ -80,8 +81,8 @@ impl StorageService {
     pub(crate) async fn park_then_serve(self: Arc<Self>, frame: Vec<u8>) -> Vec<u8> {
         {
             let _parked = Parked::new(&self.migrations.parked);
-            if let Some((table_id, key)) = object_key(&frame) {
-                self.wait_for_arrival(table_id, &key).await;
+            if let Some((table_id, key, op)) = object_key(&frame) {
+                self.wait_for_arrival(table_id, &key, op).await;
             }
         }
         let mut out = Vec::new();
@@ -101,9 +102,9 @@ impl StorageService {
         }
     }
 
-    /// Waits until `key` of `table_id` may be used (the gate lets it through),
-    /// its migration ends, or [`PARK_MS`] pass.
-    async fn wait_for_arrival(&self, table_id: u64, key: &[u8]) {
+    /// Waits until `key` of `table_id` may be used by `op` (the gate lets it
+    /// through), its migration ends, or [`PARK_MS`] pass.
+    async fn wait_for_arrival(&self, table_id: u64, key: &[u8], op: ClientOp) {
         let deadline = self.clock.now() + Duration::from_millis(PARK_MS);
         let hash = key_hash(key);
         loop {
@@ -114,10 +115,7 @@ impl StorageService {
             // and the wait still wakes it.
             let mut arrived = pin!(signals.arrived.notified());
             arrived.as_mut().enable();
-            if !matches!(
-                self.migration_gate(table_id, key, ClientOp::ReadsRecord),
-                Gated::Wait
-            ) {
+            if !matches!(self.migration_gate(table_id, key, op), Gated::Wait) {
                 return;
             }
             tokio::select! {
@@ -128,13 +126,45 @@ impl StorageService {
     }
 }
 
-/// The table and key of a single-key object request (the kinds that park).
-fn object_key(frame: &[u8]) -> Option<(u64, Vec<u8>)> {
-    match decode_request(frame).ok()?.1 {
-        Request::Read { table_id, key, .. }
-        | Request::Write { table_id, key, .. }
-        | Request::Remove { table_id, key, .. }
-        | Request::Increment { table_id, key, .. } => Some((table_id, key.to_vec())),
+/// The table, key and gate kind of a single-key object request (the kinds that
+/// park); `None` for any other request.
+pub(crate) fn gated_op<'r>(req: &Request<'r>) -> Option<(u64, &'r [u8], ClientOp)> {
+    match *req {
+        Request::Read { table_id, key, .. } => Some((table_id, key, ClientOp::ReadsRecord)),
+        // Exactly-once updates wait for their key's completion records too.
+        Request::Write {
+            table_id,
+            key,
+            rpc_id: Some(_),
+            ..
+        }
+        | Request::Remove {
+            table_id,
+            key,
+            rpc_id: Some(_),
+            ..
+        }
+        | Request::Increment {
+            table_id,
+            key,
+            rpc_id: Some(_),
+            ..
+        } => Some((table_id, key, ClientOp::ExactlyOnce)),
+        Request::Write {
+            table_id,
+            ref rules,
+            key,
+            ..
+        } => Some((table_id, key, write_kind(rules))),
+        Request::Remove { table_id, key, .. } | Request::Increment { table_id, key, .. } => {
+            Some((table_id, key, ClientOp::ReadsRecord))
+        }
         _ => None,
     }
+}
+
+/// The table, key and gate kind of a single-key object request `frame`.
+fn object_key(frame: &[u8]) -> Option<(u64, Vec<u8>, ClientOp)> {
+    let (_, req) = decode_request(frame).ok()?;
+    gated_op(&req).map(|(table_id, key, op)| (table_id, key.to_vec(), op))
 }

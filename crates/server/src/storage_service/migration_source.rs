@@ -1,11 +1,16 @@
 //! The source's side of a migration (K§2.3; `migration.rs` has the target's):
-//! fence the tablet, then answer the target's pulls. Slow path only.
+//! fence the tablet, then answer the target's pulls. Slow path only. Each answer
+//! carries the completion records of the hashes it covers (RIFL §4.3:
+//! `migration_records.rs`), so exactly-once RPCs stay exactly once on the target.
+
+use std::collections::HashSet;
 
 use ramstore_wire::{
     encode_response, EnumerateResponseEncoder, MultiReadItems, Opcode, PriorityPullResponseEncoder,
     Response, Status, WireError,
 };
 
+use super::migration_records::OutgoingRecords;
 use super::object_ops::{read_status, status_body};
 use super::wire_reply::answer_message;
 use super::{StorageService, MAX_ENUMERATE_BATCH_BYTES};
@@ -57,7 +62,20 @@ impl StorageService {
                     }
                 });
         match (pulled, failed) {
-            (Ok(next), None) => enc.finish(next.is_some(), next.unwrap_or(0)),
+            (Ok(next), None) => {
+                // The batch covers every hash from the cursor up to the next
+                // one (whole buckets), or to the end when it is the last.
+                let hi = match next {
+                    Some(n) => n.saturating_sub(1),
+                    None => end_hash,
+                };
+                let records = if next.is_some_and(|n| n <= cursor) {
+                    OutgoingRecords::none()
+                } else {
+                    OutgoingRecords::in_range(&self.store, table_id, cursor, hi)
+                };
+                enc.finish_with_records(next.is_some(), next.unwrap_or(0), records.wire())
+            }
             (Ok(_), Some(e)) => Err(e),
             (Err(e), _) => {
                 // No record was visited; drop the frame begun for them.
@@ -81,7 +99,14 @@ impl StorageService {
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
         let mut found = Vec::new();
+        let mut hashes = HashSet::new();
+        let mut table_id = None;
         for item in items.iter() {
+            // A PriorityPull names keys of its migration's one table.
+            table_id.get_or_insert(item.table_id);
+            if table_id == Some(item.table_id) {
+                hashes.insert(ramstore_master::key_hash(item.key));
+            }
             match self.store.pull_key(item.table_id, item.key) {
                 Ok(Some(o)) => found.push(o),
                 Ok(None) => {}
@@ -91,10 +116,14 @@ impl StorageService {
                 }
             }
         }
+        let records = match table_id {
+            Some(t) => OutgoingRecords::of_hashes(&self.store, t, &hashes),
+            None => OutgoingRecords::none(),
+        };
         let mut enc = PriorityPullResponseEncoder::new(id, out);
         for o in &found {
             enc.push_parts(o.version, &o.key, &[&o.value])?;
         }
-        enc.finish()
+        enc.finish_with_records(records.wire())
     }
 }

@@ -16,7 +16,8 @@ use ramstore_wire::{
 };
 
 use super::exactly_once::OnceOp;
-use super::object_ops::{error_body, read_status, status_body, write_kind, write_status};
+use super::migration_park::gated_op;
+use super::object_ops::{error_body, read_status, status_body, write_status};
 use super::request_path::{Durability, Step};
 use super::wire_reply::{
     answer_bad_request, answer_message, answer_wire_error, no_backup, Wire,
@@ -26,7 +27,6 @@ use super::{KnownServer, StorageService, MAX_MULTI_READ_RESPONSE_BYTES};
 use crate::backup_service::ServerState;
 use crate::metrics::Op;
 use crate::replica_manager::BackupInfo;
-use ramstore_master::migration::ClientOp;
 
 /// The answer to a tablet notification meant for another server id (a process
 /// that took over a dead server's address, or one not enlisted yet): the
@@ -154,19 +154,9 @@ impl StorageService {
         // A key still being pulled by a migration: wait for it on the slow path
         // rather than answer RETRY (K§2.3; `migration_park.rs`).
         if w.park {
-            let parks = match *req {
-                Request::Read { table_id, key, .. }
-                | Request::Remove { table_id, key, .. }
-                | Request::Increment { table_id, key, .. } => {
-                    self.parks(table_id, key, ClientOp::ReadsRecord)
-                }
-                Request::Write {
-                    table_id,
-                    ref rules,
-                    key,
-                    ..
-                } => self.parks(table_id, key, write_kind(rules)),
-                _ => false,
+            let parks = match gated_op(req) {
+                Some((table_id, key, op)) => self.parks(table_id, key, op),
+                None => false,
             };
             if parks {
                 return Ok(Step::HandOff);

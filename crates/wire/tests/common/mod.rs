@@ -862,6 +862,26 @@ pub fn tablet_map() -> Vec<(u64, u64, u64, u64, &'static str)> {
     ]
 }
 
+/// Completion records a Pull or PriorityPull answer carries (RIFL §4.3).
+pub fn moved_records() -> Vec<MovedRpcResult<'static>> {
+    vec![
+        MovedRpcResult {
+            table_id: TABLE,
+            key_hash: 0x0123_4567_89ab_cdef,
+            lease_id: 5,
+            seq: 9,
+            result: &[1, 7, 0, 0, 0, 0, 0, 0, 0],
+        },
+        MovedRpcResult {
+            table_id: TABLE,
+            key_hash: u64::MAX,
+            lease_id: 6,
+            seq: 1,
+            result: &[],
+        },
+    ]
+}
+
 /// Responses carrying lists (built with the encoders), the zero-copy read response,
 /// and an error answer to an unknown opcode, by golden-file name.
 pub fn other_response_frames() -> Vec<(&'static str, Vec<u8>)> {
@@ -911,6 +931,23 @@ pub fn other_response_frames() -> Vec<(&'static str, Vec<u8>)> {
     }
     e.finish().expect("finish");
     frames.push(("priority_pull_response", out));
+
+    let mut out = Vec::new();
+    let mut e = EnumerateResponseEncoder::for_pull(ID, &mut out);
+    for (v, k, val) in enumerated() {
+        e.push(v, k, val).expect("push");
+    }
+    e.finish_with_records(true, ENUMERATE_NEXT_CURSOR, moved_records())
+        .expect("finish");
+    frames.push(("pull_response_with_records", out));
+
+    let mut out = Vec::new();
+    let mut e = PriorityPullResponseEncoder::new(ID, &mut out);
+    for (v, k, val) in enumerated() {
+        e.push_parts(v, k, &[val]).expect("push");
+    }
+    e.finish_with_records(moved_records()).expect("finish");
+    frames.push(("priority_pull_response_with_records", out));
 
     let mut out = Vec::new();
     let mut e = TabletMapEncoder::new(ID, TABLET_MAP_VERSION, &mut out);
