@@ -571,7 +571,8 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, k)| pulled(k.as_bytes(), b"pulled", 10 + i as u64));
-        m.apply_pull(&s, 0, pulled_batch, &[], None).expect("applied");
+        m.apply_pull(&s, 0, pulled_batch, &[], None)
+            .expect("applied");
         assert_eq!(
             m.progress().1,
             n as u64 - 1,
