@@ -219,7 +219,8 @@ impl Transaction {
         let all_prepared = votes.iter().all(|v| matches!(v, Ok(TxVote::Prepared)));
         // Every participant hears the decision, even one whose prepare failed: it
         // may have prepared and lost the answer.
-        let decisions = groups.iter().map(|group| {
+        // The decision RPC to the master owning a group's first object.
+        let decide = |group: &[usize]| {
             let first = ops[group[0]];
             let req = Request::TxDecision {
                 lease_id,
@@ -238,8 +239,8 @@ impl Transaction {
                     )
                     .await
             }
-        });
-        let mut decided = join_all(decisions).await;
+        };
+        let mut decided = join_all(groups.iter().map(|g| decide(g))).await;
         // A participant that crashed meanwhile had its objects recovered by
         // other masters, each of which re-took the locks of its prepared ops
         // (SOSP'15 §6.2, design notes "Transactions"): the decision goes to
@@ -248,27 +249,7 @@ impl Transaction {
         // grouping is read from the cached tablet map.
         if let Ok(now) = self.group_by_master(&ops).await {
             let moved: Vec<&Vec<usize>> = now.iter().filter(|g| !groups.contains(g)).collect();
-            let again = moved.iter().map(|group| {
-                let first = ops[group[0]];
-                let req = Request::TxDecision {
-                    lease_id,
-                    tx_seq,
-                    commit: all_prepared,
-                };
-                async move {
-                    inner
-                        .keyed(
-                            Opcode::TxDecision,
-                            first.table_id,
-                            key_hash(first.key),
-                            REQUEST_OVERHEAD_BYTES + 24,
-                            |out| encode_request(0, &req, out),
-                            |r| matches!(r, Response::TxDecision).then_some(()),
-                        )
-                        .await
-                }
-            });
-            decided.extend(join_all(again).await);
+            decided.extend(join_all(moved.iter().map(|g| decide(g))).await);
         }
         drop(ticket);
         if !all_prepared {

@@ -517,13 +517,13 @@ fn slice(buf: &[u8], offset: usize, len: usize) -> Result<&[u8], EntryError> {
         .ok_or(EntryError::BadLength)
 }
 
-/// The fields of the RpcResult entry at the start of `buf` (a log reference's
-/// bytes), checking its type and checksum.
-pub fn parse_rpc_result(buf: &[u8]) -> Result<super::rpc_result::RpcResultEntry<'_>, EntryError> {
+/// The header of the entry at the start of `buf`, once its type is `expected`
+/// and its checksum matches (both record parsers check the same way).
+fn checked_header(buf: &[u8], expected: EntryType) -> Result<EntryHeader, EntryError> {
     let header = parse_header(buf)?;
-    if header.entry_type != EntryType::RpcResult {
+    if header.entry_type != expected {
         return Err(EntryError::UnexpectedType {
-            expected: EntryType::RpcResult,
+            expected,
             found: header.entry_type,
         });
     }
@@ -540,31 +540,19 @@ pub fn parse_rpc_result(buf: &[u8]) -> Result<super::rpc_result::RpcResultEntry<
     if stored != computed {
         return Err(EntryError::BadChecksum { stored, computed });
     }
+    Ok(header)
+}
+
+/// The fields of the RpcResult entry at the start of `buf` (a log reference's
+/// bytes), checking its type and checksum.
+pub fn parse_rpc_result(buf: &[u8]) -> Result<super::rpc_result::RpcResultEntry<'_>, EntryError> {
+    let header = checked_header(buf, EntryType::RpcResult)?;
     super::rpc_result::rpc_result_fields(buf, &header)
 }
 
 /// The fields of the TxRecord entry at the start of `buf` (a log reference's
 /// bytes), checking its type and checksum.
 pub fn parse_tx_record(buf: &[u8]) -> Result<super::tx_record::TxRecordEntry<'_>, EntryError> {
-    let header = parse_header(buf)?;
-    if header.entry_type != EntryType::TxRecord {
-        return Err(EntryError::UnexpectedType {
-            expected: EntryType::TxRecord,
-            found: header.entry_type,
-        });
-    }
-    let crc_at = header.header_len + header.body_len;
-    let stored = buf
-        .get(crc_at..crc_at + CRC_BYTES)
-        .and_then(|s| <[u8; 4]>::try_from(s).ok())
-        .map(u32::from_le_bytes)
-        .ok_or(EntryError::Truncated {
-            needed: header.total_len,
-            available: buf.len(),
-        })?;
-    let computed = crc32c::crc32c(&buf[..crc_at]);
-    if stored != computed {
-        return Err(EntryError::BadChecksum { stored, computed });
-    }
+    let header = checked_header(buf, EntryType::TxRecord)?;
     super::tx_record::tx_record_fields(buf, &header)
 }
