@@ -142,7 +142,7 @@ fn remove_in_main_bucket_leaves_chain_alone() {
 
 #[test]
 fn insert_refuses_to_extend_chain_past_max_chain_buckets() {
-    let table = HashTable::with_limits(1, crate::overflow::MAX_CHUNKS, 3);
+    let table = HashTable::with_limits(1, crate::overflow::MAX_CHUNKS, 3, 1);
     let mut guard = table.lock(0);
     // 3 buckets hold 7 + 7 + 8 entries.
     for r in 1..=22 {
@@ -163,7 +163,7 @@ fn walk_stops_after_max_chain_buckets_on_a_loop_of_links() {
     use std::sync::atomic::Ordering;
     // A stale reader can meet a loop over time (buckets relinked behind it); at one
     // instant operations never build one, so this test builds it by hand.
-    let table = HashTable::with_limits(1, crate::overflow::MAX_CHUNKS, 5);
+    let table = HashTable::with_limits(1, crate::overflow::MAX_CHUNKS, 5, 1);
     // Main → X → Y, with 7 entries in each and Y's last slot empty.
     for r in 1..=21 {
         put(&table, 0, r);

@@ -10,7 +10,7 @@ use crate::bucket::{
     entry, is_link, link, tag, tag_of, Bucket, BucketArray, EMPTY, LAST, REF_MASK,
 };
 use crate::overflow::{OverflowArena, MAX_CHUNKS};
-use crate::{IndexFull, MAX_CHAIN_BUCKETS, SLOTS_PER_BUCKET};
+use crate::{IndexFull, LOCK_STRIPES, MAX_CHAIN_BUCKETS, SLOTS_PER_BUCKET};
 
 /// A bucket of the table: a main bucket by its index, or an overflow bucket by its arena index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,10 +37,18 @@ pub struct Slot {
 pub struct HashTable {
     /// The main buckets; see `bucket_of` for which one a hash belongs to.
     buckets: BucketArray,
-    /// One writer lock per main bucket, covering its whole overflow chain.
+    /// Writer locks, striped: main bucket `b` (and its whole overflow chain) is
+    /// covered by `locks[b & lock_mask]`.
     ///
-    /// Kept apart from the buckets so that a bucket stays exactly one cache line.
+    /// Kept apart from the buckets so that a bucket stays exactly one cache line,
+    /// and few (at most [`LOCK_STRIPES`]) so that they stay in the cache: with
+    /// one lock per bucket, a 1 GiB store's 1.7 MB of locks missed the cache on
+    /// most writes, so a write paid two misses (lock, then bucket) one after the
+    /// other, and the cleaner's relocation prefetched two random lines per object
+    /// (R§11.3: the work of a write or a relocation is its cache misses).
     locks: Box<[parking_lot::RawMutex]>,
+    /// `locks.len() - 1`; `locks.len()` is a power of two.
+    lock_mask: usize,
     /// Number of main buckets, as the multiplier of `bucket_of`.
     bucket_count_u64: u64,
     overflow: OverflowArena,
@@ -55,7 +63,14 @@ impl HashTable {
     /// A table with `bucket_count` main buckets (at least 1). Any count works: the
     /// table is sized to the memory it may use, not rounded to a power of two.
     pub fn new(bucket_count: usize) -> Self {
-        Self::with_limits(bucket_count, MAX_CHUNKS, MAX_CHAIN_BUCKETS)
+        Self::with_lock_stripes(bucket_count, LOCK_STRIPES)
+    }
+
+    /// `new`, with at most `lock_stripes` writer locks (rounded up to a power of
+    /// two, and never more than the buckets need). One stripe per bucket is
+    /// the old layout; `index/examples/lock_stripes.rs` compares the two.
+    pub fn with_lock_stripes(bucket_count: usize, lock_stripes: usize) -> Self {
+        Self::with_limits(bucket_count, MAX_CHUNKS, MAX_CHAIN_BUCKETS, lock_stripes)
     }
 
     /// A table sized for `expected_entries`: one bucket per four entries, so
@@ -70,6 +85,7 @@ impl HashTable {
         bucket_count: usize,
         max_chunks: usize,
         max_chain_buckets: usize,
+        lock_stripes: usize,
     ) -> Self {
         assert!(
             max_chain_buckets >= 1,
@@ -80,12 +96,14 @@ impl HashTable {
             Some(buckets) => buckets,
             None => panic!("cannot allocate a hash table of {bucket_count} buckets"),
         };
-        let locks = (0..bucket_count)
+        let stripes = lock_stripes.clamp(1, bucket_count).next_power_of_two();
+        let locks = (0..stripes)
             .map(|_| parking_lot::RawMutex::INIT)
             .collect::<Box<[_]>>();
         HashTable {
             buckets,
             locks,
+            lock_mask: stripes - 1,
             bucket_count_u64: bucket_count as u64,
             overflow: OverflowArena::new(bucket_count, max_chunks),
             max_chain_buckets,
@@ -112,10 +130,10 @@ impl HashTable {
         self.buckets.prefault()
     }
 
-    /// An upper bound of the bytes the table keeps resident: the main buckets and
-    /// their locks (64 B + 1 B each), and 64 B plus 8 B of free list for every
-    /// overflow bucket up to the arena's high-water mark — the only overflow memory
-    /// ever touched. This grows with the most overflow buckets ever in use at once,
+    /// An upper bound of the bytes the table keeps resident: the main buckets (64 B
+    /// each) and their locks (at most [`LOCK_STRIPES`] bytes), and 64 B plus 8 B of
+    /// free list for every overflow bucket up to the arena's high-water mark — the
+    /// only overflow memory ever touched. This grows with the most overflow buckets ever in use at once,
     /// not with the number of operations (emptied tails are reused).
     pub fn resident_bound_bytes(&self) -> usize {
         let per_overflow_bucket = std::mem::size_of::<Bucket>() + std::mem::size_of::<u64>();
@@ -269,17 +287,28 @@ impl HashTable {
     pub fn prefetch(&self, hash: u64) {
         let main = self.bucket_of(hash);
         prefetch_line(&self.buckets[main] as *const Bucket as *const i8);
-        prefetch_line(&self.locks[main] as *const parking_lot::RawMutex as *const i8);
+        prefetch_line(self.lock_of(main) as *const parking_lot::RawMutex as *const i8);
+    }
+
+    /// The writer lock covering main bucket `main`.
+    #[inline]
+    fn lock_of(&self, main: usize) -> &parking_lot::RawMutex {
+        &self.locks[main & self.lock_mask]
+    }
+
+    /// How many writer locks the buckets share.
+    pub fn lock_stripes(&self) -> usize {
+        self.locks.len()
     }
 
     /// Locks main bucket of `hash` (and with it its whole chain) for writing.
     ///
     /// The guard's `find`, `find_ref` and `insert` use the tag of `hash`.
-    /// Holding two guards for the same main bucket in one thread deadlocks;
-    /// callers that hold several guards must lock buckets in a consistent order.
+    /// Buckets share locks (`lock_stripes`), so holding two guards in one thread
+    /// may deadlock even for different buckets: every caller holds at most one.
     pub fn lock(&self, hash: u64) -> BucketGuard<'_> {
         let main = self.bucket_of(hash);
-        self.locks[main].lock();
+        self.lock_of(main).lock();
         BucketGuard {
             table: self,
             main,
@@ -637,10 +666,10 @@ impl BucketGuard<'_> {
 
 impl Drop for BucketGuard<'_> {
     fn drop(&mut self) {
-        // SAFETY: this guard locked `locks[main]` in `HashTable::lock` and
+        // SAFETY: this guard locked `lock_of(main)` in `HashTable::lock` and
         // unlocks it exactly once, here; the guard's marker makes it `Send` only
         // if parking_lot allows unlocking from another thread.
-        unsafe { self.table.locks[self.main].unlock() };
+        unsafe { self.table.lock_of(self.main).unlock() };
     }
 }
 

@@ -249,7 +249,7 @@ fn insert_moves_last_entry_into_new_overflow_bucket() {
 #[test]
 fn insert_returns_index_full_when_arena_exhausted() {
     // One chunk of 64 overflow buckets: 1 main + 64 overflow buckets hold 64*7 + 8 entries.
-    let table = HashTable::with_limits(1, 1, crate::MAX_CHAIN_BUCKETS);
+    let table = HashTable::with_limits(1, 1, crate::MAX_CHAIN_BUCKETS, 1);
     let capacity = 64 * 7 + 8;
     let mut guard = table.lock(0);
     for r in 1..=capacity {
@@ -277,7 +277,7 @@ fn insert_returns_index_full_when_arena_exhausted() {
 fn resident_bytes_counts_touched_main_and_overflow_pages_and_locks() {
     // 64 Ki buckets: a 4 MiB main array, overflow chunk 0 of 8 Ki buckets (512 KiB).
     let table = HashTable::new(1 << 16);
-    let locks = (1 << 16) * std::mem::size_of::<parking_lot::RawMutex>();
+    let locks = crate::LOCK_STRIPES * std::mem::size_of::<parking_lot::RawMutex>();
     let empty = table.resident_bytes();
     if !cfg!(target_os = "linux") {
         assert_eq!(empty, None, "unknown where mincore cannot be asked");
@@ -325,7 +325,7 @@ fn overflow_chunk_is_resident_only_where_buckets_were_handed_out() {
     let Some(measured) = table.resident_bytes() else {
         return; // Not Linux: nothing to measure (the test above checks `None`).
     };
-    let main = measured - (1 << 16) * std::mem::size_of::<parking_lot::RawMutex>();
+    let main = measured - table.lock_stripes() * std::mem::size_of::<parking_lot::RawMutex>();
     // The main array's one touched page (or huge page), plus at most one page and
     // one free-list entry of overflow: not the chunk's 512 KiB.
     assert!(main <= (2 << 20) + 4096 + 8, "{measured}");
@@ -333,6 +333,48 @@ fn overflow_chunk_is_resident_only_where_buckets_were_handed_out() {
         measured <= table.resident_bound_bytes() + 4096,
         "{measured}"
     );
+}
+
+/// Buckets share at most `LOCK_STRIPES` locks, as a power of two, and a small
+/// table has no more locks than buckets.
+#[test]
+fn lock_stripes_are_bounded_and_a_power_of_two() {
+    assert_eq!(HashTable::new(1 << 20).lock_stripes(), crate::LOCK_STRIPES);
+    assert_eq!(HashTable::new(100).lock_stripes(), 128);
+    assert_eq!(HashTable::new(1).lock_stripes(), 1);
+    assert_eq!(
+        HashTable::with_lock_stripes(1 << 12, 1 << 20).lock_stripes(),
+        1 << 12
+    );
+    assert_eq!(HashTable::with_lock_stripes(1000, 0).lock_stripes(), 1);
+}
+
+/// Two buckets sharing a stripe: a guard on one holds writers of the other
+/// off until it drops, and neither loses an entry.
+#[test]
+fn lock_shared_stripe_serialises_writers_of_different_buckets() {
+    let table = HashTable::with_lock_stripes(64, 1);
+    let (a, b) = (0u64, u64::MAX);
+    assert_ne!(table.bucket_of(a), table.bucket_of(b));
+    let entered = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let mut guard = table.lock(a);
+        let waiter = s.spawn(|| {
+            let mut other = table.lock(b);
+            entered.store(true, std::sync::atomic::Ordering::SeqCst);
+            other.insert(2).expect("room");
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !entered.load(std::sync::atomic::Ordering::SeqCst),
+            "a writer of a bucket sharing the stripe entered while the guard was held"
+        );
+        guard.insert(1).expect("room");
+        drop(guard);
+        waiter.join().expect("waiter");
+    });
+    assert_eq!(table.lookup(a, |r| r == 1), Some(1));
+    assert_eq!(table.lookup(b, |r| r == 2), Some(2));
 }
 
 #[test]
