@@ -110,7 +110,7 @@ fn time_round(table: &HashTable, threads: usize, ops: u64, seed: u64) -> (f64, f
             .map(|t| {
                 s.spawn(move || {
                     let cpu_start = thread_cpu_ns();
-                    let mut rng = SplitMix(seed ^ (t as u64 + 1) * 0x1234_5678);
+                    let mut rng = SplitMix(seed ^ ((t as u64 + 1) * 0x1234_5678));
                     let mut found = 0u64;
                     for _ in 0..ops {
                         let hash = rng.next();
