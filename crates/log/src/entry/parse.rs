@@ -355,11 +355,8 @@ pub fn parse_scanned(prefix: &[u8]) -> Result<(EntryHeader, ScannedLayout), Entr
             Ok(l) => ScannedLayout::Tombstone(l),
             Err(_) => ScannedLayout::Unparsable,
         },
-        EntryType::RpcResult => match super::rpc_result::rpc_result_fields(prefix, &header) {
-            Ok(r) => ScannedLayout::RpcResult {
-                lease_id: r.lease_id,
-                seq: r.seq,
-            },
+        EntryType::RpcResult => match super::rpc_result::rpc_result_scan(prefix, &header) {
+            Ok((lease_id, seq)) => ScannedLayout::RpcResult { lease_id, seq },
             Err(_) => ScannedLayout::Unparsable,
         },
         EntryType::TxRecord => match super::tx_record::tx_record_scan(prefix, &header) {
