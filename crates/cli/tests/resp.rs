@@ -371,6 +371,32 @@ fn redis_cli_requirepass_gates_commands() {
     );
     let hello = d.cli(&["HELLO", "3", "AUTH", "default", "s3cret"]);
     assert!(hello.contains("\"proto\""), "{hello}");
+
+    // A stranger may not make the server wait for, and hold, a large command
+    // (Redis's limits: 10 arguments, 16 KiB each, before AUTH): an error and a
+    // closed connection as soon as the length is read.
+    for (bad, text) in [
+        (
+            &b"*100\r\n"[..],
+            "-ERR Protocol error: unauthenticated multibulk length\r\n",
+        ),
+        (
+            &b"*2\r\n$4\r\nAUTH\r\n$1000000\r\n"[..],
+            "-ERR Protocol error: unauthenticated bulk length\r\n",
+        ),
+    ] {
+        // Read until the server closes (a read timeout fails the test).
+        let (got, closed) = exchange(d.resp_port, bad, |_| false);
+        assert_eq!(String::from_utf8_lossy(&got), text);
+        assert!(closed, "the connection stays open after {text}");
+    }
+    // Once authenticated, the same connection may send large commands.
+    let mut big =
+        b"*2\r\n$4\r\nAUTH\r\n$6\r\ns3cret\r\n*3\r\n$3\r\nSET\r\n$1\r\nb\r\n$100000\r\n".to_vec();
+    big.extend(std::iter::repeat_n(b'x', 100_000));
+    big.extend_from_slice(b"\r\n*2\r\n$6\r\nSTRLEN\r\n$1\r\nb\r\n");
+    let (got, _) = exchange(d.resp_port, &big, |g| g.ends_with(b":100000\r\n"));
+    assert_eq!(String::from_utf8_lossy(&got), "+OK\r\n+OK\r\n:100000\r\n");
 }
 
 /// Sends `bytes` in one write and reads until `done` says the replies are all

@@ -26,6 +26,14 @@ pub const MAX_INLINE_BYTES: usize = 64 * 1024;
 pub const MAX_HEADER_LINE_BYTES: usize = 32;
 
 const _: () = assert!(MAX_KEY_BYTES <= MAX_BULK_BYTES);
+/// Most arguments of a command from a client that has not authenticated yet, where
+/// a password is required (Redis's limit): AUTH and HELLO need no more, and a
+/// stranger may not make the server wait for, and buffer, a large command.
+pub const UNAUTHENTICATED_MAX_ARGS: usize = 10;
+/// Most bytes of one argument from a client that has not authenticated yet
+/// (Redis's limit): with [`UNAUTHENTICATED_MAX_ARGS`], an unauthenticated
+/// connection makes the server hold at most about 160 KiB.
+pub const UNAUTHENTICATED_MAX_BULK_BYTES: usize = 16 * 1024;
 
 /// Why the bytes a client sent are not RESP. The connection is answered
 /// `-ERR Protocol error: <this>` and closed, as Redis does: after a framing error
@@ -49,6 +57,12 @@ pub enum ProtocolError {
     UnbalancedQuotes,
     #[error("command exceeds {MAX_COMMAND_BYTES} bytes")]
     CommandTooLarge,
+    /// More than [`UNAUTHENTICATED_MAX_ARGS`] arguments before AUTH (Redis's text).
+    #[error("unauthenticated multibulk length")]
+    UnauthenticatedArrayLength,
+    /// An argument over [`UNAUTHENTICATED_MAX_BULK_BYTES`] before AUTH (Redis's text).
+    #[error("unauthenticated bulk length")]
+    UnauthenticatedBulkLength,
 }
 
 /// Where an inline command's arguments are: inline arguments may be unquoted in
@@ -79,10 +93,11 @@ impl Parsed {
     }
 }
 
-/// Parses the first command in `buf`: `Ok(None)` if it is not complete yet.
+/// Parses the first command in `buf` from an authenticated client: `Ok(None)` if it
+/// is not complete yet.
 pub fn parse_command(buf: &[u8]) -> Result<Option<Parsed>, ProtocolError> {
     let mut ranges = Vec::new();
-    Ok(parse_command_into(buf, &mut ranges)?.map(|p| Parsed {
+    Ok(parse_command_into(buf, &mut ranges, true)?.map(|p| Parsed {
         args: match p.inline {
             Some(owned) => Args::Owned(owned),
             None => Args::Ranges(ranges),
@@ -103,18 +118,24 @@ pub struct ParsedInto {
 
 /// [`parse_command`] that leaves a multibulk command's argument ranges in
 /// `ranges` (cleared first), so a connection reuses one vector for every command
-/// instead of allocating one per command.
+/// instead of allocating one per command. A client that must still authenticate
+/// (`authenticated` false) is held to Redis's limits for strangers
+/// ([`UNAUTHENTICATED_MAX_ARGS`], [`UNAUTHENTICATED_MAX_BULK_BYTES`]), checked as
+/// soon as the lengths are read, before any of the bytes are waited for.
 pub fn parse_command_into(
     buf: &[u8],
     ranges: &mut Vec<Range<usize>>,
+    authenticated: bool,
 ) -> Result<Option<ParsedInto>, ProtocolError> {
     ranges.clear();
     match buf.first() {
         None => Ok(None),
-        Some(b'*') => Ok(parse_multibulk(buf, ranges)?.map(|consumed| ParsedInto {
-            consumed,
-            inline: None,
-        })),
+        Some(b'*') => Ok(
+            parse_multibulk(buf, ranges, authenticated)?.map(|consumed| ParsedInto {
+                consumed,
+                inline: None,
+            }),
+        ),
         Some(_) => parse_inline(buf),
     }
 }
@@ -140,6 +161,7 @@ pub use ramstore_wire::counter::parse_i64;
 fn parse_multibulk(
     buf: &[u8],
     args: &mut Vec<Range<usize>>,
+    authenticated: bool,
 ) -> Result<Option<usize>, ProtocolError> {
     let Some(end) = header_line(buf, 0)? else {
         return Ok(None);
@@ -153,6 +175,9 @@ fn parse_multibulk(
     let count = usize::try_from(count).map_err(|_| ProtocolError::BadArrayLength)?;
     if count > MAX_ARGS {
         return Err(ProtocolError::BadArrayLength);
+    }
+    if !authenticated && count > UNAUTHENTICATED_MAX_ARGS {
+        return Err(ProtocolError::UnauthenticatedArrayLength);
     }
     args.reserve(count.min(64));
     for _ in 0..count {
@@ -169,6 +194,9 @@ fn parse_multibulk(
         let len = usize::try_from(len).map_err(|_| ProtocolError::BadBulkLength)?;
         if len > MAX_BULK_BYTES {
             return Err(ProtocolError::BadBulkLength);
+        }
+        if !authenticated && len > UNAUTHENTICATED_MAX_BULK_BYTES {
+            return Err(ProtocolError::UnauthenticatedBulkLength);
         }
         let data = end + 2;
         // Checked before waiting for the bytes: a client cannot make the buffer
@@ -502,6 +530,50 @@ mod tests {
         }
         buf.extend_from_slice(format!("${MAX_BULK_BYTES}\r\n").as_bytes());
         assert_eq!(parse_command(&buf), Err(ProtocolError::CommandTooLarge));
+    }
+
+    /// Redis's limits for a client that has not authenticated where a password is
+    /// required: 10 arguments, 16 KiB each, refused as soon as the length is read.
+    #[test]
+    fn parse_command_into_unauthenticated_limits() {
+        let mut ranges = Vec::new();
+        let eleven = b"*11\r\n";
+        assert_eq!(
+            parse_command_into(eleven, &mut ranges, false),
+            Err(ProtocolError::UnauthenticatedArrayLength)
+        );
+        assert_eq!(parse_command_into(eleven, &mut ranges, true), Ok(None));
+        let big = format!(
+            "*2\r\n$4\r\nauth\r\n${}\r\n",
+            UNAUTHENTICATED_MAX_BULK_BYTES + 1
+        );
+        assert_eq!(
+            parse_command_into(big.as_bytes(), &mut ranges, false),
+            Err(ProtocolError::UnauthenticatedBulkLength)
+        );
+        assert_eq!(
+            parse_command_into(big.as_bytes(), &mut ranges, true),
+            Ok(None)
+        );
+        // At the limits, a stranger's command parses.
+        let mut at_limit = format!("*{UNAUTHENTICATED_MAX_ARGS}\r\n");
+        let arg = "x".repeat(UNAUTHENTICATED_MAX_BULK_BYTES);
+        for _ in 0..UNAUTHENTICATED_MAX_ARGS {
+            at_limit.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        let parsed = parse_command_into(at_limit.as_bytes(), &mut ranges, false)
+            .expect("within the limits")
+            .expect("complete");
+        assert_eq!(parsed.consumed, at_limit.len());
+        assert_eq!(ranges.len(), UNAUTHENTICATED_MAX_ARGS);
+        assert_eq!(
+            ProtocolError::UnauthenticatedArrayLength.to_string(),
+            "unauthenticated multibulk length"
+        );
+        assert_eq!(
+            ProtocolError::UnauthenticatedBulkLength.to_string(),
+            "unauthenticated bulk length"
+        );
     }
 
     #[test]

@@ -91,7 +91,7 @@ fn prefetch_keys(
 ) -> usize {
     let mut pos = 0;
     for _ in 0..PREFETCH_AHEAD {
-        let Ok(Some(parsed)) = parse_command_into(&window[pos..], ranges) else {
+        let Ok(Some(parsed)) = parse_command_into(&window[pos..], ranges, true) else {
             break;
         };
         if parsed.inline.is_none() && ranges.len() >= 2 {
@@ -218,7 +218,8 @@ async fn serve_connection(
             }
         }
         loop {
-            let parsed = match parse_command_into(&buf[start..], &mut ranges) {
+            let parsed = match parse_command_into(&buf[start..], &mut ranges, conn.authenticated())
+            {
                 Ok(Some(p)) => p,
                 Ok(None) => break,
                 Err(e) => {

@@ -336,6 +336,12 @@ pub struct Connection {
 type RmwResult<T> = Result<Result<T, String>, StoreError>;
 
 impl Connection {
+    /// Whether the client may run any command: it authenticated, or no password
+    /// is required. Until then the parser holds it to Redis's limits for strangers.
+    pub fn authenticated(&self) -> bool {
+        self.authenticated
+    }
+
     pub fn new(shared: Arc<Shared>) -> Self {
         let authenticated = shared.config.require_pass.is_none();
         let id = shared.new_client_id();
