@@ -118,7 +118,11 @@ fn redis_cli_every_command() {
     assert_eq!(d.cli(&["PING"]), "PONG");
     assert_eq!(d.cli(&["PING", "hi"]), "\"hi\"");
     assert_eq!(d.cli(&["ECHO", "hello world"]), "\"hello world\"");
-    assert_eq!(d.cli(&["AUTH", "anything"]), "OK");
+    assert_eq!(
+        d.cli(&["AUTH", "anything"]),
+        "(error) ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+    );
+    assert_eq!(d.cli(&["AUTH", "default", "anything"]), "OK");
     assert_eq!(d.cli(&["QUIT"]), "OK");
     // SET and its options.
     assert_eq!(d.cli(&["SET", "k", "v1"]), "OK");

@@ -3,8 +3,9 @@
 //! database, name) and touch no data.
 //!
 //! Where ramstore differs from Redis: there are no ACL users, only `default`,
-//! whose password is `--requirepass`; without one AUTH is accepted (Redis refuses
-//! AUTH when no password is set, but clients that always send one then work).
+//! whose password is `--requirepass`. Without one, `AUTH password` is refused with
+//! Redis's error, and `AUTH default anything` (or HELLO's AUTH option) is accepted,
+//! as Redis's password-less default user accepts any password.
 //! HELLO takes the last AUTH option given, as Redis does. CLIENT knows ID,
 //! GETNAME, SETNAME and SETINFO (the last accepted and forgotten). SELECT picks
 //! table `db{n}` for n below [`super::MAX_DATABASES`].
@@ -96,11 +97,11 @@ pub(super) fn parse_hello<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, Parse
 
 pub(super) fn parse_auth<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
     match rest {
-        [pass] => Ok(Command::Auth {
-            user: b"default",
+        [pass] => Ok(Command::Auth { user: None, pass }),
+        [user, pass] => Ok(Command::Auth {
+            user: Some(user),
             pass,
         }),
-        [user, pass] => Ok(Command::Auth { user, pass }),
         _ => Err(ParseError::Syntax),
     }
 }
@@ -152,6 +153,9 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
+/// Redis's answer to `AUTH password` when no password is configured.
+const AUTH_WITHOUT_PASSWORD: &str = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?";
+
 impl Connection {
     pub(super) fn ping(&self, message: Option<&[u8]>, sink: &mut Sink) {
         match message {
@@ -178,8 +182,12 @@ impl Connection {
         }
     }
 
-    pub(super) fn auth(&mut self, user: &[u8], pass: &[u8], sink: &mut Sink) {
-        if self.check_password(user, pass) {
+    /// AUTH; `user` is `None` for the one-argument form.
+    pub(super) fn auth(&mut self, user: Option<&[u8]>, pass: &[u8], sink: &mut Sink) {
+        if user.is_none() && self.shared.config.require_pass.is_none() {
+            return self.error(sink, AUTH_WITHOUT_PASSWORD);
+        }
+        if self.check_password(user.unwrap_or(b"default"), pass) {
             self.authenticated = true;
             sink.reply(self.version, |e| e.ok());
         } else {
@@ -293,7 +301,7 @@ mod tests {
         assert_eq!(
             parse(&frame),
             Ok(Command::Auth {
-                user: b"default",
+                user: None,
                 pass: b"secret"
             })
         );

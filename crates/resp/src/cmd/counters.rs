@@ -40,12 +40,13 @@ pub(super) fn parse_incrby<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, Pars
 
 pub(super) fn parse_decrby<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
     match rest {
-        // i64::MIN has no negation: Redis answers it "not an integer" too.
+        // i64::MIN has no negation: Redis 7 answers "decrement would overflow".
         [key, by] => Ok(Command::DecrBy {
             key,
             by: parse_i64(by)
-                .and_then(i64::checked_neg)
-                .ok_or(ParseError::NotInteger)?,
+                .ok_or(ParseError::NotInteger)?
+                .checked_neg()
+                .ok_or(ParseError::DecrementOverflow)?,
         }),
         _ => Err(ParseError::WrongArity("decrby")),
     }
@@ -163,7 +164,7 @@ mod tests {
         assert_eq!(parsed(&["incrby", "k", "9223372036854775808"]), not_integer);
         assert_eq!(
             parsed(&["decrby", "k", "-9223372036854775808"]),
-            not_integer
+            Err("ERR decrement would overflow".to_string())
         );
         let not_float = Err("ERR value is not a valid float".to_string());
         assert_eq!(parsed(&["incrbyfloat", "k", "x"]), not_float);

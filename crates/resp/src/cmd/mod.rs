@@ -86,8 +86,9 @@ pub enum Command<'a> {
         message: &'a [u8],
     },
     Hello(Hello<'a>),
+    /// `user` is `None` for the one-argument form (the default user).
     Auth {
-        user: &'a [u8],
+        user: Option<&'a [u8]>,
         pass: &'a [u8],
     },
     Select {
@@ -246,6 +247,9 @@ pub enum ParseError {
     WrongArity(&'static str),
     #[error("{}", NOT_INTEGER)]
     NotInteger,
+    /// DECRBY of i64::MIN, whose negation overflows (Redis 7's text).
+    #[error("ERR decrement would overflow")]
+    DecrementOverflow,
     #[error("{}", NOT_FLOAT)]
     NotFloat,
     #[error("ERR syntax error")]
