@@ -20,18 +20,8 @@ use std::time::Instant;
 
 use ramstore_index::{HashTable, LOCK_STRIPES};
 
-/// SplitMix64: a cheap, well-mixed stream of 64-bit values.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
+mod common;
+use common::SplitMix;
 
 struct Args {
     buckets: usize,
