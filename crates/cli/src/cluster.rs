@@ -476,6 +476,7 @@ pub async fn coordinator(a: CoordinatorArgs) -> Result<()> {
         // The process is where real time and randomness enter.
         clock: ramstore_clock::system_clock(),
         rng: ramstore_clock::system_rng(),
+        client_lease_term_ms: a.client_lease_term_ms,
     };
     let started = tokio::select! {
         started = ramstore_coordinator::start_with_options(&a.listen, &a.store, options) => started,
@@ -483,7 +484,6 @@ pub async fn coordinator(a: CoordinatorArgs) -> Result<()> {
     };
     let c = started.with_context(|| format!("starting the coordinator on {}", a.listen))?;
     c.service.recoveries().set_limits(a.recovery);
-    c.service.set_client_lease_term_ms(a.client_lease_term_ms);
     println!(
         "ramstore coordinator listening on {} (store {})",
         c.addr, a.store

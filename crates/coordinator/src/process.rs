@@ -82,6 +82,10 @@ pub struct CoordinatorOptions {
     pub clock: Arc<dyn Clock>,
     /// Where the coordinator's random choices come from (default: the system's).
     pub rng: Arc<dyn Rng>,
+    /// The term of the client leases it grants (`--client-lease-term-ms`), set
+    /// before it accepts its first connection: set afterwards, a client that
+    /// connected in between was granted the default term instead.
+    pub client_lease_term_ms: u64,
 }
 
 impl Default for CoordinatorOptions {
@@ -93,6 +97,7 @@ impl Default for CoordinatorOptions {
             on_campaign: None,
             clock: system_clock(),
             rng: system_rng(),
+            client_lease_term_ms: crate::client_leases::CLIENT_LEASE_TERM_MS,
         }
     }
 }
@@ -102,6 +107,7 @@ impl std::fmt::Debug for CoordinatorOptions {
         f.debug_struct("CoordinatorOptions")
             .field("detector", &self.detector)
             .field("lease_ttl_ms", &self.lease_ttl_ms)
+            .field("client_lease_term_ms", &self.client_lease_term_ms)
             .finish_non_exhaustive()
     }
 }
@@ -263,6 +269,7 @@ async fn serve_state(
     let clock = options.clock.clone();
     let transport = Arc::new(TcpTransport::with_clock(clock.clone()));
     let service = CoordinatorService::new(core, transport, clock.clone(), options.rng.clone());
+    service.set_client_lease_term_ms(options.client_lease_term_ms);
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|source| StartError::Listen {
