@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ramstore_master::{key_hash, CleanerMode, ObjectStore, StoreConfig};
-use ramstore_rpc::{Handled, LocalTransport, Service, SlowFuture};
+use ramstore_rpc::server::SlowFuture;
+use ramstore_rpc::{Handled, LocalTransport, Service};
 use ramstore_server::tx_recovery::{recover_once, Round, State};
 use ramstore_server::StorageService;
 use ramstore_wire::{
