@@ -251,6 +251,15 @@ pub(crate) enum Command {
         #[arg(long, value_name = "MS",
               default_value_t = ramstore_server::client_lease_expiry::DEFAULT_CLIENT_LEASE_CHECK_MS)]
         client_lease_check_ms: u64,
+        /// How long a transaction may stay prepared on this master, undecided
+        /// (its client crashed mid-commit, say), before this master asks every
+        /// participant for its vote and decides it, in ms. The master holding
+        /// the transaction's first object acts after this; the others after 4
+        /// times this. 0: never (a crashed client's locks are then held until
+        /// someone decides them).
+        #[arg(long, value_name = "MS",
+              default_value_t = ramstore_server::tx_recovery::DEFAULT_TX_RECOVERY_TIMEOUT_MS)]
+        tx_recovery_timeout_ms: u64,
         #[command(flatten)]
         timeouts: TimeoutArgs,
     },

@@ -157,10 +157,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             no_space_wait_ms,
             replica_check_interval_ms,
             client_lease_check_ms,
+            tx_recovery_timeout_ms,
             timeouts,
         } => runtime()?.block_on(cluster::server(ServerOptions {
             replica_check_interval_ms,
             client_lease_check_ms,
+            tx_recovery_timeout_ms,
             resp_poll_us,
             no_space_wait_ms,
             max_connections: max_connections as usize,

@@ -33,6 +33,10 @@ use crate::reach::Exit;
 /// most `MAX_TX_BYTES` of keys and values anyway).
 pub const MAX_SCRIPT_BYTES: usize = 16 << 20;
 
+/// Test-only environment variable: `1` makes the commit stop after its
+/// prepares, deciding nothing (a client crashed mid-commit).
+pub const EXIT_AFTER_PREPARE: &str = "RAMSTORE_TEST_EXIT_AFTER_PREPARE";
+
 /// One line of the script.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
@@ -177,6 +181,12 @@ fn run_ops(
     tables: &HashMap<String, u64>,
 ) -> Result<Vec<Answer>, ClientError> {
     let mut answers = Vec::new();
+    // Test only (undocumented for users): a client that crashes between its
+    // prepares and its decision, for the transaction recovery manager's tests
+    // (`cli/tests/transactions_client_crash.rs`).
+    if std::env::var_os(EXIT_AFTER_PREPARE).is_some_and(|v| v == "1") {
+        tx.abandon_after_prepare();
+    }
     for op in ops {
         // Every table was looked up before the transaction began.
         let id = tables

@@ -76,6 +76,10 @@ fn prepared_participant_crash_keeps_lock_and_commit_applies_everywhere() {
                 "24",
                 "--memory",
                 "96MiB",
+                // This test sends the decision itself, after checking the
+                // recovered lock: no recovery manager may decide first.
+                "--tx-recovery-timeout-ms",
+                "0",
             ],
         );
     }

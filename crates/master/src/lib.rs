@@ -47,4 +47,4 @@ pub use object_store::{
 pub use ramstore_wire::{key_hash, Refusal, RejectRules};
 pub use rifl::{MovedRecord, RpcOutcome, UnackedRpcResults};
 pub use tablets::{Tablet, TabletMap};
-pub use tx::{Transactions, TxId};
+pub use tx::{decision_of, Transactions, TxId, Undecided};

@@ -77,6 +77,7 @@ pub mod resident;
 pub mod server_options;
 pub mod storage_server;
 pub mod storage_service;
+pub mod tx_recovery;
 
 pub use backup_service::{BackupService, FRAMES_FILE, MAX_FAST_BACKUP_WRITE_BYTES};
 pub use blocking::Blocking;

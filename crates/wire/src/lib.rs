@@ -181,6 +181,7 @@ mod rules;
 pub mod server_id;
 mod status;
 mod tx;
+mod tx_vote;
 
 pub use encoder::{
     BackupReplicasEncoder, BackupStartPartitioningEncoder, EnumerateResponseEncoder,
@@ -219,6 +220,7 @@ pub use tx::{
     encode_tx_prepare, TxOp, TxOpKind, TxParticipant, TxPrepare, TxVote, MAX_TX_BYTES,
     MAX_TX_OBJECTS, TX_DECIDE_NOW,
 };
+pub use tx_vote::{encode_tx_request_vote, TxRequestVote};
 
 /// The 64-bit hash of a key: it places the key in a tablet (a range of key hashes,
 /// docs/design.md §4) and, on its master, in a hash-table bucket. xxh3-64. Clients

@@ -17,6 +17,7 @@ use crate::rpc_id::{optional_rpc_id, put_optional_rpc_id, RpcId};
 use crate::rules::RejectRules;
 use crate::status::Status;
 use crate::tx::{read_prepare, write_prepare, TxPrepare};
+use crate::tx_vote::{read_request_vote, write_request_vote, TxRequestVote};
 
 /// A request, borrowed from the frame it was decoded from (or from the caller's data
 /// when encoding). Multi-op and server lists can only come from a decoded frame; build
@@ -281,6 +282,9 @@ pub enum Request<'a> {
     CancelMigration {
         migration_id: u64,
     },
+    /// A transaction recovery manager asks for this master's vote
+    /// (`tx_vote.rs`).
+    TxRequestVote(TxRequestVote<'a>),
 }
 
 impl Request<'_> {
@@ -329,6 +333,7 @@ impl Request<'_> {
             Request::Pull { .. } => Opcode::Pull,
             Request::PriorityPull(_) => Opcode::PriorityPull,
             Request::CancelMigration { .. } => Opcode::CancelMigration,
+            Request::TxRequestVote(_) => Opcode::TxRequestVote,
         }
     }
 }
@@ -481,6 +486,7 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
         Opcode::ClientLease => Request::ClientLease { lease_id: r.u64()? },
         Opcode::CheckClientLease => Request::CheckClientLease { lease_id: r.u64()? },
         Opcode::TxPrepare => Request::TxPrepare(read_prepare(r)?),
+        Opcode::TxRequestVote => Request::TxRequestVote(read_request_vote(r)?),
         Opcode::TxDecision => Request::TxDecision {
             lease_id: r.u64()?,
             tx_seq: r.u64()?,
@@ -739,6 +745,7 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             put_u64(out, *lease_id)
         }
         Request::TxPrepare(p) => write_prepare(p, out),
+        Request::TxRequestVote(v) => write_request_vote(v, out),
         Request::TxDecision {
             lease_id,
             tx_seq,

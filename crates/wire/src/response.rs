@@ -137,6 +137,10 @@ pub enum Response<'a> {
         vote: TxVote,
     },
     TxDecision,
+    /// A participant's vote for a recovery manager (`tx_vote.rs`).
+    TxRequestVote {
+        vote: TxVote,
+    },
     /// Ownership has moved; the migration goes on under this id.
     MigrateTablet {
         migration_id: u64,
@@ -260,6 +264,7 @@ impl Response<'_> {
             Response::CheckClientLease { .. } => Opcode::CheckClientLease,
             Response::TxPrepare { .. } => Opcode::TxPrepare,
             Response::TxDecision => Opcode::TxDecision,
+            Response::TxRequestVote { .. } => Opcode::TxRequestVote,
             Response::MigrateTablet { .. } => Opcode::MigrateTablet,
             Response::ListMigrations { .. } => Opcode::ListMigrations,
             Response::MigrationDone => Opcode::MigrationDone,
@@ -386,6 +391,9 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
             vote: TxVote::from_code(r.u8()?)?,
         },
         Opcode::TxDecision => Response::TxDecision,
+        Opcode::TxRequestVote => Response::TxRequestVote {
+            vote: TxVote::from_code(r.u8()?)?,
+        },
         Opcode::MigrateTablet => Response::MigrateTablet {
             migration_id: r.u64()?,
         },
@@ -567,7 +575,7 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
             put_u32(out, *lease_ms);
         }
         Response::CheckClientLease { live } => put_bool(out, *live),
-        Response::TxPrepare { vote } => put_u8(out, *vote as u8),
+        Response::TxPrepare { vote } | Response::TxRequestVote { vote } => put_u8(out, *vote as u8),
         Response::MigrateTablet { migration_id } => put_u64(out, *migration_id),
         Response::ListMigrations { text } => put_long_string(out, text)?,
         Response::PrepareMigration { safe_version } => put_u64(out, *safe_version),

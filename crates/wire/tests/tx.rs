@@ -1,8 +1,8 @@
-//! The TxPrepare frame (`wire/src/tx.rs`): round trips, and its limits.
+//! The TxPrepare and TxRequestVote frames (`wire/src/tx.rs`, `tx_vote.rs`): round trips, and their limits.
 
 use ramstore_wire::{
-    decode_request, encode_request, encode_tx_prepare, Request, TxOp, TxOpKind, TxParticipant,
-    MAX_TX_OBJECTS, TX_DECIDE_NOW,
+    decode_request, encode_request, encode_tx_prepare, encode_tx_request_vote, Request, TxOp,
+    TxOpKind, TxParticipant, MAX_TX_OBJECTS, TX_DECIDE_NOW,
 };
 
 #[test]
@@ -68,5 +68,62 @@ fn encode_tx_prepare_refuses_too_many_objects() {
     let ops = vec![op; MAX_TX_OBJECTS + 1];
     let mut frame = Vec::new();
     assert!(encode_tx_prepare(1, 3, 4, 0, &[], &ops, &mut frame).is_err());
+    assert!(frame.is_empty());
+}
+
+#[test]
+fn encode_tx_request_vote_round_trips_through_decode_and_encode() {
+    let objects = [
+        TxParticipant {
+            table_id: 1,
+            key_hash: 9,
+        },
+        TxParticipant {
+            table_id: 2,
+            key_hash: 10,
+        },
+    ];
+    let mut frame = Vec::new();
+    encode_tx_request_vote(5, 3, 4, &objects, &mut frame).unwrap();
+    let (header, req) = decode_request(&frame).unwrap();
+    assert_eq!(header.request_id, 5);
+    let Request::TxRequestVote(v) = req else {
+        panic!("decoded {req:?}");
+    };
+    assert_eq!((v.lease_id, v.tx_seq), (3, 4));
+    assert_eq!(v.objects.iter().collect::<Vec<_>>(), objects);
+    let mut again = Vec::new();
+    encode_request(5, &req, &mut again).unwrap();
+    assert_eq!(again, frame);
+}
+
+#[test]
+fn decode_tx_request_vote_rejects_no_objects_and_a_zero_id() {
+    let object = [TxParticipant {
+        table_id: 1,
+        key_hash: 9,
+    }];
+    for (lease, seq, objects) in [(3, 4, &[][..]), (0, 4, &object[..]), (3, 0, &object[..])] {
+        let mut frame = Vec::new();
+        encode_tx_request_vote(1, lease, seq, objects, &mut frame).unwrap();
+        assert!(
+            decode_request(&frame).is_err(),
+            "lease {lease} seq {seq} objects {}",
+            objects.len()
+        );
+    }
+}
+
+#[test]
+fn encode_tx_request_vote_refuses_too_many_objects() {
+    let objects = vec![
+        TxParticipant {
+            table_id: 1,
+            key_hash: 9,
+        };
+        MAX_TX_OBJECTS + 1
+    ];
+    let mut frame = Vec::new();
+    assert!(encode_tx_request_vote(1, 3, 4, &objects, &mut frame).is_err());
     assert!(frame.is_empty());
 }

@@ -102,6 +102,12 @@ impl BlockingTransaction {
         self.tx.remove(table_id, key)
     }
 
+    /// Test only: see [`Transaction::abandon_after_prepare`].
+    #[doc(hidden)]
+    pub fn abandon_after_prepare(&mut self) {
+        self.tx.abandon_after_prepare();
+    }
+
     /// See [`Transaction::commit`]: every version read is still current and every
     /// change applied, or [`ClientError::Aborted`] and nothing applied.
     pub fn commit(self) -> Result<(), ClientError> {

@@ -13,8 +13,8 @@ use std::future::Future;
 
 use futures_util::future::join_all;
 use ramstore_wire::{
-    encode_request, encode_tx_prepare, key_hash, Opcode, Request, Response, TxOp, TxOpKind,
-    TxParticipant, TxVote, MAX_TX_BYTES, MAX_TX_OBJECTS, TX_DECIDE_NOW,
+    encode_request, encode_tx_prepare, encode_tx_request_vote, key_hash, Opcode, Request, Response,
+    TxOp, TxOpKind, TxParticipant, TxVote, MAX_TX_BYTES, MAX_TX_OBJECTS, TX_DECIDE_NOW,
 };
 
 use super::{Client, REQUEST_OVERHEAD_BYTES};
@@ -37,6 +37,9 @@ pub struct Transaction {
     client: Client,
     objects: BTreeMap<(u64, Vec<u8>), Entry>,
     bytes: usize,
+    /// Test hook: commit stops after the prepares, deciding nothing, as a
+    /// client that crashed mid-commit would ([`Transaction::abandon_after_prepare`]).
+    abandon_after_prepare: bool,
 }
 
 impl Client {
@@ -46,6 +49,7 @@ impl Client {
             client: self.clone(),
             objects: BTreeMap::new(),
             bytes: 0,
+            abandon_after_prepare: false,
         }
     }
 
@@ -205,6 +209,13 @@ impl Transaction {
             }
         });
         let votes = join_all(prepares).await;
+        if self.abandon_after_prepare && !one {
+            return Err(ClientError::Internal(
+                "abandoned after the prepares (test hook): the transaction is left to a \
+                 recovery manager"
+                    .into(),
+            ));
+        }
         if one {
             return match votes.into_iter().next() {
                 Some(Ok(TxVote::Committed)) => Ok(()),
@@ -216,7 +227,45 @@ impl Transaction {
                 None => Err(ClientError::Internal("no vote".into())),
             };
         }
-        let all_prepared = votes.iter().all(|v| matches!(v, Ok(TxVote::Prepared)));
+        let mut votes = votes;
+        // A prepare that got no vote (its master unreachable until the
+        // deadline) may still have prepared, and a transaction recovery
+        // manager may be deciding meanwhile (SOSP'15 §6.4). Deciding ABORT on a
+        // missing vote could then disagree with its COMMIT, so the client asks
+        // that master for its vote as the manager would: ABORT is sticky there
+        // (and refuses the prepare forever), PREPARED means it voted. Only if
+        // no vote is known and none is ABORT does the client decide nothing and
+        // leave the transaction to the recovery manager (design notes
+        // "Transaction recovery").
+        if !votes.iter().any(|v| matches!(v, Ok(TxVote::Abort))) {
+            let failed: Vec<usize> = (0..votes.len()).filter(|&i| votes[i].is_err()).collect();
+            let asked = join_all(
+                failed
+                    .iter()
+                    .map(|&i| self.ask_vote(lease_id, tx_seq, &groups[i], &ops)),
+            )
+            .await;
+            for (&i, answer) in failed.iter().zip(asked) {
+                if let Ok(vote) = answer {
+                    votes[i] = Ok(vote);
+                }
+            }
+            let abort = votes.iter().any(|v| matches!(v, Ok(TxVote::Abort)));
+            if !abort {
+                if let Some(i) = votes.iter().position(Result::is_err) {
+                    drop(ticket);
+                    return Err(votes
+                        .swap_remove(i)
+                        .err()
+                        .unwrap_or(ClientError::Internal("no vote".into())));
+                }
+            }
+        }
+        // COMMITTED from a resent prepare or a vote request: a recovery manager
+        // saw every vote PREPARED and committed.
+        let all_prepared = votes
+            .iter()
+            .all(|v| matches!(v, Ok(TxVote::Prepared | TxVote::Committed)));
         // Every participant hears the decision, even one whose prepare failed: it
         // may have prepared and lost the answer.
         // The decision RPC to the master owning a group's first object.
@@ -264,6 +313,42 @@ impl Transaction {
             .map(|_| ())
     }
 
+    /// The vote of the master owning `group`'s objects now, as a recovery
+    /// manager asks it (`TxRequestVote`): a master that never saw the prepare
+    /// decides ABORT and refuses it from then on.
+    async fn ask_vote(
+        &self,
+        lease_id: u64,
+        tx_seq: u64,
+        group: &[usize],
+        ops: &[TxOp<'_>],
+    ) -> Result<TxVote, ClientError> {
+        let objects: Vec<TxParticipant> = group
+            .iter()
+            .map(|&i| TxParticipant {
+                table_id: ops[i].table_id,
+                key_hash: key_hash(ops[i].key),
+            })
+            .collect();
+        let Some(&first) = objects.first() else {
+            return Err(ClientError::Internal("an empty participant group".into()));
+        };
+        self.client
+            .inner
+            .keyed(
+                Opcode::TxRequestVote,
+                first.table_id,
+                first.key_hash,
+                REQUEST_OVERHEAD_BYTES + 20 + 16 * objects.len(),
+                |out| encode_tx_request_vote(0, lease_id, tx_seq, &objects, out),
+                |r| match r {
+                    Response::TxRequestVote { vote } => Some(vote),
+                    _ => None,
+                },
+            )
+            .await
+    }
+
     /// The ops' indexes grouped by the master that owns them now.
     async fn group_by_master(&self, ops: &[TxOp<'_>]) -> Result<Vec<Vec<usize>>, ClientError> {
         let inner = &self.client.inner;
@@ -288,6 +373,15 @@ impl Transaction {
 }
 
 impl Transaction {
+    /// Test only: makes `commit` of a multi-server transaction send its
+    /// prepares and stop before any decision, leaving its locks held as a
+    /// client that crashed mid-commit would (the transaction recovery manager's
+    /// tests, `cli/tests/transactions_client_crash.rs`).
+    #[doc(hidden)]
+    pub fn abandon_after_prepare(&mut self) {
+        self.abandon_after_prepare = true;
+    }
+
     /// Like [`Transaction::read`], with the version the transaction depends on:
     /// the version first read (0: the object did not exist then), which commit
     /// checks. An object this transaction only wrote (never read) answers its

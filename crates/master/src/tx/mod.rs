@@ -13,3 +13,4 @@ pub mod replay;
 
 pub use locks::{LockTable, ObjectLocked, TxId};
 pub use prepare::{Transactions, TxOpOwned};
+pub use recovery::{decision_of, Undecided};

@@ -58,6 +58,10 @@ pub(crate) struct PreparedTx {
     /// `ops[..applied]` were applied by a commit that then failed (a resent
     /// decision applies the rest).
     pub applied: usize,
+    /// Every object of the transaction (table id, key hash), in op-index order:
+    /// what a recovery manager asks about (`recovery.rs`). Empty if neither the
+    /// prepare nor a replayed record carried it.
+    pub participants: Vec<(u64, u64)>,
 }
 
 /// The transactions of one master: its locks, its prepared ops, and the
@@ -76,10 +80,16 @@ pub(crate) struct Decided {
 }
 
 impl Decided {
+    /// Remembers `id`'s outcome. The first outcome stays: a participant never
+    /// changes its decision (SOSP'15 §6.4), so a stray decision that disagrees
+    /// (a resent abort after a recovery manager committed, say) cannot make it
+    /// answer a later vote request differently.
     pub(crate) fn remember(&mut self, id: TxId, commit: bool) {
-        if self.outcome.insert(id, commit).is_none() {
-            self.order.push_back(id);
+        if self.outcome.contains_key(&id) {
+            return;
         }
+        self.outcome.insert(id, commit);
+        self.order.push_back(id);
         while self.order.len() > REMEMBERED_DECISIONS {
             if let Some(old) = self.order.pop_front() {
                 self.outcome.remove(&old);
@@ -151,6 +161,7 @@ impl Transactions {
                 ops: owned,
                 recorded: 0,
                 applied: 0,
+                participants: participants.to_vec(),
             };
             let mut prepared = self.prepared.lock();
             // A recovery manager may have decided ABORT here meanwhile

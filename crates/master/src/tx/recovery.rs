@@ -33,3 +33,68 @@ impl Transactions {
         }
     }
 }
+
+/// A transaction prepared here and still undecided, as a recovery loop sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undecided {
+    pub id: TxId,
+    /// Every object of the transaction (table id, key hash), in op-index
+    /// order; empty if this master never learned the list.
+    pub participants: Vec<(u64, u64)>,
+    /// Whether this master holds the transaction's first op (op index 0): the
+    /// one participant that drives its recovery first.
+    pub holds_first_op: bool,
+}
+
+impl Transactions {
+    /// The transactions prepared here and not yet decided, with what a
+    /// recovery manager needs to finish them, in id order (the simulator's
+    /// runs must not depend on a hash order).
+    pub fn undecided(&self) -> Vec<Undecided> {
+        let mut all: Vec<Undecided> = self
+            .prepared
+            .lock()
+            .iter()
+            .map(|(&id, tx)| Undecided {
+                id,
+                participants: tx.participants.clone(),
+                holds_first_op: tx.ops.iter().any(|op| op.op_index == 0),
+            })
+            .collect();
+        all.sort_by_key(|u| u.id);
+        all
+    }
+
+    /// Whether every op of `id` prepared here has its prepared record in the
+    /// log (false while a prepare is still appending them, and for a
+    /// transaction not prepared here). A PREPARED vote for a manager waits for
+    /// this, as the client's does: a vote must not outlive its ops.
+    pub fn is_recorded(&self, id: TxId) -> bool {
+        self.prepared
+            .lock()
+            .get(&id)
+            .is_some_and(|tx| tx.recorded == tx.ops.len())
+    }
+
+    /// The outcome this master remembers for `id`: `Some(true)` committed,
+    /// `Some(false)` aborted, `None` undecided here or forgotten.
+    pub fn outcome(&self, id: TxId) -> Option<bool> {
+        self.decided.lock().outcome.get(&id).copied()
+    }
+}
+
+/// A recovery manager's decision from the votes of every participant (SOSP'15
+/// §6.4): COMMIT (`Some(true)`) only if none voted ABORT, so every vote was
+/// PREPARED or COMMITTED (a COMMITTED vote means some decider saw every vote
+/// PREPARED); ABORT (`Some(false)`) if one did. `None` for no votes.
+///
+/// A COMMITTED and an ABORT vote together would mean two deciders disagreed;
+/// votes are sticky (a participant's first outcome stays), so that cannot
+/// happen between correct servers; the votes come from the network, so it is
+/// not asserted, and ABORT is answered.
+pub fn decision_of(votes: &[TxVote]) -> Option<bool> {
+    if votes.is_empty() {
+        return None;
+    }
+    Some(!votes.contains(&TxVote::Abort))
+}

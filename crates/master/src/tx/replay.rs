@@ -41,6 +41,17 @@ impl Transactions {
                     prepared.insert((p.id.lease_id, p.id.tx_seq, p.id.op_index), p);
                 }
                 Some(ReplayedTxRecord::Decided { key, commit }) => {
+                    // The outcome is remembered too: a recovery manager that
+                    // asks this master later (the one that decided may have
+                    // been the crashed master) must hear it, not "never saw it,
+                    // ABORT" (design notes "Transaction recovery").
+                    self.decided.lock().remember(
+                        TxId {
+                            lease_id: key.0,
+                            tx_seq: key.1,
+                        },
+                        commit,
+                    );
                     decided.insert(key, commit);
                 }
                 None => {}
@@ -63,6 +74,10 @@ impl Transactions {
                 continue;
             }
             ops.sort_by_key(|p| p.id.op_index);
+            let participants = ops
+                .iter()
+                .find(|p| !p.participants.is_empty())
+                .map(|p| p.participants.clone());
             for p in &ops {
                 store.append_tx_prepared((tx.lease_id, tx.tx_seq, p.id.op_index), &p.entry)?;
             }
@@ -74,7 +89,11 @@ impl Transactions {
                 ops: Vec::new(),
                 recorded: 0,
                 applied: 0,
+                participants: Vec::new(),
             });
+            if entry.participants.is_empty() {
+                entry.participants = participants.unwrap_or_default();
+            }
             for op in owned {
                 if !entry.ops.iter().any(|o| o.op_index == op.op_index) {
                     entry.ops.push(op);

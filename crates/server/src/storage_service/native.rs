@@ -226,6 +226,7 @@ impl StorageService {
             Request::MultiWrite(items) => self.multi_write(id, items, out)?,
             Request::MultiRemove(items) => self.multi_remove(id, items, out)?,
             Request::TxPrepare(prepare) => self.tx_prepare(id, &prepare, out)?,
+            Request::TxRequestVote(request) => self.tx_request_vote(id, &request, out)?,
             Request::TxDecision {
                 lease_id,
                 tx_seq,

@@ -8,7 +8,8 @@ use ramstore_master::migration::ClientOp;
 use ramstore_master::tx::locks::WriterGuard;
 use ramstore_master::{TxId, WriteError};
 use ramstore_wire::{
-    encode_response, Opcode, Response, TxPrepare, WireError, MAX_TX_BYTES, TX_DECIDE_NOW,
+    encode_response, Opcode, Response, TxPrepare, TxRequestVote, TxVote, WireError, MAX_TX_BYTES,
+    TX_DECIDE_NOW,
 };
 
 use super::migration::Gated;
@@ -97,6 +98,46 @@ impl StorageService {
             }
             Err(e) => self.tx_refused(id, Opcode::TxDecision, e, out),
         }
+    }
+
+    /// A recovery manager's vote request (SOSP'15 §6.4; `crate::tx_recovery`):
+    /// this master's vote on the transaction, once it serves every object asked
+    /// about. A master recovering or not owning one answers UNKNOWN_TABLET (the
+    /// manager asks again with a fresh map): a recovery master re-takes the
+    /// replayed locks before it serves, so a served object's vote is complete.
+    /// PREPARED is answered only once the transaction's prepared records are
+    /// all in the log (else RETRY: a prepare is still appending them) and, like
+    /// the client's vote, once the log's end is replicated: a manager that
+    /// commits on this vote must find the ops again after a crash here.
+    pub(crate) fn tx_request_vote(
+        &self,
+        id: u64,
+        request: &TxRequestVote<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Durability, WireError> {
+        let tablets = self.store.tablets();
+        if request
+            .objects
+            .iter()
+            .any(|o| tablets.find_serving(o.table_id, o.key_hash).is_none())
+        {
+            return self.tx_refused(id, Opcode::TxRequestVote, WriteError::UnknownTablet, out);
+        }
+        let tx = TxId {
+            lease_id: request.lease_id,
+            tx_seq: request.tx_seq,
+        };
+        let vote = self.tx.request_vote(tx);
+        if vote == TxVote::Prepared && !self.tx.is_recorded(tx) {
+            return self.tx_refused(id, Opcode::TxRequestVote, WriteError::ObjectLocked, out);
+        }
+        encode_response(
+            id,
+            Opcode::TxRequestVote,
+            &Response::TxRequestVote { vote },
+            out,
+        )?;
+        Ok(Durability::LogEnd)
     }
 
     fn tx_refused(

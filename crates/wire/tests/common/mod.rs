@@ -590,6 +590,10 @@ pub fn list_request_frames() -> Vec<(&'static str, Vec<u8>)> {
     encode_tx_prepare(ID, 3, 9, 0, &participants, &ops, &mut out).expect("tx prepare");
     frames.push(("tx_prepare_request", out));
 
+    let mut out = Vec::new();
+    encode_tx_request_vote(ID, 3, 9, &participants, &mut out).expect("tx request vote");
+    frames.push(("tx_request_vote_request", out));
+
     frames
 }
 
@@ -768,6 +772,13 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
             "tx_decision_response",
             Opcode::TxDecision,
             Response::TxDecision,
+        ),
+        (
+            "tx_request_vote_response",
+            Opcode::TxRequestVote,
+            Response::TxRequestVote {
+                vote: TxVote::Abort,
+            },
         ),
         ("leave_response", Opcode::Leave, Response::Leave),
         (
