@@ -292,7 +292,7 @@ impl FakeMaster {
                 }
                 enc.finish().expect("frame fits");
             }
-            Request::MultiWrite(items) => {
+            Request::MultiWrite(items, _) => {
                 let mut enc = MultiWriteResponseEncoder::new(id, out);
                 for item in items.iter() {
                     let pushed = if self.take_item_retry() {
@@ -307,7 +307,7 @@ impl FakeMaster {
                 }
                 enc.finish().expect("frame fits");
             }
-            Request::MultiRemove(items) => {
+            Request::MultiRemove(items, _) => {
                 let mut enc = MultiRemoveResponseEncoder::new(id, out);
                 for item in items.iter() {
                     let pushed = if self.take_item_retry() {
