@@ -183,13 +183,21 @@ fn multi_write_retried_after_a_lost_reply_executes_each_op_once() {
             "a retry answers every op's first outcome"
         );
     }
-    assert_eq!(client.read(table, b"blind").unwrap(), (b"1".to_vec(), first[0].1));
-    assert_eq!(client.read(table, b"fresh").unwrap(), (b"2".to_vec(), first[1].1));
+    assert_eq!(
+        client.read(table, b"blind").unwrap(),
+        (b"1".to_vec(), first[0].1)
+    );
+    assert_eq!(
+        client.read(table, b"fresh").unwrap(),
+        (b"2".to_vec(), first[1].1)
+    );
 
     let mut remove = Vec::new();
     let mut e = MultiRemoveRequestEncoder::new(1, &mut remove);
-    e.push(table, RejectRules::default(), b"fresh").expect("fits");
-    e.finish_with_rpc_ids(lease_id, 2_000, &[2_002]).expect("ids fit");
+    e.push(table, RejectRules::default(), b"fresh")
+        .expect("fits");
+    e.finish_with_rpc_ids(lease_id, 2_000, &[2_002])
+        .expect("ids fit");
     let removed = |reply: &[u8]| match decode_response(reply).expect("a response") {
         (_, Response::MultiRemove(items)) => items
             .iter()
@@ -199,7 +207,11 @@ fn multi_write_retried_after_a_lost_reply_executes_each_op_once() {
     };
     let once = removed(&exchange(&addr, &remove)); // reply lost
     assert_eq!(once, vec![(Status::Ok, true, first[1].1)]);
-    assert_eq!(removed(&exchange(&addr, &remove)), once, "the retry answers existed");
+    assert_eq!(
+        removed(&exchange(&addr, &remove)),
+        once,
+        "the retry answers existed"
+    );
     assert!(client.read(table, b"fresh").is_err(), "removed");
 }
 

@@ -255,7 +255,8 @@ impl MultiSpec for WriteSpec<'_, '_> {
                 enc.push(op.table_id, op.rules, op.key, op.value)
             },
             finish(|enc, members| match self.1 {
-                Some(t) => enc.finish_with_rpc_ids(t.lease_id, t.first_incomplete, &t.seqs_of(members)),
+                Some(t) =>
+                    enc.finish_with_rpc_ids(t.lease_id, t.first_incomplete, &t.seqs_of(members)),
                 None => enc.finish(),
             })
         );
@@ -304,7 +305,8 @@ impl MultiSpec for RemoveSpec<'_, '_> {
                 enc.push(op.table_id, op.rules, op.key)
             },
             finish(|enc, members| match self.1 {
-                Some(t) => enc.finish_with_rpc_ids(t.lease_id, t.first_incomplete, &t.seqs_of(members)),
+                Some(t) =>
+                    enc.finish_with_rpc_ids(t.lease_id, t.first_incomplete, &t.seqs_of(members)),
                 None => enc.finish(),
             })
         );

@@ -9,7 +9,9 @@
 //! transaction records handed to `Transactions::replay_tx_records` at the end.
 
 use ramstore_log::entry::{parse_entry, Entry};
-use ramstore_master::{key_hash, CleanerMode, ObjectStore, RejectRules, StoreConfig, Transactions, TxId};
+use ramstore_master::{
+    key_hash, CleanerMode, ObjectStore, RejectRules, StoreConfig, Transactions, TxId,
+};
 use ramstore_wire::{TxOp, TxOpKind, TxVote};
 
 const TABLE: u64 = 1;
@@ -193,10 +195,7 @@ fn prepare_decide_now_of_one_change_writes_no_prepared_record() {
             value: b"",
         },
     ];
-    assert_eq!(
-        t.prepare(&s, TX, &ops, &[], true),
-        Ok(TxVote::Committed)
-    );
+    assert_eq!(t.prepare(&s, TX, &ops, &[], true), Ok(TxVote::Committed));
     let added = &head_entries(&s)[before..];
     assert!(
         added

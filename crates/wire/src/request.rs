@@ -12,8 +12,8 @@ use crate::list::{
     List, MultiReadItems, MultiRemoveItems, MultiWriteItems, PartitionTablets, RecoveryItems,
     ServerListEntries,
 };
-use crate::opcode::Opcode;
 use crate::multi_rpc_ids::{optional_multi_rpc_ids, put_optional_multi_rpc_ids, MultiRpcIds};
+use crate::opcode::Opcode;
 use crate::rpc_id::{optional_rpc_id, put_optional_rpc_id, RpcId};
 use crate::rules::RejectRules;
 use crate::status::Status;

@@ -1115,7 +1115,10 @@ fn decode_request_multi_rpc_ids_round_trip_and_reject_bad_ids() {
             for (i, s) in seqs.iter().enumerate() {
                 f[at + 16 + 8 * i..at + 24 + 8 * i].copy_from_slice(&s.to_le_bytes());
             }
-            assert!(decode_request(&f).is_err(), "{lease} {first} {seqs:?} decoded");
+            assert!(
+                decode_request(&f).is_err(),
+                "{lease} {first} {seqs:?} decoded"
+            );
         }
     }
     // A cut trailer (one seq short) is malformed, not absent.

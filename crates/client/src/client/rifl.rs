@@ -67,7 +67,10 @@ pub(crate) struct Tickets {
 impl Tickets {
     /// The sequence numbers of ops `members` (caller indices), in that order.
     pub(crate) fn seqs_of(&self, members: &[usize]) -> Vec<u64> {
-        members.iter().filter_map(|&m| self.seqs.get(m).copied()).collect()
+        members
+            .iter()
+            .filter_map(|&m| self.seqs.get(m).copied())
+            .collect()
     }
 }
 

@@ -12,8 +12,8 @@ use ramstore_wire::{RejectRules, RpcId};
 
 use super::write::{incremented_f64, incremented_i64, AppendedRecord, NewValue};
 use super::ObjectStore;
-use crate::hashed_key::HashedKey;
 use crate::error::WriteError;
+use crate::hashed_key::HashedKey;
 use crate::rifl::{Check, MovedRecord, RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::tablets::Access;
 

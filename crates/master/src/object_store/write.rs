@@ -185,15 +185,9 @@ impl ObjectStore {
         if value.len() > MAX_VALUE_BYTES {
             return Err(WriteError::ValueTooLarge(value.len()));
         }
-        self.update_full(
-            None,
-            table_id,
-            key,
-            rules,
-            (access, None),
-            None,
-            |_| Ok(NewValue::Borrowed(value)),
-        )
+        self.update_full(None, table_id, key, rules, (access, None), None, |_| {
+            Ok(NewValue::Borrowed(value))
+        })
         .map(|(version, _)| version)
     }
 
@@ -402,8 +396,16 @@ impl ObjectStore {
         how: (Access, Option<u64>),
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<u64, WriteError> {
-        self.update_full(side, table_id, HashedKey::new(key), rules, how, None, compute)
-            .map(|(version, _)| version)
+        self.update_full(
+            side,
+            table_id,
+            HashedKey::new(key),
+            rules,
+            how,
+            None,
+            compute,
+        )
+        .map(|(version, _)| version)
     }
 
     /// The one write path: [`Self::update_in`], plus the completion record of
