@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use common::Cluster;
 use ramstore_client::{BlockingClient, ClientOptions};
 use ramstore_wire::{
-    decode_response, encode_request, NumberKind, RejectRules, Request, Response, RpcId, Status,
+    decode_response, encode_request, MultiRemoveRequestEncoder, MultiWriteRequestEncoder,
+    NumberKind, RejectRules, Request, Response, RpcId, Status,
 };
 
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -124,6 +125,94 @@ fn increment_retried_after_a_lost_reply_executes_once() {
         Err(Status::StaleRpc)
     );
     assert_eq!(client.read(table, b"c").unwrap().0, b"2");
+}
+
+/// A MultiWrite frame of `(key, value, rules)` items, each its own
+/// exactly-once rpc (`seqs[i]` under `lease_id`).
+fn multi_write_frame(
+    table_id: u64,
+    items: &[(&[u8], &[u8], RejectRules)],
+    lease_id: u64,
+    seqs: &[u64],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut e = MultiWriteRequestEncoder::new(1, &mut out);
+    for (key, value, rules) in items {
+        e.push(table_id, *rules, key, value).expect("item fits");
+    }
+    e.finish_with_rpc_ids(lease_id, seqs[0], seqs)
+        .expect("ids fit");
+    out
+}
+
+/// Each item's (status, version) of a MultiWrite answer.
+fn multi_write_answer(reply: &[u8]) -> Vec<(Status, u64)> {
+    match decode_response(reply).expect("a response") {
+        (_, Response::MultiWrite(items)) => items.iter().map(|r| (r.status, r.version)).collect(),
+        (h, other) => panic!("{:?}: {other:?}", h.status),
+    }
+}
+
+/// Issue 21: a MultiWrite whose reply is lost and which is retried with the
+/// same per-op rpc ids runs each op once and answers each op's first outcome —
+/// a conditional create answers OK with its version again, not OBJECT_EXISTS,
+/// and a blind write is not applied a second time (its version stays). A
+/// MultiRemove likewise answers "existed" again for the object it removed.
+#[test]
+fn multi_write_retried_after_a_lost_reply_executes_each_op_once() {
+    let cluster = Cluster::start(1);
+    let client = exactly_once_client(&cluster);
+    let table = client.create_table("t", 1).unwrap();
+    client.write(table, b"blind", b"0").unwrap();
+    let lease_id = client
+        .client()
+        .client_lease_id()
+        .expect("an exactly-once client holds a lease");
+    let (_, addr) = owner_addr(&client, table);
+    let items: [(&[u8], &[u8], RejectRules); 2] = [
+        (b"blind", b"1", RejectRules::default()),
+        (b"fresh", b"2", RejectRules::must_not_exist()),
+    ];
+    let frame = multi_write_frame(table, &items, lease_id, &[2_000, 2_001]);
+    let first = multi_write_answer(&exchange(&addr, &frame)); // reply lost
+    assert!(first.iter().all(|(s, _)| *s == Status::Ok), "{first:?}");
+    for _ in 0..3 {
+        assert_eq!(
+            multi_write_answer(&exchange(&addr, &frame)),
+            first,
+            "a retry answers every op's first outcome"
+        );
+    }
+    assert_eq!(
+        client.read(table, b"blind").unwrap(),
+        (b"1".to_vec(), first[0].1)
+    );
+    assert_eq!(
+        client.read(table, b"fresh").unwrap(),
+        (b"2".to_vec(), first[1].1)
+    );
+
+    let mut remove = Vec::new();
+    let mut e = MultiRemoveRequestEncoder::new(1, &mut remove);
+    e.push(table, RejectRules::default(), b"fresh")
+        .expect("fits");
+    e.finish_with_rpc_ids(lease_id, 2_000, &[2_002])
+        .expect("ids fit");
+    let removed = |reply: &[u8]| match decode_response(reply).expect("a response") {
+        (_, Response::MultiRemove(items)) => items
+            .iter()
+            .map(|r| (r.status, r.existed, r.version))
+            .collect::<Vec<_>>(),
+        (h, other) => panic!("{:?}: {other:?}", h.status),
+    };
+    let once = removed(&exchange(&addr, &remove)); // reply lost
+    assert_eq!(once, vec![(Status::Ok, true, first[1].1)]);
+    assert_eq!(
+        removed(&exchange(&addr, &remove)),
+        once,
+        "the retry answers existed"
+    );
+    assert!(client.read(table, b"fresh").is_err(), "removed");
 }
 
 #[test]

@@ -23,7 +23,7 @@ mod admin;
 mod map_refresh;
 mod objects;
 mod retry_loop;
-mod rifl;
+pub(crate) mod rifl;
 mod tables;
 mod transaction;
 

@@ -81,7 +81,8 @@
 //!
 //! A retried request may have been executed by the server already (its response
 //! was lost, or it timed out just after taking effect). Writes, removes and
-//! increments are therefore sent as exactly-once RPCs (RIFL, Lee et al. SOSP'15;
+//! increments — and each object's op of a multi-write or multi-remove — are
+//! therefore sent as exactly-once RPCs (RIFL, Lee et al. SOSP'15;
 //! [`ClientOptions::exactly_once`], on by default): the client opens a lease at
 //! the coordinator at its first mutation, numbers every mutating RPC and keeps the
 //! number across that operation's retries; the master writes a completion record
@@ -91,8 +92,8 @@
 //! 30 s) fails with [`ClientError::StaleRpc`]: its outcome can no longer be told,
 //! but it is never applied twice.
 //!
-//! With `exactly_once` off, and for multi-ops (multi-write, multi-remove) either
-//! way, retries are **at-least-once**: an increment may be applied twice, a
+//! With `exactly_once` off, retries are **at-least-once**: an increment may be
+//! applied twice, a
 //! conditional write may fail with [`ClientError::WrongVersion`] because its own
 //! first attempt succeeded, and a retried remove may report `None`.
 //!

@@ -15,6 +15,7 @@ use ramstore_wire::{
     MultiWriteRequestEncoder, Opcode, RejectRules, Response, Status, WireError,
 };
 
+use crate::client::rifl::Tickets;
 use crate::client::{Client, Inner};
 use crate::error::{describe_body, encode_error, ClientError, Outcome};
 use crate::retry::Retrier;
@@ -129,9 +130,11 @@ trait MultiSpec {
     fn parse(&self, response: Response<'_>, out: &mut Vec<ItemResult<Self::Output>>) -> bool;
 }
 
-/// Encodes items into as many frames as the frame and item limits need.
+/// Encodes items into as many frames as the frame and item limits need; each
+/// frame is completed by `finish(encoder, its members)`.
 macro_rules! encode_chunks {
-    ($encoder:ident, $indices:expr, $chunks:expr, $failed:expr, |$enc:ident, $i:ident| $push:expr) => {{
+    ($encoder:ident, $indices:expr, $chunks:expr, $failed:expr, |$enc:ident, $i:ident| $push:expr,
+     finish(|$fenc:ident, $fm:ident| $finish:expr)) => {{
         let indices: &[usize] = $indices;
         let mut next = 0;
         while next < indices.len() {
@@ -159,7 +162,12 @@ macro_rules! encode_chunks {
             if $enc.is_empty() {
                 continue;
             }
-            match $enc.finish() {
+            let finished = {
+                let $fenc = $enc;
+                let $fm: &[usize] = &members;
+                $finish
+            };
+            match finished {
                 Ok(()) => $chunks.push(Chunk {
                     addr: Arc::from(""),
                     frame,
@@ -199,7 +207,8 @@ impl MultiSpec for ReadSpec<'_, '_> {
             |enc, i| {
                 let (table_id, key) = self.0[i];
                 enc.push(table_id, key)
-            }
+            },
+            finish(|enc, _members| enc.finish())
         );
     }
 
@@ -215,7 +224,8 @@ impl MultiSpec for ReadSpec<'_, '_> {
     }
 }
 
-struct WriteSpec<'s, 'k>(&'s [MultiWriteOp<'k>]);
+/// The ops, and their exactly-once rpc ids when the client has them on.
+struct WriteSpec<'s, 'k>(&'s [MultiWriteOp<'k>], Option<&'s Tickets>);
 
 impl MultiSpec for WriteSpec<'_, '_> {
     type Output = u64;
@@ -243,7 +253,12 @@ impl MultiSpec for WriteSpec<'_, '_> {
             |enc, i| {
                 let op = &self.0[i];
                 enc.push(op.table_id, op.rules, op.key, op.value)
-            }
+            },
+            finish(|enc, members| match self.1 {
+                Some(t) =>
+                    enc.finish_with_rpc_ids(t.lease_id, t.first_incomplete, &t.seqs_of(members)),
+                None => enc.finish(),
+            })
         );
     }
 
@@ -259,7 +274,8 @@ impl MultiSpec for WriteSpec<'_, '_> {
     }
 }
 
-struct RemoveSpec<'s, 'k>(&'s [MultiRemoveOp<'k>]);
+/// The ops, and their exactly-once rpc ids when the client has them on.
+struct RemoveSpec<'s, 'k>(&'s [MultiRemoveOp<'k>], Option<&'s Tickets>);
 
 impl MultiSpec for RemoveSpec<'_, '_> {
     type Output = Option<u64>;
@@ -287,7 +303,12 @@ impl MultiSpec for RemoveSpec<'_, '_> {
             |enc, i| {
                 let op = &self.0[i];
                 enc.push(op.table_id, op.rules, op.key)
-            }
+            },
+            finish(|enc, members| match self.1 {
+                Some(t) =>
+                    enc.finish_with_rpc_ids(t.lease_id, t.first_incomplete, &t.seqs_of(members)),
+                None => enc.finish(),
+            })
         );
     }
 
@@ -550,9 +571,11 @@ impl Client {
     }
 
     /// Writes many objects: one result (the new version) per object, in the order
-    /// given; masters are asked in parallel. Not atomic across objects, and
-    /// at-least-once when retried (unlike [`Client::write`], multi-ops carry no
-    /// exactly-once RPC ids yet).
+    /// given; masters are asked in parallel. Not atomic across objects (use a
+    /// [`crate::Transaction`] for that). With
+    /// [`crate::ClientOptions::exactly_once`] on (the default) each object's
+    /// write is its own exactly-once RPC (RIFL): a retry, even one regrouped onto
+    /// another master, answers the first outcome and never writes twice.
     ///
     /// ```no_run
     /// # async fn demo(client: ramstore_client::Client, table_id: u64) {
@@ -565,11 +588,16 @@ impl Client {
     /// # }
     /// ```
     pub async fn multi_write(&self, ops: &[MultiWriteOp<'_>]) -> Vec<Result<u64, ClientError>> {
-        self.inner.multi(&WriteSpec(ops)).await
+        let tickets = match self.multi_tickets(ops.len()).await {
+            Ok(t) => t,
+            Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),
+        };
+        self.inner.multi(&WriteSpec(ops, tickets.as_ref())).await
     }
 
     /// Removes many objects: one result per object (the removed version, or `None`
     /// if it did not exist), in the order given; masters are asked in parallel.
+    /// Exactly-once per object, as [`Client::multi_write`].
     ///
     /// ```no_run
     /// # async fn demo(client: ramstore_client::Client, table_id: u64) {
@@ -582,6 +610,19 @@ impl Client {
         &self,
         ops: &[MultiRemoveOp<'_>],
     ) -> Vec<Result<Option<u64>, ClientError>> {
-        self.inner.multi(&RemoveSpec(ops)).await
+        let tickets = match self.multi_tickets(ops.len()).await {
+            Ok(t) => t,
+            Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),
+        };
+        self.inner.multi(&RemoveSpec(ops, tickets.as_ref())).await
+    }
+
+    /// One exactly-once rpc id per op of a multi-op when
+    /// [`crate::ClientOptions::exactly_once`] is on (none for no ops).
+    async fn multi_tickets(&self, n: usize) -> Result<Option<Tickets>, ClientError> {
+        if !self.inner.options.exactly_once || n == 0 {
+            return Ok(None);
+        }
+        self.inner.rpc_tickets(n).await.map(Some)
     }
 }

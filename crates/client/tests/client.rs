@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use ramstore_client::{
     key_hash, BlockingClient, Client, ClientError, ClientOptions, MultiRemoveOp, MultiWriteOp,
     RejectRules,
 };
-use ramstore_wire::{Opcode, Status};
+use ramstore_wire::{Opcode, RpcId, Status};
 
 fn options() -> ClientOptions {
     ClientOptions {
@@ -702,4 +702,70 @@ fn futures_and_handles_are_send() {
     let mut e = c.enumerate(1);
     send(&e.next());
     send(&e);
+}
+
+/// Issue 21 (RIFL §4: each object's op is its own RPC): with exactly-once on,
+/// every item of a multi-write and a multi-remove carries its own sequence
+/// number, distinct from every other item's, and keeps it when a master
+/// answers it RETRY and it is sent again; with exactly-once off none does.
+#[tokio::test]
+async fn multi_ops_keep_each_items_rpc_id_across_retries() {
+    let cluster = FakeCluster::new(3);
+    let c = client(&cluster, options()).await;
+    let t = c.create_table("t", 3).await.unwrap();
+    let keys = keys(20);
+    let ops: Vec<MultiWriteOp> = keys.iter().map(|k| MultiWriteOp::new(t, k, k)).collect();
+    for m in &cluster.masters {
+        m.retry_items(3);
+    }
+    assert!(c.multi_write(&ops).await.into_iter().all(|r| r.is_ok()));
+    let removes: Vec<MultiRemoveOp> = keys.iter().map(|k| MultiRemoveOp::new(t, k)).collect();
+    for m in &cluster.masters {
+        m.retry_items(2);
+    }
+    assert!(c
+        .multi_remove(&removes)
+        .await
+        .into_iter()
+        .all(|r| r.is_ok()));
+    let sent: Vec<(Vec<u8>, Option<RpcId>)> =
+        cluster.masters.iter().flat_map(|m| m.multi_ids()).collect();
+    assert!(sent.len() > 2 * keys.len(), "some items were sent again");
+    let mut seq_of: HashMap<u64, Vec<u8>> = HashMap::new();
+    for (key, id) in &sent {
+        let id = id.expect("every item carries an rpc id");
+        // One key per sequence number, whatever the attempt.
+        let owner = seq_of.entry(id.seq).or_insert_with(|| key.clone());
+        assert_eq!(owner, key, "seq {} used for two keys", id.seq);
+        assert!(id.first_incomplete <= id.seq);
+    }
+    // Each key's write and remove: two numbers per key, however many sends.
+    assert_eq!(seq_of.len(), 2 * keys.len(), "one number per op");
+
+    let off = client(
+        &cluster,
+        ClientOptions {
+            exactly_once: false,
+            ..options()
+        },
+    )
+    .await;
+    let before = cluster
+        .masters
+        .iter()
+        .map(|m| m.multi_ids().len())
+        .sum::<usize>();
+    assert!(off.multi_write(&ops).await.into_iter().all(|r| r.is_ok()));
+    let new: Vec<_> = cluster.masters.iter().flat_map(|m| m.multi_ids()).collect();
+    assert_eq!(new.len(), before + keys.len());
+    assert_eq!(
+        cluster
+            .masters
+            .iter()
+            .flat_map(|m| m.multi_ids())
+            .filter(|(_, id)| id.is_none())
+            .count(),
+        keys.len(),
+        "at-least-once items carry no id"
+    );
 }

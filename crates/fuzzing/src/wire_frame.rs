@@ -29,8 +29,8 @@ pub fn check(data: &[u8]) {
 fn walk_request(req: &Request<'_>) {
     match req {
         Request::MultiRead(l) => assert_eq!(l.iter().count(), l.len()),
-        Request::MultiWrite(l) => assert_eq!(l.iter().count(), l.len()),
-        Request::MultiRemove(l) => assert_eq!(l.iter().count(), l.len()),
+        Request::MultiWrite(l, _) => assert_eq!(l.iter().count(), l.len()),
+        Request::MultiRemove(l, _) => assert_eq!(l.iter().count(), l.len()),
         Request::ServerListUpdate { servers, .. } => {
             assert_eq!(servers.iter().count(), servers.len())
         }

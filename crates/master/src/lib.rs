@@ -30,6 +30,7 @@
 mod cleaner_thread;
 pub mod config;
 pub mod error;
+pub mod hashed_key;
 pub mod migration;
 pub mod object_store;
 pub mod rifl;
@@ -39,6 +40,7 @@ pub mod tx;
 pub use cleaner_thread::{CLEANER_IDLE_INTERVAL_MS, CLEANER_POLL_INTERVAL_MS};
 pub use config::{CleanerMode, ConfigError, StoreConfig};
 pub use error::{ReadError, WriteError};
+pub use hashed_key::HashedKey;
 pub use object_store::{
     EnumeratedObject, LogHandle, MultiWrite, ObjectStore, OnceUpdate, StoreResident, StoreStats,
 };

@@ -59,6 +59,8 @@ mod migration_park_tests;
 mod migration_records;
 /// The source's side of live migration: fence and pulls (K§2.3).
 mod migration_source;
+/// Exactly-once multi-operations, one RIFL rpc id per item.
+mod multi_once;
 /// The native front end: frames in, frames out.
 mod native;
 /// The object-store calls of both front ends.

@@ -17,6 +17,7 @@ use crate::list::{
     TabletMapEntry,
 };
 use crate::moved_record::{put_moved_records, MovedRpcResult};
+use crate::multi_rpc_ids::put_multi_rpc_ids;
 use crate::opcode::Opcode;
 use crate::rules::RejectRules;
 use crate::status::Status;
@@ -100,6 +101,29 @@ impl<'o> ListFrame<'o> {
             return Err(WireError::FrameTooLarge(len));
         }
         Ok(())
+    }
+
+    /// Appends the rpc ids of the items pushed (`multi_rpc_ids.rs`, one seq
+    /// per item) after the list, then finishes the frame.
+    fn finish_with_rpc_ids(
+        self,
+        lease_id: u64,
+        first_incomplete: u64,
+        seqs: &[u64],
+    ) -> Result<(), WireError> {
+        if seqs.len() != self.count {
+            return Err(WireError::Malformed(
+                "multi-op rpc ids: not one sequence number per item",
+            ));
+        }
+        let before = self.out.len();
+        put_multi_rpc_ids(self.out, lease_id, first_incomplete, seqs)?;
+        let len = self.out.len() - self.start - LEN_PREFIX_BYTES;
+        if len > MAX_FRAME_BYTES {
+            self.out.truncate(before);
+            return Err(WireError::FrameTooLarge(len));
+        }
+        self.finish()
     }
 
     /// Patches the count and the length prefix; the frame is complete.
@@ -191,6 +215,22 @@ pub struct MultiWriteRequestEncoder<'o>(ListFrame<'o>);
 encoder_common!(MultiWriteRequestEncoder);
 encoder_finish!(MultiWriteRequestEncoder);
 
+impl MultiWriteRequestEncoder<'_> {
+    /// Completes the frame with one exactly-once rpc id per item pushed
+    /// (RIFL; `seqs[i]` is item `i`'s sequence number under `lease_id`):
+    /// each item is carried out at most once, and a retry answers its first
+    /// outcome. Fails if `seqs` does not hold one number per item, strictly
+    /// increasing.
+    pub fn finish_with_rpc_ids(
+        self,
+        lease_id: u64,
+        first_incomplete: u64,
+        seqs: &[u64],
+    ) -> Result<(), WireError> {
+        self.0.finish_with_rpc_ids(lease_id, first_incomplete, seqs)
+    }
+}
+
 impl<'o> MultiWriteRequestEncoder<'o> {
     pub fn new(request_id: u64, out: &'o mut Vec<u8>) -> Self {
         Self(ListFrame::begin(
@@ -227,6 +267,22 @@ impl<'o> MultiWriteRequestEncoder<'o> {
 pub struct MultiRemoveRequestEncoder<'o>(ListFrame<'o>);
 encoder_common!(MultiRemoveRequestEncoder);
 encoder_finish!(MultiRemoveRequestEncoder);
+
+impl MultiRemoveRequestEncoder<'_> {
+    /// Completes the frame with one exactly-once rpc id per item pushed
+    /// (RIFL; `seqs[i]` is item `i`'s sequence number under `lease_id`):
+    /// each item is carried out at most once, and a retry answers its first
+    /// outcome. Fails if `seqs` does not hold one number per item, strictly
+    /// increasing.
+    pub fn finish_with_rpc_ids(
+        self,
+        lease_id: u64,
+        first_incomplete: u64,
+        seqs: &[u64],
+    ) -> Result<(), WireError> {
+        self.0.finish_with_rpc_ids(lease_id, first_incomplete, seqs)
+    }
+}
 
 impl<'o> MultiRemoveRequestEncoder<'o> {
     pub fn new(request_id: u64, out: &'o mut Vec<u8>) -> Self {

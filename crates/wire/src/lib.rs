@@ -136,6 +136,12 @@
 //! Write, Remove, Increment requests  [| rpc id: lease_id u64 | seq u64
 //!                            | first_incomplete u64] (optional trailer, [`RpcId`];
 //!                            absent: at-least-once, as before RIFL)
+//! MultiWrite, MultiRemove requests  [| rpc ids: lease_id u64 | first_incomplete u64
+//!                            | count × seq u64] (optional trailer, one seq per item,
+//!                            strictly increasing; [`MultiRpcIds`]; absent:
+//!                            at-least-once)
+//!   A MultiWrite or MultiRemove item answered from its completion record carries
+//!   the original outcome; STALE_RPC is that item's status
 //! ClientLease request        lease_id u64 (0: open a new lease)
 //! ClientLease response       lease_id u64 | lease_ms u32 (from when the client sent)
 //!   UNKNOWN_LEASE: the lease renewed has expired or was never issued
@@ -173,6 +179,7 @@ mod fields;
 mod frame;
 mod list;
 mod moved_record;
+mod multi_rpc_ids;
 mod opcode;
 mod request;
 mod response;
@@ -204,6 +211,7 @@ pub use list::{
     ServerListEntries, ServerListEntry, TabletMapEntries, TabletMapEntry,
 };
 pub use moved_record::{MovedRpcResult, MovedRpcResults, MAX_MOVED_RESULT_BYTES};
+pub use multi_rpc_ids::MultiRpcIds;
 pub use opcode::Opcode;
 pub use request::{decode_request, encode_request, Request};
 pub use response::{

@@ -12,6 +12,7 @@ use crate::list::{
     List, MultiReadItems, MultiRemoveItems, MultiWriteItems, PartitionTablets, RecoveryItems,
     ServerListEntries,
 };
+use crate::multi_rpc_ids::{optional_multi_rpc_ids, put_optional_multi_rpc_ids, MultiRpcIds};
 use crate::opcode::Opcode;
 use crate::rpc_id::{optional_rpc_id, put_optional_rpc_id, RpcId};
 use crate::rules::RejectRules;
@@ -73,8 +74,10 @@ pub enum Request<'a> {
         rpc_id: Option<RpcId>,
     },
     MultiRead(MultiReadItems<'a>),
-    MultiWrite(MultiWriteItems<'a>),
-    MultiRemove(MultiRemoveItems<'a>),
+    /// The ids, when present, make each item exactly-once (RIFL; one
+    /// [`MultiRpcIds`] sequence number per item).
+    MultiWrite(MultiWriteItems<'a>, Option<MultiRpcIds<'a>>),
+    MultiRemove(MultiRemoveItems<'a>, Option<MultiRpcIds<'a>>),
     /// Objects of `table_id` from key hash `cursor` on, about `max_bytes` of them.
     Enumerate {
         table_id: u64,
@@ -299,8 +302,8 @@ impl Request<'_> {
             Request::Remove { .. } => Opcode::Remove,
             Request::Increment { .. } => Opcode::Increment,
             Request::MultiRead(_) => Opcode::MultiRead,
-            Request::MultiWrite(_) => Opcode::MultiWrite,
-            Request::MultiRemove(_) => Opcode::MultiRemove,
+            Request::MultiWrite(..) => Opcode::MultiWrite,
+            Request::MultiRemove(..) => Opcode::MultiRemove,
             Request::Enumerate { .. } => Opcode::Enumerate,
             Request::SplitTablet { .. } => Opcode::SplitTablet,
             Request::Enlist { .. } => Opcode::Enlist,
@@ -397,8 +400,14 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
             rpc_id: optional_rpc_id(r)?,
         },
         Opcode::MultiRead => Request::MultiRead(List::read(r)?),
-        Opcode::MultiWrite => Request::MultiWrite(List::read(r)?),
-        Opcode::MultiRemove => Request::MultiRemove(List::read(r)?),
+        Opcode::MultiWrite => {
+            let items: MultiWriteItems<'_> = List::read(r)?;
+            Request::MultiWrite(items, optional_multi_rpc_ids(r, items.len())?)
+        }
+        Opcode::MultiRemove => {
+            let items: MultiRemoveItems<'_> = List::read(r)?;
+            Request::MultiRemove(items, optional_multi_rpc_ids(r, items.len())?)
+        }
         Opcode::Enumerate => Request::Enumerate {
             table_id: r.u64()?,
             cursor: r.u64()?,
@@ -615,8 +624,14 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
             put_optional_rpc_id(out, rpc_id)?;
         }
         Request::MultiRead(items) => items.write(out),
-        Request::MultiWrite(items) => items.write(out),
-        Request::MultiRemove(items) => items.write(out),
+        Request::MultiWrite(items, ids) => {
+            items.write(out);
+            put_optional_multi_rpc_ids(out, ids);
+        }
+        Request::MultiRemove(items, ids) => {
+            items.write(out);
+            put_optional_multi_rpc_ids(out, ids);
+        }
         Request::Enumerate {
             table_id,
             cursor,

@@ -79,8 +79,8 @@ fn encode_resp(id: u64, op: Opcode, resp: &Response<'_>) -> Vec<u8> {
 fn walk_request(req: &Request<'_>) {
     match req {
         Request::MultiRead(l) => assert_eq!(l.iter().count(), l.len()),
-        Request::MultiWrite(l) => assert_eq!(l.iter().count(), l.len()),
-        Request::MultiRemove(l) => assert_eq!(l.iter().count(), l.len()),
+        Request::MultiWrite(l, _) => assert_eq!(l.iter().count(), l.len()),
+        Request::MultiRemove(l, _) => assert_eq!(l.iter().count(), l.len()),
         Request::ServerListUpdate { servers, .. } => {
             assert_eq!(servers.iter().count(), servers.len())
         }
@@ -605,7 +605,7 @@ proptest! {
     #[test]
     fn multi_write_round_trips(items in multi_write_items()) {
         let frame = multi_write_frame(1, &items);
-        let (_, Request::MultiWrite(list)) = decode_request(&frame).expect("decodes") else {
+        let (_, Request::MultiWrite(list, None)) = decode_request(&frame).expect("decodes") else {
             panic!("not a MultiWrite");
         };
         let got: Vec<_> = list.iter().map(|i| (i.table_id, i.rules, i.key.to_vec(), i.value.to_vec())).collect();
@@ -630,7 +630,7 @@ proptest! {
             e.push(*t, *r, k).expect("push");
         }
         e.finish().expect("finish");
-        let (_, Request::MultiRemove(list)) = decode_request(&frame).expect("decodes") else {
+        let (_, Request::MultiRemove(list, None)) = decode_request(&frame).expect("decodes") else {
             panic!("not a MultiRemove");
         };
         let got: Vec<_> = list.iter().map(|i| (i.table_id, i.rules, i.key.to_vec())).collect();

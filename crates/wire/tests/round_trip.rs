@@ -76,7 +76,7 @@ fn multi_op_requests_round_trip_item_by_item() {
     assert_eq!(got, MULTI_READ.to_vec());
 
     let frame = get("multi_write_request");
-    let (_, Request::MultiWrite(items)) = decode_request(&frame).expect("decodes") else {
+    let (_, Request::MultiWrite(items, None)) = decode_request(&frame).expect("decodes") else {
         panic!("not a MultiWrite");
     };
     let got: Vec<_> = items
@@ -86,7 +86,7 @@ fn multi_op_requests_round_trip_item_by_item() {
     assert_eq!(got, multi_write());
 
     let frame = get("multi_remove_request");
-    let (_, Request::MultiRemove(items)) = decode_request(&frame).expect("decodes") else {
+    let (_, Request::MultiRemove(items, None)) = decode_request(&frame).expect("decodes") else {
         panic!("not a MultiRemove");
     };
     let got: Vec<_> = items.iter().map(|i| (i.table_id, i.rules, i.key)).collect();
@@ -605,7 +605,7 @@ fn frame_limits_are_enforced_when_encoding() {
     assert!(matches!(err, WireError::FrameTooLarge(_)), "{err:?}");
     assert_eq!(pushed, fit);
     e.finish().expect("finish");
-    let (_, Request::MultiWrite(items)) = decode_request(&out).expect("decodes") else {
+    let (_, Request::MultiWrite(items, None)) = decode_request(&out).expect("decodes") else {
         panic!("not a MultiWrite");
     };
     assert_eq!(items.len(), fit);
@@ -1038,4 +1038,93 @@ fn decode_response_refuses_an_empty_or_oversize_records_trailer() {
         }]);
     assert!(refused.is_err());
     assert!(out.is_empty(), "a refused frame leaves nothing behind");
+}
+
+/// A MultiWrite of `n` items, with the given per-item rpc ids (issue 21).
+fn multi_write_frame(n: usize, ids: Option<(u64, u64, &[u64])>) -> Result<Vec<u8>, WireError> {
+    let mut out = Vec::new();
+    let mut e = MultiWriteRequestEncoder::new(1, &mut out);
+    for i in 0..n {
+        e.push(1, RejectRules::default(), format!("k{i}").as_bytes(), b"v")?;
+    }
+    match ids {
+        Some((lease, first, seqs)) => e.finish_with_rpc_ids(lease, first, seqs)?,
+        None => e.finish()?,
+    }
+    Ok(out)
+}
+
+/// Multi-op rpc ids (lib.rs "Exactly-once RPCs"; RIFL §4, one id per item):
+/// each item's id decodes back, a frame without them still decodes as
+/// at-least-once, and ids that break a rule are refused by the encoder and
+/// the decoder alike.
+#[test]
+fn decode_request_multi_rpc_ids_round_trip_and_reject_bad_ids() {
+    let frame = multi_write_frame(3, Some((7, 5, &[5, 6, 9]))).expect("encodes");
+    let (_, decoded) = decode_request(&frame).expect("decodes");
+    let Request::MultiWrite(items, Some(ids)) = decoded else {
+        panic!("{decoded:?}");
+    };
+    assert_eq!(items.len(), 3);
+    let got: Vec<RpcId> = ids.iter().collect();
+    let want: Vec<RpcId> = [5, 6, 9]
+        .iter()
+        .map(|&seq| RpcId {
+            lease_id: 7,
+            seq,
+            first_incomplete: 5,
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(ids.get(2), Some(want[2]));
+    assert_eq!(ids.get(3), None);
+    // Re-encoding gives the same bytes.
+    let mut again = Vec::new();
+    encode_request(1, &Request::MultiWrite(items, Some(ids)), &mut again).expect("re-encodes");
+    assert_eq!(again, frame);
+
+    // Without the trailer: at-least-once, as before.
+    let plain = multi_write_frame(3, None).expect("encodes");
+    assert!(matches!(
+        decode_request(&plain),
+        Ok((_, Request::MultiWrite(_, None)))
+    ));
+
+    // Refused when encoding: wrong count, lease 0, seq 0, not increasing,
+    // a window starting above an item.
+    let bad: [(u64, u64, &[u64]); 6] = [
+        (7, 1, &[1, 2]),
+        (7, 1, &[1, 2, 3, 4]),
+        (0, 1, &[1, 2, 3]),
+        (7, 0, &[0, 2, 3]),
+        (7, 1, &[1, 3, 3]),
+        (7, 3, &[2, 3, 4]),
+    ];
+    for (lease, first, seqs) in bad {
+        assert!(
+            multi_write_frame(3, Some((lease, first, seqs))).is_err(),
+            "{lease} {first} {seqs:?} encoded"
+        );
+        // Hand-made: the good frame with the bad ids patched into its trailer
+        // (same count only).
+        if seqs.len() == 3 {
+            let mut f = frame.clone();
+            let at = f.len() - 16 - 24;
+            f[at..at + 8].copy_from_slice(&lease.to_le_bytes());
+            f[at + 8..at + 16].copy_from_slice(&first.to_le_bytes());
+            for (i, s) in seqs.iter().enumerate() {
+                f[at + 16 + 8 * i..at + 24 + 8 * i].copy_from_slice(&s.to_le_bytes());
+            }
+            assert!(
+                decode_request(&f).is_err(),
+                "{lease} {first} {seqs:?} decoded"
+            );
+        }
+    }
+    // A cut trailer (one seq short) is malformed, not absent.
+    let mut cut = frame.clone();
+    cut.truncate(cut.len() - 8);
+    let len = (cut.len() - 4) as u32;
+    cut[..4].copy_from_slice(&len.to_le_bytes());
+    assert!(decode_request(&cut).is_err());
 }

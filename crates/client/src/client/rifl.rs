@@ -54,6 +54,37 @@ impl Drop for Ticket {
     }
 }
 
+/// The RPC ids of a multi-op's ops, kept across its retries; dropping them
+/// (every op answered, failed, or the call cancelled) marks them all complete.
+pub(crate) struct Tickets {
+    session: Arc<Inner>,
+    pub(crate) lease_id: u64,
+    pub(crate) first_incomplete: u64,
+    /// Op `i`'s sequence number.
+    pub(crate) seqs: Vec<u64>,
+}
+
+impl Tickets {
+    /// The sequence numbers of ops `members` (caller indices), in that order.
+    pub(crate) fn seqs_of(&self, members: &[usize]) -> Vec<u64> {
+        members
+            .iter()
+            .filter_map(|&m| self.seqs.get(m).copied())
+            .collect()
+    }
+}
+
+impl Drop for Tickets {
+    fn drop(&mut self) {
+        let mut s = self.session.rifl.state.lock();
+        if s.lease.map(|l| l.0) == Some(self.lease_id) {
+            for seq in &self.seqs {
+                s.incomplete.remove(seq);
+            }
+        }
+    }
+}
+
 impl Inner {
     /// A new RPC id under a live lease (opening or renewing it first if needed).
     pub(crate) async fn rpc_ticket(self: &Arc<Self>) -> Result<Ticket, ClientError> {
@@ -75,6 +106,31 @@ impl Inner {
                 seq,
                 first_incomplete,
             },
+        })
+    }
+
+    /// `n` new RPC ids under one live lease, one per op of a multi-op (RIFL
+    /// §4: each object's op is its own RPC), numbered consecutively so each
+    /// request's numbers rise with its items' order; `first_incomplete` is
+    /// taken once all are counted incomplete, so it is at most each of them.
+    pub(crate) async fn rpc_tickets(self: &Arc<Self>, n: usize) -> Result<Tickets, ClientError> {
+        self.ensure_lease().await?;
+        let mut s = self.rifl.state.lock();
+        let Some((lease_id, ..)) = s.lease else {
+            // `ensure_lease` succeeded, and only it clears the lease.
+            return Err(ClientError::UnknownLease);
+        };
+        let first = s.next_seq + 1;
+        s.next_seq += n as u64;
+        let seqs: Vec<u64> = (first..first + n as u64).collect();
+        s.incomplete.extend(seqs.iter().copied());
+        let first_incomplete = s.incomplete.first().copied().unwrap_or(first);
+        drop(s);
+        Ok(Tickets {
+            session: self.clone(),
+            lease_id,
+            first_incomplete,
+            seqs,
         })
     }
 

@@ -16,8 +16,8 @@ use ramstore_rpc::server::SlowFuture;
 use ramstore_rpc::{Handled, LocalTransport, Service};
 use ramstore_wire::{
     decode_request, encode_error_response, encode_response, EnumerateResponseEncoder, ErrorBody,
-    MultiReadResponseEncoder, MultiRemoveResponseEncoder, MultiWriteResponseEncoder, NumberKind,
-    Opcode, Refusal, RejectRules, Request, Response, Status, TabletMapEncoder,
+    MultiReadResponseEncoder, MultiRemoveResponseEncoder, MultiRpcIds, MultiWriteResponseEncoder,
+    NumberKind, Opcode, Refusal, RejectRules, Request, Response, RpcId, Status, TabletMapEncoder,
 };
 
 pub const COORDINATOR: &str = "coordinator";
@@ -97,9 +97,27 @@ pub struct FakeMaster {
     enumerate_batch_bytes: AtomicUsize,
     in_flight: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
+    /// Every MultiWrite and MultiRemove item received: (key, its rpc id).
+    multi_ids: Mutex<Vec<(Vec<u8>, Option<RpcId>)>>,
 }
 
 impl FakeMaster {
+    /// Every multi-op item received so far: (key, its rpc id, if any).
+    pub fn multi_ids(&self) -> Vec<(Vec<u8>, Option<RpcId>)> {
+        self.multi_ids.lock().clone()
+    }
+
+    fn note_multi_ids<'a>(
+        &self,
+        keys: impl Iterator<Item = &'a [u8]>,
+        ids: Option<MultiRpcIds<'_>>,
+    ) {
+        let mut seen = self.multi_ids.lock();
+        for (i, key) in keys.enumerate() {
+            seen.push((key.to_vec(), ids.and_then(|ids| ids.get(i))));
+        }
+    }
+
     fn owns(&self, table_id: u64, key: &[u8]) -> bool {
         let h = key_hash(key);
         self.owned
@@ -292,7 +310,8 @@ impl FakeMaster {
                 }
                 enc.finish().expect("frame fits");
             }
-            Request::MultiWrite(items) => {
+            Request::MultiWrite(items, ids) => {
+                self.note_multi_ids(items.iter().map(|i| i.key), ids);
                 let mut enc = MultiWriteResponseEncoder::new(id, out);
                 for item in items.iter() {
                     let pushed = if self.take_item_retry() {
@@ -307,7 +326,8 @@ impl FakeMaster {
                 }
                 enc.finish().expect("frame fits");
             }
-            Request::MultiRemove(items) => {
+            Request::MultiRemove(items, ids) => {
+                self.note_multi_ids(items.iter().map(|i| i.key), ids);
                 let mut enc = MultiRemoveResponseEncoder::new(id, out);
                 for item in items.iter() {
                     let pushed = if self.take_item_retry() {
@@ -647,6 +667,7 @@ impl FakeCluster {
                     enumerate_batch_bytes: AtomicUsize::new(usize::MAX),
                     in_flight: in_flight.clone(),
                     max_in_flight: max_in_flight.clone(),
+                    multi_ids: Mutex::default(),
                 })
             })
             .collect();

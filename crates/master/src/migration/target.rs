@@ -441,6 +441,17 @@ impl ObjectStore {
         self.write_as(table_id, key, value, rules, Access::Arrived)
     }
 
+    /// [`Self::write_arrived`] of a key its caller hashed already.
+    pub fn write_arrived_hashed(
+        &self,
+        table_id: u64,
+        key: crate::HashedKey<'_>,
+        value: &[u8],
+        rules: &RejectRules,
+    ) -> Result<u64, WriteError> {
+        self.write_hashed_as(table_id, key, value, rules, Access::Arrived)
+    }
+
     /// [`Self::remove`] for a key the migration's gate let through.
     pub fn remove_arrived(
         &self,

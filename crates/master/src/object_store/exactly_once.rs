@@ -11,8 +11,9 @@ use ramstore_log::{SideLog, MAX_VALUE_BYTES};
 use ramstore_wire::{RejectRules, RpcId};
 
 use super::write::{incremented_f64, incremented_i64, AppendedRecord, NewValue};
-use super::{key_hash, ObjectStore};
+use super::ObjectStore;
 use crate::error::WriteError;
+use crate::hashed_key::HashedKey;
 use crate::rifl::{Check, MovedRecord, RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::tablets::Access;
 
@@ -88,6 +89,29 @@ impl ObjectStore {
         self.update_once_as((table_id, key), rules, op, id, Access::Arrived)
     }
 
+    /// [`Self::update_once`] of a key its caller hashed already (for its
+    /// lock-table check): the key is not hashed again (issue 21, "hash once").
+    pub fn update_once_hashed(
+        &self,
+        (table_id, key): (u64, HashedKey<'_>),
+        rules: &RejectRules,
+        op: OnceUpdate<'_>,
+        id: RpcId,
+    ) -> Result<RpcOutcome, WriteError> {
+        self.update_once_hashed_as((table_id, key), rules, op, id, Access::Client)
+    }
+
+    /// [`Self::update_once_arrived`] of a hashed key.
+    pub fn update_once_arrived_hashed(
+        &self,
+        (table_id, key): (u64, HashedKey<'_>),
+        rules: &RejectRules,
+        op: OnceUpdate<'_>,
+        id: RpcId,
+    ) -> Result<RpcOutcome, WriteError> {
+        self.update_once_hashed_as((table_id, key), rules, op, id, Access::Arrived)
+    }
+
     fn update_once_as(
         &self,
         (table_id, key): (u64, &[u8]),
@@ -96,8 +120,19 @@ impl ObjectStore {
         id: RpcId,
         access: Access,
     ) -> Result<RpcOutcome, WriteError> {
-        let place = (table_id, key_hash(key));
-        let object = (table_id, key);
+        self.update_once_hashed_as((table_id, HashedKey::new(key)), rules, op, id, access)
+    }
+
+    fn update_once_hashed_as(
+        &self,
+        (table_id, hashed): (u64, HashedKey<'_>),
+        rules: &RejectRules,
+        op: OnceUpdate<'_>,
+        id: RpcId,
+        access: Access,
+    ) -> Result<RpcOutcome, WriteError> {
+        let place = (table_id, hashed.hash());
+        let object = (table_id, hashed);
         match op {
             OnceUpdate::Write(value) => {
                 if value.len() > MAX_VALUE_BYTES {
@@ -113,7 +148,7 @@ impl ObjectStore {
             }
             OnceUpdate::Remove => self.once(id, place, |rpc| {
                 let (removed, record) =
-                    self.remove_full(table_id, key, rules, access, Some(rpc))?;
+                    self.remove_full(table_id, hashed, rules, access, Some(rpc))?;
                 let outcome = RpcOutcome::Remove {
                     existed: removed.is_some(),
                     version: removed.unwrap_or(0),

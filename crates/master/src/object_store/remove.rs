@@ -9,8 +9,9 @@ use ramstore_wire::RejectRules;
 use ramstore_log::entry::encode_rpc_result;
 
 use super::write::AppendedRecord;
-use super::{key_hash, ObjectStore};
+use super::ObjectStore;
 use crate::error::WriteError;
+use crate::hashed_key::HashedKey;
 use crate::rifl::{RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::tablets::Access;
 
@@ -54,7 +55,7 @@ impl ObjectStore {
         rules: &RejectRules,
         access: Access,
     ) -> Result<Option<u64>, WriteError> {
-        self.remove_full(table_id, key, rules, access, None)
+        self.remove_full(table_id, HashedKey::new(key), rules, access, None)
             .map(|(v, _)| v)
     }
 
@@ -64,15 +65,16 @@ impl ObjectStore {
     pub(super) fn remove_full(
         &self,
         table_id: u64,
-        key: &[u8],
+        hashed: HashedKey<'_>,
         rules: &RejectRules,
         access: Access,
         rpc: Option<(u64, u64)>,
     ) -> Result<(Option<u64>, Option<AppendedRecord>), WriteError> {
+        let key = hashed.key();
         if key.len() > MAX_KEY_BYTES {
             return Err(WriteError::KeyTooLarge(key.len()));
         }
-        let hash = key_hash(key);
+        let hash = hashed.hash();
         let inner = &*self.inner;
         let log = &inner.log;
         let _pin = log.pin();

@@ -12,8 +12,9 @@ use ramstore_wire::RejectRules;
 
 use ramstore_log::entry::encode_rpc_result;
 
-use super::{key_hash, ObjectStore};
+use super::ObjectStore;
 use crate::error::WriteError;
+use crate::hashed_key::HashedKey;
 use crate::rifl::{RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::tablets::Access;
 
@@ -157,12 +158,37 @@ impl ObjectStore {
         rules: &RejectRules,
         access: Access,
     ) -> Result<u64, WriteError> {
+        self.write_hashed_as(table_id, HashedKey::new(key), value, rules, access)
+    }
+
+    /// [`Self::write`] of a key its caller hashed already (for its lock-table
+    /// check): the key is not hashed again (issue 21, "hash once").
+    pub fn write_hashed(
+        &self,
+        table_id: u64,
+        key: HashedKey<'_>,
+        value: &[u8],
+        rules: &RejectRules,
+    ) -> Result<u64, WriteError> {
+        self.write_hashed_as(table_id, key, value, rules, Access::Client)
+    }
+
+    /// [`Self::write_as`] of a hashed key.
+    pub(crate) fn write_hashed_as(
+        &self,
+        table_id: u64,
+        key: HashedKey<'_>,
+        value: &[u8],
+        rules: &RejectRules,
+        access: Access,
+    ) -> Result<u64, WriteError> {
         if value.len() > MAX_VALUE_BYTES {
             return Err(WriteError::ValueTooLarge(value.len()));
         }
-        self.update(table_id, key, rules, (access, None), |_| {
+        self.update_full(None, table_id, key, rules, (access, None), None, |_| {
             Ok(NewValue::Borrowed(value))
         })
+        .map(|(version, _)| version)
     }
 
     /// Puts back an object as it was in a log being reloaded (cold start, recovery
@@ -340,7 +366,7 @@ impl ObjectStore {
     /// record.
     pub(super) fn update_recorded<'v>(
         &self,
-        (table_id, key): (u64, &[u8]),
+        (table_id, key): (u64, HashedKey<'_>),
         rules: &RejectRules,
         access: Access,
         rpc: (u64, u64),
@@ -370,8 +396,16 @@ impl ObjectStore {
         how: (Access, Option<u64>),
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<u64, WriteError> {
-        self.update_full(side, table_id, key, rules, how, None, compute)
-            .map(|(version, _)| version)
+        self.update_full(
+            side,
+            table_id,
+            HashedKey::new(key),
+            rules,
+            how,
+            None,
+            compute,
+        )
+        .map(|(version, _)| version)
     }
 
     /// The one write path: [`Self::update_in`], plus the completion record of
@@ -381,16 +415,17 @@ impl ObjectStore {
         &self,
         side: Option<&SideLog>,
         table_id: u64,
-        key: &[u8],
+        hashed: HashedKey<'_>,
         rules: &RejectRules,
         (access, forced_version): (Access, Option<u64>),
         rpc: Option<(u64, u64)>,
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<(u64, Option<AppendedRecord>), WriteError> {
+        let key = hashed.key();
         if key.len() > MAX_KEY_BYTES {
             return Err(WriteError::KeyTooLarge(key.len()));
         }
-        let hash = key_hash(key);
+        let hash = hashed.hash();
         let inner = &*self.inner;
         let log = &inner.log;
         let _pin = log.pin();

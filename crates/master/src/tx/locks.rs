@@ -32,6 +32,8 @@ use std::collections::HashMap;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use ramstore_wire::key_hash;
 
+use crate::hashed_key::HashedKey;
+
 /// Shards of the lock table (a power of two: the shard is the hash's top bits).
 pub const LOCK_SHARDS: usize = 64;
 const SHARD_SHIFT: u32 = 64 - LOCK_SHARDS.trailing_zeros();
@@ -121,7 +123,17 @@ impl LockTable {
     /// The shared guard a plain write holds from its lock check to its write,
     /// once `key` of `table_id` is known not to be locked by a transaction.
     pub fn writer_guard(&self, table_id: u64, key: &[u8]) -> Result<WriterGuard<'_>, ObjectLocked> {
-        let hash = key_hash(key);
+        self.writer_guard_hashed(table_id, &HashedKey::new(key))
+    }
+
+    /// [`Self::writer_guard`] for a key already hashed: the write that follows
+    /// uses the same hash for its bucket (issue 21, "hash once").
+    pub fn writer_guard_hashed(
+        &self,
+        table_id: u64,
+        key: &HashedKey<'_>,
+    ) -> Result<WriterGuard<'_>, ObjectLocked> {
+        let hash = key.hash();
         let map = self.shards[shard_of(hash)].0.read();
         if !map.is_empty() {
             if let Some(&holder) = map.get(&(table_id, hash)) {

@@ -119,7 +119,7 @@ impl Transactions {
     /// whole object list); the caller answers once they are durable. With
     /// `decide_now` (this master is the only participant) it applies the ops
     /// and answers COMMITTED instead: the single-server fast path, one round
-    /// trip, which writes no prepared records.
+    /// trip ([`Self::commit_now`] says how it stays atomic across a crash).
     ///
     /// An error (unknown tablet, a full log) changes nothing that a resend of the
     /// same prepare does not finish: ops stay prepared under their locks, and the
@@ -175,11 +175,93 @@ impl Transactions {
             prepared.insert(id, tx);
         }
         if decide_now {
-            self.decide(store, id, true)?;
-            return Ok(TxVote::Committed);
+            return self.commit_now(store, id, ops, participants, already);
         }
         self.record(store, id, participants)?;
         Ok(TxVote::Prepared)
+    }
+
+    /// The single-server fast path's commit of `id`, prepared here (all its
+    /// objects locked, versions checked).
+    ///
+    /// Atomic across a crash (issue 21; design notes "Transactions",
+    /// *Single-server fast path*): a transaction that changes two or more
+    /// objects first appends a prepared record per op, as a PREPARED vote
+    /// does, and only then its writes, in the same log and so in the same
+    /// replication round trip (one wait for the log's end, before the answer).
+    /// The log is replicated in order, so a crash mid-apply leaves every
+    /// record durable wherever any write is: a recovery master holds the
+    /// transaction prepared with all its ops (its objects locked) and the
+    /// client's resent prepare, or a recovery manager's decision, applies them
+    /// all (`decide`: idempotent in value). A crash before the last record is
+    /// durable leaves no write applied: the resend prepares the ops the
+    /// recovery did not find ([`Self::adopt_missing`]) or aborts. A
+    /// transaction that changes at most one object needs no records: its one
+    /// write (with its tombstone) is a single piece of the log, durable whole
+    /// or not at all (R§4.2). Why not one append of every object instead:
+    /// a transaction's objects may belong to several recovery partitions
+    /// (R§7.4), which replay apart and so cannot tell a whole group from a
+    /// cut one; the records cost bytes, not a round trip.
+    fn commit_now(
+        &self,
+        store: &ObjectStore,
+        id: TxId,
+        ops: &[TxOp<'_>],
+        participants: &[(u64, u64)],
+        already: bool,
+    ) -> Result<TxVote, WriteError> {
+        if already && !self.adopt_missing(store, id, ops, participants)? {
+            self.decide(store, id, false)?;
+            return Ok(TxVote::Abort);
+        }
+        let changes = ops.iter().filter(|op| op.kind != TxOpKind::Read).count();
+        if changes > 1 {
+            self.record(store, id, participants)?;
+        }
+        self.decide(store, id, true)?;
+        Ok(TxVote::Committed)
+    }
+
+    /// A resent fast-path prepare of `id`, held prepared here: locks the ops
+    /// of `ops` that the prepared transaction lacks and adds them; false (the
+    /// caller aborts) if one conflicts. Ops are missing only when a recovery
+    /// replayed a log cut among the transaction's records, before any of its
+    /// writes (`commit_now`): the ops it found kept their locks since, so
+    /// their checked versions still hold, and the missing ones are checked now.
+    fn adopt_missing(
+        &self,
+        store: &ObjectStore,
+        id: TxId,
+        ops: &[TxOp<'_>],
+        participants: &[(u64, u64)],
+    ) -> Result<bool, WriteError> {
+        let missing: Vec<(u64, TxOp<'_>)> = {
+            let map = self.prepared.lock();
+            let Some(tx) = map.get(&id) else {
+                return Ok(true);
+            };
+            ops.iter()
+                .zip(0u64..)
+                .map(|(op, local)| (op_index(participants, op, local), *op))
+                .filter(|(index, _)| !tx.ops.iter().any(|o| o.op_index == *index))
+                .collect()
+        };
+        if missing.is_empty() {
+            return Ok(true);
+        }
+        let to_lock: Vec<TxOp<'_>> = missing.iter().map(|(_, op)| *op).collect();
+        if !self.lock_all(store, id, &to_lock)? {
+            return Ok(false);
+        }
+        let mut map = self.prepared.lock();
+        let Some(tx) = map.get_mut(&id) else {
+            // Decided meanwhile (a recovery manager): let the locks go again.
+            drop(map);
+            self.release(&owned_ops(&missing));
+            return Ok(false);
+        };
+        tx.ops.extend(owned_ops(&missing));
+        Ok(true)
     }
 
     /// Appends the prepared records of `id`'s ops that have none yet (SOSP'15
@@ -311,6 +393,20 @@ fn op_index(participants: &[(u64, u64)], op: &TxOp<'_>, local: u64) -> u64 {
         None if participants.is_empty() => local,
         None => (1 << 32) + local,
     }
+}
+
+/// `ops` (each with its op index), owned.
+fn owned_ops(ops: &[(u64, TxOp<'_>)]) -> Vec<TxOpOwned> {
+    ops.iter()
+        .map(|(op_index, op)| TxOpOwned {
+            op_index: *op_index,
+            kind: op.kind,
+            expected_version: op.expected_version,
+            table_id: op.table_id,
+            key: op.key.to_vec(),
+            value: op.value.to_vec(),
+        })
+        .collect()
 }
 
 /// The record's kind of a wire op kind.

@@ -57,6 +57,19 @@ impl Transactions {
                 None => {}
             }
         }
+        // A decided mark tells its whole transaction's outcome (one decision per
+        // transaction, and a commit marks only after applying every write):
+        // remembered, so a resent prepare of a transaction committed before the
+        // crash answers COMMITTED instead of failing its version checks
+        // (regression: `tx_decide_now.rs`, a log cut among the marks), and its
+        // remaining records need no lock.
+        for (key, &commit) in &decided {
+            let tx = TxId {
+                lease_id: key.0,
+                tx_seq: key.1,
+            };
+            self.decided.lock().remember(tx, commit);
+        }
         let mut by_tx: BTreeMap<TxId, Vec<ReplayedPrepared>> = BTreeMap::new();
         for (key, p) in prepared {
             if decided.contains_key(&key) {

@@ -9,7 +9,7 @@
 //! parked or answered RETRY like a read, never run at least once.
 
 use ramstore_master::migration::ClientOp;
-use ramstore_master::{OnceUpdate, RejectRules, RpcOutcome, WriteError};
+use ramstore_master::{HashedKey, OnceUpdate, RejectRules, RpcOutcome, WriteError};
 use ramstore_wire::{
     encode_response, ErrorBody, NumberKind, Opcode, Response, RpcId, Status, WireError,
 };
@@ -42,15 +42,7 @@ impl StorageService {
             OnceOp::Remove => Opcode::Remove,
             OnceOp::Increment { .. } => Opcode::Increment,
         };
-        let result = match self.migration_gate(table_id, key, ClientOp::ExactlyOnce) {
-            Gated::Plain => self.once_in_store((table_id, key), rules, &op, rpc_id, false),
-            // The key's object and completion records are here (RIFL §4.3).
-            Gated::Arrived(_) => self.once_in_store((table_id, key), rules, &op, rpc_id, true),
-            Gated::Wait => Err(WriteError::Migrating),
-        };
-        if result.is_ok() {
-            self.note_accepted();
-        }
+        let result = self.run_once((table_id, key), rules, &op, rpc_id);
         let response = match result {
             Ok(outcome) => response_of(opcode, outcome),
             Err(WriteError::StaleRpc) => Response::Error(ErrorBody::Message {
@@ -67,6 +59,29 @@ impl StorageService {
         Ok(Durability::LogEnd)
     }
 
+    /// Carries out `op` on `key` of `table_id` as RPC `rpc_id` through the
+    /// migration gate: its outcome, the saved one for a retry of a completed
+    /// RPC. One op of a multi-op with rpc ids is one such RPC (RIFL §4: each
+    /// object's op is separate).
+    pub(crate) fn run_once(
+        &self,
+        (table_id, key): (u64, &[u8]),
+        rules: &RejectRules,
+        op: &OnceOp<'_>,
+        rpc_id: RpcId,
+    ) -> Result<RpcOutcome, WriteError> {
+        let result = match self.migration_gate(table_id, key, ClientOp::ExactlyOnce) {
+            Gated::Plain => self.once_in_store((table_id, key), rules, op, rpc_id, false),
+            // The key's object and completion records are here (RIFL §4.3).
+            Gated::Arrived(_) => self.once_in_store((table_id, key), rules, op, rpc_id, true),
+            Gated::Wait => Err(WriteError::Migrating),
+        };
+        if result.is_ok() {
+            self.note_accepted();
+        }
+        result
+    }
+
     /// The store call of `op`; `arrived`: on a migrating-in tablet whose gate
     /// let it through.
     fn once_in_store(
@@ -78,7 +93,9 @@ impl StorageService {
         arrived: bool,
     ) -> Result<RpcOutcome, WriteError> {
         // Held across the write: no transaction can lock the key meanwhile.
-        let _locks = self.unlocked(table_id, key)?;
+        // The key is hashed once, for the lock check and the write (issue 21).
+        let hashed = HashedKey::new(key);
+        let _locks = self.unlocked(table_id, &hashed)?;
         let update = match *op {
             OnceOp::Write { value } => OnceUpdate::Write(value),
             OnceOp::Remove => OnceUpdate::Remove,
@@ -93,10 +110,10 @@ impl StorageService {
         };
         if arrived {
             self.store
-                .update_once_arrived((table_id, key), rules, update, rpc_id)
+                .update_once_arrived_hashed((table_id, hashed), rules, update, rpc_id)
         } else {
             self.store
-                .update_once((table_id, key), rules, update, rpc_id)
+                .update_once_hashed((table_id, hashed), rules, update, rpc_id)
         }
     }
 }

@@ -223,8 +223,13 @@ impl StorageService {
                 out,
             )?,
             Request::MultiRead(items) => self.multi_read(id, items, out)?,
-            Request::MultiWrite(items) => self.multi_write(id, items, out)?,
-            Request::MultiRemove(items) => self.multi_remove(id, items, out)?,
+            Request::MultiWrite(items, None) => self.multi_write(id, items, out)?,
+            Request::MultiRemove(items, None) => self.multi_remove(id, items, out)?,
+            // Exactly-once, op by op (RIFL §4; `multi_once.rs`).
+            Request::MultiWrite(items, Some(ids)) => self.multi_write_once(id, items, ids, out)?,
+            Request::MultiRemove(items, Some(ids)) => {
+                self.multi_remove_once(id, items, ids, out)?
+            }
             Request::TxPrepare(prepare) => self.tx_prepare(id, &prepare, out)?,
             Request::TxRequestVote(request) => self.tx_request_vote(id, &request, out)?,
             Request::TxDecision {

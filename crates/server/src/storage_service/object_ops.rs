@@ -11,7 +11,7 @@
 //! source is answered RETRY while a PriorityPull brings it.
 
 use ramstore_log::ObjectView;
-use ramstore_master::{ReadError, RejectRules, WriteError};
+use ramstore_master::{HashedKey, ReadError, RejectRules, WriteError};
 use ramstore_wire::{ErrorBody, Status};
 
 use super::migration::{Gated, MIGRATION_RETRY_MS};
@@ -123,11 +123,15 @@ impl StorageService {
         value: &[u8],
         rules: &RejectRules,
     ) -> Result<u64, WriteError> {
-        let locks = self.unlocked(table_id, key)?;
+        // Hashed once, for the lock check and the write (issue 21).
+        let hashed = HashedKey::new(key);
+        let locks = self.unlocked(table_id, &hashed)?;
         let written = match self.migration_gate(table_id, key, write_kind(rules)) {
-            Gated::Plain => self.store.write(table_id, key, value, rules),
+            Gated::Plain => self.store.write_hashed(table_id, hashed, value, rules),
             Gated::Arrived(m) => {
-                let written = self.store.write_arrived(table_id, key, value, rules);
+                let written = self
+                    .store
+                    .write_arrived_hashed(table_id, hashed, value, rules);
                 if written.is_ok() {
                     // Its version is above every pulled one: authoritative.
                     m.settle(key);
@@ -149,7 +153,7 @@ impl StorageService {
         key: &[u8],
         rules: &RejectRules,
     ) -> Result<Option<u64>, WriteError> {
-        let _locks = self.unlocked(table_id, key)?;
+        let _locks = self.unlocked(table_id, &HashedKey::new(key))?;
         match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
             Gated::Plain => self.store.remove(table_id, key, rules),
             Gated::Arrived(_) => self.store.remove_arrived(table_id, key, rules),
@@ -166,7 +170,7 @@ impl StorageService {
         delta: i64,
         rules: &RejectRules,
     ) -> Result<([u8; 8], u64), WriteError> {
-        let locks = self.unlocked(table_id, key)?;
+        let locks = self.unlocked(table_id, &HashedKey::new(key))?;
         let result = match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
             Gated::Plain => self.store.increment_i64(table_id, key, delta, rules),
             Gated::Arrived(_) => self
@@ -187,7 +191,7 @@ impl StorageService {
         delta: f64,
         rules: &RejectRules,
     ) -> Result<([u8; 8], u64), WriteError> {
-        let locks = self.unlocked(table_id, key)?;
+        let locks = self.unlocked(table_id, &HashedKey::new(key))?;
         let result = match self.migration_gate(table_id, key, ClientOp::ReadsRecord) {
             Gated::Plain => self.store.increment_f64(table_id, key, delta, rules),
             Gated::Arrived(_) => self

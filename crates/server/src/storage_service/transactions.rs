@@ -6,7 +6,7 @@
 
 use ramstore_master::migration::ClientOp;
 use ramstore_master::tx::locks::WriterGuard;
-use ramstore_master::{TxId, WriteError};
+use ramstore_master::{HashedKey, TxId, WriteError};
 use ramstore_wire::{
     encode_response, Opcode, Response, TxPrepare, TxRequestVote, TxVote, WireError, MAX_TX_BYTES,
     TX_DECIDE_NOW,
@@ -20,15 +20,16 @@ impl StorageService {
     /// The plain writers' guard of `key`'s lock shard, once `key` of `table_id`
     /// is known not to be locked by a transaction; hold it until the write is in
     /// the store (`ramstore_master::tx::locks`: one shard of 64, so writers of
-    /// different keys do not share a cache line).
+    /// different keys do not share a cache line). The key comes hashed: the
+    /// write under the guard uses the same hash (issue 21, "hash once").
     pub(crate) fn unlocked(
         &self,
         table_id: u64,
-        key: &[u8],
+        key: &HashedKey<'_>,
     ) -> Result<WriterGuard<'_>, WriteError> {
         self.tx
             .locks()
-            .writer_guard(table_id, key)
+            .writer_guard_hashed(table_id, key)
             .map_err(|_| WriteError::ObjectLocked)
     }
 

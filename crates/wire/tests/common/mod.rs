@@ -516,6 +516,27 @@ pub fn list_request_frames() -> Vec<(&'static str, Vec<u8>)> {
     e.finish().expect("finish");
     frames.push(("multi_remove_request", out));
 
+    // The same multi-ops with one exactly-once rpc id per item (RIFL; issue 21).
+    let mut out = Vec::new();
+    let mut e = MultiWriteRequestEncoder::new(ID, &mut out);
+    let mut seqs = Vec::new();
+    for (i, (t, r, k, v)) in multi_write().into_iter().enumerate() {
+        e.push(t, r, k, v).expect("push");
+        seqs.push(40 + 2 * i as u64);
+    }
+    e.finish_with_rpc_ids(7, 40, &seqs).expect("finish");
+    frames.push(("multi_write_exactly_once_request", out));
+
+    let mut out = Vec::new();
+    let mut e = MultiRemoveRequestEncoder::new(ID, &mut out);
+    let mut seqs = Vec::new();
+    for (i, (t, r, k)) in multi_remove().into_iter().enumerate() {
+        e.push(t, r, k).expect("push");
+        seqs.push(50 + i as u64);
+    }
+    e.finish_with_rpc_ids(7, 41, &seqs).expect("finish");
+    frames.push(("multi_remove_exactly_once_request", out));
+
     let mut out = Vec::new();
     let mut e = ServerListUpdateEncoder::new(ID, SERVER_LIST_VERSION, &mut out);
     for server in server_list() {
