@@ -152,6 +152,9 @@ pub struct Costs {
     /// Simulated time charged so far, by kind (for the summary and tests):
     /// send, receive, disk read, disk write, bucket, replicate, replay (ns).
     charged_ns: Mutex<[u64; 7]>,
+    /// Disk read time charged per host (ns): R Fig. 16's slowest and average
+    /// backup.
+    read_ns: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Costs {
@@ -162,6 +165,7 @@ impl Costs {
             on: AtomicBool::new(on),
             hosts: Mutex::default(),
             charged_ns: Mutex::new([0; 7]),
+            read_ns: Mutex::default(),
         }
     }
 
@@ -178,6 +182,15 @@ impl Costs {
     /// Simulated time charged so far by kind (see the field's doc).
     pub fn charged(&self) -> [Duration; 7] {
         self.charged_ns.lock().map(Duration::from_nanos)
+    }
+
+    /// Disk read time charged so far: (the busiest disk's, the mean over the
+    /// disks that read anything).
+    pub fn disk_reads(&self) -> (Duration, Duration) {
+        let reads = self.read_ns.lock();
+        let max = reads.values().copied().max().unwrap_or(0);
+        let mean = reads.values().sum::<u64>() / (reads.len().max(1) as u64);
+        (Duration::from_nanos(max), Duration::from_nanos(mean))
     }
 
     /// Reserves `charge` on `host`'s resource and returns when it ends; the
@@ -222,7 +235,11 @@ impl Costs {
         let end = (*slot).max(now) + cost;
         *slot = end;
         drop(hosts);
-        self.charged_ns.lock()[kind] += u64::try_from(cost.as_nanos()).unwrap_or(u64::MAX);
+        let ns = u64::try_from(cost.as_nanos()).unwrap_or(u64::MAX);
+        self.charged_ns.lock()[kind] += ns;
+        if kind == 2 {
+            *self.read_ns.lock().entry(host.to_string()).or_default() += ns;
+        }
         end
     }
 

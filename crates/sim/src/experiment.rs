@@ -103,17 +103,19 @@ pub fn recovery_scaling(exe: &Path, plan: &ScalingPlan) -> Result<Vec<Point>, Ex
 pub fn table(points: &[Point], bytes_scale: u64) -> String {
     let mut s = String::from(
         "servers | data per server (simulated) | represents | detection s | recovery s | \
-         violations | wall s | max RSS MiB\n",
+         busiest / mean disk read s | violations | wall s | max RSS MiB\n",
     );
     for p in points {
         let _ = writeln!(
             s,
-            "{:>7} | {:>10} B | {:>8.1} MB | {:>11.3} | {:>10.3} | {:>10} | {:>6.1} | {:>7}",
+            "{:>7} | {:>10} B | {:>8.1} MB | {:>11.3} | {:>10.3} | {:>6.2} / {:>5.2} | {:>10} | {:>6.1} | {:>7}",
             p.servers,
             p.data_per_server_bytes,
             (p.data_per_server_bytes * bytes_scale) as f64 / 1e6,
             p.detection_s,
             p.recovery_s,
+            p.disk_read_max_s,
+            p.disk_read_mean_s,
             p.violations,
             p.wall_s,
             p.max_rss_bytes >> 20
@@ -132,13 +134,16 @@ pub fn json(points: &[Point], bytes_scale: u64) -> String {
             format!(
                 "{{\"servers\":{},\"data_per_server_bytes\":{},\"recovery_s\":{:.6},\
                  \"detection_s\":{:.6},\"simulated_data_per_server_bytes\":{},\
-                 \"bytes_scale\":{},\"violations\":{},\"wall_s\":{:.2},\"max_rss_bytes\":{}}}",
+                 \"bytes_scale\":{},\"disk_read_max_s\":{:.4},\"disk_read_mean_s\":{:.4},\
+                 \"violations\":{},\"wall_s\":{:.2},\"max_rss_bytes\":{}}}",
                 p.servers,
                 p.data_per_server_bytes * bytes_scale,
                 p.recovery_s,
                 p.detection_s,
                 p.data_per_server_bytes,
                 bytes_scale,
+                p.disk_read_max_s,
+                p.disk_read_mean_s,
                 p.violations,
                 p.wall_s,
                 p.max_rss_bytes

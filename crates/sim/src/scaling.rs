@@ -75,6 +75,10 @@ pub struct Point {
     /// over hosts: send, receive, disk read, disk write, bucket, replicate,
     /// replay.
     pub charged_s: [f64; 7],
+    /// Disk read time of the busiest backup and the mean over the backups
+    /// that read (simulated seconds; R Fig. 16's disk curves).
+    pub disk_read_max_s: f64,
+    pub disk_read_mean_s: f64,
 }
 
 impl Point {
@@ -84,7 +88,8 @@ impl Point {
         format!(
             "point servers={} data_per_server_bytes={} detection_s={:.6} recovery_s={:.6} \
              objects={} violations={} wall_s={:.2} max_rss_bytes={} \
-             charged_s={:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4}",
+             charged_s={:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4} \
+             disk_read_max_s={:.4} disk_read_mean_s={:.4}",
             self.servers,
             self.data_per_server_bytes,
             self.detection_s,
@@ -99,7 +104,9 @@ impl Point {
             c[3],
             c[4],
             c[5],
-            c[6]
+            c[6],
+            self.disk_read_max_s,
+            self.disk_read_mean_s
         )
     }
 
@@ -118,6 +125,8 @@ impl Point {
                 "violations" => p.violations = value.parse().ok()?,
                 "wall_s" => p.wall_s = value.parse().ok()?,
                 "max_rss_bytes" => p.max_rss_bytes = value.parse().ok()?,
+                "disk_read_max_s" => p.disk_read_max_s = value.parse().ok()?,
+                "disk_read_mean_s" => p.disk_read_mean_s = value.parse().ok()?,
                 "charged_s" => {
                     let v: Vec<f64> = value.split(',').filter_map(|x| x.parse().ok()).collect();
                     p.charged_s = v.try_into().ok()?;
@@ -295,6 +304,7 @@ async fn point(config: PointConfig) -> Result<Point, SimError> {
     let recovered_at = clock.elapsed();
     costs.set_on(false);
     let charged = costs.charged().map(|d| d.as_secs_f64());
+    let (read_max, read_mean) = costs.disk_reads();
     let violations = verify(&admin, table, objects).await;
     Ok(Point {
         servers: config.servers,
@@ -306,6 +316,8 @@ async fn point(config: PointConfig) -> Result<Point, SimError> {
         wall_s: 0.0,
         max_rss_bytes: 0,
         charged_s: charged,
+        disk_read_max_s: read_max.as_secs_f64(),
+        disk_read_mean_s: read_mean.as_secs_f64(),
     })
 }
 

@@ -86,6 +86,8 @@ fn point_line_round_trips() {
         wall_s: 2.0,
         max_rss_bytes: 1 << 30,
         charged_s: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
+        disk_read_max_s: 0.9,
+        disk_read_mean_s: 0.8,
     };
     let back = Point::from_line(&p.to_line()).expect("parsed");
     assert_eq!(back.to_line(), p.to_line());
