@@ -5,10 +5,13 @@
 //!
 //! Where it charges (all in the simulated network, [`crate::net`]: the server
 //! code runs unchanged, its effects already pass through the Transport seam):
-//! - **NIC**: every message queues on its sender's transmit link and on its
-//!   receiver's receive link, each `bytes / nic_bytes_per_sec`, first come
-//!   first served (a link busy until t starts the next message at t). The
-//!   drawn propagation delay of [`crate::net`] comes between the two.
+//! - **NIC**: every bulk message (a BackupWrite, a bucket of recovery data)
+//!   queues on its sender's transmit link and on its receiver's receive link,
+//!   each `bytes / nic_bytes_per_sec`, first come first served (a link busy
+//!   until t starts the next message at t). Control messages (everything
+//!   else) take their own transmission time, unscaled, and wait behind no
+//!   backlog ([`Charge::Control`]). The drawn propagation delay of
+//!   [`crate::net`] comes between the two.
 //! - **Replication** (BackupWrite): the sender's CPU copies and checksums the
 //!   bytes (`replicate_ps_per_byte` on one of its cores) before they leave; the
 //!   backup's disk writes them (`disk_write_bytes_per_sec`) on a write-behind
@@ -30,7 +33,7 @@
 //! simulated CPU — the model covers recovery's bulk work, not the fast path.
 //!
 //! `bytes_scale` lets a small simulated byte stand for many real ones: every
-//! per-byte charge is multiplied by it, so a 1,000-server cluster whose
+//! per-byte charge of bulk data is multiplied by it, so a 1,000-server cluster whose
 //! servers hold 256 KiB each takes the time servers holding 256 KiB ×
 //! `bytes_scale` would (memory stays that of 256 KiB; fixed costs such as RPC
 //! latencies and the coordinator's polling are not scaled).
@@ -130,6 +133,14 @@ pub enum Charge {
     Replicate(usize),
     /// Replaying `n` bytes of a bucket (the replay lane).
     Replay(usize),
+    /// Sending or receiving a control message of `n` bytes (pings, requests,
+    /// acknowledgements): its own transmission time, unscaled, without
+    /// waiting behind bulk transfers — TCP shares a link between connections
+    /// rather than queueing one behind another's backlog. (Regression: with
+    /// one FIFO queue and scaled bytes, at 200 servers pings waited seconds
+    /// behind recovery traffic and the coordinator declared every server
+    /// crashed.)
+    Control(usize),
 }
 
 /// When each of a host's resources is next free.
@@ -202,6 +213,10 @@ impl Costs {
             return now;
         }
         let m = &self.model;
+        if let Charge::Control(n) = charge {
+            let ns = (n as u128) * 1_000_000_000 / u128::from(m.nic_bytes_per_sec.max(1));
+            return now + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX));
+        }
         let (kind, cost) = match charge {
             Charge::Send(n) => (0, m.at_rate(n, m.nic_bytes_per_sec)),
             Charge::Receive(n) => (1, m.at_rate(n, m.nic_bytes_per_sec)),
@@ -210,6 +225,8 @@ impl Costs {
             Charge::Bucket(n) => (4, m.per_byte(n, m.bucket_ps_per_byte)),
             Charge::Replicate(n) => (5, m.per_byte(n, m.replicate_ps_per_byte)),
             Charge::Replay(n) => (6, m.per_byte(n, m.replay_ps_per_byte)),
+            // Returned above.
+            Charge::Control(_) => return now,
         };
         let mut hosts = self.hosts.lock();
         let h = hosts.entry(host.to_string()).or_insert_with(|| Host {
@@ -283,6 +300,26 @@ mod tests {
             assert_eq!(a - t0, Duration::from_millis(1));
             assert_eq!(b - t0, Duration::from_millis(2), "waits for the first");
             assert_eq!(other - t0, Duration::from_millis(1), "another host's link");
+        });
+    }
+
+    /// Regression: pings queued behind recovery's bulk transfers, and at 200
+    /// servers the coordinator declared every server crashed.
+    #[test]
+    fn reserve_control_message_waits_behind_no_bulk_backlog() {
+        paused().block_on(async {
+            let costs = Costs::new(
+                CostModel {
+                    bytes_scale: 1000,
+                    ..model()
+                },
+                true,
+            );
+            let t0 = Instant::now();
+            let bulk = costs.reserve("s1", Charge::Send(1_000));
+            assert_eq!(bulk - t0, Duration::from_secs(1), "scaled and queued");
+            let ping = costs.reserve("s1", Charge::Control(100));
+            assert_eq!(ping - t0, Duration::from_micros(100), "unscaled, no queue");
         });
     }
 

@@ -391,12 +391,22 @@ impl SimNet {
         if let Some(c) = costs {
             if replication {
                 c.pay(host(from), Charge::Replicate(frame.len())).await;
+                c.pay(host(from), Charge::Send(frame.len())).await;
+            } else {
+                c.pay(host(from), Charge::Control(frame.len())).await;
             }
-            c.pay(host(from), Charge::Send(frame.len())).await;
         }
         self.carry(from, to, frame_hash).await;
         if let Some(c) = costs {
-            c.pay(host(to), Charge::Receive(frame.len())).await;
+            c.pay(
+                host(to),
+                if replication {
+                    Charge::Receive(frame.len())
+                } else {
+                    Charge::Control(frame.len())
+                },
+            )
+            .await;
             if replication {
                 // Written behind the acknowledgement (R§4.2): occupies the disk.
                 c.reserve(host(to), Charge::DiskWrite(frame.len()));
@@ -464,12 +474,22 @@ impl SimNet {
                 // The backup reads the replica and buckets it (R§7.5).
                 c.pay(host(to), Charge::DiskRead(bytes.len())).await;
                 c.pay(host(to), Charge::Bucket(bytes.len())).await;
+                c.pay(host(to), Charge::Send(bytes.len())).await;
+            } else {
+                c.pay(host(to), Charge::Control(bytes.len())).await;
             }
-            c.pay(host(to), Charge::Send(bytes.len())).await;
         }
         self.carry(to, from, response_hash).await;
         if let Some(c) = costs {
-            c.pay(host(from), Charge::Receive(bytes.len())).await;
+            c.pay(
+                host(from),
+                if recovery_data {
+                    Charge::Receive(bytes.len())
+                } else {
+                    Charge::Control(bytes.len())
+                },
+            )
+            .await;
             if recovery_data {
                 // The recovery master replays the bucket (R§7.6).
                 c.pay(host(from), Charge::Replay(bytes.len())).await;
