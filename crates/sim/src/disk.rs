@@ -112,7 +112,7 @@ impl Disk for SparseDisk {
         // head and reads zeros past the end only if the disk grows again.
         let first_gone = len.div_ceil(CHUNK);
         img.chunks.split_off(&first_gone);
-        if len % CHUNK != 0 {
+        if !len.is_multiple_of(CHUNK) {
             if let Some(c) = img.chunks.get_mut(&(len / CHUNK)) {
                 c[(len % CHUNK) as usize..].fill(0);
             }
