@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use ramstore_backup::{BackupConfig, BackupStore, Disk, FaultPlan, FaultyDisk, MemDisk, SyncMode};
+use ramstore_backup::{BackupConfig, BackupStore, Disk, FaultPlan, FaultyDisk, SyncMode};
 use ramstore_clock::{Clock, Rng, SeededRng};
 use ramstore_coordinator::{
     CoordinatorCore, CoordinatorService, ExternalStorage, FailureDetectorConfig, MemoryStorage,
@@ -21,6 +21,8 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::clock::SimClock;
+use crate::cost::Costs;
+use crate::disk::SparseDisk;
 use crate::net::SimNet;
 use crate::trace::{Kind, Trace};
 
@@ -28,8 +30,7 @@ use crate::trace::{Kind, Trace};
 pub const COORDINATOR: &str = "coord";
 
 /// Segment size in the simulation: small, so a hundred servers' backups fit in
-/// memory (each frame of a simulated disk is held twice, as written and as
-/// durable).
+/// memory.
 pub const SIM_SEGMENT_BYTES: usize = 128 * 1024;
 /// Frames per simulated backup disk. 64 let a 4-server run's backups fill up
 /// with side segments and tenure heads (nothing is cleaned here), so a
@@ -41,6 +42,66 @@ pub const SIM_BACKUP_FRAMES: u32 = 128;
 /// runs on a thread, and its passes wait for replication, so the simulation
 /// never cleans; L§4 is tested elsewhere).
 pub const SIM_MEMORY_BYTES: usize = 16 << 20;
+
+/// What each simulated server is given: log memory, segment size and backup
+/// frames (issue 22: large clusters give each server little, so 1,000 fit in
+/// one process). What a server costs in resident memory is the log and hash
+/// table pages it touches (both mapped lazily), the backup chunks written
+/// ([`SparseDisk`]) and the open replicas' buffers — so it follows the data it
+/// holds, not these sizes (docs/operations.md, "Simulating large clusters").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerShape {
+    /// Log memory per master.
+    pub memory_bytes: usize,
+    /// Log memory of host 0 if set (the one master loaded with data in the
+    /// recovery-scaling experiment), else `memory_bytes`.
+    pub first_memory_bytes: Option<usize>,
+    pub segment_bytes: usize,
+    pub backup_frames: u32,
+}
+
+impl ServerShape {
+    /// Why servers of this shape could not start, if they could not: the log
+    /// takes segments of whole 64 KiB seglets, at least two (L§5.1), and a
+    /// backup needs a frame or more.
+    pub fn check(&self) -> Result<(), String> {
+        let seglet = ramstore_log::SEGLET_BYTES;
+        if !self.segment_bytes.is_multiple_of(seglet) || self.segment_bytes < 2 * seglet {
+            return Err(format!(
+                "segments must be a multiple of {} KiB and at least {} KiB, not {} bytes",
+                seglet >> 10,
+                (2 * seglet) >> 10,
+                self.segment_bytes
+            ));
+        }
+        let least = 8 * self.segment_bytes;
+        if self
+            .memory_bytes
+            .min(self.first_memory_bytes.unwrap_or(usize::MAX))
+            < least
+        {
+            return Err(format!(
+                "log memory must hold at least 8 segments ({least} bytes)"
+            ));
+        }
+        if self.backup_frames == 0 {
+            return Err("a backup needs at least one frame".into());
+        }
+        Ok(())
+    }
+}
+
+impl Default for ServerShape {
+    /// The sizes every run had before issue 22 (seeds keep their traces).
+    fn default() -> Self {
+        Self {
+            memory_bytes: SIM_MEMORY_BYTES,
+            first_memory_bytes: None,
+            segment_bytes: SIM_SEGMENT_BYTES,
+            backup_frames: SIM_BACKUP_FRAMES,
+        }
+    }
+}
 
 /// The etcd store as the coordinator sees it (R§9): writes are fenced by the
 /// leader's epoch, so a deposed coordinator's leftover tasks cannot overwrite its
@@ -93,7 +154,7 @@ struct Slot {
     /// Being started (enlisting).
     starting: bool,
     /// The disk of the current incarnation (slow and full disk faults).
-    disk: Option<Arc<FaultyDisk<MemDisk>>>,
+    disk: Option<Arc<FaultyDisk<SparseDisk>>>,
     /// Set by the zombie hook: the coordinator declared this incarnation crashed.
     zombie: Arc<AtomicBool>,
 }
@@ -122,6 +183,7 @@ pub struct Cluster {
     /// Replicas per segment (R).
     pub replicas: usize,
     pub stats: ClusterStats,
+    shape: ServerShape,
 }
 
 impl Cluster {
@@ -132,12 +194,15 @@ impl Cluster {
         trace: Arc<Trace>,
         servers: usize,
         lying_backups: bool,
+        shape: ServerShape,
+        costs: Arc<Costs>,
     ) -> Arc<Self> {
-        let net = SimNet::new(
+        let net = SimNet::with_costs(
             clock.clone(),
             Arc::new(SeededRng::new(rng.next_u64())),
             trace.clone(),
             lying_backups,
+            costs,
         );
         let slots = (0..servers)
             .map(|_| Slot {
@@ -159,6 +224,7 @@ impl Cluster {
             slots: Mutex::new(slots),
             replicas: servers.saturating_sub(1).min(3),
             stats: ClusterStats::default(),
+            shape,
         })
     }
 
@@ -268,7 +334,7 @@ impl Cluster {
             s.starting = true;
             s.zombie = Arc::new(AtomicBool::new(false));
             let clock: Arc<dyn Clock> = self.clock.clone();
-            let disk = Arc::new(FaultyDisk::with_clock(MemDisk::new(), clock));
+            let disk = Arc::new(FaultyDisk::with_clock(SparseDisk::new(), clock));
             s.disk = Some(disk.clone());
             (
                 Self::address(i, s.incarnation),
@@ -283,7 +349,7 @@ impl Cluster {
             // logs name the server (`server=s1.1`).
             let span = tracing::info_span!(parent: None, "server", server = %address);
             let result = me
-                .launch(&address, incarnation, zombie, disk)
+                .launch(i, &address, incarnation, zombie, disk)
                 .instrument(span)
                 .await;
             let mut slots = me.slots.lock();
@@ -313,14 +379,20 @@ impl Cluster {
 
     async fn launch(
         &self,
+        host: usize,
         address: &str,
         incarnation: u64,
         zombie: Arc<AtomicBool>,
-        disk: Arc<FaultyDisk<MemDisk>>,
+        disk: Arc<FaultyDisk<SparseDisk>>,
     ) -> Result<InProcessServer, ramstore_server::ServerError> {
         let clock: Arc<dyn Clock> = self.clock.clone();
+        let shape = self.shape;
+        let memory_bytes = match (host, shape.first_memory_bytes) {
+            (0, Some(first)) => first,
+            _ => shape.memory_bytes,
+        };
         let mut options = ServerOptions::new(COORDINATOR);
-        options.memory_bytes = SIM_MEMORY_BYTES;
+        options.memory_bytes = memory_bytes;
         options.replicas = self.replicas;
         options.clock = clock.clone();
         options.rng = self.child_rng();
@@ -328,9 +400,9 @@ impl Cluster {
             zombie.store(true, Ordering::SeqCst)
         })));
         let config = BackupConfig {
-            frame_count: SIM_BACKUP_FRAMES,
-            segment_bytes: SIM_SEGMENT_BYTES as u32,
-            max_open_buffers: SIM_BACKUP_FRAMES,
+            frame_count: shape.backup_frames,
+            segment_bytes: u32::try_from(shape.segment_bytes).unwrap_or(u32::MAX),
+            max_open_buffers: shape.backup_frames,
             sync_mode: SyncMode::Buffered,
         };
         let store =
@@ -340,8 +412,8 @@ impl Cluster {
                     error,
                 }
             })?;
-        let mut store_config = StoreConfig::new(SIM_MEMORY_BYTES);
-        store_config.segment_bytes = SIM_SEGMENT_BYTES;
+        let mut store_config = StoreConfig::new(memory_bytes);
+        store_config.segment_bytes = shape.segment_bytes;
         store_config.cleaner = CleanerMode::Manual;
         let parts = InProcessParts {
             transport: self.net.endpoint(address, incarnation),

@@ -33,9 +33,13 @@
 
 pub mod clock;
 pub mod cluster;
+pub mod cost;
+pub mod disk;
+pub mod experiment;
 pub mod migrate;
 pub mod net;
 pub mod run;
+pub mod scaling;
 pub mod trace;
 pub mod workload;
 

@@ -6,7 +6,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use clap::Parser;
+use clap::{Parser, Subcommand, ValueEnum};
+use ramstore_sim::cluster::ServerShape;
+use ramstore_sim::cost::CostModel;
+use ramstore_sim::experiment::{self, ScalingPlan};
+use ramstore_sim::scaling::{self, PointConfig};
 use ramstore_sim::{run, SimConfig};
 
 /// Seed of the process's `getrandom` stream (set from `--seed` before anything
@@ -59,10 +63,10 @@ pub unsafe extern "C" fn getentropy(buf: *mut u8, buflen: usize) -> i32 {
 #[command(about = "Run a ramstore cluster in one process on simulated time, network and disks")]
 struct Args {
     /// Storage servers (master + backup each).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, global = true)]
     servers: usize,
     /// The seed: the same seed gives the same run and trace.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, global = true)]
     seed: u64,
     /// Simulated seconds of workload.
     #[arg(long, default_value_t = 60)]
@@ -93,6 +97,204 @@ struct Args {
     /// the getrandom override is in effect).
     #[arg(long, hide = true)]
     hash_order: bool,
+    #[command(flatten)]
+    shape: ShapeArgs,
+    #[command(flatten)]
+    cost: CostArgs,
+    /// Charge simulated NIC, disk and CPU time (crates/sim/src/cost.rs); off
+    /// by default, so seeds keep their traces.
+    #[arg(long)]
+    cost_model: bool,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+/// What each simulated server is given (issue 22; docs/operations.md,
+/// "Simulating large clusters").
+#[derive(clap::Args, Debug, Clone)]
+struct ShapeArgs {
+    /// Log memory per server, MiB (default 16). Touched lazily: what a server
+    /// holds resident follows its data.
+    #[arg(long, global = true)]
+    server_memory_mib: Option<usize>,
+    /// The same in KiB (for clusters of very small servers); wins over MiB.
+    #[arg(long, hide = true, global = true)]
+    server_memory_kib: Option<usize>,
+    /// Segment size, KiB (default 128).
+    #[arg(long, global = true)]
+    segment_kib: Option<usize>,
+    /// Frames per backup disk (default 128).
+    #[arg(long, global = true)]
+    backup_frames: Option<u32>,
+}
+
+impl ShapeArgs {
+    fn shape(&self, base: ServerShape) -> ServerShape {
+        ServerShape {
+            memory_bytes: self
+                .server_memory_kib
+                .map(|k| k << 10)
+                .or(self.server_memory_mib.map(|m| m << 20))
+                .unwrap_or(base.memory_bytes),
+            first_memory_bytes: base.first_memory_bytes,
+            segment_bytes: self.segment_kib.map_or(base.segment_bytes, |k| k << 10),
+            backup_frames: self.backup_frames.unwrap_or(base.backup_frames),
+        }
+    }
+}
+
+/// The cost model's knobs (the rest keep their calibrated defaults).
+#[derive(clap::Args, Debug, Clone)]
+struct CostArgs {
+    /// Real bytes each simulated byte stands for in the cost model.
+    #[arg(long, global = true)]
+    bytes_scale: Option<u64>,
+    /// CPU cores per simulated server.
+    #[arg(long, global = true)]
+    cores: Option<usize>,
+}
+
+impl CostArgs {
+    fn model(&self, bytes_scale: u64) -> CostModel {
+        let d = CostModel::default();
+        CostModel {
+            bytes_scale: self.bytes_scale.unwrap_or(bytes_scale),
+            cores: self.cores.unwrap_or(d.cores),
+            ..d
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run an experiment over several cluster sizes (each point in a process
+    /// of its own); print a table, write JSON, CSV and SVG.
+    Experiment {
+        name: ExperimentName,
+        /// Small sizes only (10, 20, 50 servers).
+        #[arg(long)]
+        quick: bool,
+        /// Write the points here as JSON (and FILE.csv, FILE.svg beside it).
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+        /// Cluster sizes instead of the default ones (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        sizes: Option<Vec<usize>>,
+        /// Simulated bytes of values each recovery master recovers.
+        #[arg(long, default_value_t = DATA_PER_SERVER)]
+        data_per_server_bytes: u64,
+    },
+    /// One point of recovery-scaling (what `experiment` runs per size).
+    #[command(hide = true)]
+    RecoveryPoint {
+        #[arg(long, default_value_t = DATA_PER_SERVER)]
+        data_per_server_bytes: u64,
+    },
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+enum ExperimentName {
+    /// Recovery time vs cluster size, data per server fixed (R Fig. 16).
+    RecoveryScaling,
+}
+
+/// Simulated bytes each recovery master recovers by default: 256 KiB, so a
+/// 1,000-server point holds 250 MiB on its one loaded master (and 3× that in
+/// replicas) and fits this machine.
+const DATA_PER_SERVER: u64 = 256 << 10;
+/// What each simulated byte stands for in the experiment by default: 2,048,
+/// so 256 KiB per server stands for 512 MiB — R Fig. 16's 500 MB per node.
+const EXPERIMENT_BYTES_SCALE: u64 = 2048;
+
+/// The servers of a scaling point: 4 MiB of log each, 128 KiB segments (the
+/// least the log takes), 64 frames (room for 3 × 256 KiB of the loaded
+/// master's replicas and the recovered data's, with headroom).
+fn scaling_shape() -> ServerShape {
+    ServerShape {
+        memory_bytes: 4 << 20,
+        first_memory_bytes: None,
+        segment_bytes: 128 << 10,
+        backup_frames: 64,
+    }
+}
+
+fn run_command(args: &Args, cmd: &Cmd) -> i32 {
+    let shape = args.shape.shape(scaling_shape());
+    let cost = args.cost.model(EXPERIMENT_BYTES_SCALE);
+    match cmd {
+        Cmd::RecoveryPoint {
+            data_per_server_bytes,
+        } => {
+            let config = PointConfig {
+                servers: args.servers,
+                data_per_server: *data_per_server_bytes,
+                seed: args.seed,
+                cost,
+                memory_bytes: shape.memory_bytes,
+                segment_bytes: shape.segment_bytes,
+                backup_frames: shape.backup_frames,
+            };
+            match scaling::run_point(&config) {
+                Ok(p) => {
+                    println!("{}", p.to_line());
+                    i32::from(p.violations > 0)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    2
+                }
+            }
+        }
+        Cmd::Experiment {
+            name: ExperimentName::RecoveryScaling,
+            quick,
+            json,
+            sizes,
+            data_per_server_bytes,
+        } => {
+            let plan = ScalingPlan {
+                servers: sizes.clone().unwrap_or_else(|| ScalingPlan::sizes(*quick)),
+                data_per_server: *data_per_server_bytes,
+                seed: args.seed,
+                cost,
+                memory_bytes: shape.memory_bytes,
+                segment_bytes: shape.segment_bytes,
+                backup_frames: shape.backup_frames,
+            };
+            let exe = match std::env::current_exe() {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("error: cannot find this binary: {e}");
+                    return 2;
+                }
+            };
+            let points = match experiment::recovery_scaling(&exe, &plan) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return 2;
+                }
+            };
+            print!("{}", experiment::table(&points, cost.bytes_scale));
+            if let Some(path) = json {
+                let written = experiment::write(path, &experiment::json(&points, cost.bytes_scale))
+                    .and_then(|()| {
+                        experiment::write(
+                            &path.with_extension("csv"),
+                            &experiment::csv(&points, cost.bytes_scale),
+                        )
+                    })
+                    .and_then(|()| {
+                        experiment::write(&path.with_extension("svg"), &experiment::svg(&points))
+                    });
+                if let Err(e) = written {
+                    eprintln!("error: {e}");
+                    return 2;
+                }
+            }
+            i32::from(points.iter().any(|p| p.violations > 0))
+        }
+    }
 }
 
 fn main() {
@@ -114,6 +316,9 @@ fn main() {
         println!("{:?}", map.keys().collect::<Vec<_>>());
         return;
     }
+    if let Some(cmd) = &args.command {
+        std::process::exit(run_command(&args, cmd));
+    }
     let config = SimConfig {
         seed: args.seed,
         servers: args.servers.max(1),
@@ -124,6 +329,10 @@ fn main() {
         fresh_targets: args.fresh_targets,
         clients: args.clients.max(1),
         verbose: args.verbose,
+        shape: args.shape.shape(ServerShape::default()),
+        cost: args
+            .cost_model
+            .then(|| args.cost.model(CostModel::default().bytes_scale)),
     };
     let summary = match run(&config) {
         Ok(s) => s,

@@ -25,6 +25,7 @@ use ramstore_wire::{decode_request, encode_response, Request, Response};
 use tracing::Instrument;
 
 use crate::clock::SimClock;
+use crate::cost::{Charge, Costs};
 use crate::trace::{hash_bytes, Kind, Trace};
 
 /// The host part of an address ("s3" of "s3.2"): partitions cut hosts.
@@ -118,6 +119,8 @@ pub struct SimNet {
     /// Calls in progress by (from, to, opcode), for `--verbose`'s report of
     /// what is still waiting at the end.
     in_flight: Mutex<BTreeMap<(String, String, u16), u64>>,
+    /// The cost model (issue 22; charges nothing while off).
+    pub costs: Arc<Costs>,
 }
 
 /// Counts a call in progress while it lives.
@@ -145,6 +148,23 @@ impl SimNet {
         trace: Arc<Trace>,
         lying_backups: bool,
     ) -> Arc<Self> {
+        Self::with_costs(
+            clock,
+            rng,
+            trace,
+            lying_backups,
+            Arc::new(Costs::new(crate::cost::CostModel::default(), false)),
+        )
+    }
+
+    /// A network that charges `costs` (see [`crate::cost`]).
+    pub fn with_costs(
+        clock: Arc<SimClock>,
+        rng: Arc<dyn Rng>,
+        trace: Arc<Trace>,
+        lying_backups: bool,
+        costs: Arc<Costs>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             registry: LocalTransport::with_clock(clock.clone()),
             state: Mutex::default(),
@@ -154,6 +174,7 @@ impl SimNet {
             stats: NetStats::default(),
             lying_backups,
             in_flight: Mutex::default(),
+            costs,
         })
     }
 
@@ -361,8 +382,36 @@ impl SimNet {
         frame: Vec<u8>,
     ) -> Option<Result<bytes::Bytes, RpcError>> {
         let frame_hash = hash_bytes(&frame);
-        self.carry(from, to, frame_hash).await;
         let opcode = ramstore_wire::decode_raw_header(&frame).map_or(0, |h| h.opcode);
+        let replication = opcode == ramstore_wire::Opcode::BackupWrite as u16;
+        let recovery_data = opcode == ramstore_wire::Opcode::BackupGetRecoveryData as u16;
+        // The cost model (crate::cost): nothing is charged or awaited while it
+        // is off, so runs without it keep their schedules and traces.
+        let costs = self.costs.is_on().then_some(&self.costs);
+        if let Some(c) = costs {
+            if replication {
+                c.pay(host(from), Charge::Replicate(frame.len())).await;
+                c.pay(host(from), Charge::Send(frame.len())).await;
+            } else {
+                c.pay(host(from), Charge::Control(frame.len())).await;
+            }
+        }
+        self.carry(from, to, frame_hash).await;
+        if let Some(c) = costs {
+            c.pay(
+                host(to),
+                if replication {
+                    Charge::Receive(frame.len())
+                } else {
+                    Charge::Control(frame.len())
+                },
+            )
+            .await;
+            if replication {
+                // Written behind the acknowledgement (R§4.2): occupies the disk.
+                c.reserve(host(to), Charge::DiskWrite(frame.len()));
+            }
+        }
         let slow = (opcode == ramstore_wire::Opcode::BackupWrite as u16)
             .then(|| self.state.lock().slow_disks.get(host(to)).copied())
             .flatten();
@@ -419,7 +468,33 @@ impl SimNet {
         } else {
             hash_bytes(&bytes)
         };
+        let costs = self.costs.is_on().then_some(&self.costs);
+        if let Some(c) = costs {
+            if recovery_data {
+                // The backup reads the replica and buckets it (R§7.5).
+                c.pay(host(to), Charge::DiskRead(bytes.len())).await;
+                c.pay(host(to), Charge::Bucket(bytes.len())).await;
+                c.pay(host(to), Charge::Send(bytes.len())).await;
+            } else {
+                c.pay(host(to), Charge::Control(bytes.len())).await;
+            }
+        }
         self.carry(to, from, response_hash).await;
+        if let Some(c) = costs {
+            c.pay(
+                host(from),
+                if recovery_data {
+                    Charge::Receive(bytes.len())
+                } else {
+                    Charge::Control(bytes.len())
+                },
+            )
+            .await;
+            if recovery_data {
+                // The recovery master replays the bucket (R§7.6).
+                c.pay(host(from), Charge::Replay(bytes.len())).await;
+            }
+        }
         if !self.sender_alive(from, incarnation) {
             return None;
         }

@@ -14,7 +14,8 @@ use ramstore_client::{Client, ClientOptions};
 use ramstore_clock::{Clock, Rng, SeededRng};
 
 use crate::clock::SimClock;
-use crate::cluster::{Cluster, COORDINATOR};
+use crate::cluster::{Cluster, ServerShape, COORDINATOR};
+use crate::cost::{CostModel, Costs};
 use crate::migrate::MigrationStats;
 use crate::trace::{Kind, Trace};
 use crate::workload::{self, Recorder};
@@ -39,6 +40,10 @@ pub struct SimConfig {
     pub migrations: bool,
     /// Move a range only to a master never seen owning it in this run.
     pub fresh_targets: bool,
+    /// What each server is given (log memory, segment size, backup frames).
+    pub shape: ServerShape,
+    /// Charge simulated NIC, disk and CPU time ([`crate::cost`]); `None`: off.
+    pub cost: Option<CostModel>,
 }
 
 /// What a run did and found.
@@ -136,7 +141,11 @@ fn client_options(cluster: &Cluster, rng: &dyn Rng) -> ClientOptions {
     }
 }
 
-async fn connect(cluster: &Cluster, rng: &dyn Rng, name: &str) -> Result<Client, SimError> {
+pub(crate) async fn connect(
+    cluster: &Cluster,
+    rng: &dyn Rng,
+    name: &str,
+) -> Result<Client, SimError> {
     let endpoint = cluster.net.client_endpoint(name);
     Client::with_transport(client_options(cluster, rng), endpoint)
         .await
@@ -144,6 +153,7 @@ async fn connect(cluster: &Cluster, rng: &dyn Rng, name: &str) -> Result<Client,
 }
 
 async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
+    config.shape.check().map_err(SimError::Setup)?;
     let clock = SimClock::handle();
     let rng = SeededRng::handle(config.seed);
     let trace = Arc::new(Trace::default());
@@ -153,6 +163,11 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
         trace.clone(),
         config.servers,
         config.planted_bug,
+        config.shape,
+        Arc::new(Costs::new(
+            config.cost.unwrap_or_default(),
+            config.cost.is_some(),
+        )),
     );
     cluster.start_coordinator();
     for i in 0..config.servers {
