@@ -650,4 +650,70 @@ mod tests {
         }
         assert!(m.is_complete());
     }
+    /// Runs `f` on another thread and waits at most 10 s for it: a call that
+    /// blocks on a lock the test holds fails the test instead of hanging it.
+    fn without_blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the call waited for the arrivals mutex")
+    }
+
+    #[test]
+    fn gate_lets_a_settled_key_through_while_the_arrivals_mutex_is_held() {
+        // Regression (priority inversion, session 35): the background apply,
+        // at `nice` 19, held the arrivals mutex while it replayed; every read
+        // of the range waited in the gate whenever it was preempted there.
+        let s = store();
+        s.add_migrating_tablet(1, 0, u64::MAX, 100).expect("added");
+        let m = std::sync::Arc::new(migration());
+        m.settle(b"hot");
+        assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Wait(true));
+        let keys = m.take_pending(10);
+        m.apply_priority(&s, &keys, [pulled(b"k", b"v", 42)], &[])
+            .expect("applied");
+        let held = m.arrivals.lock();
+        let gated = m.clone();
+        let answers = without_blocking(move || {
+            [
+                gated.gate(b"hot", ClientOp::ReadsRecord),
+                gated.gate(b"k", ClientOp::ReadsRecord),
+                gated.gate(b"k", ClientOp::ExactlyOnce),
+            ]
+        });
+        assert_eq!(answers, [Gate::Go; 3]);
+        let settled_again = m.clone();
+        without_blocking(move || settled_again.settle(b"hot"));
+        drop(held);
+    }
+
+    #[test]
+    fn apply_pull_skips_keys_settled_by_a_priority_pull_and_then_deleted() {
+        let s = store();
+        s.add_migrating_tablet(1, 0, u64::MAX, 100).expect("added");
+        let m = migration();
+        assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Wait(true));
+        let keys = m.take_pending(10);
+        m.apply_priority(&s, &keys, [pulled(b"k", b"v", 42)], &[])
+            .expect("applied");
+        let rules = RejectRules::default();
+        assert_eq!(s.remove_arrived(1, b"k", &rules), Ok(Some(42)));
+        // A later background batch brings the same record, and others.
+        let batch = [
+            pulled(b"a", b"1", 40),
+            pulled(b"k", b"v", 42),
+            pulled(b"z", b"2", 41),
+        ];
+        m.apply_pull(&s, 0, batch, &[], Some(1 << 62))
+            .expect("applied");
+        assert_eq!(
+            s.read_with_arrived(1, b"k", |o| o.version()),
+            Err(ReadError::ObjectDoesntExist),
+            "the deleted key stays deleted"
+        );
+        assert_eq!(s.read_with_arrived(1, b"a", |o| o.version()), Ok(40));
+        assert_eq!(s.read_with_arrived(1, b"z", |o| o.version()), Ok(41));
+    }
 }
