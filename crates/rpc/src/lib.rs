@@ -32,6 +32,7 @@
 //! Durability: none.
 
 pub mod conns;
+pub mod frame_pool;
 pub mod local;
 pub mod poller;
 pub mod server;

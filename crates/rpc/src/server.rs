@@ -19,6 +19,7 @@ use ramstore_clock::Clock;
 
 use crate::conns::{ConnHandle, ConnLimits, ConnTable};
 use crate::frame_len;
+use crate::frame_pool::FramePool;
 use crate::poller::Poller;
 
 /// What [`Service::handle`] did with a request.
@@ -85,6 +86,17 @@ pub trait Service: Send + Sync + 'static {
 /// [`LARGE_FRAME_BUDGET_BYTES`], and the connection goes back to a buffer of this
 /// size once the frame is served.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Buffers for frames larger than [`READ_BUFFER_BYTES`] that a listener keeps
+/// for reuse once served ([`FramePool`]): a backup receives a master's 1 MiB
+/// replication rounds one after another, and a fresh buffer per frame was
+/// mapped, faulted in and zeroed each time (issue 20, session 35). Kept
+/// buffers are outside [`LARGE_FRAME_BUDGET_BYTES`] (which bounds frames being
+/// received); they add at most this many × [`KEPT_FRAME_BYTES`] to a server
+/// that receives large frames at all.
+pub const KEPT_FRAMES: usize = 2;
+/// The largest frame buffer a listener keeps: a 1 MiB replication round or
+/// Pull request with its header. Whole-segment frames are freed once served.
+pub const KEPT_FRAME_BYTES: usize = (1 << 20) + (64 << 10);
 /// Bytes of frames larger than [`READ_BUFFER_BYTES`] that all connections of one
 /// listener may be receiving at once: 15 whole-segment replication frames (R§4.2,
 /// `MAX_FRAME_BYTES`). A connection whose frame does not fit waits, without
@@ -165,6 +177,7 @@ pub async fn serve_with_poller<S: Service>(
 ) {
     let refusing = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let large_frames = Arc::new(Semaphore::new(LARGE_FRAME_BUDGET_BYTES / 1024));
+    let kept_frames = FramePool::new(KEPT_FRAMES, KEPT_FRAME_BYTES);
     let sweeper = table.clone().run_sweeper();
     tokio::pin!(sweeper);
     loop {
@@ -176,15 +189,9 @@ pub async fn serve_with_poller<S: Service>(
             Ok((stream, _peer)) => {
                 let service = service.clone();
                 if let Some(conn) = table.admit(stream.as_raw_fd()) {
-                    let large_frames = large_frames.clone();
+                    let large = (large_frames.clone(), kept_frames.clone());
                     let poller = poller.clone();
-                    tokio::spawn(serve_connection(
-                        stream,
-                        service,
-                        large_frames,
-                        conn,
-                        poller,
-                    ));
+                    tokio::spawn(serve_connection(stream, service, large, conn, poller));
                 } else if let Ok(permit) = refusing.clone().try_acquire_owned() {
                     let clock = table.clock().clone();
                     tokio::spawn(async move {
@@ -265,7 +272,7 @@ async fn in_flight_permit(semaphore: &Arc<Semaphore>, conn: &ConnHandle) -> Owne
 async fn serve_connection<S: Service>(
     stream: TcpStream,
     service: Arc<S>,
-    large_frames: Arc<Semaphore>,
+    (large_frames, kept_frames): (Arc<Semaphore>, Arc<FramePool>),
     conn: ConnHandle,
     poller: Arc<Poller>,
 ) {
@@ -392,20 +399,24 @@ async fn serve_connection<S: Service>(
                     }
                 }
                 if buf.capacity() < len {
-                    // Exactly the frame: reads stop at its end, so the buffer never
-                    // outgrows the budget it holds.
-                    let mut exact = BytesMut::with_capacity(len);
-                    exact.extend_from_slice(&buf);
-                    buf = exact;
+                    // Room for the frame (a kept buffer when one fits, else
+                    // exactly the frame): reads stop at its end, so the buffer
+                    // never outgrows the budget it holds.
+                    let mut large_buf = kept_frames.take_vec(len);
+                    large_buf.extend_from_slice(&buf);
+                    let old = std::mem::replace(&mut buf, vec_into_bytes_mut(large_buf));
+                    if old.capacity() > READ_BUFFER_BYTES {
+                        kept_frames.put(Vec::from(old));
+                    }
                 }
             }
             _ => {
                 if large.take().is_some() || buf.capacity() > 2 * READ_BUFFER_BYTES {
-                    // Give a large frame's buffer back (the rest is at most a small
-                    // frame's beginning).
+                    // Give a large frame's buffer back, to the listener's kept
+                    // buffers (the rest is at most a small frame's beginning).
                     let mut small = BytesMut::with_capacity(READ_BUFFER_BYTES);
                     small.extend_from_slice(&buf);
-                    buf = small;
+                    kept_frames.put(Vec::from(std::mem::replace(&mut buf, small)));
                 }
                 // Make room for the rest of a partly received frame in one step.
                 let want = pending
@@ -424,6 +435,16 @@ async fn serve_connection<S: Service>(
             }
         }
     }
+}
+
+/// `vec` as a `BytesMut` over the same allocation (its capacity kept), so a
+/// kept buffer goes back to its pool whole (`Vec::from`).
+fn vec_into_bytes_mut(vec: Vec<u8>) -> BytesMut {
+    // A `Bytes` made from a vector is its only handle, so it converts back
+    // without a copy; the copying fallback is never taken.
+    bytes::Bytes::from(vec)
+        .try_into_mut()
+        .unwrap_or_else(|b| BytesMut::from(&b[..]))
 }
 
 async fn write_all(writer: &Mutex<OwnedWriteHalf>, bytes: &[u8]) -> std::io::Result<()> {

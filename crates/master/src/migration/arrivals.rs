@@ -30,11 +30,11 @@ use ramstore_wire::key_hash;
 /// workload's hot keys for the whole pull, so every pulled record probed it: a
 /// SipHash of the key into a `HashSet<Vec<u8>>`, 13% of the apply in session
 /// 32's profile (docs/benchmarks.md) — and absent without PriorityPulls.
-type SettledKeys = HashMap<u64, Vec<Vec<u8>>, BuildHasherDefault<KeyHashHasher>>;
+pub(super) type SettledKeys = HashMap<u64, Vec<Vec<u8>>, BuildHasherDefault<KeyHashHasher>>;
 
 /// Hashes a `u64` key hash to itself: it is already xxh3, uniformly spread.
 #[derive(Debug, Default, Clone, Copy)]
-struct KeyHashHasher(u64);
+pub(super) struct KeyHashHasher(u64);
 
 impl Hasher for KeyHashHasher {
     fn finish(&self) -> u64 {

@@ -12,7 +12,9 @@
 //!   head, so client writes never wait for their replication), committed to the
 //!   log before the migration is reported done;
 //!   [`ObjectStore::finish_migrating_tablet`] makes the tablet normal.
-//! * [`Arrivals`] (`arrivals.rs`): which keys have arrived, as plain data.
+//! * [`Arrivals`] (`arrivals.rs`): which keys have arrived, as plain data;
+//!   `settled.rs`: a copy of which keys are settled that client operations
+//!   and the apply read without the arrivals mutex.
 //! * Lineage (`lineage.rs`, K§2.3.4): when the source or the target crashes
 //!   mid-migration, crash recovery refills the source's fenced copy
 //!   ([`ObjectStore::reclaim_fenced_tablet`]) or fences a recovered copy as the
@@ -25,12 +27,14 @@
 //!
 //! Thread-safety: [`IncomingMigration`] is `Send + Sync`; its arrivals are behind
 //! one mutex, taken only for operations on a migrating-in tablet (never on the
-//! read path of a normal tablet), held for at most [`APPLY_BATCH`] pulled
-//! records at a time. Lock order: that mutex, then a bucket lock, then a side
-//! log's mutex.
+//! read path of a normal tablet) whose key is not known settled, and never
+//! while pulled records are replayed (the background apply runs at low
+//! priority and must not hold client operations up). Lock order: that mutex,
+//! then a bucket lock, then the settled copy's lock or a side log's mutex.
 
 mod arrivals;
 mod lineage;
+mod settled;
 mod source;
 mod target;
 

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Mutex, MutexGuard};
 
 use super::arrivals::Arrivals;
+use super::settled::Settled;
 use crate::error::{ReadError, WriteError};
 use crate::object_store::{key_hash, ObjectStore};
 use crate::rifl::MovedRecord;
@@ -16,11 +17,8 @@ use ramstore_log::{ObjectView, SideLog};
 /// How many hash partitions of the range are pulled in parallel (K§2.3).
 pub const PULL_PARTITIONS: u32 = 4;
 
-/// Most pulled records applied in one hold of the arrivals mutex: bounds how
-/// long a client operation on the migrating tablet (its gate takes the mutex)
-/// or a PriorityPull's answer waits behind a background batch (K§2.3: pulls
-/// run at lower priority than client requests), while the mutex is taken once
-/// per this many records rather than once per record.
+/// Pulled records hashed, and their buckets prefetched, together before any of
+/// them is applied: their cache misses overlap (K§2.4).
 pub const APPLY_BATCH: usize = 64;
 
 /// What a client operation on a migrating-in tablet is, for the gate.
@@ -72,6 +70,10 @@ pub struct IncomingMigration {
     /// `false` only for the benchmark baseline without them.
     pub priority_pulls: bool,
     arrivals: Mutex<Arrivals>,
+    /// Which keys are settled, readable without `arrivals` (`settled.rs`):
+    /// the gate's fast path, and the apply's per-record check under the key's
+    /// bucket lock. Updated while `arrivals` is held, right after it.
+    settled: Settled,
     /// One side log per partition (K§2.3 "per-worker side logs"): pulled
     /// records go there, not to the head; a PriorityPull's records go to their
     /// partition's. Committed by [`Self::commit_side_logs`].
@@ -88,6 +90,7 @@ impl IncomingMigration {
         source_address: String,
         safe_version: u64,
     ) -> Self {
+        let arrivals = Arrivals::new(start_hash, end_hash, PULL_PARTITIONS);
         Self {
             id,
             table_id,
@@ -97,7 +100,8 @@ impl IncomingMigration {
             source_address,
             safe_version,
             priority_pulls: true,
-            arrivals: Mutex::new(Arrivals::new(start_hash, end_hash, PULL_PARTITIONS)),
+            settled: Settled::new(arrivals.partitions()),
+            arrivals: Mutex::new(arrivals),
             sides: (0..PULL_PARTITIONS).map(|_| SideLog::new()).collect(),
             bytes: AtomicU64::new(0),
             objects: AtomicU64::new(0),
@@ -127,8 +131,16 @@ impl IncomingMigration {
         if op == ClientOp::BlindWrite {
             return Gate::Go;
         }
-        let mut arrivals = self.arrivals.lock();
         let hash = key_hash(key);
+        // Without the arrivals mutex first: a settled key stays settled, so
+        // the answer cannot go stale, and a client operation never waits for
+        // the background apply (`settled.rs`).
+        if self.settled.is_settled(key, hash)
+            && (op != ClientOp::ExactlyOnce || self.settled.has_records(hash))
+        {
+            return Gate::Go;
+        }
+        let mut arrivals = self.arrivals.lock();
         let here = arrivals.is_settled_hashed(key, hash)
             && (op != ClientOp::ExactlyOnce || arrivals.has_records(hash));
         if here {
@@ -146,7 +158,13 @@ impl IncomingMigration {
 
     /// A client wrote `key` here: its record here is authoritative.
     pub fn settle(&self, key: &[u8]) {
-        self.arrivals.lock().settle(key);
+        let hash = key_hash(key);
+        if self.settled.is_settled(key, hash) {
+            return;
+        }
+        let mut arrivals = self.arrivals.lock();
+        arrivals.settle(key);
+        self.settled.settle(key, hash);
     }
 
     /// Applies pulled records of partition `partition`, installs the completion
@@ -154,13 +172,14 @@ impl IncomingMigration {
     /// cursor to `next` (`None`: the partition is done): the cursor never passes
     /// a key whose records are not installed. A record is applied only while
     /// its key is not settled ("settled stays settled": a key deleted here is
-    /// never resurrected; the check and the apply share one hold of the mutex)
-    /// and replaces only an older version (the replay rule, R§7.6); it goes to
-    /// the partition's side log. The mutex is held for at most [`APPLY_BATCH`]
-    /// records and handed on fairly between holds, so a client's gate or a
-    /// PriorityPull's answer never waits for a whole background batch. On an
-    /// error (a full log) the cursor does not move and the batch can be pulled
-    /// and applied again.
+    /// never resurrected; the check is made under the key's bucket lock, so it
+    /// is atomic with the replay against the client's delete) and replaces
+    /// only an older version (the replay rule, R§7.6); it goes to the
+    /// partition's side log. The arrivals mutex is not held while records are
+    /// replayed (this runs at low priority, and a client's gate must never
+    /// wait for it, `settled.rs`): only to install the records and to move
+    /// the cursor. On an error (a full log) the cursor does not move and the
+    /// batch can be pulled and applied again.
     pub fn apply_pull<'a>(
         &self,
         store: &ObjectStore,
@@ -190,17 +209,19 @@ impl IncomingMigration {
             // locked, so their cache (and TLB) misses overlap: one after another
             // they were 40% of the apply (`examples/pull_apply.rs` under perf;
             // K§2.4: the target's hash-table probes are its costly misses).
-            // Done before the mutex is taken, so the hold stays short.
             for &(_, hash) in &chunk {
                 store.prefetch_hash(hash);
             }
-            let arrivals = self.arrivals.lock();
             for &(o, hash) in &chunk {
-                self.apply_one(store, side, &arrivals, o, hash)?;
+                self.apply_one(store, side, o, hash)?;
             }
-            MutexGuard::unlock_fair(arrivals);
         }
-        self.arrivals.lock().advance(partition, next);
+        let mut arrivals = self.arrivals.lock();
+        arrivals.advance(partition, next);
+        if let Some(p) = arrivals.partitions().get(partition) {
+            self.settled.advance(partition, p);
+        }
+        MutexGuard::unlock_fair(arrivals);
         Ok(())
     }
 
@@ -251,12 +272,17 @@ impl IncomingMigration {
         for o in objects {
             let hash = key_hash(o.key);
             let side = self.side_of(&arrivals, hash);
-            if let Err(e) = self.apply_one(store, side, &arrivals, o, hash) {
+            if let Err(e) = self.apply_one(store, side, o, hash) {
                 arrivals.priority_failed(keys);
                 return Err(e);
             }
         }
         arrivals.priority_answered(keys);
+        for key in keys {
+            let hash = key_hash(key);
+            self.settled.settle(key, hash);
+            self.settled.fetched(hash);
+        }
         Ok(())
     }
 
@@ -312,19 +338,23 @@ impl IncomingMigration {
     }
 
     /// Applies one pulled record `o` whose key hash is `hash` (see
-    /// [`Self::apply_pull`]); the caller holds the arrivals mutex.
+    /// [`Self::apply_pull`]) unless its key is settled, which is checked
+    /// under the key's bucket lock: a settle happens before any client
+    /// operation that depends on it (the gate lets none through earlier), and
+    /// that operation takes the bucket lock too, so a record is either
+    /// replayed before it or skipped.
     fn apply_one(
         &self,
         store: &ObjectStore,
         side: &SideLog,
-        arrivals: &Arrivals,
         o: PulledObject<'_>,
         hash: u64,
     ) -> Result<(), WriteError> {
-        if !self.contains(self.table_id, hash) || arrivals.is_settled_hashed(o.key, hash) {
+        if !self.contains(self.table_id, hash) {
             return Ok(());
         }
-        if store.replay_object_into(side, self.table_id, o.key, o.value, o.version)? {
+        let record = (self.table_id, o.key, o.value, o.version);
+        if store.replay_object_into_unless(side, record, || self.settled.is_settled(o.key, hash))? {
             self.bytes
                 .fetch_add((o.key.len() + o.value.len()) as u64, Ordering::Relaxed);
             self.objects.fetch_add(1, Ordering::Relaxed);
@@ -630,5 +660,71 @@ mod tests {
             m.apply_pull(&s, p, [], &[], None).expect("applied");
         }
         assert!(m.is_complete());
+    }
+    /// Runs `f` on another thread and waits at most 10 s for it: a call that
+    /// blocks on a lock the test holds fails the test instead of hanging it.
+    fn without_blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the call waited for the arrivals mutex")
+    }
+
+    #[test]
+    fn gate_lets_a_settled_key_through_while_the_arrivals_mutex_is_held() {
+        // Regression (priority inversion, session 35): the background apply,
+        // at `nice` 19, held the arrivals mutex while it replayed; every read
+        // of the range waited in the gate whenever it was preempted there.
+        let s = store();
+        s.add_migrating_tablet(1, 0, u64::MAX, 100).expect("added");
+        let m = std::sync::Arc::new(migration());
+        m.settle(b"hot");
+        assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Wait(true));
+        let keys = m.take_pending(10);
+        m.apply_priority(&s, &keys, [pulled(b"k", b"v", 42)], &[])
+            .expect("applied");
+        let held = m.arrivals.lock();
+        let gated = m.clone();
+        let answers = without_blocking(move || {
+            [
+                gated.gate(b"hot", ClientOp::ReadsRecord),
+                gated.gate(b"k", ClientOp::ReadsRecord),
+                gated.gate(b"k", ClientOp::ExactlyOnce),
+            ]
+        });
+        assert_eq!(answers, [Gate::Go; 3]);
+        let settled_again = m.clone();
+        without_blocking(move || settled_again.settle(b"hot"));
+        drop(held);
+    }
+
+    #[test]
+    fn apply_pull_skips_keys_settled_by_a_priority_pull_and_then_deleted() {
+        let s = store();
+        s.add_migrating_tablet(1, 0, u64::MAX, 100).expect("added");
+        let m = migration();
+        assert_eq!(m.gate(b"k", ClientOp::ReadsRecord), Gate::Wait(true));
+        let keys = m.take_pending(10);
+        m.apply_priority(&s, &keys, [pulled(b"k", b"v", 42)], &[])
+            .expect("applied");
+        let rules = RejectRules::default();
+        assert_eq!(s.remove_arrived(1, b"k", &rules), Ok(Some(42)));
+        // A later background batch brings the same record, and others.
+        let batch = [
+            pulled(b"a", b"1", 40),
+            pulled(b"k", b"v", 42),
+            pulled(b"z", b"2", 41),
+        ];
+        m.apply_pull(&s, 0, batch, &[], Some(1 << 62))
+            .expect("applied");
+        assert_eq!(
+            s.read_with_arrived(1, b"k", |o| o.version()),
+            Err(ReadError::ObjectDoesntExist),
+            "the deleted key stays deleted"
+        );
+        assert_eq!(s.read_with_arrived(1, b"a", |o| o.version()), Ok(40));
+        assert_eq!(s.read_with_arrived(1, b"z", |o| o.version()), Ok(41));
     }
 }

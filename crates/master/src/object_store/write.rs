@@ -227,7 +227,7 @@ impl ObjectStore {
         value: &[u8],
         version: u64,
     ) -> Result<bool, WriteError> {
-        self.replay_in(None, table_id, key, value, version)
+        self.replay_in(None, table_id, key, value, version, || false)
     }
 
     /// [`Self::replay_object`] into side log `side` instead of the head: a
@@ -241,7 +241,21 @@ impl ObjectStore {
         value: &[u8],
         version: u64,
     ) -> Result<bool, WriteError> {
-        self.replay_in(Some(side), table_id, key, value, version)
+        self.replay_in(Some(side), table_id, key, value, version, || false)
+    }
+
+    /// [`Self::replay_object_into`] unless `skip` says otherwise: `skip` is
+    /// asked under the key's bucket lock, so it is atomic with the replay
+    /// against every client operation on the key (a migration's "settled
+    /// stays settled" check, K§2.3, without a lock around the whole batch).
+    /// `Ok(false)` if skipped.
+    pub fn replay_object_into_unless(
+        &self,
+        side: &SideLog,
+        (table_id, key, value, version): (u64, &[u8], &[u8], u64),
+        skip: impl FnOnce() -> bool,
+    ) -> Result<bool, WriteError> {
+        self.replay_in(Some(side), table_id, key, value, version, skip)
     }
 
     fn replay_in(
@@ -251,6 +265,7 @@ impl ObjectStore {
         key: &[u8],
         value: &[u8],
         version: u64,
+        skip: impl FnOnce() -> bool,
     ) -> Result<bool, WriteError> {
         if value.len() > MAX_VALUE_BYTES {
             return Err(WriteError::ValueTooLarge(value.len()));
@@ -264,6 +279,10 @@ impl ObjectStore {
             |current| match current {
                 Some(c) if c.version() >= version => Err(WriteError::WrongVersion {
                     current: c.version(),
+                }),
+                // Skipped: answered as an older version would be.
+                _ if skip() => Err(WriteError::WrongVersion {
+                    current: current.map_or(0, |c| c.version()),
                 }),
                 _ => Ok(NewValue::Borrowed(value)),
             },

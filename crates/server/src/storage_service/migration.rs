@@ -305,16 +305,25 @@ impl StorageService {
     /// `(id, bytes, objects)` pulled so far by each migration coming in (the
     /// `migration.ID.*` statistics the coordinator shows as progress).
     pub(crate) fn incoming_progress(&self) -> Vec<IncomingProgress> {
-        let incoming = self.migrations.incoming.lock();
+        // Copied out first: `is_complete` takes a migration's arrivals mutex,
+        // which the background apply (at `nice` 19) holds to move a cursor,
+        // and every client operation's gate takes the list's lock.
+        let incoming: Vec<Arc<IncomingMigration>> = self
+            .migrations
+            .incoming
+            .lock()
+            .iter()
+            .map(|e| e.migration.clone())
+            .collect();
         incoming
             .iter()
-            .map(|e| {
-                let (bytes, objects) = e.migration.progress();
+            .map(|m| {
+                let (bytes, objects) = m.progress();
                 IncomingProgress {
-                    id: e.migration.id,
+                    id: m.id,
                     bytes,
                     objects,
-                    arrived: e.migration.is_complete(),
+                    arrived: m.is_complete(),
                 }
             })
             .collect()
