@@ -137,7 +137,8 @@ pub(crate) fn rpc_result_fields<'a>(
 
 /// The lease id and sequence number of the RpcResult entry whose header is
 /// `header`, from a prefix of it: all a cleaner scan needs to ask whether the
-/// record is live. The two varints lie within the first [`super::MAX_HEADER_BYTES`]
+/// record is live. The two varints lie within the first
+/// [`super::format::MAX_HEADER_BYTES`]
 /// (type, one length byte, two varints of at most 10 bytes each), so a prefix of
 /// that length always holds them, whatever the table id and the result's length.
 /// (Parsing the whole body from the prefix, as before, failed for a record longer
@@ -168,32 +169,5 @@ mod tests {
         let e = encode_rpc_result(u64::MAX, u64::MAX, u64::MAX, 1, &[9; MAX_RPC_RESULT_BYTES])
             .expect("the longest result fits");
         assert_eq!(e.as_bytes().len(), MAX_RPC_RESULT_ENTRY_BYTES);
-    }
-
-    /// Regression (issue 21, noticed in session 34): the cleaner's scan parsed a
-    /// record from the entry's first 48 bytes and called a longer one
-    /// unparsable, so a live record with large ids or a long result was dropped.
-    #[test]
-    fn parse_scanned_reads_the_ids_of_a_record_longer_than_the_scan_prefix() {
-        let e = encode_rpc_result(
-            u64::MAX,
-            u64::MAX - 1,
-            u64::MAX,
-            7,
-            &[9; MAX_RPC_RESULT_BYTES],
-        )
-        .expect("the longest result fits");
-        let bytes = e.as_bytes();
-        assert!(bytes.len() > super::super::format::MAX_HEADER_BYTES);
-        let prefix = &bytes[..super::super::format::MAX_HEADER_BYTES];
-        let (header, layout) = super::super::parse_scanned(prefix).expect("the header parses");
-        assert_eq!(header.entry_type, EntryType::RpcResult);
-        assert_eq!(
-            layout,
-            super::super::ScannedLayout::RpcResult {
-                lease_id: u64::MAX,
-                seq: u64::MAX - 1
-            }
-        );
     }
 }

@@ -973,3 +973,30 @@ fn parse_tx_record_rejects_a_flipped_bit() {
         assert!(parse_tx_record(&bad).is_err(), "bit flip at {i} accepted");
     }
 }
+
+/// Regression (issue 21, noticed in session 34): the cleaner's scan parsed a
+/// record from the entry's first 48 bytes and called a longer one
+/// unparsable, so a live record with large ids or a long result was dropped.
+#[test]
+fn parse_scanned_reads_the_ids_of_a_record_longer_than_the_scan_prefix() {
+    let e = encode_rpc_result(
+        u64::MAX,
+        u64::MAX - 1,
+        u64::MAX,
+        7,
+        &[9; MAX_RPC_RESULT_BYTES],
+    )
+    .expect("the longest result fits");
+    let bytes = e.as_bytes();
+    assert!(bytes.len() > MAX_HEADER_BYTES);
+    let prefix = &bytes[..MAX_HEADER_BYTES];
+    let (header, layout) = parse_scanned(prefix).expect("the header parses");
+    assert_eq!(header.entry_type, EntryType::RpcResult);
+    assert_eq!(
+        layout,
+        ScannedLayout::RpcResult {
+            lease_id: u64::MAX,
+            seq: u64::MAX - 1
+        }
+    );
+}
