@@ -256,11 +256,19 @@ fn unknown_opcode_is_answered_with_its_request_id() {
     let cluster = Cluster::start(1);
     let server = &cluster.servers[0];
     let mut s = connect(&server.addr);
-    // The first code after the last opcode this version knows.
-    let next = ramstore_wire::Opcode::ALL.len() as u16 + 1;
+    // The first code after the highest opcode this version knows, and the first
+    // unused code below it (opcodes 44–49 are left free).
+    let codes: Vec<u16> = ramstore_wire::Opcode::ALL
+        .iter()
+        .map(|&o| o as u16)
+        .collect();
+    let highest = codes.iter().copied().max().unwrap_or(0);
+    let next = highest + 1;
+    let gap = (1..highest).find(|c| !codes.contains(c)).unwrap_or(next);
     for (opcode, id) in [
         (0u16, 1u64),
         (next, 0xdead_beef),
+        (gap, 0xfeed),
         (999, u64::MAX),
         (u16::MAX, 0),
     ] {
