@@ -338,7 +338,10 @@ fn every_truncation_is_an_error() {
             }
             // Likewise the rpc id trailer is optional as a whole (RIFL): without
             // it the request is the same operation, at least once.
-            if cut + RPC_ID_BYTES == frame.len() && name.contains("exactly_once") {
+            if cut + RPC_ID_BYTES == frame.len()
+                && name.contains("exactly_once")
+                && !name.starts_with("multi_")
+            {
                 let mut patched = short.to_vec();
                 patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
                 let (_, req) = decode_request(&patched).expect("decodes without the rpc id");
@@ -352,6 +355,29 @@ fn every_truncation_is_an_error() {
                     "{name}: {req:?}"
                 );
                 continue;
+            }
+            // And a multi-op's rpc ids trailer (lease, first incomplete, one
+            // sequence number per item): without it the same items, at least once.
+            if name.starts_with("multi_") && name.contains("exactly_once") {
+                let (_, whole) = decode_request(frame).expect("the golden frame decodes");
+                let items = match whole {
+                    Request::MultiWrite(items, _) => items.len(),
+                    Request::MultiRemove(items, _) => items.len(),
+                    other => panic!("{name}: {other:?}"),
+                };
+                if cut + 16 + 8 * items == frame.len() {
+                    let mut patched = short.to_vec();
+                    patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
+                    let (_, req) = decode_request(&patched).expect("decodes without the ids");
+                    assert!(
+                        matches!(
+                            req,
+                            Request::MultiWrite(_, None) | Request::MultiRemove(_, None)
+                        ),
+                        "{name}: {req:?}"
+                    );
+                    continue;
+                }
             }
             // And the completion records trailer of a Pull or PriorityPull
             // answer (RIFL §4.3): without it the answer carries no records.
