@@ -115,13 +115,18 @@ pub enum SimError {
     Setup(String),
 }
 
-/// Runs `config` on a fresh single-threaded runtime with paused time.
-pub fn run(config: &SimConfig) -> Result<Summary, SimError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// A fresh single-threaded runtime with paused time: where every simulation runs.
+pub(crate) fn paused_runtime() -> Result<tokio::runtime::Runtime, SimError> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
-        .map_err(SimError::Runtime)?;
+        .map_err(SimError::Runtime)
+}
+
+/// Runs `config` on a fresh single-threaded runtime with paused time.
+pub fn run(config: &SimConfig) -> Result<Summary, SimError> {
+    let runtime = paused_runtime()?;
     let started = Instant::now();
     let mut summary = runtime.block_on(simulate(config.clone()))?;
     summary.wall_seconds = started.elapsed().as_secs_f64();

@@ -33,7 +33,7 @@ use ramstore_coordinator::server_list::{ServerId, ServerStatus};
 use crate::clock::SimClock;
 use crate::cluster::{Cluster, ServerShape};
 use crate::cost::{CostModel, Costs};
-use crate::run::{connect, SimError};
+use crate::run::{connect, paused_runtime, SimError};
 use crate::trace::Trace;
 
 /// Value size of the loaded objects: R Fig. 16 used 1 KB objects, and the
@@ -140,11 +140,7 @@ impl Point {
 
 /// Runs one point on a fresh single-threaded runtime with paused time.
 pub fn run_point(config: &PointConfig) -> Result<Point, SimError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .map_err(SimError::Runtime)?;
+    let runtime = paused_runtime()?;
     let started = Instant::now();
     let mut point = runtime.block_on(point(config.clone()))?;
     point.wall_s = started.elapsed().as_secs_f64();

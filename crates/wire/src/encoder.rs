@@ -172,6 +172,27 @@ macro_rules! encoder_finish {
     };
 }
 
+/// `finish_with_rpc_ids` for a multi-op encoder (MultiWrite, MultiRemove).
+macro_rules! encoder_finish_with_rpc_ids {
+    ($t:ident) => {
+        impl $t<'_> {
+            /// Completes the frame with one exactly-once rpc id per item pushed
+            /// (RIFL; `seqs[i]` is item `i`'s sequence number under `lease_id`):
+            /// each item is carried out at most once, and a retry answers its first
+            /// outcome. Fails if `seqs` does not hold one number per item, strictly
+            /// increasing.
+            pub fn finish_with_rpc_ids(
+                self,
+                lease_id: u64,
+                first_incomplete: u64,
+                seqs: &[u64],
+            ) -> Result<(), WireError> {
+                self.0.finish_with_rpc_ids(lease_id, first_incomplete, seqs)
+            }
+        }
+    };
+}
+
 /// Builds a MultiRead request frame item by item.
 #[must_use = "an encoder discards its frame unless `finish` is called"]
 pub struct MultiReadRequestEncoder<'o>(ListFrame<'o>);
@@ -215,21 +236,7 @@ pub struct MultiWriteRequestEncoder<'o>(ListFrame<'o>);
 encoder_common!(MultiWriteRequestEncoder);
 encoder_finish!(MultiWriteRequestEncoder);
 
-impl MultiWriteRequestEncoder<'_> {
-    /// Completes the frame with one exactly-once rpc id per item pushed
-    /// (RIFL; `seqs[i]` is item `i`'s sequence number under `lease_id`):
-    /// each item is carried out at most once, and a retry answers its first
-    /// outcome. Fails if `seqs` does not hold one number per item, strictly
-    /// increasing.
-    pub fn finish_with_rpc_ids(
-        self,
-        lease_id: u64,
-        first_incomplete: u64,
-        seqs: &[u64],
-    ) -> Result<(), WireError> {
-        self.0.finish_with_rpc_ids(lease_id, first_incomplete, seqs)
-    }
-}
+encoder_finish_with_rpc_ids!(MultiWriteRequestEncoder);
 
 impl<'o> MultiWriteRequestEncoder<'o> {
     pub fn new(request_id: u64, out: &'o mut Vec<u8>) -> Self {
@@ -268,21 +275,7 @@ pub struct MultiRemoveRequestEncoder<'o>(ListFrame<'o>);
 encoder_common!(MultiRemoveRequestEncoder);
 encoder_finish!(MultiRemoveRequestEncoder);
 
-impl MultiRemoveRequestEncoder<'_> {
-    /// Completes the frame with one exactly-once rpc id per item pushed
-    /// (RIFL; `seqs[i]` is item `i`'s sequence number under `lease_id`):
-    /// each item is carried out at most once, and a retry answers its first
-    /// outcome. Fails if `seqs` does not hold one number per item, strictly
-    /// increasing.
-    pub fn finish_with_rpc_ids(
-        self,
-        lease_id: u64,
-        first_incomplete: u64,
-        seqs: &[u64],
-    ) -> Result<(), WireError> {
-        self.0.finish_with_rpc_ids(lease_id, first_incomplete, seqs)
-    }
-}
+encoder_finish_with_rpc_ids!(MultiRemoveRequestEncoder);
 
 impl<'o> MultiRemoveRequestEncoder<'o> {
     pub fn new(request_id: u64, out: &'o mut Vec<u8>) -> Self {
