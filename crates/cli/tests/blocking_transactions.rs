@@ -111,3 +111,33 @@ fn blocking_run_transaction_returns_the_body_error_without_committing() {
     assert_eq!(runs, 1, "a body error is not retried");
     assert_eq!(c.read(table, b"k"), Err(ClientError::ObjectDoesntExist));
 }
+
+/// Regression (CI, stop 33): past the operation deadline the back-off sleeps
+/// nothing, and `run_transaction` burned its remaining attempts in a tight
+/// loop. It now returns the last `Aborted` once the deadline has passed.
+#[test]
+fn blocking_run_transaction_stops_retrying_at_the_operation_deadline() {
+    const ATTEMPTS: u32 = 5_000;
+    let cluster = Cluster::start(1);
+    let c = BlockingClient::connect(cluster.options(Duration::from_secs(1))).expect("client");
+    let other = client(&cluster);
+    let table = c.create_table("t", 1).expect("table");
+    let mut runs = 0u32;
+    // Every attempt conflicts: another client changes what the body read.
+    let r: Result<(), ClientError> = c.run_transaction(ATTEMPTS, |tx| {
+        runs += 1;
+        tx.read(table, b"x")?;
+        other
+            .write(table, b"x", &runs.to_be_bytes())
+            .expect("write");
+        tx.write(table, b"y", b"never")?;
+        Ok(())
+    });
+    assert_eq!(r, Err(ClientError::Aborted));
+    assert!(
+        runs < ATTEMPTS,
+        "stopped at the deadline, not after every attempt ({runs} runs)"
+    );
+    assert!(runs >= 2, "retried within the deadline ({runs} runs)");
+    assert_eq!(c.read(table, b"y"), Err(ClientError::ObjectDoesntExist));
+}

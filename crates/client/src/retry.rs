@@ -85,6 +85,13 @@ impl<'a> Retrier<'a> {
         (!left.is_zero()).then(|| per_attempt.min(left))
     }
 
+    /// Whether the operation's deadline is still ahead (a retry loop that sleeps
+    /// through [`Self::back_off`] must stop once this is false: past the deadline
+    /// the back-off sleeps nothing, and the loop would spin).
+    pub(crate) fn has_time_left(&self) -> bool {
+        self.clock.now() < self.deadline
+    }
+
     /// Records why an attempt failed (for the error if the operation gives up).
     pub(crate) fn note(&mut self, why: String) {
         self.last = why;

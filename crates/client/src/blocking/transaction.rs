@@ -39,7 +39,9 @@ impl BlockingClient {
 
     /// Runs `body` in a fresh transaction and commits it, again (after a jittered
     /// back-off) each time the commit is [`ClientError::Aborted`], at most
-    /// `attempts` times; any other error, from `body` or the commit, ends it. The
+    /// `attempts` times and not past [`crate::ClientOptions::operation_deadline`]
+    /// (then the last `Aborted` is returned); any other error, from `body` or the
+    /// commit, ends it. The
     /// blocking twin of [`crate::Client::run_transaction`].
     ///
     /// ```no_run
@@ -65,7 +67,7 @@ impl BlockingClient {
             let value = body(&mut tx)?;
             match tx.commit() {
                 Ok(()) => return Ok(value),
-                Err(ClientError::Aborted) if left > 1 => {
+                Err(ClientError::Aborted) if left > 1 && retry.has_time_left() => {
                     left -= 1;
                     self.runtime.block_on(retry.back_off());
                 }

@@ -55,7 +55,8 @@ impl Client {
 
     /// Runs `body` in a fresh transaction and commits what it returns, again
     /// (after a jittered back-off) each time the commit is [`ClientError::Aborted`],
-    /// at most `attempts` times; any other error ends it.
+    /// at most `attempts` times and not past [`crate::ClientOptions::operation_deadline`]
+    /// (then the last `Aborted` is returned); any other error ends it.
     pub async fn run_transaction<T, F, Fut>(
         &self,
         attempts: u32,
@@ -72,7 +73,7 @@ impl Client {
             let (tx, value) = body(self.transaction()).await?;
             match tx.commit().await {
                 Ok(()) => return Ok(value),
-                Err(ClientError::Aborted) if left > 1 => {
+                Err(ClientError::Aborted) if left > 1 && retry.has_time_left() => {
                     left -= 1;
                     retry.back_off().await;
                 }
