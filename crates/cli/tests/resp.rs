@@ -180,6 +180,17 @@ fn redis_cli_every_command() {
     assert_eq!(d.cli(&["GET", "c"]), "\"7\"");
     assert_eq!(d.cli(&["INCRBYFLOAT", "f", "1.5"]), "\"1.5\"");
     assert_eq!(d.cli(&["INCRBYFLOAT", "f", "2"]), "\"3.5\"");
+    // Redis's long double, not an f64 (issue 24): 0.1 three times is 0.3.
+    for expected in ["0.1", "0.2", "0.3"] {
+        assert_eq!(
+            d.cli(&["INCRBYFLOAT", "tenths", "0.1"]),
+            format!("\"{expected}\"")
+        );
+    }
+    assert_eq!(
+        d.cli(&["INCRBYFLOAT", "tenths", "inf"]),
+        "(error) ERR increment would produce NaN or Infinity"
+    );
     assert_eq!(
         d.cli(&["INCR", "k"]),
         "(error) ERR value is not an integer or out of range"
@@ -226,7 +237,7 @@ fn redis_cli_every_command() {
     assert_eq!(d.cli(&["RS.GETV", "nope"]), "(nil)");
     // Keyspace: DBSIZE, KEYS, SCAN, INFO, FLUSHDB.
     let keys_now = [
-        "ap", "big", "c", "cas", "f", "fresh", "gs", "k", "k2", "newcas", "nx",
+        "ap", "big", "c", "cas", "f", "fresh", "gs", "k", "k2", "newcas", "nx", "tenths",
     ];
     assert_eq!(d.cli(&["DBSIZE"]), format!("(integer) {}", keys_now.len()));
     let mut keys: Vec<String> = d

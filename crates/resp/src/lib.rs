@@ -47,6 +47,7 @@
 pub mod backend;
 pub mod cmd;
 pub mod glob;
+pub mod long_double;
 pub mod protocol;
 pub use ramstore_rpc::poller;
 pub mod server;

@@ -8,9 +8,10 @@
 //! them atomically on its one thread. The errors are Redis's: a value that is not
 //! an integer (or float), an overflow, a NaN or infinite result.
 
-use ramstore_wire::counter::{parse_f64 as parse_float, CounterText};
+use ramstore_wire::counter::CounterText;
 
-use super::{Command, Connection, ParseError, NOT_FLOAT, NOT_INTEGER};
+use super::{Command, Connection, ParseError, NOT_INTEGER};
+use crate::long_double::{incr_by_float, LongDouble};
 use crate::protocol::parse_i64;
 use crate::sink::Sink;
 
@@ -56,7 +57,7 @@ pub(super) fn parse_incrbyfloat<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>,
     match rest {
         [key, by] => Ok(Command::IncrByFloat {
             key,
-            by: parse_float(by).ok_or(ParseError::NotFloat)?,
+            by: LongDouble::parse(by).ok_or(ParseError::NotFloat)?,
         }),
         _ => Err(ParseError::WrongArity("incrbyfloat")),
     }
@@ -83,18 +84,20 @@ impl Connection {
         });
     }
 
-    pub(super) async fn incr_by_float(&self, table: u64, key: &[u8], by: f64, sink: &mut Sink) {
+    /// INCRBYFLOAT: Redis's x87 `long double` sum and text (`long_double.rs`),
+    /// not an `f64`'s.
+    pub(super) async fn incr_by_float(
+        &self,
+        table: u64,
+        key: &[u8],
+        by: LongDouble,
+        sink: &mut Sink,
+    ) {
         let r = self
             .read_modify_write(table, key, |old| {
-                let current = match old {
-                    None => 0.0,
-                    Some(v) => parse_float(v).ok_or_else(|| NOT_FLOAT.to_string())?,
-                };
-                let next = current + by;
-                if !next.is_finite() {
-                    return Err("ERR increment would produce NaN or Infinity".into());
-                }
-                Ok(CounterText::from_f64(next).as_bytes().to_vec())
+                incr_by_float(old, by)
+                    .map(String::into_bytes)
+                    .map_err(|e| e.to_string())
             })
             .await;
         self.reply_rmw(sink, r, |e, v| e.bulk(&v));
@@ -168,6 +171,11 @@ mod tests {
         );
         let not_float = Err("ERR value is not a valid float".to_string());
         assert_eq!(parsed(&["incrbyfloat", "k", "x"]), not_float);
-        assert_eq!(parsed(&["incrbyfloat", "k", "inf"]), not_float);
+        assert_eq!(parsed(&["incrbyfloat", "k", "nan"]), not_float);
+        // Redis reads `inf` and then refuses the infinite sum, not the operand.
+        assert_eq!(
+            parsed(&["incrbyfloat", "k", "inf"]),
+            Ok("incrbyfloat IncrByFloat { key: [107], by: inf }".into())
+        );
     }
 }

@@ -51,14 +51,41 @@ pub(super) fn parse_keys<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseE
     }
 }
 
+/// A SCAN cursor as Redis reads it (`parseScanCursorOrReply`: C's `strtoul`
+/// on the argument as a C string): no leading white space, an optional sign,
+/// decimal digits, all of it read, no overflow past `u64::MAX`. A minus sign
+/// wraps, as `strtoul` does (`-1` is `u64::MAX`), and an empty cursor is 0.
+fn parse_cursor(arg: &[u8]) -> Option<u64> {
+    let text = arg.split(|&b| b == 0).next().unwrap_or_default();
+    let (negative, digits) = match text.first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if digits.is_empty() {
+        // "" converts nothing and ends at the NUL: 0. A lone sign converts
+        // nothing and ends at the sign: refused.
+        return text.is_empty().then_some(0);
+    }
+    let mut value = 0u64;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    Some(if negative {
+        value.wrapping_neg()
+    } else {
+        value
+    })
+}
+
 pub(super) fn parse_scan<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
     let Some((cursor, mut options)) = rest.split_first() else {
         return Err(ParseError::WrongArity("scan"));
     };
-    let cursor = std::str::from_utf8(cursor)
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or(ParseError::InvalidCursor)?;
+    let cursor = parse_cursor(cursor).ok_or(ParseError::InvalidCursor)?;
     let mut scan = Scan {
         cursor,
         pattern: None,
@@ -252,10 +279,38 @@ mod tests {
         }
     }
 
+    /// Redis 7.0.15 answers `SCAN -1`, `SCAN +3` and `SCAN ""` (issue 24).
+    #[test]
+    fn parse_cursor_reads_like_strtoul() {
+        let cursor = |arg: &[u8]| match parse(&[b"scan", arg]) {
+            Ok(Command::Scan(scan)) => Some(scan.cursor),
+            _ => None,
+        };
+        assert_eq!(cursor(b"-1"), Some(u64::MAX));
+        assert_eq!(cursor(b"-18446744073709551615"), Some(1));
+        assert_eq!(cursor(b"+3"), Some(3));
+        assert_eq!(cursor(b""), Some(0));
+        assert_eq!(cursor(b"12\0junk"), Some(12));
+        assert_eq!(cursor(b"18446744073709551615"), Some(u64::MAX));
+    }
+
     #[test]
     fn parse_scan_bad_options() {
         assert_eq!(parsed(&["scan", "x"]), Err("ERR invalid cursor".into()));
-        assert_eq!(parsed(&["scan", "-1"]), Err("ERR invalid cursor".into()));
+        for bad in [
+            " 3",
+            "3x",
+            "+",
+            "-",
+            "18446744073709551616",
+            "-18446744073709551616",
+        ] {
+            assert_eq!(
+                parsed(&["scan", bad]),
+                Err("ERR invalid cursor".into()),
+                "{bad:?}"
+            );
+        }
         assert_eq!(
             parsed(&["scan", "0", "match"]),
             Err("ERR syntax error".into())

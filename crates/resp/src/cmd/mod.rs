@@ -40,6 +40,7 @@ use futures_util::future::join_all;
 use ramstore_client::RejectRules;
 
 use crate::backend::{Outcome, ReadResult, StoreError, WriteResult};
+use crate::long_double::LongDouble;
 use crate::protocol::{Encoder, Version};
 use crate::shared::Shared;
 use crate::sink::Sink;
@@ -152,7 +153,7 @@ pub enum Command<'a> {
     },
     IncrByFloat {
         key: &'a [u8],
-        by: f64,
+        by: LongDouble,
     },
     // keys.rs
     Del {

@@ -14,10 +14,11 @@
 //! its size limit) is the error of the whole EXEC, and nothing applies.
 
 use ramstore_client::{ClientError, Transaction};
-use ramstore_wire::counter::{parse_f64 as parse_float, CounterText};
+use ramstore_wire::counter::CounterText;
 
 use super::strings::{Set, SetCondition};
-use super::{Command, NOT_FLOAT, NOT_INTEGER};
+use super::{Command, NOT_INTEGER};
+use crate::long_double::incr_by_float;
 use crate::protocol::{parse_i64, Encoder};
 
 /// Whether `name` (a command's lower-case name) touches the current database
@@ -113,19 +114,12 @@ pub(super) async fn run_queued(
             }
         }
         Command::IncrByFloat { key, by } => {
-            let current = match tx.read(table, key).await? {
-                None => Some(0.0),
-                Some(v) => parse_float(&v),
-            };
-            match current.map(|c| c + by) {
-                None => e.error(NOT_FLOAT),
-                Some(next) if !next.is_finite() => {
-                    e.error("ERR increment would produce NaN or Infinity");
-                }
-                Some(next) => {
-                    let text = CounterText::from_f64(next);
-                    tx.write(table, key, text.as_bytes())?;
-                    e.bulk(text.as_bytes());
+            let current = tx.read(table, key).await?;
+            match incr_by_float(current.as_deref(), by) {
+                Err(why) => e.error(&why.to_string()),
+                Ok(next) => {
+                    tx.write(table, key, next.as_bytes())?;
+                    e.bulk(next.as_bytes());
                 }
             }
         }
