@@ -216,15 +216,12 @@ fn parse_magnitude(body: &[u8]) -> Option<Magnitude> {
             nonzero_digit,
         });
     }
-    let (significand, exponent) = split_exponent(&lower, b'e')?;
+    let (significand, _) = split_exponent(&lower, b'e')?;
     let nonzero_digit = digits_with_one_dot(significand, u8::is_ascii_digit)?;
-    let mut text = std::str::from_utf8(significand).ok()?.to_string();
-    if let Some(e) = exponent {
-        text.push('e');
-        text.push_str(std::str::from_utf8(e).ok()?);
-    }
+    // Checked to be ASCII digits, a dot and an exponent: already the syntax
+    // `rustc_apfloat` reads.
     Some(Magnitude::Finite {
-        apfloat_text: text,
+        apfloat_text: String::from_utf8(lower).ok()?,
         nonzero_digit,
     })
 }
