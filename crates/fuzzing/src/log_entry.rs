@@ -112,7 +112,8 @@ fn check_one(data: &[u8]) -> Option<usize> {
         }
         Entry::TxRecord(r) => {
             use ramstore_log::entry::{
-                encode_tx_decided, encode_tx_prepared, TxRecordBody, TxRecordId,
+                encode_tx_decided, encode_tx_held_commit, encode_tx_prepared, TxRecordBody,
+                TxRecordId,
             };
             let id = TxRecordId {
                 lease_id: r.lease_id,
@@ -134,6 +135,10 @@ fn check_one(data: &[u8]) -> Option<usize> {
                 }
                 TxRecordBody::Decided { commit, segment_id } => {
                     encode_tx_decided(&id, commit, segment_id, &mut out);
+                }
+                TxRecordBody::HeldCommit { .. } => {
+                    let list: Vec<_> = r.participants().collect();
+                    encode_tx_held_commit(&id, &list, &mut out);
                 }
             }
         }

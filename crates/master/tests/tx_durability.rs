@@ -210,7 +210,7 @@ fn replay_tx_records_of_a_prepared_participant_rebuilds_it_elsewhere() {
 fn request_vote_of_an_unseen_transaction_aborts_and_refuses_a_late_prepare() {
     let s = store(8 << 20);
     let t = Transactions::new();
-    assert_eq!(t.request_vote(tx(1)), TxVote::Abort);
+    assert_eq!(t.request_vote(tx(1), &[]), TxVote::Abort);
     let ops = [write(b"a", b"1")];
     assert_eq!(
         t.prepare(&s, tx(1), &ops, &[], false).unwrap(),
@@ -226,7 +226,7 @@ fn request_vote_reports_prepared_and_decided_transactions() {
     let t = Transactions::new();
     t.prepare(&s, tx(1), &[write(b"a", b"1")], &[], false)
         .unwrap();
-    assert_eq!(t.request_vote(tx(1)), TxVote::Prepared);
+    assert_eq!(t.request_vote(tx(1), &[]), TxVote::Prepared);
     t.decide(&s, tx(1), true).unwrap();
-    assert_eq!(t.request_vote(tx(1)), TxVote::Committed);
+    assert_eq!(t.request_vote(tx(1), &[]), TxVote::Committed);
 }

@@ -76,11 +76,14 @@ fn undecided_lists_prepared_transactions_with_participants_and_first_op() {
 }
 
 #[test]
-fn decision_of_commits_only_when_no_participant_voted_abort() {
+fn decision_of_commits_when_one_committed_or_none_voted_abort() {
     use TxVote::*;
     assert_eq!(decision_of(&[Prepared, Prepared]), Some(true));
     assert_eq!(decision_of(&[Prepared, Committed]), Some(true));
     assert_eq!(decision_of(&[Prepared, Abort]), Some(false));
+    // A participant that applied the commit and forgot it answers ABORT; the
+    // COMMITTED beside it is the decision (held outcomes).
+    assert_eq!(decision_of(&[Prepared, Committed, Abort]), Some(true));
     assert_eq!(decision_of(&[Abort]), Some(false));
     assert_eq!(decision_of(&[]), None);
 }
@@ -97,13 +100,13 @@ fn decide_after_a_decision_keeps_the_first_outcome() {
     t.decide(&s, tx(1), true).unwrap();
     t.decide(&s, tx(1), false).unwrap();
     assert_eq!(t.outcome(tx(1)), Some(true));
-    assert_eq!(t.request_vote(tx(1)), TxVote::Committed);
+    assert_eq!(t.request_vote(tx(1), &[]), TxVote::Committed);
     assert_eq!(value(&s, b"a").as_deref(), Some(&b"1"[..]));
     // And the other way round: a participant that answered "never saw it,
     // ABORT" to a manager keeps ABORT even if a commit arrives.
-    assert_eq!(t.request_vote(tx(2)), TxVote::Abort);
+    assert_eq!(t.request_vote(tx(2), &[]), TxVote::Abort);
     t.decide(&s, tx(2), true).unwrap();
-    assert_eq!(t.request_vote(tx(2)), TxVote::Abort);
+    assert_eq!(t.request_vote(tx(2), &[]), TxVote::Abort);
 }
 
 /// A recovery manager that decided COMMIT, applied it to its own op 0 and
@@ -138,7 +141,7 @@ fn replay_of_a_decided_op_remembers_its_outcome_for_a_vote_request() {
         t.replay_tx_records(&s, [prepared.as_slice(), mark.as_slice()]),
         Ok(0)
     );
-    assert_eq!(t.request_vote(tx(3)), TxVote::Committed);
+    assert_eq!(t.request_vote(tx(3), &[]), TxVote::Committed);
 }
 
 /// A replayed undecided op 0 carries the participant list, so the recovery

@@ -245,6 +245,11 @@ impl StorageService {
         &self.store
     }
 
+    /// This master's transactions: its locks, prepared ops and held commits.
+    pub fn transactions(&self) -> &ramstore_master::Transactions {
+        &self.tx
+    }
+
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }

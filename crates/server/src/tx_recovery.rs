@@ -29,9 +29,17 @@
 //! stays prepared here and the next round tries again; a decision not yet
 //! acknowledged by every owner is resent each round until it is.
 //!
+//! The same loop releases held commits (`ramstore_master::tx::held`): a
+//! commit this master applied for a transaction other masters take part in is
+//! held until every owner has acknowledged the decision. A held commit seen in
+//! an earlier round (the client's own decisions have had a round to arrive) is
+//! sent to every owner of its objects (a no-op where it was applied) and, once
+//! all acknowledged, released; at most [`RELEASE_BATCH`] per round, their RPCs
+//! in flight together.
+//!
 //! It runs on the Clock and Transport seams, so the simulator runs it too.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,6 +70,10 @@ pub const OTHER_PARTICIPANT_FACTOR: u32 = 4;
 /// How long one vote or decision RPC may take, in ms.
 const CALL_DEADLINE_MS: u64 = 2_000;
 
+/// Most held commits one round releases (each costs a decision RPC per other
+/// owner, all of a round's in flight together).
+pub const RELEASE_BATCH: usize = 1_024;
+
 /// What one round did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Round {
@@ -71,6 +83,8 @@ pub struct Round {
     pub aborted: usize,
     /// Transactions whose recovery must be tried again (no answer, stale map).
     pub retry: usize,
+    /// Held commits released (every owner acknowledged the decision).
+    pub released: usize,
 }
 
 /// The loop's memory between rounds.
@@ -82,6 +96,8 @@ pub struct State {
     /// transaction's objects, resent each round (ordered: the simulator's
     /// runs must not depend on a hash order).
     unsent: BTreeMap<TxId, (bool, Vec<(u64, u64)>)>,
+    /// The held commits seen in the last round: released from the next on.
+    held_seen: HashSet<TxId>,
 }
 
 /// Starts the loop for `service` every `check_ms`, recovering transactions
@@ -151,14 +167,22 @@ pub async fn recover_once(
             due.push(u);
         }
     }
+    let held = service.tx.held_commits(RELEASE_BATCH);
+    let releasable: Vec<(TxId, Vec<(u64, u64)>)> = held
+        .iter()
+        .filter(|(id, _)| state.held_seen.contains(id))
+        .cloned()
+        .collect();
+    state.held_seen = held.into_iter().map(|(id, _)| id).collect();
     let mut round = Round::default();
-    if due.is_empty() && state.unsent.is_empty() {
+    if due.is_empty() && state.unsent.is_empty() && releasable.is_empty() {
         return round;
     }
     let Some(map) = tablet_map(service, transport, coordinator).await else {
-        round.retry = due.len() + state.unsent.len();
+        round.retry = due.len() + state.unsent.len() + releasable.len();
         return round;
     };
+    round.released = release(service, transport, &map, &releasable).await;
     for u in due {
         match votes(transport, &map, u.id, &u.participants).await {
             Some(commit) => {
@@ -185,6 +209,30 @@ pub async fn recover_once(
         }
     }
     round
+}
+
+/// Sends each held commit of `held` to every owner of its objects, all at
+/// once, and releases those every owner acknowledged; returns how many.
+async fn release(
+    service: &StorageService,
+    transport: &dyn Transport,
+    map: &[Tablet],
+    held: &[(TxId, Vec<(u64, u64)>)],
+) -> usize {
+    let sent = futures_util::future::join_all(
+        held.iter()
+            .map(|(id, objects)| send_decision(transport, map, *id, true, objects)),
+    )
+    .await;
+    let mut released = 0;
+    for ((id, _), acknowledged) in held.iter().zip(sent) {
+        // A failed release (a full log) is retried next round: the commit
+        // stays held, which is always safe.
+        if acknowledged && service.tx.release_held(service.store(), *id).is_ok() {
+            released += 1;
+        }
+    }
+    released
 }
 
 /// One tablet of the coordinator's map: (table id, first hash, last hash,

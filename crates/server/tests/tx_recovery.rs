@@ -185,7 +185,8 @@ async fn recover_once_commits_everywhere_when_every_participant_prepared() {
         Round {
             committed: 1,
             aborted: 0,
-            retry: 0
+            retry: 0,
+            released: 0,
         }
     );
     assert_eq!(value(&c.m1, &a).as_deref(), Some(&b"A"[..]));
@@ -211,7 +212,8 @@ async fn recover_once_aborts_everywhere_when_a_participant_never_saw_it() {
         Round {
             committed: 0,
             aborted: 1,
-            retry: 0
+            retry: 0,
+            released: 0,
         }
     );
     assert_eq!(value(&c.m1, &a), None, "nothing applied");
@@ -281,4 +283,81 @@ async fn tx_request_vote_of_an_object_not_served_here_is_unknown_tablet() {
         prepare(&c.m2, 5, &[&b], &[(&b, b"B")]).await,
         TxVote::Prepared
     );
+}
+
+/// Held commits (design notes "Transaction recovery", *Held outcomes*): each
+/// participant that applied the commit holds it until a later round has told
+/// every owner; then it is released and nothing is held.
+#[tokio::test]
+async fn recover_once_releases_held_commits_a_round_after_it_sees_them() {
+    let c = cluster();
+    let (a, b) = (key(true, 6), key(false, 6));
+    let all: [&[u8]; 2] = [&a, &b];
+    prepare(&c.m1, 6, &all, &[(&a, b"A")]).await;
+    prepare(&c.m2, 6, &all, &[(&b, b"B")]).await;
+    decide(&c.m1, 6, true).await;
+    decide(&c.m2, 6, true).await;
+    assert_eq!(c.m1.transactions().held_count(), 1);
+    assert_eq!(c.m2.transactions().held_count(), 1);
+    let hour = Duration::from_secs(3600);
+    let mut s1 = State::default();
+    assert_eq!(
+        round(&c, &c.m1, &mut s1, hour).await.released,
+        0,
+        "first seen"
+    );
+    assert_eq!(round(&c, &c.m1, &mut s1, hour).await.released, 1);
+    assert_eq!(c.m1.transactions().held_count(), 0);
+    let mut s2 = State::default();
+    round(&c, &c.m2, &mut s2, hour).await;
+    assert_eq!(round(&c, &c.m2, &mut s2, hour).await.released, 1);
+    assert_eq!(c.m2.transactions().held_count(), 0);
+    assert_eq!(value(&c.m1, &a).as_deref(), Some(&b"A"[..]));
+    assert_eq!(value(&c.m2, &b).as_deref(), Some(&b"B"[..]));
+}
+
+/// The client told only m2 COMMIT and crashed; m2 then forgot every decision
+/// it remembered (more than its window since). m2's held commit answers
+/// COMMITTED, so m1's manager commits instead of aborting what m2 applied;
+/// and m2's release round alone would have finished m1 too.
+#[tokio::test]
+async fn recover_once_commits_when_the_committed_participant_forgot_its_decisions() {
+    let c = cluster();
+    let (a, b) = (key(true, 7), key(false, 7));
+    let all: [&[u8]; 2] = [&a, &b];
+    prepare(&c.m1, 7, &all, &[(&a, b"A")]).await;
+    prepare(&c.m2, 7, &all, &[(&b, b"B")]).await;
+    decide(&c.m2, 7, true).await;
+    let t2 = c.m2.transactions();
+    let forget = ramstore_master::tx::prepare::REMEMBERED_DECISIONS as u64 + 1;
+    for seq in 1_000..1_000 + forget {
+        let id = ramstore_master::TxId {
+            lease_id: LEASE + 1,
+            tx_seq: seq,
+        };
+        t2.decide(c.m2.store(), id, false).expect("decide");
+    }
+    let mut s1 = State::default();
+    let done = round(&c, &c.m1, &mut s1, Duration::ZERO).await;
+    assert_eq!((done.committed, done.aborted), (1, 0));
+    assert_eq!(value(&c.m1, &a).as_deref(), Some(&b"A"[..]));
+    assert_eq!(value(&c.m2, &b).as_deref(), Some(&b"B"[..]));
+}
+
+/// m2's release round finishes a commit the client delivered only to m2,
+/// without waiting for m1's recovery timeout.
+#[tokio::test]
+async fn release_round_delivers_the_commit_to_a_participant_still_prepared() {
+    let c = cluster();
+    let (a, b) = (key(true, 8), key(false, 8));
+    let all: [&[u8]; 2] = [&a, &b];
+    prepare(&c.m1, 8, &all, &[(&a, b"A")]).await;
+    prepare(&c.m2, 8, &all, &[(&b, b"B")]).await;
+    decide(&c.m2, 8, true).await;
+    let hour = Duration::from_secs(3600);
+    let mut s2 = State::default();
+    round(&c, &c.m2, &mut s2, hour).await;
+    assert_eq!(round(&c, &c.m2, &mut s2, hour).await.released, 1);
+    assert_eq!(value(&c.m1, &a).as_deref(), Some(&b"A"[..]));
+    assert!(writable(&c.m1, &a).await, "m1's lock is released");
 }

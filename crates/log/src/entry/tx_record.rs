@@ -42,6 +42,25 @@
 //! segment that held the prepared record when it was decided, and nothing after
 //! the key hash. Like an object tombstone (L§3), the decided record is needed
 //! only while that segment is in the log; after that the cleaner drops it.
+//!
+//! Kind 6 (held commit) is a participant's committed outcome of a transaction
+//! that other masters take part in, kept until every other owner has applied
+//! the decision (design notes "Transaction recovery", *Held outcomes*): a
+//! participant that committed and then forgot (its decided marks cleaned, or
+//! its memory of decisions full) must not answer a recovery manager "never
+//! saw it, ABORT" while another participant still holds the transaction
+//! prepared. Its `op_index` is [`HELD_OP_INDEX`], its object is one of the
+//! participant's own, and its body is the participant list only:
+//!
+//! ```text
+//! +--------+------------------------------------------+
+//! | count  | (table_id varint, key_hash u64 LE) × count |
+//! | varint |                                          |
+//! +--------+------------------------------------------+
+//! ```
+//!
+//! Like a prepared record it lives until a decided mark (kind 4) names it: the
+//! release, once every owner acknowledged the commit.
 
 use super::format::{EntryError, EntryHeader, EntryType, TxRecordScan};
 use crate::varint;
@@ -58,6 +77,11 @@ pub enum PreparedKind {
 
 const DECIDED_COMMIT: u8 = 4;
 const DECIDED_ABORT: u8 = 5;
+const HELD_COMMIT: u8 = 6;
+
+/// The `op_index` of a held-commit record (kind 6): above every op's index
+/// (a list position, or 2^32 + a place in a prepare), so it never names an op.
+pub const HELD_OP_INDEX: u64 = u64::MAX;
 
 /// The variable part of a TxRecord.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +98,12 @@ pub enum TxRecordBody<'a> {
     },
     /// The prepared op was decided; it was in `segment_id` then.
     Decided { commit: bool, segment_id: u64 },
+    /// The transaction committed here and some other owner may not have
+    /// applied it yet (kind 6); the raw participant list as in `Prepared`.
+    HeldCommit {
+        participant_count: usize,
+        participants: &'a [u8],
+    },
 }
 
 /// A parsed TxRecord entry, borrowing its key, value and list.
@@ -96,6 +126,10 @@ impl<'a> TxRecordEntry<'a> {
                 participant_count,
                 participants,
                 ..
+            }
+            | TxRecordBody::HeldCommit {
+                participant_count,
+                participants,
             } => (participant_count, participants),
             TxRecordBody::Decided { .. } => (0, &[][..]),
         };
@@ -178,12 +212,26 @@ pub fn encode_tx_prepared(
     body.extend_from_slice(key);
     push_varint(&mut body, value.len() as u64);
     body.extend_from_slice(value);
-    push_varint(&mut body, participants.len() as u64);
+    push_participants(&mut body, participants);
+    frame(&body, out);
+}
+
+/// Appends a held-commit record (kind 6) of transaction `id` (its `op_index`
+/// is [`HELD_OP_INDEX`]) with the transaction's participant list to `out`.
+pub fn encode_tx_held_commit(id: &TxRecordId, participants: &[(u64, u64)], out: &mut Vec<u8>) {
+    debug_assert_eq!(id.op_index, HELD_OP_INDEX);
+    let mut body = Vec::with_capacity(48 + 18 * participants.len());
+    push_id(&mut body, id, HELD_COMMIT, None);
+    push_participants(&mut body, participants);
+    frame(&body, out);
+}
+
+fn push_participants(body: &mut Vec<u8>, participants: &[(u64, u64)]) {
+    push_varint(body, participants.len() as u64);
     for &(table_id, hash) in participants {
-        push_varint(&mut body, table_id);
+        push_varint(body, table_id);
         body.extend_from_slice(&hash.to_le_bytes());
     }
-    frame(&body, out);
 }
 
 /// Appends the record that the prepared op `id`, held in `segment_id`, was
@@ -252,7 +300,7 @@ pub(crate) fn tx_record_fields<'a>(
     let op_index = c.varint()?;
     let kind = c.bytes(1)?[0];
     let decided_segment = match kind {
-        1..=3 => None,
+        1..=3 | HELD_COMMIT => None,
         DECIDED_COMMIT | DECIDED_ABORT => Some(c.varint()?),
         _ => return Err(EntryError::BadLength),
     };
@@ -263,6 +311,16 @@ pub(crate) fn tx_record_fields<'a>(
             commit: kind == DECIDED_COMMIT,
             segment_id,
         },
+        (HELD_COMMIT, None) => {
+            if op_index != HELD_OP_INDEX {
+                return Err(EntryError::BadLength);
+            }
+            let (participant_count, participants) = participant_list(&mut c)?;
+            TxRecordBody::HeldCommit {
+                participant_count,
+                participants,
+            }
+        }
         (kind, None) => {
             let kind = match kind {
                 1 => PreparedKind::Read,
@@ -280,19 +338,14 @@ pub(crate) fn tx_record_fields<'a>(
                 return Err(EntryError::ValueTooLarge(value_len));
             }
             let value = c.bytes(value_len)?;
-            let count = c.len()?;
-            let start = c.at;
-            for _ in 0..count {
-                c.varint()?;
-                c.u64_le()?;
-            }
+            let (participant_count, participants) = participant_list(&mut c)?;
             TxRecordBody::Prepared {
                 kind,
                 expected_version: expected.checked_sub(1),
                 key,
                 value,
-                participant_count: count,
-                participants: &c.body[start..c.at],
+                participant_count,
+                participants,
             }
         }
     };
@@ -309,6 +362,17 @@ pub(crate) fn tx_record_fields<'a>(
     })
 }
 
+/// Checks a participant list at the cursor and returns its count and bytes.
+fn participant_list<'a>(c: &mut Cursor<'a>) -> Result<(usize, &'a [u8]), EntryError> {
+    let count = c.len()?;
+    let start = c.at;
+    for _ in 0..count {
+        c.varint()?;
+        c.u64_le()?;
+    }
+    Ok((count, &c.body[start..c.at]))
+}
+
 /// The scan's view of a TxRecord whose header is `header`: its identity and, for a
 /// decided record, its prepared op's segment. Reads only the leading fields,
 /// which fit the scan's 48-byte prefix (module doc).
@@ -322,7 +386,7 @@ pub(crate) fn tx_record_scan(buf: &[u8], header: &EntryHeader) -> Result<TxRecor
     let tx_seq = c.varint()?;
     let op_index = c.varint()?;
     let decided_segment = match c.bytes(1)?[0] {
-        1..=3 => None,
+        1..=3 | HELD_COMMIT => None,
         DECIDED_COMMIT | DECIDED_ABORT => Some(c.varint()?),
         _ => return Err(EntryError::BadLength),
     };

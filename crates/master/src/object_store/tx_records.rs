@@ -65,8 +65,17 @@ pub struct ReplayedPrepared {
 pub enum ReplayedTxRecord {
     /// An op prepared and, as far as this record knows, undecided.
     Prepared(ReplayedPrepared),
-    /// The op `key` was decided.
+    /// The op `key` was decided (or, for a held commit's key, released).
     Decided { key: TxRecordKey, commit: bool },
+    /// The transaction committed on the master that wrote this and some other
+    /// owner may not have applied it (kind 6; `id.op_index` is
+    /// `HELD_OP_INDEX`).
+    HeldCommit {
+        id: TxRecordId,
+        participants: Vec<(u64, u64)>,
+        /// The whole record, to append to the replaying master's log.
+        entry: Vec<u8>,
+    },
 }
 
 impl ObjectStore {
@@ -154,6 +163,17 @@ pub fn replayed_tx_record(entry: &[u8]) -> Option<ReplayedTxRecord> {
     let key = (r.lease_id, r.tx_seq, r.op_index);
     Some(match r.body {
         TxRecordBody::Decided { commit, .. } => ReplayedTxRecord::Decided { key, commit },
+        TxRecordBody::HeldCommit { .. } => ReplayedTxRecord::HeldCommit {
+            id: TxRecordId {
+                lease_id: r.lease_id,
+                tx_seq: r.tx_seq,
+                op_index: r.op_index,
+                table_id: r.table_id,
+                key_hash: r.key_hash,
+            },
+            participants: r.participants().collect(),
+            entry: entry.to_vec(),
+        },
         TxRecordBody::Prepared {
             kind,
             expected_version,

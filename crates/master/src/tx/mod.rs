@@ -4,8 +4,10 @@
 //!
 //! Prepared ops are durable: a PREPARED vote follows their log records (entry
 //! type 8), and a replay re-takes their locks ([`replay`]; design notes
-//! "Transactions", "Durability").
+//! "Transactions", "Durability"). A commit that other masters take part in is
+//! held until they all applied it ([`held`]).
 
+pub mod held;
 pub mod locks;
 pub mod prepare;
 pub mod recovery;

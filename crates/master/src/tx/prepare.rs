@@ -71,6 +71,8 @@ pub struct Transactions {
     pub(crate) locks: LockTable,
     pub(crate) prepared: Mutex<HashMap<TxId, PreparedTx>>,
     pub(crate) decided: Mutex<Decided>,
+    /// Commits held until every other owner applied them (`held.rs`).
+    pub(crate) held: Mutex<super::held::HeldMap>,
 }
 
 #[derive(Debug, Default)]
@@ -132,7 +134,7 @@ impl Transactions {
         participants: &[(u64, u64)],
         decide_now: bool,
     ) -> Result<TxVote, WriteError> {
-        if let Some(&commit) = self.decided.lock().outcome.get(&id) {
+        if let Some(commit) = self.outcome(id) {
             return Ok(if commit {
                 TxVote::Committed
             } else {
@@ -176,6 +178,14 @@ impl Transactions {
         }
         if decide_now {
             return self.commit_now(store, id, ops, participants, already);
+        }
+        // A resend to a master that holds the transaction with ops missing (a
+        // recovery replayed a log cut among its records, or gathered another
+        // participant's ops here): those were never voted PREPARED, so they are
+        // checked and locked now, or the transaction aborts.
+        if already && !self.adopt_missing(store, id, ops, participants)? {
+            self.decide(store, id, false)?;
+            return Ok(TxVote::Abort);
         }
         self.record(store, id, participants)?;
         Ok(TxVote::Prepared)
@@ -222,12 +232,14 @@ impl Transactions {
         Ok(TxVote::Committed)
     }
 
-    /// A resent fast-path prepare of `id`, held prepared here: locks the ops
-    /// of `ops` that the prepared transaction lacks and adds them; false (the
-    /// caller aborts) if one conflicts. Ops are missing only when a recovery
-    /// replayed a log cut among the transaction's records, before any of its
-    /// writes (`commit_now`): the ops it found kept their locks since, so
-    /// their checked versions still hold, and the missing ones are checked now.
+    /// A resent prepare of `id`, held prepared here: locks the ops of `ops`
+    /// that the prepared transaction lacks and adds them; false (the caller
+    /// aborts) if one conflicts. Ops are missing only when a recovery replayed
+    /// a log cut among the transaction's records (before any of its writes, on
+    /// the fast path: `commit_now`), or gathered here only some participants'
+    /// ops: the ops it found kept their locks since, so their checked versions
+    /// still hold, and the missing ones are checked now. None of the missing
+    /// ones was voted PREPARED (a vote follows all its prepare's records).
     fn adopt_missing(
         &self,
         store: &ObjectStore,
@@ -345,6 +357,10 @@ impl Transactions {
             self.decided.lock().remember(id, commit);
             return Ok(());
         };
+        // A participant never changes its decision (SOSP'15 §6.4): one that
+        // answered a recovery manager ABORT while it held the transaction
+        // prepared with ops missing (`request_vote`) keeps to it.
+        let commit = self.outcome(id).unwrap_or(commit);
         // Apply in order; on an error the transaction stays prepared (and all
         // its objects locked) and a resent decision applies the rest.
         let result = (|| {
@@ -353,6 +369,10 @@ impl Transactions {
                     apply(store, &tx.ops[tx.applied])?;
                     tx.applied += 1;
                 }
+                // Before the decided marks: a replay that finds a mark of this
+                // commit finds the held outcome too (the log is replicated in
+                // order).
+                self.hold_commit(store, id, &tx)?;
             }
             for op in &tx.ops {
                 store.tx_record_decided(&op.record_id(id), commit)?;

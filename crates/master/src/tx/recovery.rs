@@ -5,29 +5,40 @@
 //! that never saw the prepare answers ABORT and remembers it, so the prepare,
 //! arriving late, is refused (`prepare.rs` re-checks under the same lock).
 
-use ramstore_wire::TxVote;
+use ramstore_wire::{key_hash, TxVote};
 
 use super::locks::TxId;
 use super::prepare::Transactions;
 
 impl Transactions {
-    /// This participant's vote on `id` for a recovery manager: PREPARED if it
-    /// holds `id` prepared, COMMITTED or ABORT if it decided `id` already;
-    /// otherwise it decides ABORT now (it never voted PREPARED, so no
-    /// participant can have been told to commit) and answers ABORT.
-    pub fn request_vote(&self, id: TxId) -> TxVote {
+    /// This participant's vote on `id` for a recovery manager that asks
+    /// about `objects` (table id, key hash), the ones this master owns:
+    /// PREPARED if it holds `id` prepared with an op on every one of them,
+    /// COMMITTED or ABORT if it decided `id` already (a held commit answers
+    /// COMMITTED however long ago it was); otherwise it decides ABORT now and
+    /// answers ABORT. That is safe: a prepare votes PREPARED only after all
+    /// its ops' records are durable, so an asked object with no op here was
+    /// never voted PREPARED, and no participant can have been told to commit.
+    pub fn request_vote(&self, id: TxId, objects: &[(u64, u64)]) -> TxVote {
         // Held while deciding: a prepare inserts under this lock and checks the
         // decided outcomes first (`prepare.rs`), so it cannot slip in between.
         let prepared = self.prepared.lock();
-        if prepared.contains_key(&id) {
-            return TxVote::Prepared;
+        let outcome = self.outcome(id);
+        if let (Some(tx), None) = (prepared.get(&id), outcome) {
+            let holds_all = objects.iter().all(|&(table_id, hash)| {
+                tx.ops
+                    .iter()
+                    .any(|op| op.table_id == table_id && key_hash(&op.key) == hash)
+            });
+            if holds_all {
+                return TxVote::Prepared;
+            }
         }
-        let mut decided = self.decided.lock();
-        match decided.outcome.get(&id) {
+        match outcome {
             Some(true) => TxVote::Committed,
             Some(false) => TxVote::Abort,
             None => {
-                decided.remember(id, false);
+                self.decided.lock().remember(id, false);
                 TxVote::Abort
             }
         }
@@ -76,25 +87,35 @@ impl Transactions {
             .is_some_and(|tx| tx.recorded == tx.ops.len())
     }
 
-    /// The outcome this master remembers for `id`: `Some(true)` committed,
-    /// `Some(false)` aborted, `None` undecided here or forgotten.
+    /// The outcome this master remembers for `id`: `Some(true)` committed
+    /// (a held commit, or a remembered decision), `Some(false)` aborted,
+    /// `None` undecided here or forgotten.
     pub fn outcome(&self, id: TxId) -> Option<bool> {
+        if self.held.lock().contains_key(&id) {
+            return Some(true);
+        }
         self.decided.lock().outcome.get(&id).copied()
     }
 }
 
 /// A recovery manager's decision from the votes of every participant (SOSP'15
-/// §6.4): COMMIT (`Some(true)`) only if none voted ABORT, so every vote was
-/// PREPARED or COMMITTED (a COMMITTED vote means some decider saw every vote
-/// PREPARED); ABORT (`Some(false)`) if one did. `None` for no votes.
+/// §6.4): COMMIT (`Some(true)`) if one voted COMMITTED (some decider saw
+/// every vote PREPARED) or none voted ABORT; ABORT (`Some(false)`) otherwise.
+/// `None` for no votes.
 ///
-/// A COMMITTED and an ABORT vote together would mean two deciders disagreed;
-/// votes are sticky (a participant's first outcome stays), so that cannot
-/// happen between correct servers; the votes come from the network, so it is
-/// not asserted, and ABORT is answered.
+/// A COMMITTED and an ABORT vote together cannot mean two deciders disagreed
+/// (votes are sticky: a participant's first outcome stays): the ABORT is a
+/// participant that applied the commit and forgot it, so COMMIT is answered.
 pub fn decision_of(votes: &[TxVote]) -> Option<bool> {
     if votes.is_empty() {
         return None;
+    }
+    // A COMMITTED vote is a decision already taken from all-PREPARED votes
+    // and applied somewhere: an ABORT beside it can only come from a
+    // participant that forgot it (design notes "Transaction recovery", *Held
+    // outcomes*), and must not undo it.
+    if votes.contains(&TxVote::Committed) {
+        return Some(true);
     }
     Some(!votes.contains(&TxVote::Abort))
 }

@@ -9,7 +9,8 @@
 //! voted.
 //!
 //! Records and marks reach a replay in any order (segments are replayed as they
-//! arrive), so nothing is re-taken before the whole log has been seen.
+//! arrive), so nothing is re-taken before the whole log has been seen. A held
+//! commit (kind 6) that no mark released is held again (`held.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -35,8 +36,14 @@ impl Transactions {
     ) -> Result<usize, WriteError> {
         let mut prepared = HashMap::new();
         let mut decided = HashMap::new();
+        let mut held = Vec::new();
         for entry in records {
             match replayed_tx_record(entry) {
+                Some(ReplayedTxRecord::HeldCommit {
+                    id,
+                    participants,
+                    entry,
+                }) => held.push((id, participants, entry)),
                 Some(ReplayedTxRecord::Prepared(p)) => {
                     prepared.insert((p.id.lease_id, p.id.tx_seq, p.id.op_index), p);
                 }
@@ -69,6 +76,18 @@ impl Transactions {
                 tx_seq: key.1,
             };
             self.decided.lock().remember(tx, commit);
+        }
+        // A held commit that no decided mark released is held here again: some
+        // other owner may not have applied it yet (`held.rs`).
+        for (id, participants, entry) in held {
+            let tx = TxId {
+                lease_id: id.lease_id,
+                tx_seq: id.tx_seq,
+            };
+            if !decided.contains_key(&(id.lease_id, id.tx_seq, id.op_index)) {
+                self.rehold(store, id, participants, &entry)?;
+            }
+            self.decided.lock().remember(tx, true);
         }
         let mut by_tx: BTreeMap<TxId, Vec<ReplayedPrepared>> = BTreeMap::new();
         for (key, p) in prepared {

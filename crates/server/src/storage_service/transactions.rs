@@ -128,7 +128,12 @@ impl StorageService {
             lease_id: request.lease_id,
             tx_seq: request.tx_seq,
         };
-        let vote = self.tx.request_vote(tx);
+        let objects: Vec<(u64, u64)> = request
+            .objects
+            .iter()
+            .map(|o| (o.table_id, o.key_hash))
+            .collect();
+        let vote = self.tx.request_vote(tx, &objects);
         if vote == TxVote::Prepared && !self.tx.is_recorded(tx) {
             return self.tx_refused(id, Opcode::TxRequestVote, WriteError::ObjectLocked, out);
         }

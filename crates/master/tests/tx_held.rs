@@ -1,0 +1,287 @@
+//! Votes a recovery manager can trust (issue 21; design notes "Transaction
+//! recovery"): a participant votes PREPARED only on objects it holds prepared,
+//! a resent prepare locks the ops a recovery did not find, and a commit that
+//! other masters take part in is held — durably, through cleaning and replay —
+//! until released, so a participant that forgot it cannot make a manager
+//! abort what was committed.
+
+use ramstore_log::entry::{encode_tx_prepared, PreparedKind, TxRecordId, HELD_OP_INDEX};
+use ramstore_log::CleanKind;
+use ramstore_master::tx::prepare::REMEMBERED_DECISIONS;
+use ramstore_master::{
+    key_hash, CleanerMode, ObjectStore, RejectRules, StoreConfig, Transactions, TxId,
+};
+use ramstore_wire::{TxOp, TxOpKind, TxVote};
+
+const TABLE: u64 = 1;
+
+fn store() -> ObjectStore {
+    let mut cfg = StoreConfig::new(64 << 20);
+    cfg.segment_bytes = 1 << 20;
+    cfg.cleaner = CleanerMode::Manual;
+    let s = ObjectStore::new(cfg).expect("store");
+    s.add_tablet(TABLE, 0, u64::MAX).expect("tablet");
+    s
+}
+
+fn tx(seq: u64) -> TxId {
+    TxId {
+        lease_id: 9,
+        tx_seq: seq,
+    }
+}
+
+fn write<'a>(key: &'a [u8], value: &'a [u8]) -> TxOp<'a> {
+    TxOp {
+        kind: TxOpKind::Write,
+        expected_version: None,
+        table_id: TABLE,
+        key,
+        value,
+    }
+}
+
+fn value(s: &ObjectStore, key: &[u8]) -> Option<Vec<u8>> {
+    let mut v = Vec::new();
+    s.read(TABLE, key, &mut v).ok().map(|_| v)
+}
+
+fn obj(key: &[u8]) -> (u64, u64) {
+    (TABLE, key_hash(key))
+}
+
+/// The held record's key in the store's record map.
+fn held_key(seq: u64) -> (u64, u64, u64) {
+    (9, seq, HELD_OP_INDEX)
+}
+
+/// Commits tx `seq` writing `a` here, with object `(2, 5)` on another master.
+fn commit_with_another_owner(s: &ObjectStore, t: &Transactions, seq: u64) {
+    let list = [obj(b"a"), (2, 5)];
+    let vote = t
+        .prepare(s, tx(seq), &[write(b"a", b"1")], &list, false)
+        .unwrap();
+    assert_eq!(vote, TxVote::Prepared);
+    t.decide(s, tx(seq), true).unwrap();
+}
+
+/// Closes many mostly dead segments and cleans them.
+fn churn_and_clean(s: &ObjectStore) {
+    let rules = RejectRules::default();
+    let filler = vec![7u8; 1000];
+    for _ in 0..6 {
+        for i in 0..2000u64 {
+            s.write(TABLE, &i.to_le_bytes(), &filler, &rules)
+                .expect("filler write");
+        }
+    }
+    s.clean_now(Some(CleanKind::Compaction));
+    for _ in 0..50 {
+        match s.clean_now(Some(CleanKind::Combined)) {
+            Some((_, pass)) if pass.made_progress => {}
+            _ => break,
+        }
+    }
+    let log = s.stats().log;
+    assert!(log.compactions > 0 && log.segments_cleaned > 0, "{log:?}");
+}
+
+/// The forgetful participant: it applied the commit, then decided more
+/// transactions than it remembers. Without the held outcome it would answer
+/// "never saw it, ABORT", and a manager would abort the other participant's
+/// prepared ops of a committed transaction.
+#[test]
+fn decide_holds_a_commit_with_other_owners_past_the_remembered_decisions() {
+    let s = store();
+    let t = Transactions::new();
+    commit_with_another_owner(&s, &t, 1);
+    assert!(t.is_held(tx(1)));
+    assert_eq!(t.held_commits(10), vec![(tx(1), vec![obj(b"a"), (2, 5)])]);
+    for seq in 1000..1000 + REMEMBERED_DECISIONS as u64 + 1 {
+        t.decide(&s, tx(seq), false).unwrap();
+    }
+    assert_eq!(t.request_vote(tx(1), &[obj(b"a")]), TxVote::Committed);
+    assert_eq!(
+        t.prepare(&s, tx(1), &[write(b"a", b"1")], &[obj(b"a"), (2, 5)], false)
+            .unwrap(),
+        TxVote::Committed,
+        "a resent prepare hears the held outcome"
+    );
+    // Released: the record dies and the outcome is remembered as any other.
+    t.release_held(&s, tx(1)).unwrap();
+    assert!(!t.is_held(tx(1)));
+    assert_eq!(s.tx_prepared_record(held_key(1)), None);
+    assert_eq!(t.request_vote(tx(1), &[obj(b"a")]), TxVote::Committed);
+}
+
+#[test]
+fn decide_holds_nothing_when_every_object_is_here_or_on_abort() {
+    let s = store();
+    let t = Transactions::new();
+    let list = [obj(b"a"), obj(b"b")];
+    let ops = [write(b"a", b"1"), write(b"b", b"2")];
+    t.prepare(&s, tx(1), &ops, &list, false).unwrap();
+    t.decide(&s, tx(1), true).unwrap();
+    assert_eq!(t.held_count(), 0, "no other owner to tell");
+    t.prepare(&s, tx(2), &[write(b"c", b"3")], &[obj(b"c"), (2, 5)], false)
+        .unwrap();
+    t.decide(&s, tx(2), false).unwrap();
+    assert_eq!(t.held_count(), 0, "an abort is never held");
+    assert_eq!(s.tx_prepared_records(), 0);
+}
+
+/// The held record is live for the cleaner until released, survives a replay
+/// on another master (held there), and a replay that finds its release mark
+/// remembers the commit without holding it.
+#[test]
+fn held_commit_survives_cleaning_and_replay_until_released() {
+    let s = store();
+    let t = Transactions::new();
+    commit_with_another_owner(&s, &t, 7);
+    let record = s.tx_prepared_record(held_key(7)).expect("held record");
+    let segment = s.tx_prepared_segment(held_key(7));
+    churn_and_clean(&s);
+    assert_ne!(s.tx_prepared_segment(held_key(7)), segment, "it moved");
+    assert_eq!(s.tx_prepared_record(held_key(7)), Some(record.clone()));
+
+    // A recovery master replays the held record (and nothing else of tx 7:
+    // its prepared op and decided mark were cleaned away).
+    let other = store();
+    let t2 = Transactions::new();
+    assert_eq!(t2.replay_tx_records(&other, [record.as_slice()]), Ok(0));
+    assert!(t2.is_held(tx(7)));
+    assert_eq!(t2.request_vote(tx(7), &[obj(b"a")]), TxVote::Committed);
+    assert_eq!(other.tx_prepared_record(held_key(7)), Some(record.clone()));
+
+    // Released on the first master: its release mark, replayed with the
+    // record, leaves the commit remembered but not held.
+    t.release_held(&s, tx(7)).unwrap();
+    let mark = release_mark(&s, 7);
+    let third = store();
+    let t3 = Transactions::new();
+    assert_eq!(
+        t3.replay_tx_records(&third, [mark.as_slice(), record.as_slice()]),
+        Ok(0)
+    );
+    assert!(!t3.is_held(tx(7)));
+    assert_eq!(t3.outcome(tx(7)), Some(true));
+    assert_eq!(third.tx_prepared_records(), 0);
+}
+
+/// The decided mark that released tx `seq`'s held record, built as the store
+/// builds it (the test cannot read the store's log).
+fn release_mark(s: &ObjectStore, seq: u64) -> Vec<u8> {
+    assert_eq!(s.tx_prepared_record(held_key(seq)), None, "not released");
+    let id = TxRecordId {
+        lease_id: 9,
+        tx_seq: seq,
+        op_index: HELD_OP_INDEX,
+        table_id: TABLE,
+        key_hash: key_hash(b"a"),
+    };
+    let mut mark = Vec::new();
+    ramstore_log::entry::encode_tx_decided(&id, true, 1, &mut mark);
+    mark
+}
+
+/// A master holding a transaction prepared without an op on some asked object
+/// never voted PREPARED for it: it answers ABORT, keeps to it, and a commit
+/// arriving later does not apply the ops it does hold.
+#[test]
+fn request_vote_aborts_when_an_asked_object_is_not_prepared_here() {
+    let s = store();
+    let t = Transactions::new();
+    let list = [obj(b"a"), obj(b"b")];
+    t.prepare(&s, tx(1), &[write(b"a", b"1")], &list, false)
+        .unwrap();
+    assert_eq!(t.request_vote(tx(1), &[obj(b"a")]), TxVote::Prepared);
+    assert_eq!(
+        t.request_vote(tx(1), &[obj(b"a"), obj(b"b")]),
+        TxVote::Abort
+    );
+    assert_eq!(
+        t.request_vote(tx(1), &[obj(b"a")]),
+        TxVote::Abort,
+        "the vote is sticky"
+    );
+    t.decide(&s, tx(1), true).unwrap();
+    assert_eq!(value(&s, b"a"), None, "the first outcome (abort) stays");
+    assert!(t.locks().is_empty());
+    assert_eq!(t.held_count(), 0);
+}
+
+/// A recovery replayed only op 0 of a participant's two (a log cut among its
+/// records, before its vote): the client's resent prepare checks and locks the
+/// missing op and the commit applies both.
+#[test]
+fn resent_prepare_locks_the_ops_a_recovery_did_not_find() {
+    let s = store();
+    let t = Transactions::new();
+    let list = [obj(b"a"), obj(b"b")];
+    let id = TxRecordId {
+        lease_id: 9,
+        tx_seq: 3,
+        op_index: 0,
+        table_id: TABLE,
+        key_hash: key_hash(b"a"),
+    };
+    let mut first = Vec::new();
+    encode_tx_prepared(
+        &id,
+        PreparedKind::Write,
+        None,
+        b"a",
+        b"1",
+        &list,
+        &mut first,
+    );
+    assert_eq!(t.replay_tx_records(&s, [first.as_slice()]), Ok(1));
+    assert_eq!(t.locks().holder(TABLE, b"b"), None);
+    let ops = [write(b"a", b"1"), write(b"b", b"2")];
+    assert_eq!(
+        t.prepare(&s, tx(3), &ops, &list, false).unwrap(),
+        TxVote::Prepared
+    );
+    assert_eq!(t.locks().holder(TABLE, b"b"), Some(tx(3)));
+    assert_eq!(t.request_vote(tx(3), &list), TxVote::Prepared);
+    t.decide(&s, tx(3), true).unwrap();
+    assert_eq!(value(&s, b"a").as_deref(), Some(&b"1"[..]));
+    assert_eq!(value(&s, b"b").as_deref(), Some(&b"2"[..]));
+}
+
+/// The same, but another transaction holds the missing op's object: the
+/// resend aborts and lets go of the op the recovery found.
+#[test]
+fn resent_prepare_aborts_when_a_missing_op_conflicts() {
+    let s = store();
+    let t = Transactions::new();
+    let list = [obj(b"a"), obj(b"b")];
+    let id = TxRecordId {
+        lease_id: 9,
+        tx_seq: 3,
+        op_index: 0,
+        table_id: TABLE,
+        key_hash: key_hash(b"a"),
+    };
+    let mut first = Vec::new();
+    encode_tx_prepared(
+        &id,
+        PreparedKind::Write,
+        None,
+        b"a",
+        b"1",
+        &list,
+        &mut first,
+    );
+    t.replay_tx_records(&s, [first.as_slice()]).unwrap();
+    t.prepare(&s, tx(4), &[write(b"b", b"x")], &[obj(b"b")], false)
+        .unwrap();
+    let ops = [write(b"a", b"1"), write(b"b", b"2")];
+    assert_eq!(
+        t.prepare(&s, tx(3), &ops, &list, false).unwrap(),
+        TxVote::Abort
+    );
+    assert_eq!(t.locks().holder(TABLE, b"a"), None);
+    assert_eq!(t.locks().holder(TABLE, b"b"), Some(tx(4)));
+    assert_eq!(value(&s, b"a"), None);
+}
