@@ -263,10 +263,13 @@ impl Transaction {
             }
         }
         // COMMITTED from a resent prepare or a vote request: a recovery manager
-        // saw every vote PREPARED and committed.
-        let all_prepared = votes
-            .iter()
-            .all(|v| matches!(v, Ok(TxVote::Prepared | TxVote::Committed)));
+        // saw every vote PREPARED and committed. It outvotes an ABORT, which
+        // beside it can only come from a participant that applied that commit
+        // and forgot it (design notes "Transaction recovery", *Held outcomes*).
+        let all_prepared = votes.iter().any(|v| matches!(v, Ok(TxVote::Committed)))
+            || votes
+                .iter()
+                .all(|v| matches!(v, Ok(TxVote::Prepared | TxVote::Committed)));
         // Every participant hears the decision, even one whose prepare failed: it
         // may have prepared and lost the answer.
         // The decision RPC to the master owning a group's first object.
