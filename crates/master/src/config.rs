@@ -110,6 +110,10 @@ pub enum ConfigError {
     /// "Tablet ctime"), and not even the emergency reserve could give one.
     #[error("no log memory for a new head segment to start a tablet's tenure; retry later")]
     NoSpaceForTenure,
+    /// A migration's source holds objects of the range prepared by a
+    /// transaction still waiting for its decision; retry later.
+    #[error("a transaction holds objects of the range prepared; retry the migration later")]
+    TransactionsInFlight,
 }
 
 /// Log memory per hash-table bucket by default: 640 bytes. A full log of

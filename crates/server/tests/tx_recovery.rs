@@ -361,3 +361,40 @@ async fn release_round_delivers_the_commit_to_a_participant_still_prepared() {
     assert_eq!(value(&c.m1, &a).as_deref(), Some(&b"A"[..]));
     assert!(writable(&c.m1, &a).await, "m1's lock is released");
 }
+
+/// Issue 21: prepared ops do not move with a migration, so the source answers
+/// PrepareMigration RETRY while a transaction holds an object of the range,
+/// and keeps serving it so the decision applies; then the range may go.
+#[tokio::test]
+async fn prepare_migration_of_a_range_with_a_prepared_object_is_retry_until_decided() {
+    let c = cluster();
+    let (a, b) = (key(true, 9), key(false, 9));
+    let all: [&[u8]; 2] = [&a, &b];
+    prepare(&c.m1, 9, &all, &[(&a, b"A")]).await;
+    prepare(&c.m2, 9, &all, &[(&b, b"B")]).await;
+    let migrate = |seq: u64| {
+        let req = Request::PrepareMigration {
+            server_id: 1,
+            table_id: TABLE,
+            start_hash: 0,
+            end_hash: SPLIT - 1,
+            migration_id: seq,
+        };
+        let mut frame = Vec::new();
+        encode_request(1, &req, &mut frame).expect("encode");
+        frame
+    };
+    let out = call(&c.m1, migrate(1)).await;
+    assert_eq!(
+        decode_response(&out).expect("response").0.status,
+        Status::Retry
+    );
+    decide(&c.m1, 9, true).await;
+    decide(&c.m2, 9, true).await;
+    assert_eq!(value(&c.m1, &a).as_deref(), Some(&b"A"[..]));
+    let out = call(&c.m1, migrate(2)).await;
+    assert!(matches!(
+        decode_response(&out).expect("response"),
+        (_, Response::PrepareMigration { .. })
+    ));
+}

@@ -22,6 +22,26 @@ impl ObjectStore {
         start_hash: u64,
         end_hash: u64,
     ) -> Result<u64, ConfigError> {
+        self.prepare_migration_unless(table_id, start_hash, end_hash, &|| false)
+    }
+
+    /// [`Self::prepare_migration`], refused with `TransactionsInFlight` (and
+    /// the tablet serving again) if `busy()` says, once every operation that
+    /// saw the tablet serving has finished, that a transaction holds an
+    /// object of the range prepared (issue 21): prepared ops and their locks
+    /// do not move with a migration, so their decision must find them where
+    /// they are. Asked only when this call fenced a serving tablet; a fence
+    /// already in place (a resent request) or a recovered copy becoming the
+    /// source is kept as before. The caller retries later: a prepared op
+    /// waits only for its client's decision (a round trip or two).
+    pub fn prepare_migration_unless(
+        &self,
+        table_id: u64,
+        start_hash: u64,
+        end_hash: u64,
+        busy: &dyn Fn() -> bool,
+    ) -> Result<u64, ConfigError> {
+        let mut fenced_here = None;
         let bad = || ConfigError::BadTablet {
             table_id,
             start_hash,
@@ -38,7 +58,10 @@ impl ObjectStore {
                 })
                 .ok_or_else(bad)?;
             match tablet.state() {
-                TabletState::Normal => tablet.set_state(TabletState::MigratingOut),
+                TabletState::Normal => {
+                    tablet.set_state(TabletState::MigratingOut);
+                    fenced_here = Some(tablet.clone());
+                }
                 // A copy crash recovery rebuilt from a crashed source's log:
                 // it becomes the migration's new source (K§2.3.4, `lineage.rs`).
                 // Recovering tablets are never served, so nothing to wait for.
@@ -48,6 +71,17 @@ impl ObjectStore {
             }
         }
         self.inner.log.wait_for_operations();
+        // After the wait: a prepare that checked a version before the fence has
+        // taken its locks by now, and none can check one after it.
+        if let Some(tablet) = fenced_here {
+            if busy() {
+                let _changing = self.inner.tablet_changes.lock();
+                if tablet.state() == TabletState::MigratingOut {
+                    tablet.set_state(TabletState::Normal);
+                }
+                return Err(ConfigError::TransactionsInFlight);
+            }
+        }
         let shared = &self.inner.shared;
         let issued = shared.max_version.load(Ordering::SeqCst).saturating_add(1);
         Ok(shared.safe_version.load(Ordering::SeqCst).max(issued))
@@ -144,6 +178,27 @@ mod tests {
         let s = ObjectStore::new(config).expect("store");
         s.add_tablet(1, 0, u64::MAX).expect("tablet");
         s
+    }
+
+    /// Issue 21: a range with an object prepared by a transaction is not let
+    /// go; the tablet keeps serving, and a later try fences it.
+    #[test]
+    fn prepare_migration_unless_busy_refuses_and_keeps_serving() {
+        let s = store();
+        s.write(1, b"k", b"v", &RejectRules::default())
+            .expect("write");
+        assert_eq!(
+            s.prepare_migration_unless(1, 0, u64::MAX, &|| true),
+            Err(ConfigError::TransactionsInFlight)
+        );
+        let mut v = Vec::new();
+        assert!(s.read(1, b"k", &mut v).is_ok(), "still serving");
+        assert!(s
+            .prepare_migration_unless(1, 0, u64::MAX, &|| false)
+            .is_ok());
+        assert!(s.read(1, b"k", &mut v).is_err(), "fenced");
+        // A fence already in place is kept, whatever `busy` says.
+        assert!(s.prepare_migration_unless(1, 0, u64::MAX, &|| true).is_ok());
     }
 
     #[test]

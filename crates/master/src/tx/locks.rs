@@ -75,6 +75,22 @@ impl Default for LockTable {
     }
 }
 
+impl LockTable {
+    /// Whether a transaction holds some object of `table_id` whose key hash is
+    /// in `[start_hash, end_hash]` (a migration's source asks before it lets a
+    /// range go). Takes each shard covering the range in turn, shared, so a
+    /// prepare holding one exclusively is waited for.
+    pub fn any_in_range(&self, table_id: u64, start_hash: u64, end_hash: u64) -> bool {
+        (shard_of(start_hash)..=shard_of(end_hash)).any(|i| {
+            self.shards[i]
+                .0
+                .read()
+                .keys()
+                .any(|&(t, h)| t == table_id && (start_hash..=end_hash).contains(&h))
+        })
+    }
+}
+
 /// The shard of a key hash.
 fn shard_of(hash: u64) -> usize {
     (hash >> SHARD_SHIFT) as usize
@@ -193,6 +209,23 @@ mod tests {
     fn shard_of_covers_every_shard_and_no_more() {
         assert_eq!(shard_of(0), 0);
         assert_eq!(shard_of(u64::MAX), LOCK_SHARDS - 1);
+    }
+
+    #[test]
+    fn any_in_range_sees_only_locks_of_the_table_and_range() {
+        let t = LockTable::default();
+        let mut g = t.exclusive([1u64 << 40, u64::MAX - 5]);
+        g.insert(1, 1 << 40, id(1));
+        g.insert(2, u64::MAX - 5, id(1));
+        drop(g);
+        assert!(t.any_in_range(1, 0, 1 << 40));
+        assert!(t.any_in_range(1, 1 << 40, 1 << 40));
+        assert!(
+            !t.any_in_range(1, (1 << 40) + 1, u64::MAX),
+            "table 2's lock"
+        );
+        assert!(t.any_in_range(2, 1 << 63, u64::MAX));
+        assert!(!t.any_in_range(3, 0, u64::MAX));
     }
 
     #[test]

@@ -6,14 +6,19 @@
 use std::collections::HashSet;
 
 use ramstore_wire::{
-    encode_response, EnumerateResponseEncoder, MultiReadItems, Opcode, PriorityPullResponseEncoder,
-    Response, Status, WireError,
+    encode_response, EnumerateResponseEncoder, ErrorBody, MultiReadItems, Opcode,
+    PriorityPullResponseEncoder, Response, Status, WireError,
 };
 
 use super::migration_records::OutgoingRecords;
 use super::object_ops::{read_status, status_body};
 use super::wire_reply::answer_message;
 use super::{StorageService, MAX_ENUMERATE_BATCH_BYTES};
+
+/// What a source asks the coordinator to wait before resending a
+/// PrepareMigration refused for a prepared transaction: a decision takes a
+/// round trip or two.
+const TRANSACTIONS_IN_FLIGHT_RETRY_MS: u32 = 10;
 
 impl StorageService {
     /// PrepareMigration (as source): fence and answer the safe version.
@@ -25,7 +30,14 @@ impl StorageService {
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
         let op = Opcode::PrepareMigration;
-        match self.store.prepare_migration(table_id, start_hash, end_hash) {
+        // Prepared ops and their locks stay on this master: a range holding
+        // one is not let go until its decision (issue 21; the coordinator
+        // retries a RETRY answer).
+        let busy = || self.tx.locks().any_in_range(table_id, start_hash, end_hash);
+        match self
+            .store
+            .prepare_migration_unless(table_id, start_hash, end_hash, &busy)
+        {
             Ok(safe_version) => {
                 tracing::info!(
                     migration_id,
@@ -36,6 +48,19 @@ impl StorageService {
                     "migration: tablet fenced for migrating out"
                 );
                 encode_response(id, op, &Response::PrepareMigration { safe_version }, out)
+            }
+            Err(ramstore_master::ConfigError::TransactionsInFlight) => {
+                tracing::info!(
+                    migration_id,
+                    table_id,
+                    start_hash,
+                    end_hash,
+                    "migration: a transaction holds an object of the range prepared; retry"
+                );
+                let retry = Response::Error(ErrorBody::Retry {
+                    delay_ms: TRANSACTIONS_IN_FLIGHT_RETRY_MS,
+                });
+                encode_response(id, op, &retry, out)
             }
             Err(e) => answer_message(id, op, Status::InvalidRequest, &e.to_string(), out),
         }
