@@ -398,3 +398,40 @@ async fn prepare_migration_of_a_range_with_a_prepared_object_is_retry_until_deci
         (_, Response::PrepareMigration { .. })
     ));
 }
+
+/// Issue 21, bad input: a prepare under a client lease this master knows
+/// expired is refused STALE_RPC and locks nothing; a decision under it (a
+/// recovery manager's, for a crashed client) still applies.
+#[tokio::test]
+async fn tx_prepare_under_an_expired_lease_is_stale_and_locks_nothing() {
+    let c = cluster();
+    let (a, b) = (key(true, 10), key(false, 10));
+    let all: [&[u8]; 2] = [&a, &b];
+    prepare(&c.m2, 10, &all, &[(&b, b"B")]).await;
+    c.m1.store().expire_client_lease(LEASE);
+    c.m2.store().expire_client_lease(LEASE);
+    let participants: Vec<TxParticipant> = all
+        .iter()
+        .map(|k| TxParticipant {
+            table_id: TABLE,
+            key_hash: key_hash(k),
+        })
+        .collect();
+    let op = TxOp {
+        kind: TxOpKind::Write,
+        expected_version: None,
+        table_id: TABLE,
+        key: &a,
+        value: b"A",
+    };
+    let mut frame = Vec::new();
+    encode_tx_prepare(1, LEASE, 10, 0, &participants, &[op], &mut frame).expect("encode");
+    let out = call(&c.m1, frame).await;
+    assert_eq!(
+        decode_response(&out).expect("response").0.status,
+        Status::StaleRpc
+    );
+    assert!(writable(&c.m1, &a).await, "nothing locked");
+    decide(&c.m2, 10, false).await;
+    assert!(writable(&c.m2, &b).await, "the abort applied");
+}

@@ -297,6 +297,14 @@ impl ObjectStore {
             .expire_lease(lease_id, &self.inner.log);
     }
 
+    /// Whether the coordinator said client lease `lease_id` expired (and this
+    /// master still remembers it: `rifl::expired`). A transaction's prepare
+    /// under it is refused STALE_RPC (issue 21: a commit after the lease
+    /// expired gets a clear error).
+    pub fn client_lease_expired(&self, lease_id: u64) -> bool {
+        self.inner.rpc_results.is_expired_lease(lease_id)
+    }
+
     /// One round of the lease-expiry loop: the client leases to ask the
     /// coordinator about (idle since the last round, or unverified).
     pub fn client_leases_to_check(&self) -> Vec<u64> {

@@ -294,6 +294,11 @@ impl UnackedRpcResults {
                 .is_some_and(|l| seq < l.first_incomplete || l.records.contains_key(&seq))
     }
 
+    /// Whether `lease_id` is remembered as expired.
+    pub fn is_expired_lease(&self, lease_id: u64) -> bool {
+        self.shard(lease_id).lock().expired.is_expired(lease_id)
+    }
+
     /// Forgets every record of `lease_id`, whose lease the coordinator says has
     /// expired (RIFL §4.2), and refuses its RPCs as stale from now on.
     pub fn expire_lease(&self, lease_id: u64, log: &Log) {

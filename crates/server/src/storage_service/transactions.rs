@@ -43,6 +43,14 @@ impl StorageService {
         prepare: &TxPrepare<'_>,
         out: &mut Vec<u8>,
     ) -> Result<Durability, WireError> {
+        // A commit whose client lease expired is refused before anything is
+        // locked (issue 21): a client that lost its lease learns it clearly,
+        // and a transaction it prepared elsewhere is finished by a recovery
+        // manager (decisions and vote requests are not refused: a manager
+        // sends them under a crashed client's expired lease).
+        if self.store.client_lease_expired(prepare.lease_id) {
+            return self.tx_refused(id, Opcode::TxPrepare, WriteError::StaleRpc, out);
+        }
         let ops: Vec<_> = prepare.ops.iter().collect();
         let bytes: usize = ops.iter().map(|op| op.key.len() + op.value.len()).sum();
         if bytes > MAX_TX_BYTES {
