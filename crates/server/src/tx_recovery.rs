@@ -34,8 +34,8 @@
 //! held until every owner has acknowledged the decision. A held commit seen in
 //! an earlier round (the client's own decisions have had a round to arrive) is
 //! sent to every owner of its objects (a no-op where it was applied) and, once
-//! all acknowledged, released; at most [`RELEASE_BATCH`] per round, their RPCs
-//! in flight together.
+//! all acknowledged, released; at most [`RELEASE_BATCH`] per round, in one
+//! `TxDecisions` RPC per owner, all owners at once.
 //!
 //! It runs on the Clock and Transport seams, so the simulator runs it too.
 
@@ -46,8 +46,8 @@ use std::time::{Duration, Instant};
 use ramstore_master::{decision_of, TxId, Undecided};
 use ramstore_rpc::Transport;
 use ramstore_wire::{
-    decode_response, encode_request, encode_tx_request_vote, Request, Response, Status,
-    TxParticipant,
+    decode_response, encode_request, encode_tx_decisions, encode_tx_request_vote, Request,
+    Response, Status, TxKey, TxParticipant, MAX_TX_DECISIONS,
 };
 use tracing::Instrument;
 
@@ -70,9 +70,9 @@ pub const OTHER_PARTICIPANT_FACTOR: u32 = 4;
 /// How long one vote or decision RPC may take, in ms.
 const CALL_DEADLINE_MS: u64 = 2_000;
 
-/// Most held commits one round releases (each costs a decision RPC per other
-/// owner, all of a round's in flight together).
-pub const RELEASE_BATCH: usize = 1_024;
+/// Most held commits one round releases (one `TxDecisions` RPC per owner
+/// carries them all).
+pub const RELEASE_BATCH: usize = 16_384;
 
 /// What one round did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -211,28 +211,74 @@ pub async fn recover_once(
     round
 }
 
-/// Sends each held commit of `held` to every owner of its objects, all at
-/// once, and releases those every owner acknowledged; returns how many.
+/// Sends the held commits of `held` to every owner of their objects — one
+/// `TxDecisions` per owner, all owners at once — and releases those whose
+/// every owner acknowledged; returns how many.
 async fn release(
     service: &StorageService,
     transport: &dyn Transport,
     map: &[Tablet],
     held: &[(TxId, Vec<(u64, u64)>)],
 ) -> usize {
+    // Each owner's transactions, and each transaction's owners.
+    let mut by_owner: BTreeMap<String, Vec<TxKey>> = BTreeMap::new();
+    let mut owners_of: Vec<Option<Vec<String>>> = Vec::with_capacity(held.len());
+    for (id, objects) in held {
+        let owners = group_by_owner(map, objects)
+            .map(|groups| groups.into_iter().map(|(addr, _)| addr).collect::<Vec<_>>());
+        for addr in owners.iter().flatten() {
+            by_owner.entry(addr.clone()).or_default().push(TxKey {
+                lease_id: id.lease_id,
+                tx_seq: id.tx_seq,
+            });
+        }
+        owners_of.push(owners);
+    }
     let sent = futures_util::future::join_all(
-        held.iter()
-            .map(|(id, objects)| send_decision(transport, map, *id, true, objects)),
+        by_owner
+            .iter()
+            .map(|(addr, txs)| send_decisions(transport, addr, txs)),
     )
     .await;
+    let acknowledged: HashSet<&str> = by_owner
+        .keys()
+        .zip(sent)
+        .filter(|(_, ok)| *ok)
+        .map(|(addr, _)| addr.as_str())
+        .collect();
     let mut released = 0;
-    for ((id, _), acknowledged) in held.iter().zip(sent) {
+    for ((id, _), owners) in held.iter().zip(owners_of) {
+        let Some(owners) = owners else {
+            continue; // An object with no owner in the map: next round.
+        };
         // A failed release (a full log) is retried next round: the commit
         // stays held, which is always safe.
-        if acknowledged && service.tx.release_held(service.store(), *id).is_ok() {
+        if owners.iter().all(|a| acknowledged.contains(a.as_str()))
+            && service.tx.release_held(service.store(), *id).is_ok()
+        {
             released += 1;
         }
     }
     released
+}
+
+/// Sends COMMIT for `txs` to `addr`, [`MAX_TX_DECISIONS`] per frame; true once
+/// every frame was acknowledged.
+async fn send_decisions(transport: &dyn Transport, addr: &str, txs: &[TxKey]) -> bool {
+    for chunk in txs.chunks(MAX_TX_DECISIONS) {
+        let mut frame = Vec::new();
+        if encode_tx_decisions(0, true, chunk, &mut frame).is_err() {
+            return false;
+        }
+        let answer = transport
+            .call(addr, frame, Duration::from_millis(CALL_DEADLINE_MS))
+            .await;
+        match answer.as_deref().map(decode_response) {
+            Ok(Ok((h, Response::TxDecisions))) if h.status == Status::Ok => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// One tablet of the coordinator's map: (table id, first hash, last hash,

@@ -228,7 +228,10 @@ pub use tx::{
     encode_tx_prepare, TxOp, TxOpKind, TxParticipant, TxPrepare, TxVote, MAX_TX_BYTES,
     MAX_TX_OBJECTS, TX_DECIDE_NOW,
 };
-pub use tx_vote::{encode_tx_request_vote, TxRequestVote};
+pub use tx_vote::{
+    encode_tx_decisions, encode_tx_request_vote, TxDecisions, TxKey, TxRequestVote,
+    MAX_TX_DECISIONS,
+};
 
 /// The 64-bit hash of a key: it places the key in a tablet (a range of key hashes,
 /// docs/design.md §4) and, on its master, in a hash-table bucket. xxh3-64. Clients

@@ -92,11 +92,14 @@ pub enum Opcode {
     /// transaction, deciding ABORT if you never prepared it (SOSP'15 §6.4;
     /// `tx_vote.rs`). Codes 44–49 are left for other messages.
     TxRequestVote = 50,
+    /// Participant → participant masters: the same decision for many
+    /// transactions at once (a held commit's release, `tx_vote.rs`).
+    TxDecisions = 51,
 }
 
 impl Opcode {
     /// Every opcode, in code order (for tests and tables).
-    pub const ALL: [Opcode; 44] = [
+    pub const ALL: [Opcode; 45] = [
         Opcode::Ping,
         Opcode::CreateTable,
         Opcode::GetTableId,
@@ -141,6 +144,7 @@ impl Opcode {
         Opcode::TxPrepare,
         Opcode::TxDecision,
         Opcode::TxRequestVote,
+        Opcode::TxDecisions,
     ];
 
     /// The code sent on the wire.
@@ -187,7 +191,7 @@ mod tests {
             }
             assert_eq!(Opcode::try_from(op.code()), Ok(*op));
         }
-        for bad in [0, DENSE as u16 + 1, 49, 51, u16::MAX] {
+        for bad in [0, DENSE as u16 + 1, 49, 52, u16::MAX] {
             assert_eq!(Opcode::try_from(bad), Err(WireError::UnknownOpcode(bad)));
         }
     }

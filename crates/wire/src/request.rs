@@ -18,7 +18,10 @@ use crate::rpc_id::{optional_rpc_id, put_optional_rpc_id, RpcId};
 use crate::rules::RejectRules;
 use crate::status::Status;
 use crate::tx::{read_prepare, write_prepare, TxPrepare};
-use crate::tx_vote::{read_request_vote, write_request_vote, TxRequestVote};
+use crate::tx_vote::{
+    read_decisions, read_request_vote, write_decisions, write_request_vote, TxDecisions,
+    TxRequestVote,
+};
 
 /// A request, borrowed from the frame it was decoded from (or from the caller's data
 /// when encoding). Multi-op and server lists can only come from a decoded frame; build
@@ -288,6 +291,8 @@ pub enum Request<'a> {
     /// A transaction recovery manager asks for this master's vote
     /// (`tx_vote.rs`).
     TxRequestVote(TxRequestVote<'a>),
+    /// One decision for many transactions (`tx_vote.rs`).
+    TxDecisions(TxDecisions<'a>),
 }
 
 impl Request<'_> {
@@ -337,6 +342,7 @@ impl Request<'_> {
             Request::PriorityPull(_) => Opcode::PriorityPull,
             Request::CancelMigration { .. } => Opcode::CancelMigration,
             Request::TxRequestVote(_) => Opcode::TxRequestVote,
+            Request::TxDecisions(_) => Opcode::TxDecisions,
         }
     }
 }
@@ -496,6 +502,7 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
         Opcode::CheckClientLease => Request::CheckClientLease { lease_id: r.u64()? },
         Opcode::TxPrepare => Request::TxPrepare(read_prepare(r)?),
         Opcode::TxRequestVote => Request::TxRequestVote(read_request_vote(r)?),
+        Opcode::TxDecisions => Request::TxDecisions(read_decisions(r)?),
         Opcode::TxDecision => Request::TxDecision {
             lease_id: r.u64()?,
             tx_seq: r.u64()?,
@@ -761,6 +768,7 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
         }
         Request::TxPrepare(p) => write_prepare(p, out),
         Request::TxRequestVote(v) => write_request_vote(v, out),
+        Request::TxDecisions(d) => write_decisions(d, out),
         Request::TxDecision {
             lease_id,
             tx_seq,

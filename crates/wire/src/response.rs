@@ -137,6 +137,8 @@ pub enum Response<'a> {
         vote: TxVote,
     },
     TxDecision,
+    /// Every transaction of a TxDecisions request was decided here.
+    TxDecisions,
     /// A participant's vote for a recovery manager (`tx_vote.rs`).
     TxRequestVote {
         vote: TxVote,
@@ -264,6 +266,7 @@ impl Response<'_> {
             Response::CheckClientLease { .. } => Opcode::CheckClientLease,
             Response::TxPrepare { .. } => Opcode::TxPrepare,
             Response::TxDecision => Opcode::TxDecision,
+            Response::TxDecisions => Opcode::TxDecisions,
             Response::TxRequestVote { .. } => Opcode::TxRequestVote,
             Response::MigrateTablet { .. } => Opcode::MigrateTablet,
             Response::ListMigrations { .. } => Opcode::ListMigrations,
@@ -391,6 +394,7 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
             vote: TxVote::from_code(r.u8()?)?,
         },
         Opcode::TxDecision => Response::TxDecision,
+        Opcode::TxDecisions => Response::TxDecisions,
         Opcode::TxRequestVote => Response::TxRequestVote {
             vote: TxVote::from_code(r.u8()?)?,
         },
@@ -601,6 +605,7 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
         Response::MigrationDone
         | Response::CancelMigration
         | Response::TxDecision
+        | Response::TxDecisions
         | Response::TakeMigratingTablet
         | Response::CrashServer
         | Response::Leave

@@ -1,8 +1,9 @@
-//! The TxPrepare and TxRequestVote frames (`wire/src/tx.rs`, `tx_vote.rs`): round trips, and their limits.
+//! The TxPrepare, TxRequestVote and TxDecisions frames (`wire/src/tx.rs`,
+//! `tx_vote.rs`): round trips, and their limits.
 
 use ramstore_wire::{
-    decode_request, encode_request, encode_tx_prepare, encode_tx_request_vote, Request, TxOp,
-    TxOpKind, TxParticipant, MAX_TX_OBJECTS, TX_DECIDE_NOW,
+    decode_request, encode_request, encode_tx_decisions, encode_tx_prepare, encode_tx_request_vote,
+    Request, TxKey, TxOp, TxOpKind, TxParticipant, MAX_TX_DECISIONS, MAX_TX_OBJECTS, TX_DECIDE_NOW,
 };
 
 #[test]
@@ -126,4 +127,53 @@ fn encode_tx_request_vote_refuses_too_many_objects() {
     let mut frame = Vec::new();
     assert!(encode_tx_request_vote(1, 3, 4, &objects, &mut frame).is_err());
     assert!(frame.is_empty());
+}
+
+#[test]
+fn encode_tx_decisions_round_trips_through_decode_and_encode() {
+    let txs = [
+        TxKey {
+            lease_id: 3,
+            tx_seq: 4,
+        },
+        TxKey {
+            lease_id: u64::MAX,
+            tx_seq: 1,
+        },
+    ];
+    for commit in [true, false] {
+        let mut frame = Vec::new();
+        encode_tx_decisions(8, commit, &txs, &mut frame).unwrap();
+        let (header, req) = decode_request(&frame).unwrap();
+        assert_eq!(header.request_id, 8);
+        let Request::TxDecisions(d) = req else {
+            panic!("decoded {req:?}");
+        };
+        assert_eq!(d.commit, commit);
+        assert_eq!(d.txs.iter().collect::<Vec<_>>(), txs);
+        let mut again = Vec::new();
+        encode_request(8, &req, &mut again).unwrap();
+        assert_eq!(again, frame);
+    }
+}
+
+#[test]
+fn tx_decisions_refuse_none_too_many_and_a_zero_id() {
+    let mut frame = Vec::new();
+    assert!(encode_tx_decisions(1, true, &[], &mut frame).is_err());
+    let many = vec![
+        TxKey {
+            lease_id: 1,
+            tx_seq: 1,
+        };
+        MAX_TX_DECISIONS + 1
+    ];
+    assert!(encode_tx_decisions(1, true, &many, &mut frame).is_err());
+    assert!(frame.is_empty());
+    let zero = [TxKey {
+        lease_id: 0,
+        tx_seq: 1,
+    }];
+    encode_tx_decisions(1, true, &zero, &mut frame).unwrap();
+    assert!(decode_request(&frame).is_err());
 }

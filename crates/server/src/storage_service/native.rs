@@ -232,6 +232,7 @@ impl StorageService {
             }
             Request::TxPrepare(prepare) => self.tx_prepare(id, &prepare, out)?,
             Request::TxRequestVote(request) => self.tx_request_vote(id, &request, out)?,
+            Request::TxDecisions(decisions) => self.tx_decisions(id, &decisions, out)?,
             Request::TxDecision {
                 lease_id,
                 tx_seq,

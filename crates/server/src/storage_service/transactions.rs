@@ -8,8 +8,8 @@ use ramstore_master::migration::ClientOp;
 use ramstore_master::tx::locks::WriterGuard;
 use ramstore_master::{HashedKey, TxId, WriteError};
 use ramstore_wire::{
-    encode_response, Opcode, Response, TxPrepare, TxRequestVote, TxVote, WireError, MAX_TX_BYTES,
-    TX_DECIDE_NOW,
+    encode_response, Opcode, Response, TxDecisions, TxPrepare, TxRequestVote, TxVote, WireError,
+    MAX_TX_BYTES, TX_DECIDE_NOW,
 };
 
 use super::migration::Gated;
@@ -107,6 +107,29 @@ impl StorageService {
             }
             Err(e) => self.tx_refused(id, Opcode::TxDecision, e, out),
         }
+    }
+
+    /// One decision for many transactions: another master's release of its
+    /// held commits (`crate::tx_recovery`). Each is decided as by
+    /// `TxDecision`; on an error the ones before it stay decided (decisions
+    /// are idempotent) and the sender resends the whole batch.
+    pub(crate) fn tx_decisions(
+        &self,
+        id: u64,
+        decisions: &TxDecisions<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Durability, WireError> {
+        for key in decisions.txs.iter() {
+            let tx = TxId {
+                lease_id: key.lease_id,
+                tx_seq: key.tx_seq,
+            };
+            if let Err(e) = self.tx.decide(&self.store, tx, decisions.commit) {
+                return self.tx_refused(id, Opcode::TxDecisions, e, out);
+            }
+        }
+        encode_response(id, Opcode::TxDecisions, &Response::TxDecisions, out)?;
+        Ok(Durability::LogEnd)
     }
 
     /// A recovery manager's vote request (SOSP'15 §6.4; `crate::tx_recovery`):

@@ -615,6 +615,20 @@ pub fn list_request_frames() -> Vec<(&'static str, Vec<u8>)> {
     encode_tx_request_vote(ID, 3, 9, &participants, &mut out).expect("tx request vote");
     frames.push(("tx_request_vote_request", out));
 
+    let mut out = Vec::new();
+    let txs = [
+        TxKey {
+            lease_id: 3,
+            tx_seq: 9,
+        },
+        TxKey {
+            lease_id: 4,
+            tx_seq: 1,
+        },
+    ];
+    encode_tx_decisions(ID, true, &txs, &mut out).expect("tx decisions");
+    frames.push(("tx_decisions_request", out));
+
     frames
 }
 
@@ -800,6 +814,11 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
             Response::TxRequestVote {
                 vote: TxVote::Abort,
             },
+        ),
+        (
+            "tx_decisions_response",
+            Opcode::TxDecisions,
+            Response::TxDecisions,
         ),
         ("leave_response", Opcode::Leave, Response::Leave),
         (
