@@ -285,3 +285,47 @@ fn resent_prepare_aborts_when_a_missing_op_conflicts() {
     assert_eq!(t.locks().holder(TABLE, b"b"), Some(tx(4)));
     assert_eq!(value(&s, b"a"), None);
 }
+
+/// Regression (found in review, session 37): a replay that found one
+/// participant's decided COMMIT marks dropped another participant's undecided
+/// ops of the same transaction instead of applying them — both partitions
+/// recovered on one master, or a cold start. They are prepared again, and the
+/// known outcome finishes them.
+#[test]
+fn replay_keeps_another_participants_undecided_ops_of_a_committed_transaction() {
+    let s = store();
+    let t = Transactions::new();
+    let list = [obj(b"a"), obj(b"b")];
+    let record = |op_index: u64, key: &[u8], value: &[u8]| {
+        let id = TxRecordId {
+            lease_id: 9,
+            tx_seq: 5,
+            op_index,
+            table_id: TABLE,
+            key_hash: key_hash(key),
+        };
+        let mut out = Vec::new();
+        let l: &[(u64, u64)] = if op_index == 0 { &list } else { &[] };
+        encode_tx_prepared(&id, PreparedKind::Write, None, key, value, l, &mut out);
+        (id, out)
+    };
+    // Participant P applied its op on `a` and marked it; Q never heard.
+    let (a_id, a_rec) = record(0, b"a", b"A");
+    let (_, b_rec) = record(1, b"b", b"B");
+    let mut mark = Vec::new();
+    ramstore_log::entry::encode_tx_decided(&a_id, true, 1, &mut mark);
+    assert_eq!(
+        t.replay_tx_records(&s, [a_rec.as_slice(), mark.as_slice(), b_rec.as_slice()]),
+        Ok(1),
+        "Q's op is prepared again"
+    );
+    assert_eq!(t.locks().holder(TABLE, b"b"), Some(tx(5)));
+    let seen = t.undecided();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].known_outcome, Some(true));
+    assert_eq!(t.request_vote(tx(5), &list), TxVote::Committed);
+    // What the recovery loop does with a known outcome.
+    t.decide(&s, tx(5), true).unwrap();
+    assert_eq!(value(&s, b"b").as_deref(), Some(&b"B"[..]));
+    assert!(t.locks().is_empty());
+}

@@ -154,7 +154,21 @@ pub async fn recover_once(
         .first_seen
         .retain(|id, _| undecided.iter().any(|u| u.id == *id));
     let mut due: Vec<Undecided> = Vec::new();
+    let mut round = Round::default();
     for u in undecided {
+        // Decided already (a replay brought another participant's outcome
+        // here): applied now, no votes needed; a failure is tried next round.
+        if let Some(commit) = u.known_outcome {
+            if service.tx.decide(service.store(), u.id, commit).is_ok() {
+                state.first_seen.remove(&u.id);
+                if commit {
+                    round.committed += 1;
+                } else {
+                    round.aborted += 1;
+                }
+            }
+            continue;
+        }
         let since = *state.first_seen.entry(u.id).or_insert(now);
         let patience = if u.holds_first_op {
             timeout
@@ -174,7 +188,6 @@ pub async fn recover_once(
         .cloned()
         .collect();
     state.held_seen = held.into_iter().map(|(id, _)| id).collect();
-    let mut round = Round::default();
     if due.is_empty() && state.unsent.is_empty() && releasable.is_empty() {
         return round;
     }

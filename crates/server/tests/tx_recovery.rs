@@ -435,3 +435,44 @@ async fn tx_prepare_under_an_expired_lease_is_stale_and_locks_nothing() {
     decide(&c.m2, 10, false).await;
     assert!(writable(&c.m2, &b).await, "the abort applied");
 }
+
+/// A master whose replay brought a transaction's outcome beside undecided ops
+/// of it (`Undecided::known_outcome`) applies it in its next round, without
+/// waiting for the timeout or asking anyone.
+#[tokio::test]
+async fn recover_once_applies_a_known_outcome_at_once() {
+    use ramstore_log::entry::{encode_tx_decided, encode_tx_prepared, PreparedKind, TxRecordId};
+    let c = cluster();
+    let (a, b) = (key(true, 11), key(true, 12));
+    let list = [(TABLE, key_hash(&a)), (TABLE, key_hash(&b))];
+    let record = |op_index: u64, key: &[u8], l: &[(u64, u64)]| {
+        let id = TxRecordId {
+            lease_id: LEASE,
+            tx_seq: 11,
+            op_index,
+            table_id: TABLE,
+            key_hash: key_hash(key),
+        };
+        let mut out = Vec::new();
+        encode_tx_prepared(&id, PreparedKind::Write, None, key, b"V", l, &mut out);
+        (id, out)
+    };
+    let (a_id, a_rec) = record(0, &a, &list);
+    let (_, b_rec) = record(1, &b, &[]);
+    let mut mark = Vec::new();
+    encode_tx_decided(&a_id, true, 1, &mut mark);
+    let t = c.m1.transactions();
+    assert_eq!(
+        t.replay_tx_records(
+            c.m1.store(),
+            [a_rec.as_slice(), mark.as_slice(), b_rec.as_slice()]
+        ),
+        Ok(1)
+    );
+    let hour = Duration::from_secs(3600);
+    let mut state = State::default();
+    let done = round(&c, &c.m1, &mut state, hour).await;
+    assert_eq!(done.committed, 1);
+    assert_eq!(value(&c.m1, &b).as_deref(), Some(&b"V"[..]));
+    assert!(writable(&c.m1, &b).await);
+}

@@ -135,6 +135,11 @@ impl Transactions {
         decide_now: bool,
     ) -> Result<TxVote, WriteError> {
         if let Some(commit) = self.outcome(id) {
+            // Held prepared with its outcome known (a replay found its decided
+            // marks beside undecided records, `replay.rs`): finished now.
+            if self.prepared.lock().contains_key(&id) {
+                self.decide(store, id, commit)?;
+            }
             return Ok(if commit {
                 TxVote::Committed
             } else {

@@ -55,6 +55,10 @@ pub struct Undecided {
     /// Whether this master holds the transaction's first op (op index 0): the
     /// one participant that drives its recovery first.
     pub holds_first_op: bool,
+    /// The outcome this master already knows (a replay found another
+    /// participant's decided marks or held commit beside these undecided
+    /// ops): the loop applies it at once, asking no one.
+    pub known_outcome: Option<bool>,
 }
 
 impl Transactions {
@@ -62,16 +66,17 @@ impl Transactions {
     /// recovery manager needs to finish them, in id order (the simulator's
     /// runs must not depend on a hash order).
     pub fn undecided(&self) -> Vec<Undecided> {
-        let mut all: Vec<Undecided> = self
-            .prepared
-            .lock()
+        let prepared = self.prepared.lock();
+        let mut all: Vec<Undecided> = prepared
             .iter()
             .map(|(&id, tx)| Undecided {
                 id,
                 participants: tx.participants.clone(),
                 holds_first_op: tx.ops.iter().any(|op| op.op_index == 0),
+                known_outcome: self.outcome(id),
             })
             .collect();
+        drop(prepared);
         all.sort_by_key(|u| u.id);
         all
     }

@@ -65,11 +65,17 @@ impl Transactions {
             }
         }
         // A decided mark tells its whole transaction's outcome (one decision per
-        // transaction, and a commit marks only after applying every write):
-        // remembered, so a resent prepare of a transaction committed before the
-        // crash answers COMMITTED instead of failing its version checks
-        // (regression: `tx_decide_now.rs`, a log cut among the marks), and its
-        // remaining records need no lock.
+        // transaction): remembered, so a resent prepare of a transaction
+        // committed before the crash answers COMMITTED instead of failing its
+        // version checks (regression: `tx_decide_now.rs`, a log cut among the
+        // marks). Its undecided records are still prepared again below: they
+        // may be another participant's ops, never applied (both participants'
+        // partitions recovered here, or a cold start), which the recovery loop
+        // now applies from the known outcome (`Undecided::known_outcome`;
+        // regression test
+        // `replay_keeps_another_participants_undecided_ops_of_a_committed_transaction`).
+        // Re-applying a write that was applied (a cut among one participant's
+        // own marks) writes the same value again.
         for (key, &commit) in &decided {
             let tx = TxId {
                 lease_id: key.0,
@@ -102,9 +108,6 @@ impl Transactions {
         }
         let mut count = 0;
         for (tx, mut ops) in by_tx {
-            if self.decided.lock().outcome.contains_key(&tx) {
-                continue;
-            }
             ops.sort_by_key(|p| p.id.op_index);
             let participants = ops
                 .iter()
