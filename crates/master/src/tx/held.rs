@@ -22,29 +22,13 @@
 //! Thread-safety: the held map has its own mutex, taken after `prepared`'s
 //! and never the other way round.
 
-use std::collections::BTreeMap;
-
 use ramstore_log::entry::{encode_tx_held_commit, TxRecordId, HELD_OP_INDEX};
 use ramstore_wire::key_hash;
 
 use super::locks::TxId;
-use super::prepare::{PreparedTx, Transactions};
+use super::prepare::{Held, PreparedTx, Transactions};
 use crate::error::WriteError;
 use crate::object_store::ObjectStore;
-
-/// A committed outcome held here.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Held {
-    /// The held record's identity: its object is one of this master's ops, so
-    /// a recovery replays it where that object goes.
-    pub record: TxRecordId,
-    /// Every object of the transaction (table id, key hash).
-    pub participants: Vec<(u64, u64)>,
-}
-
-/// The held outcomes of one master, in id order (the simulator's runs must not
-/// depend on a hash order).
-pub(crate) type HeldMap = BTreeMap<TxId, Held>;
 
 impl Transactions {
     /// Holds the commit of `tx` (prepared here as `prepared`) if some object of

@@ -9,7 +9,7 @@
 //! promises. A decision appends a decided mark per record; a replay re-takes the
 //! locks of records no mark names (`replay.rs`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use parking_lot::Mutex;
 use ramstore_log::entry::{encode_tx_prepared, PreparedKind, TxRecordId};
@@ -71,8 +71,19 @@ pub struct Transactions {
     pub(crate) locks: LockTable,
     pub(crate) prepared: Mutex<HashMap<TxId, PreparedTx>>,
     pub(crate) decided: Mutex<Decided>,
-    /// Commits held until every other owner applied them (`held.rs`).
-    pub(crate) held: Mutex<super::held::HeldMap>,
+    /// Commits held until every other owner applied them (`held.rs`), in id
+    /// order (the simulator's runs must not depend on a hash order).
+    pub(crate) held: Mutex<BTreeMap<TxId, Held>>,
+}
+
+/// A committed outcome held here (`held.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Held {
+    /// The held record's identity: its object is one of this master's ops, so
+    /// a recovery replays it where that object goes.
+    pub record: TxRecordId,
+    /// Every object of the transaction (table id, key hash).
+    pub participants: Vec<(u64, u64)>,
 }
 
 #[derive(Debug, Default)]
