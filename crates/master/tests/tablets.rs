@@ -326,3 +326,36 @@ fn enumerate_end_cursors() {
     );
     assert!(out.is_empty());
 }
+
+/// A split walks only its smaller pieces and gives the largest the tablet's
+/// counts less theirs (issue 20): every piece still counts exactly its own
+/// objects, for a split in two and for a range cut from the middle.
+#[test]
+fn add_tablet_split_counts_every_piece_exactly() {
+    let s = store();
+    s.add_tablet(1, 0, u64::MAX).unwrap();
+    let objects = populate(&s, 1, 3000);
+    let third = u64::MAX / 3;
+    s.add_tablet(1, third, 2 * third).unwrap();
+    s.add_tablet(1, 2 * third + 1, u64::MAX).unwrap();
+    let stats = s.stats();
+    let pieces = [
+        (0, third - 1),
+        (third, 2 * third),
+        (2 * third + 1, u64::MAX),
+    ];
+    for (start, end) in pieces {
+        let expected = objects
+            .keys()
+            .filter(|k| (start..=end).contains(&key_hash(k)))
+            .count() as u64;
+        let t = stats
+            .tablets
+            .iter()
+            .find(|t| t.table_id == 1 && t.start_hash == start)
+            .expect("piece");
+        assert_eq!((t.end_hash, t.entry_count), (end, expected), "{start:#x}");
+    }
+    let bytes: u64 = stats.tablets.iter().map(|t| t.bytes).sum();
+    assert_eq!(bytes, stats.log.live_object_bytes);
+}

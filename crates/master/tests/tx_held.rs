@@ -210,13 +210,10 @@ fn request_vote_aborts_when_an_asked_object_is_not_prepared_here() {
     assert_eq!(t.held_count(), 0);
 }
 
-/// A recovery replayed only op 0 of a participant's two (a log cut among its
-/// records, before its vote): the client's resent prepare checks and locks the
-/// missing op and the commit applies both.
-#[test]
-fn resent_prepare_locks_the_ops_a_recovery_did_not_find() {
-    let s = store();
-    let t = Transactions::new();
+/// Replays the prepared record of op 0 (`a`) of tx 3, whose ops are `a` and
+/// `b`, as a recovery would after a log cut among its records; returns the
+/// participant list.
+fn replay_only_the_first_of_two_ops(s: &ObjectStore, t: &Transactions) -> [(u64, u64); 2] {
     let list = [obj(b"a"), obj(b"b")];
     let id = TxRecordId {
         lease_id: 9,
@@ -235,7 +232,18 @@ fn resent_prepare_locks_the_ops_a_recovery_did_not_find() {
         &list,
         &mut first,
     );
-    assert_eq!(t.replay_tx_records(&s, [first.as_slice()]), Ok(1));
+    assert_eq!(t.replay_tx_records(s, [first.as_slice()]), Ok(1));
+    list
+}
+
+/// A recovery replayed only op 0 of a participant's two (a log cut among its
+/// records, before its vote): the client's resent prepare checks and locks the
+/// missing op and the commit applies both.
+#[test]
+fn resent_prepare_locks_the_ops_a_recovery_did_not_find() {
+    let s = store();
+    let t = Transactions::new();
+    let list = replay_only_the_first_of_two_ops(&s, &t);
     assert_eq!(t.locks().holder(TABLE, b"b"), None);
     let ops = [write(b"a", b"1"), write(b"b", b"2")];
     assert_eq!(
@@ -255,25 +263,7 @@ fn resent_prepare_locks_the_ops_a_recovery_did_not_find() {
 fn resent_prepare_aborts_when_a_missing_op_conflicts() {
     let s = store();
     let t = Transactions::new();
-    let list = [obj(b"a"), obj(b"b")];
-    let id = TxRecordId {
-        lease_id: 9,
-        tx_seq: 3,
-        op_index: 0,
-        table_id: TABLE,
-        key_hash: key_hash(b"a"),
-    };
-    let mut first = Vec::new();
-    encode_tx_prepared(
-        &id,
-        PreparedKind::Write,
-        None,
-        b"a",
-        b"1",
-        &list,
-        &mut first,
-    );
-    t.replay_tx_records(&s, [first.as_slice()]).unwrap();
+    let list = replay_only_the_first_of_two_ops(&s, &t);
     t.prepare(&s, tx(4), &[write(b"b", b"x")], &[obj(b"b")], false)
         .unwrap();
     let ops = [write(b"a", b"1"), write(b"b", b"2")];

@@ -161,16 +161,17 @@ impl ObjectStore {
 pub fn replayed_tx_record(entry: &[u8]) -> Option<ReplayedTxRecord> {
     let r = parse_tx_record(entry).ok()?;
     let key = (r.lease_id, r.tx_seq, r.op_index);
+    let id = TxRecordId {
+        lease_id: r.lease_id,
+        tx_seq: r.tx_seq,
+        op_index: r.op_index,
+        table_id: r.table_id,
+        key_hash: r.key_hash,
+    };
     Some(match r.body {
         TxRecordBody::Decided { commit, .. } => ReplayedTxRecord::Decided { key, commit },
         TxRecordBody::HeldCommit { .. } => ReplayedTxRecord::HeldCommit {
-            id: TxRecordId {
-                lease_id: r.lease_id,
-                tx_seq: r.tx_seq,
-                op_index: r.op_index,
-                table_id: r.table_id,
-                key_hash: r.key_hash,
-            },
+            id,
             participants: r.participants().collect(),
             entry: entry.to_vec(),
         },
@@ -181,13 +182,7 @@ pub fn replayed_tx_record(entry: &[u8]) -> Option<ReplayedTxRecord> {
             value,
             ..
         } => ReplayedTxRecord::Prepared(ReplayedPrepared {
-            id: TxRecordId {
-                lease_id: r.lease_id,
-                tx_seq: r.tx_seq,
-                op_index: r.op_index,
-                table_id: r.table_id,
-                key_hash: r.key_hash,
-            },
+            id,
             kind,
             expected_version,
             key: object_key.to_vec(),
