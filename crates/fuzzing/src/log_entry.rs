@@ -113,15 +113,8 @@ fn check_one(data: &[u8]) -> Option<usize> {
         Entry::TxRecord(r) => {
             use ramstore_log::entry::{
                 encode_tx_decided, encode_tx_held_commit, encode_tx_prepared, TxRecordBody,
-                TxRecordId,
             };
-            let id = TxRecordId {
-                lease_id: r.lease_id,
-                tx_seq: r.tx_seq,
-                op_index: r.op_index,
-                table_id: r.table_id,
-                key_hash: r.key_hash,
-            };
+            let id = r.id();
             match r.body {
                 TxRecordBody::Prepared {
                     kind,

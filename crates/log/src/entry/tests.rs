@@ -24,13 +24,7 @@ fn reencode(entry: &Entry<'_>) -> Vec<u8> {
                 .as_bytes(),
         ),
         Entry::TxRecord(e) => {
-            let id = TxRecordId {
-                lease_id: e.lease_id,
-                tx_seq: e.tx_seq,
-                op_index: e.op_index,
-                table_id: e.table_id,
-                key_hash: e.key_hash,
-            };
+            let id = e.id();
             match e.body {
                 TxRecordBody::Prepared {
                     kind,

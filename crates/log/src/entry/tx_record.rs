@@ -118,6 +118,17 @@ pub struct TxRecordEntry<'a> {
 }
 
 impl<'a> TxRecordEntry<'a> {
+    /// The identifying fields, as the encoders take them.
+    pub fn id(&self) -> TxRecordId {
+        TxRecordId {
+            lease_id: self.lease_id,
+            tx_seq: self.tx_seq,
+            op_index: self.op_index,
+            table_id: self.table_id,
+            key_hash: self.key_hash,
+        }
+    }
+
     /// The participant list, as (table id, key hash); empty for a decided
     /// record and for a prepared op other than its participant's first.
     pub fn participants(&self) -> impl Iterator<Item = (u64, u64)> + 'a {

@@ -161,13 +161,7 @@ impl ObjectStore {
 pub fn replayed_tx_record(entry: &[u8]) -> Option<ReplayedTxRecord> {
     let r = parse_tx_record(entry).ok()?;
     let key = (r.lease_id, r.tx_seq, r.op_index);
-    let id = TxRecordId {
-        lease_id: r.lease_id,
-        tx_seq: r.tx_seq,
-        op_index: r.op_index,
-        table_id: r.table_id,
-        key_hash: r.key_hash,
-    };
+    let id = r.id();
     Some(match r.body {
         TxRecordBody::Decided { commit, .. } => ReplayedTxRecord::Decided { key, commit },
         TxRecordBody::HeldCommit { .. } => ReplayedTxRecord::HeldCommit {

@@ -42,7 +42,8 @@ impl Transactions {
         tx: TxId,
         prepared: &PreparedTx,
     ) -> Result<(), WriteError> {
-        if !has_other_owners(prepared) || self.held.lock().contains_key(&tx) {
+        // Every object here (or no list to ask): no other owner to tell.
+        if prepared.has_ops_on(&prepared.participants) || self.held.lock().contains_key(&tx) {
             return Ok(());
         }
         let Some(first) = prepared.ops.first() else {
@@ -129,16 +130,4 @@ impl Transactions {
         self.decided.lock().remember(tx, true);
         Ok(())
     }
-}
-
-/// Whether some object of the transaction's list is not among `prepared`'s
-/// ops: another master takes part and must hear the decision. Without a list
-/// nothing can be asked, so nothing is held.
-fn has_other_owners(prepared: &PreparedTx) -> bool {
-    prepared.participants.iter().any(|&(table_id, hash)| {
-        !prepared
-            .ops
-            .iter()
-            .any(|op| op.table_id == table_id && key_hash(&op.key) == hash)
-    })
 }

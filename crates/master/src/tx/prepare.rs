@@ -64,6 +64,19 @@ pub(crate) struct PreparedTx {
     pub participants: Vec<(u64, u64)>,
 }
 
+impl PreparedTx {
+    /// Whether it has an op here on every object of `objects` (table id, key
+    /// hash); each op's key is hashed once.
+    pub(crate) fn has_ops_on(&self, objects: &[(u64, u64)]) -> bool {
+        let mine: Vec<(u64, u64)> = self
+            .ops
+            .iter()
+            .map(|op| (op.table_id, key_hash(&op.key)))
+            .collect();
+        objects.iter().all(|object| mine.contains(object))
+    }
+}
+
 /// The transactions of one master: its locks, its prepared ops, and the
 /// outcomes of recently decided transactions.
 #[derive(Debug, Default)]

@@ -5,7 +5,7 @@
 //! that never saw the prepare answers ABORT and remembers it, so the prepare,
 //! arriving late, is refused (`prepare.rs` re-checks under the same lock).
 
-use ramstore_wire::{key_hash, TxVote};
+use ramstore_wire::TxVote;
 
 use super::locks::TxId;
 use super::prepare::Transactions;
@@ -25,12 +25,7 @@ impl Transactions {
         let prepared = self.prepared.lock();
         let outcome = self.outcome(id);
         if let (Some(tx), None) = (prepared.get(&id), outcome) {
-            let holds_all = objects.iter().all(|&(table_id, hash)| {
-                tx.ops
-                    .iter()
-                    .any(|op| op.table_id == table_id && key_hash(&op.key) == hash)
-            });
-            if holds_all {
+            if tx.has_ops_on(objects) {
                 return TxVote::Prepared;
             }
         }
