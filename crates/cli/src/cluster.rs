@@ -328,6 +328,8 @@ async fn dev_in(o: DevOptions, dir: &std::path::Path) -> Result<()> {
     // each writes out its open replicas and records the clean stop in its
     // directory.
     for s in &mut servers {
+        // Before any Leave: the "not UP" answers it causes are not zombie verdicts.
+        s.service.begin_leave();
         s.stop_serving();
     }
     for s in &servers {

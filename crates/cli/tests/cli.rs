@@ -599,7 +599,12 @@ fn processes_stop_cleanly_on_a_signal_right_after_ready() {
         let mut server = common::Server::start(cluster.addr(), "127.0.0.1:0", &[])
             .unwrap_or_else(|e| panic!("{e}"));
         let (code, transcript) = exit_of(&mut server.proc, libc::SIGTERM);
-        assert_eq!(code, Some(0), "server, attempt {attempt}: {transcript}");
+        assert_eq!(
+            code,
+            Some(0),
+            "server, attempt {attempt}: {transcript}\n{}",
+            cluster.coordinator.proc.transcript()
+        );
     }
     let dir = tempfile::tempdir().unwrap();
     for attempt in 0..10 {

@@ -91,6 +91,10 @@ pub struct Monitor {
 /// A server's membership state: zombie or not, and its lease.
 pub struct MembershipGuard {
     zombie: AtomicBool,
+    /// Set once this server has begun a clean stop (it sends `Leave`): the
+    /// coordinator then lists it as gone, and a lease renewal or ping answered
+    /// "not UP" after that is the expected echo of the Leave, not a zombie verdict.
+    leaving: AtomicBool,
     hook: OnceLock<ZombieHook>,
     monitor: OnceLock<Monitor>,
     origin: Instant,
@@ -104,6 +108,7 @@ impl MembershipGuard {
     pub fn new(origin: Instant) -> Self {
         Self {
             zombie: AtomicBool::new(false),
+            leaving: AtomicBool::new(false),
             hook: OnceLock::new(),
             monitor: OnceLock::new(),
             origin,
@@ -129,8 +134,21 @@ impl MembershipGuard {
     /// This server (`server_id`) learned it was declared crashed (R§7.11), for
     /// `reason`: from now on it is a zombie, and the first time it logs why and
     /// then calls the hook (which may exit the process, so the log comes first).
+    ///
+    /// After [`Self::begin_leave`] it still stops serving, but it neither logs an
+    /// error nor calls the hook: the coordinator answers "not UP" because this
+    /// server told it that it is leaving, and the clean stop under way must end
+    /// with the clean stop's exit status, not a zombie's.
     pub fn declare_zombie(&self, server_id: u64, reason: &str) {
         if self.zombie.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if self.leaving.load(Ordering::Acquire) {
+            tracing::debug!(
+                server_id,
+                reason,
+                "listed as gone after its Leave: stopping as planned"
+            );
             return;
         }
         tracing::error!(
@@ -141,6 +159,13 @@ impl MembershipGuard {
         if let Some(hook) = self.hook.get() {
             (hook.0)();
         }
+    }
+
+    /// This server begins a clean stop: it is about to send `Leave`. Called before
+    /// the Leave goes out, so no answer that the Leave caused can be taken for a
+    /// zombie verdict (a renewal in flight may be answered after the Leave).
+    pub fn begin_leave(&self) {
+        self.leaving.store(true, Ordering::Release);
     }
 
     /// Starts lease checking with the monitor's transport and timing (once; false
@@ -252,5 +277,27 @@ mod tests {
         guard.declare_zombie(7, "again: only the first time counts");
         assert!(guard.is_zombie());
         assert_eq!(calls.load(Ordering::Relaxed), 1);
+    }
+
+    /// Regression (CI, stop 34): SIGTERM right after the ready line sent `Leave`
+    /// while the first lease renewal was in flight; the renewal was answered "not
+    /// UP" after the Leave and the process exited as a zombie (status 4), not
+    /// cleanly (0).
+    #[test]
+    fn declare_zombie_after_begin_leave_stops_serving_without_the_hook() {
+        let guard = MembershipGuard::new(ramstore_clock::ManualClock::new().now());
+        let calls = Arc::new(AtomicU64::new(0));
+        let counted = calls.clone();
+        guard.set_hook(ZombieHook::new(move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+        }));
+        guard.begin_leave();
+        guard.declare_zombie(7, "the coordinator refused its lease: 'you are not UP'");
+        assert!(guard.is_zombie(), "a leaving server still stops serving");
+        assert_eq!(
+            calls.load(Ordering::Relaxed),
+            0,
+            "but it is not a zombie exit"
+        );
     }
 }

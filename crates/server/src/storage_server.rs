@@ -91,6 +91,9 @@ impl StartedServer {
     /// recovers this server's data at once, as a restart's (R§7), instead of after
     /// the failure detector finds the process gone and reports a crash.
     pub async fn leave(mut self) {
+        // Before the Leave goes out: a lease renewal still in flight (aborting a
+        // task does not stop a poll under way) may be answered "not UP" after it.
+        self.service.begin_leave();
         self.stop_serving();
         let id = self.service.server_id();
         if id != 0 && !cold_start::leave(&self.coordinator, id, self.service.clock()).await {

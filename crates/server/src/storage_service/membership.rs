@@ -34,6 +34,13 @@ impl StorageService {
         self.failure.declare_zombie(self.server_id(), reason);
     }
 
+    /// This server begins a clean stop (it is about to send `Leave`): a "not UP"
+    /// answer from now on is the Leave's echo, not a zombie verdict
+    /// ([`MembershipGuard::begin_leave`]).
+    pub fn begin_leave(&self) {
+        self.failure.begin_leave();
+    }
+
     /// Starts the lease check and `PingServer` answers with the failure monitor's
     /// transport and timing (once; later calls are ignored).
     pub(crate) fn start_monitoring(&self, monitor: Monitor) {
