@@ -319,3 +319,47 @@ fn replay_keeps_another_participants_undecided_ops_of_a_committed_transaction() 
     assert_eq!(value(&s, b"b").as_deref(), Some(&b"B"[..]));
     assert!(t.locks().is_empty());
 }
+
+/// A migration's target adopts a held commit the source sent with objects of
+/// the range (design notes "Held outcomes", *Migration*): it holds it with a
+/// record of its own, named by the first listed object of the range, which a
+/// recovery of that tablet replays and holds again; a list naming no object of
+/// the range, or a commit held already, adds nothing.
+#[test]
+fn adopt_held_holds_a_moved_commit_durably_under_an_object_of_the_range() {
+    let source = store();
+    let t = Transactions::new();
+    commit_with_another_owner(&source, &t, 3);
+    let a = obj(b"a");
+    assert_eq!(
+        t.held_in_range(TABLE, (a.1, a.1)),
+        vec![(tx(3), vec![a, (2, 5)])]
+    );
+    assert!(
+        t.held_in_range(3, (0, u64::MAX)).is_empty(),
+        "no object of table 3"
+    );
+
+    let target = store();
+    let t2 = Transactions::new();
+    let list = vec![(2, 5), a];
+    t2.adopt_held(&target, tx(3), list.clone(), 3, (0, u64::MAX))
+        .unwrap();
+    assert!(!t2.is_held(tx(3)), "no object of table 3's range is listed");
+    t2.adopt_held(&target, tx(3), list.clone(), TABLE, (0, u64::MAX))
+        .unwrap();
+    t2.adopt_held(&target, tx(3), list.clone(), TABLE, (0, u64::MAX))
+        .unwrap();
+    assert!(t2.is_held(tx(3)));
+    assert_eq!(t2.held_count(), 1);
+    assert_eq!(t2.request_vote(tx(3), &[a]), TxVote::Committed);
+    // The record is the target's own, under object a (not (2, 5), listed
+    // first but in another table), and a replay holds the commit again.
+    let key = (9, 3, HELD_OP_INDEX);
+    let record = target.tx_prepared_record(key).expect("held record");
+    let recovered = store();
+    let t3 = Transactions::new();
+    assert_eq!(t3.replay_tx_records(&recovered, [record.as_slice()]), Ok(0));
+    assert!(t3.is_held(tx(3)));
+    assert_eq!(t3.held_commits(10), vec![(tx(3), list)]);
+}

@@ -51,6 +51,8 @@ mod exactly_once;
 mod membership;
 /// Live tablet migration, as source and as target (K§2.3).
 pub(crate) mod migration;
+#[cfg(test)]
+mod migration_held_tests;
 /// Client requests parked until their key arrives (K§2.3).
 mod migration_park;
 #[cfg(test)]

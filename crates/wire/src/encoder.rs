@@ -16,7 +16,7 @@ use crate::list::{
     MultiWriteItem, MultiWriteResult, PartitionTablet, RecoveryItem, ReplicaEntry, ServerListEntry,
     TabletMapEntry,
 };
-use crate::moved_record::{put_moved_records, MovedRpcResult};
+use crate::moved_record::{put_held_commits, put_moved_records, HeldCommitOut, MovedRpcResult};
 use crate::multi_rpc_ids::put_multi_rpc_ids;
 use crate::opcode::Opcode;
 use crate::rules::RejectRules;
@@ -95,6 +95,23 @@ impl<'o> ListFrame<'o> {
     ) -> Result<(), WireError> {
         let before = self.out.len();
         put_moved_records(self.out, records)?;
+        let len = self.out.len() - self.start - LEN_PREFIX_BYTES;
+        if len > MAX_FRAME_BYTES {
+            self.out.truncate(before);
+            return Err(WireError::FrameTooLarge(len));
+        }
+        Ok(())
+    }
+
+    /// Appends the optional trailer of held commits (`moved_record.rs`) after
+    /// the records trailer begun at `records_at`; nothing if there are none.
+    fn put_held<'r>(
+        &mut self,
+        records_at: usize,
+        held: impl IntoIterator<Item = HeldCommitOut<'r>>,
+    ) -> Result<(), WireError> {
+        let before = self.out.len();
+        put_held_commits(self.out, records_at, held)?;
         let len = self.out.len() - self.start - LEN_PREFIX_BYTES;
         if len > MAX_FRAME_BYTES {
             self.out.truncate(before);
@@ -499,12 +516,26 @@ impl<'o> EnumerateResponseEncoder<'o> {
     /// [`Self::finish`] for a Pull answer that carries the completion records of
     /// the hashes it covers (`moved_record.rs`; RIFL §4.3).
     pub fn finish_with_records<'r>(
-        mut self,
+        self,
         has_next: bool,
         next_cursor: u64,
         records: impl IntoIterator<Item = MovedRpcResult<'r>>,
     ) -> Result<(), WireError> {
+        self.finish_with_trailers(has_next, next_cursor, records, [])
+    }
+
+    /// [`Self::finish_with_records`] that also carries the held commits naming
+    /// an object of the hashes it covers (`moved_record.rs`; issue 21).
+    pub fn finish_with_trailers<'r>(
+        mut self,
+        has_next: bool,
+        next_cursor: u64,
+        records: impl IntoIterator<Item = MovedRpcResult<'r>>,
+        held: impl IntoIterator<Item = HeldCommitOut<'r>>,
+    ) -> Result<(), WireError> {
+        let records_at = self.0.out.len();
         self.0.put_records(records)?;
+        self.0.put_held(records_at, held)?;
         let frame = self.0;
         let at = frame.body_at();
         if let Some(b) = frame.out.get_mut(at) {

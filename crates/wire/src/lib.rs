@@ -210,7 +210,10 @@ pub use list::{
     PartitionTablet, PartitionTablets, RecoveryItem, RecoveryItems, ReplicaEntries, ReplicaEntry,
     ServerListEntries, ServerListEntry, TabletMapEntries, TabletMapEntry,
 };
-pub use moved_record::{MovedRpcResult, MovedRpcResults, MAX_MOVED_RESULT_BYTES};
+pub use moved_record::{
+    HeldCommitOut, MovedHeldCommit, MovedHeldCommits, MovedRpcResult, MovedRpcResults,
+    MAX_MOVED_RESULT_BYTES,
+};
 pub use multi_rpc_ids::MultiRpcIds;
 pub use opcode::Opcode;
 pub use request::{decode_request, encode_request, Request};

@@ -12,10 +12,25 @@
 //! record            table_id u64 | key_hash u64 | lease_id u64 | seq u64 |
 //!                   result_len u8 | result (≤ 32 bytes, the master's encoding)
 //! ```
+//!
+//! A Pull answer may carry a second optional trailer after it: the *held
+//! commits* naming an object of the hashes it covers (issue 21; design notes
+//! "Held outcomes"). A participant that applied a multi-server commit holds that
+//! outcome until every other owner applied it too, and answers a recovery
+//! manager's vote COMMITTED meanwhile; the new owner of its objects must answer
+//! the same, so the outcome moves with them. When held commits follow, the
+//! records trailer is present even if empty (its count 0 then says "none"):
+//!
+//! ```text
+//! held trailer      count u32 | count × held
+//! held              lease_id u64 | tx_seq u64 | participants count u32 |
+//!                   count × (table_id u64 | key_hash u64)
+//! ```
 
 use crate::codec::{put_u64, put_u8, Reader};
 use crate::error::WireError;
 use crate::list::{list_item, sealed, List, ListItem};
+use crate::tx::TxParticipant;
 
 /// Most bytes of one record's saved result (the master's log keeps at most as
 /// many: `ramstore_log::entry::MAX_RPC_RESULT_BYTES`).
@@ -59,6 +74,110 @@ list_item!(MovedRpcResult<'a>, min = 4 * 8 + 1, max = usize::MAX,
 
 /// The completion records of a Pull or PriorityPull answer.
 pub type MovedRpcResults<'a> = List<'a, MovedRpcResult<'a>>;
+
+/// One held commit outcome as a migration's source sends it: the transaction
+/// (lease id, tx seq) and its whole participant list (every object of the
+/// transaction, as its prepares named them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MovedHeldCommit<'a> {
+    pub lease_id: u64,
+    pub tx_seq: u64,
+    pub participants: List<'a, TxParticipant>,
+}
+
+list_item!(MovedHeldCommit<'a>, min = 8 + 8 + 4, max = usize::MAX,
+    read(r) {
+        Ok(MovedHeldCommit { lease_id: r.u64()?, tx_seq: r.u64()?, participants: List::read(r)? })
+    },
+    write(s, out) {
+        put_u64(out, s.lease_id);
+        put_u64(out, s.tx_seq);
+        s.participants.write(out);
+        Ok(())
+    }
+);
+
+/// The held commits of a Pull answer.
+pub type MovedHeldCommits<'a> = List<'a, MovedHeldCommit<'a>>;
+
+/// A held commit to encode, from the source's own memory (decoded
+/// [`MovedHeldCommit`]s only come from frames).
+#[derive(Debug, Clone, Copy)]
+pub struct HeldCommitOut<'r> {
+    pub lease_id: u64,
+    pub tx_seq: u64,
+    pub participants: &'r [TxParticipant],
+}
+
+/// Reads a Pull answer's two optional trailers (module doc): nothing left is
+/// no records and no held commits; an explicit empty records list must be
+/// followed by held commits, and a held list is never empty.
+pub(crate) fn optional_pull_trailers<'a>(
+    r: &mut Reader<'a>,
+) -> Result<(MovedRpcResults<'a>, MovedHeldCommits<'a>), WireError> {
+    if r.remaining() == 0 {
+        return Ok((List::empty(), List::empty()));
+    }
+    let records: MovedRpcResults<'a> = List::read(r)?;
+    if r.remaining() == 0 {
+        if records.is_empty() {
+            return Err(WireError::Malformed(
+                "an explicit empty list of moved records",
+            ));
+        }
+        return Ok((records, List::empty()));
+    }
+    let held: MovedHeldCommits<'a> = List::read(r)?;
+    if held.is_empty() {
+        return Err(WireError::Malformed(
+            "an explicit empty list of held commits",
+        ));
+    }
+    Ok((records, held))
+}
+
+/// Appends `held` as [`optional_pull_trailers`] reads it, after the records
+/// trailer [`put_moved_records`] wrote at `records_at` (nothing there: no
+/// records): nothing when there are none; else an empty records count first
+/// if the records trailer was left out.
+pub(crate) fn put_held_commits<'r>(
+    out: &mut Vec<u8>,
+    records_at: usize,
+    held: impl IntoIterator<Item = HeldCommitOut<'r>>,
+) -> Result<(), WireError> {
+    let at = out.len();
+    if at == records_at {
+        crate::codec::put_u32(out, 0);
+    }
+    let count_at = out.len();
+    crate::codec::put_u32(out, 0);
+    let mut count: u32 = 0;
+    for h in held {
+        let Some(n) = u32::try_from(h.participants.len())
+            .ok()
+            .filter(|&n| n as usize <= crate::tx::MAX_TX_OBJECTS)
+        else {
+            out.truncate(at);
+            return Err(WireError::TooManyItems(h.participants.len()));
+        };
+        put_u64(out, h.lease_id);
+        put_u64(out, h.tx_seq);
+        crate::codec::put_u32(out, n);
+        for p in h.participants {
+            if let Err(e) = sealed::Sealed::write(p, out) {
+                out.truncate(at);
+                return Err(e);
+            }
+        }
+        count = count.saturating_add(1);
+    }
+    if count == 0 {
+        out.truncate(at);
+    } else {
+        out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
+    }
+    Ok(())
+}
 
 /// Reads the optional trailer: nothing left is an empty list; an explicit empty
 /// list is refused (one encoding per answer).

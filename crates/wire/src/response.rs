@@ -12,7 +12,9 @@ use crate::list::{
     EnumeratedObjects, List, MultiReadResults, MultiRemoveResults, MultiWriteResults,
     ReplicaEntries, TabletMapEntries,
 };
-use crate::moved_record::{optional_moved_records, MovedRpcResults};
+use crate::moved_record::{
+    optional_moved_records, optional_pull_trailers, MovedHeldCommits, MovedRpcResults,
+};
 use crate::opcode::Opcode;
 use crate::status::Status;
 use crate::tx::TxVote;
@@ -167,6 +169,9 @@ pub enum Response<'a> {
         next_cursor: u64,
         objects: EnumeratedObjects<'a>,
         records: MovedRpcResults<'a>,
+        /// The held commits naming an object of the hashes the batch covers
+        /// (a second optional trailer, `moved_record.rs`; issue 21).
+        held: MovedHeldCommits<'a>,
     },
     /// The records of the keys asked for that exist (a key not answered does not
     /// exist), and the completion records of their key hashes (an optional
@@ -410,12 +415,18 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
             safe_version: r.u64()?,
         },
         Opcode::TakeMigratingTablet => Response::TakeMigratingTablet,
-        Opcode::Pull => Response::Pull {
-            has_next: r.bool("has_next")?,
-            next_cursor: r.u64()?,
-            objects: List::read(r)?,
-            records: optional_moved_records(r)?,
-        },
+        Opcode::Pull => {
+            let (has_next, next_cursor) = (r.bool("has_next")?, r.u64()?);
+            let objects = List::read(r)?;
+            let (records, held) = optional_pull_trailers(r)?;
+            Response::Pull {
+                has_next,
+                next_cursor,
+                objects,
+                records,
+                held,
+            }
+        }
         Opcode::PriorityPull => Response::PriorityPull {
             objects: List::read(r)?,
             records: optional_moved_records(r)?,
@@ -588,12 +599,17 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
             next_cursor,
             objects,
             records,
+            held,
         } => {
             put_bool(out, *has_next);
             put_u64(out, *next_cursor);
             objects.write(out);
-            if !records.is_empty() {
+            // An empty records list is written only to lead held commits.
+            if !records.is_empty() || !held.is_empty() {
                 records.write(out);
+            }
+            if !held.is_empty() {
+                held.write(out);
             }
         }
         Response::PriorityPull { objects, records } => {

@@ -218,6 +218,54 @@ fn list_responses_round_trip_item_by_item() {
             "{name}"
         );
     }
+    // Held commits (issue 21): after records, and alone behind an empty
+    // records count; both decode to the lists encoded.
+    let participants = held_participants();
+    for (name, want_records) in [
+        ("pull_response_with_records_and_held", moved_records()),
+        ("pull_response_with_held", Vec::new()),
+    ] {
+        let frame = get(name);
+        let Response::Pull { records, held, .. } = decode_response(&frame).expect("decodes").1
+        else {
+            panic!("{name}: not a Pull answer");
+        };
+        assert_eq!(records.iter().collect::<Vec<_>>(), want_records, "{name}");
+        let got: Vec<_> = held
+            .iter()
+            .map(|h| {
+                (
+                    h.lease_id,
+                    h.tx_seq,
+                    h.participants.iter().collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        let want: Vec<_> = held_commits(&participants)
+            .iter()
+            .map(|h| (h.lease_id, h.tx_seq, h.participants.to_vec()))
+            .collect();
+        assert_eq!(got, want, "{name}");
+        // Re-encoding the decoded answer gives the same bytes (one encoding).
+        let (header, response) = decode_response(&frame).expect("decodes");
+        let mut again = Vec::new();
+        encode_response(header.request_id, Opcode::Pull, &response, &mut again).expect("encodes");
+        assert_eq!(again, frame, "{name}");
+    }
+    // One encoding per answer: an empty records list with nothing after it,
+    // or an empty held list, is refused.
+    let plain = get("pull_response");
+    for (tail, what) in [(&[0u8; 4][..], "records"), (&[0u8; 8][..], "held commits")] {
+        let mut frame = plain.clone();
+        frame.extend_from_slice(tail);
+        let len = u32::try_from(frame.len() - 4).expect("small frame");
+        frame[..4].copy_from_slice(&len.to_le_bytes());
+        assert!(
+            matches!(decode_response(&frame), Err(WireError::Malformed(m)) if m.contains(what)),
+            "an explicit empty list of {what}: {:?}",
+            decode_response(&frame)
+        );
+    }
     for name in ["pull_response", "priority_pull_response"] {
         let frame = get(name);
         let records = match decode_response(&frame).expect("decodes").1 {
@@ -395,6 +443,28 @@ fn every_truncation_is_an_error() {
                 );
                 continue;
             }
+            // And the held commits trailer of a Pull answer (issue 21): cut
+            // whole, or together with the records before it, the answer
+            // carries none (an empty records count left alone is refused).
+            if name.ends_with("_held") {
+                let held_at = frame.len() - held_trailer_len();
+                let objects_end = if name.ends_with("_records_and_held") {
+                    held_at - records_trailer_len()
+                } else {
+                    held_at - 4
+                };
+                let records_only = name.ends_with("_records_and_held") && cut == held_at;
+                if records_only || cut == objects_end {
+                    let mut patched = short.to_vec();
+                    patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
+                    let (_, resp) = decode_response(&patched).expect("decodes without held");
+                    assert!(
+                        matches!(resp, Response::Pull { held, .. } if held.is_empty()),
+                        "{name}: {resp:?}"
+                    );
+                    continue;
+                }
+            }
             if cut >= 20 {
                 let mut patched = short.to_vec();
                 patched[..4].copy_from_slice(&(cut as u32 - 4).to_le_bytes());
@@ -417,6 +487,16 @@ fn records_trailer_len() -> usize {
     4 + moved_records()
         .iter()
         .map(|r| 4 * 8 + 1 + r.result.len())
+        .sum::<usize>()
+}
+
+/// Bytes of the sample held commits trailer: its count, then each held
+/// commit's lease id, tx seq, participant count and participants.
+fn held_trailer_len() -> usize {
+    let participants = held_participants();
+    4 + held_commits(&participants)
+        .iter()
+        .map(|h| 8 + 8 + 4 + 16 * h.participants.len())
         .sum::<usize>()
 }
 

@@ -96,6 +96,61 @@ impl Transactions {
         Ok(())
     }
 
+    /// The held commits naming an object of `table_id` whose key hash lies in
+    /// `[lo, hi]`, in id order, with their participant lists: what a
+    /// migration's Pull answer covering those hashes carries, so the new owner
+    /// of the objects answers a recovery manager COMMITTED as this master does
+    /// (design notes "Held outcomes", *Migration*). A walk of the held map, on
+    /// the migration's slow path only.
+    pub fn held_in_range(
+        &self,
+        table_id: u64,
+        (lo, hi): (u64, u64),
+    ) -> Vec<(TxId, Vec<(u64, u64)>)> {
+        self.held
+            .lock()
+            .iter()
+            .filter(|(_, h)| {
+                h.participants
+                    .iter()
+                    .any(|&(t, hash)| t == table_id && (lo..=hi).contains(&hash))
+            })
+            .map(|(&tx, h)| (tx, h.participants.clone()))
+            .collect()
+    }
+
+    /// Holds the commit of `tx` that a migration's source held for objects of
+    /// `table_id` in `[lo, hi]`, which move here (a Pull answer's held
+    /// trailer): appends a held record whose object is the first of them, so
+    /// the cleaner keeps it and a recovery of that object's tablet holds it
+    /// again; released like any held commit. One held here already, or a list
+    /// naming no object of the range, is a no-op.
+    pub fn adopt_held(
+        &self,
+        store: &ObjectStore,
+        tx: TxId,
+        participants: Vec<(u64, u64)>,
+        table_id: u64,
+        (lo, hi): (u64, u64),
+    ) -> Result<(), WriteError> {
+        let Some(&(_, key_hash)) = participants
+            .iter()
+            .find(|&&(t, hash)| t == table_id && (lo..=hi).contains(&hash))
+        else {
+            return Ok(());
+        };
+        let record = TxRecordId {
+            lease_id: tx.lease_id,
+            tx_seq: tx.tx_seq,
+            op_index: HELD_OP_INDEX,
+            table_id,
+            key_hash,
+        };
+        let mut entry = Vec::new();
+        encode_tx_held_commit(&record, &participants, &mut entry);
+        self.rehold(store, record, participants, &entry)
+    }
+
     /// Whether `tx`'s commit is held here.
     pub fn is_held(&self, tx: TxId) -> bool {
         self.held.lock().contains_key(&tx)

@@ -31,8 +31,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use ramstore_master::key_hash;
 use ramstore_master::migration::{ClientOp, Gate, IncomingMigration, PulledObject};
+use ramstore_master::{key_hash, TxId};
 use ramstore_rpc::Transport;
 use ramstore_wire::{
     decode_response, encode_request, encode_response, MultiReadRequestEncoder, Opcode, Request,
@@ -638,12 +638,36 @@ fn apply_pulled(
     let Ok((
         _,
         Response::Pull {
-            objects, records, ..
+            objects,
+            records,
+            held,
+            ..
         },
     )) = decode_response(bytes)
     else {
         return Err(ApplyFailed::Undecodable);
     };
+    // The source's held commits on objects of the range are held here too
+    // before the tablet serves votes (issue 21; design notes "Held
+    // outcomes"): a recovery manager asks the objects' owner, now this master.
+    for h in held.iter() {
+        let tx = TxId {
+            lease_id: h.lease_id,
+            tx_seq: h.tx_seq,
+        };
+        let participants = h
+            .participants
+            .iter()
+            .map(|p| (p.table_id, p.key_hash))
+            .collect();
+        service.tx.adopt_held(
+            &service.store,
+            tx,
+            participants,
+            m.table_id,
+            (m.start_hash, m.end_hash),
+        )?;
+    }
     let pulled = objects.iter().map(|o| PulledObject {
         key: o.key,
         value: o.value,

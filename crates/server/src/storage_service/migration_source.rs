@@ -5,9 +5,10 @@
 
 use std::collections::HashSet;
 
+use ramstore_master::TxId;
 use ramstore_wire::{
-    encode_response, EnumerateResponseEncoder, ErrorBody, MultiReadItems, Opcode,
-    PriorityPullResponseEncoder, Response, Status, WireError,
+    encode_response, EnumerateResponseEncoder, ErrorBody, HeldCommitOut, MultiReadItems, Opcode,
+    PriorityPullResponseEncoder, Response, Status, TxParticipant, WireError,
 };
 
 use super::migration_records::OutgoingRecords;
@@ -94,12 +95,36 @@ impl StorageService {
                     Some(n) => n.saturating_sub(1),
                     None => end_hash,
                 };
-                let records = if next.is_some_and(|n| n <= cursor) {
-                    OutgoingRecords::none()
-                } else {
+                let covers_hashes = next.is_none_or(|n| n > cursor);
+                let records = if covers_hashes {
                     OutgoingRecords::in_range(&self.store, table_id, cursor, hi)
+                } else {
+                    OutgoingRecords::none()
                 };
-                enc.finish_with_records(next.is_some(), next.unwrap_or(0), records.wire())
+                // Held commits move with their objects (issue 21; design
+                // notes "Held outcomes"): the new owner must answer a recovery
+                // manager COMMITTED as this master does.
+                let held = if covers_hashes {
+                    self.tx.held_in_range(table_id, (cursor, hi))
+                } else {
+                    Vec::new()
+                };
+                let held: Vec<(TxId, Vec<TxParticipant>)> = held
+                    .into_iter()
+                    .map(|(tx, objects)| {
+                        let objects = objects
+                            .into_iter()
+                            .map(|(table_id, key_hash)| TxParticipant { table_id, key_hash })
+                            .collect();
+                        (tx, objects)
+                    })
+                    .collect();
+                let held = held.iter().map(|(tx, participants)| HeldCommitOut {
+                    lease_id: tx.lease_id,
+                    tx_seq: tx.tx_seq,
+                    participants,
+                });
+                enc.finish_with_trailers(next.is_some(), next.unwrap_or(0), records.wire(), held)
             }
             (Ok(_), Some(e)) => Err(e),
             (Err(e), _) => {

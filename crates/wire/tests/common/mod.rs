@@ -933,6 +933,36 @@ pub fn moved_records() -> Vec<MovedRpcResult<'static>> {
     ]
 }
 
+/// The participant list of the held commits a Pull answer carries.
+pub fn held_participants() -> Vec<TxParticipant> {
+    vec![
+        TxParticipant {
+            table_id: TABLE,
+            key_hash: 0x0123_4567_89ab_cdef,
+        },
+        TxParticipant {
+            table_id: TABLE + 1,
+            key_hash: u64::MAX,
+        },
+    ]
+}
+
+/// Held commits a Pull answer carries (issue 21): two transactions.
+pub fn held_commits(participants: &[TxParticipant]) -> Vec<HeldCommitOut<'_>> {
+    vec![
+        HeldCommitOut {
+            lease_id: 5,
+            tx_seq: 9,
+            participants,
+        },
+        HeldCommitOut {
+            lease_id: 6,
+            tx_seq: 1,
+            participants: &participants[..1],
+        },
+    ]
+}
+
 /// Responses carrying lists (built with the encoders), the zero-copy read response,
 /// and an error answer to an unknown opcode, by golden-file name.
 pub fn other_response_frames() -> Vec<(&'static str, Vec<u8>)> {
@@ -991,6 +1021,27 @@ pub fn other_response_frames() -> Vec<(&'static str, Vec<u8>)> {
     e.finish_with_records(true, ENUMERATE_NEXT_CURSOR, moved_records())
         .expect("finish");
     frames.push(("pull_response_with_records", out));
+
+    // Held commits after records, and alone (the records count 0 leads them).
+    for (name, records) in [
+        ("pull_response_with_records_and_held", moved_records()),
+        ("pull_response_with_held", Vec::new()),
+    ] {
+        let mut out = Vec::new();
+        let mut e = EnumerateResponseEncoder::for_pull(ID, &mut out);
+        for (v, k, val) in enumerated() {
+            e.push(v, k, val).expect("push");
+        }
+        let participants = held_participants();
+        e.finish_with_trailers(
+            true,
+            ENUMERATE_NEXT_CURSOR,
+            records,
+            held_commits(&participants),
+        )
+        .expect("finish");
+        frames.push((name, out));
+    }
 
     let mut out = Vec::new();
     let mut e = PriorityPullResponseEncoder::new(ID, &mut out);
