@@ -382,6 +382,34 @@ impl ReplicaManager {
         self.replicas
     }
 
+    /// Whether every segment of the log (not one waiting to be freed) has all R
+    /// replicas holding all its bytes, closed ones closed on all of them: no
+    /// replica lost with a failed or departed backup is still being re-created
+    /// (R§8). R replicas tolerate R - 1 backup failures *at a time*; a caller
+    /// that injects failures one at a time waits for this between them.
+    pub fn is_fully_replicated(&self) -> bool {
+        let st = self.state.lock();
+        let freeing: BTreeSet<u64> = st
+            .pending_frees
+            .iter()
+            .flat_map(|(_, ids)| ids.iter().copied())
+            .collect();
+        st.segments
+            .iter()
+            .filter(|(id, _)| !freeing.contains(id))
+            .all(|(_, s)| {
+                // A closed segment counts once closed on all R replicas (its
+                // reported length may exceed what the rounds measured); an
+                // open one once all its reported bytes are on all R.
+                s.replicas.len() >= self.replicas
+                    && if s.close_requested {
+                        s.closed_durable
+                    } else {
+                        s.durable >= s.appended
+                    }
+            })
+    }
+
     /// Connects the manager to its log and master identity and starts replicating;
     /// returns the replicator task.
     pub fn start(

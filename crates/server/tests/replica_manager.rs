@@ -228,9 +228,21 @@ async fn run(ops: Vec<Op>, replicas: usize) {
                 }
             }
             Op::ReplaceBackup { index } => {
-                // One failure at a time: the others hold every acknowledged byte.
+                // One failure at a time: the others hold every acknowledged
+                // byte, and the next failure comes only once the replicas lost
+                // with this one are re-created (regression: on a loaded
+                // machine two crashes in a row took both replicas of a segment
+                // before its re-replication ended, and a key was "lost").
                 cluster.crash_backup(index as usize);
                 cluster.add_backup();
+                let rereplicated =
+                    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+                        while !manager.is_fully_replicated() {
+                            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                        }
+                    })
+                    .await;
+                assert!(rereplicated.is_ok(), "lost replicas re-created within 60 s");
             }
             Op::Clean => {
                 // The cleaner waits for survivors' replicas: off the async threads.
