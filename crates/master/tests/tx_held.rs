@@ -363,3 +363,45 @@ fn adopt_held_holds_a_moved_commit_durably_under_an_object_of_the_range() {
     assert!(t3.is_held(tx(3)));
     assert_eq!(t3.held_commits(10), vec![(tx(3), list)]);
 }
+
+/// A partition recovery that re-took transaction state and then failed drops
+/// its tablets; the state re-taken for their objects goes with them (another
+/// master recovers the partition and re-takes it): the replayed op's lock is
+/// released and its transaction forgotten, a held commit recorded under the
+/// tablet is no longer held, and ops and holds on other objects stay.
+#[test]
+fn forget_tablets_drops_the_locks_and_holds_of_a_failed_partition_only() {
+    let s = store();
+    let t = Transactions::new();
+    // Replayed: op 0 of tx 3, on object a.
+    replay_only_the_first_of_two_ops(&s, &t);
+    // Prepared here by a client: tx 4 on c, and a commit of tx 5 held under d.
+    t.prepare(&s, tx(4), &[write(b"c", b"3")], &[obj(b"c"), (2, 5)], false)
+        .unwrap();
+    let list = [obj(b"d"), (2, 5)];
+    t.prepare(&s, tx(5), &[write(b"d", b"4")], &list, false)
+        .unwrap();
+    t.decide(&s, tx(5), true).unwrap();
+    assert!(t.is_held(tx(5)));
+    assert_eq!(t.prepared_count(), 2);
+
+    // The failed partition's tablet is exactly a's hash.
+    let a = key_hash(b"a");
+    assert_eq!(t.forget_tablets(&[(TABLE, a, a)]), 1);
+    assert!(!t.locks().any_in_range(TABLE, a, a), "a's lock released");
+    assert_eq!(t.prepared_count(), 1, "tx 4 stays");
+    assert!(t.is_held(tx(5)), "d's hold stays");
+    let c = key_hash(b"c");
+    assert!(t.locks().any_in_range(TABLE, c, c), "c's lock stays");
+
+    // A failed partition holding d's hash takes the hold with it.
+    let d = key_hash(b"d");
+    assert_eq!(t.forget_tablets(&[(TABLE, d, d)]), 0);
+    assert!(!t.is_held(tx(5)));
+    assert_eq!(
+        t.forget_tablets(&[(TABLE + 5, 0, u64::MAX)]),
+        0,
+        "another table: nothing"
+    );
+    assert_eq!(t.prepared_count(), 1);
+}

@@ -201,6 +201,9 @@ pub struct Replay {
 pub trait ReplaysTransactions {
     /// Re-prepares the undecided ops among `records`; how many.
     fn replay_tx_records(&self, records: &[Vec<u8>]) -> Result<usize, WriteError>;
+    /// The partition failed and `tablets` were dropped: forgets the
+    /// transaction state re-taken for their objects; how many ops.
+    fn forget_tablets(&self, tablets: &[(u64, u64, u64)]) -> usize;
 }
 
 impl Replay {
@@ -438,6 +441,23 @@ where
         Err(e) => {
             tracing::warn!(crashed_id = job.crashed_id, partition_id = job.partition_id, error = %e, "partition recovery failed");
             drop_tablets(&owner, &job, &kept);
+            // Locks re-taken for the dropped tablets go with them: the master
+            // that recovers the partition next re-takes them (issue 21).
+            let dropped: Vec<(u64, u64, u64)> = job
+                .tablets
+                .iter()
+                .filter(|t| !kept.contains(t))
+                .copied()
+                .collect();
+            let forgotten = owner.forget_tablets(&dropped);
+            if forgotten > 0 {
+                tracing::info!(
+                    crashed_id = job.crashed_id,
+                    partition_id = job.partition_id,
+                    ops = forgotten,
+                    "forgot the prepared ops re-taken for the failed partition"
+                );
+            }
         }
     }
     result

@@ -19,6 +19,7 @@ use ramstore_wire::TxOpKind;
 use super::locks::TxId;
 use super::prepare::{PreparedTx, Transactions, TxOpOwned};
 use crate::error::WriteError;
+use crate::object_store::key_hash;
 use crate::object_store::{replayed_tx_record, ReplayedPrepared, ReplayedTxRecord};
 use crate::ObjectStore;
 
@@ -137,6 +138,50 @@ impl Transactions {
             entry.recorded = entry.ops.len();
         }
         Ok(count)
+    }
+
+    /// A partition recovery that re-took transaction state here failed, and
+    /// its `tablets` (table id, start hash, end hash) were dropped: another
+    /// master will recover them and re-take that state from the same records.
+    /// Forgets the prepared ops on their objects — releasing their locks — and
+    /// the held commits recorded under them, so this master neither keeps
+    /// locks on objects it does not own nor retries, round after round, a
+    /// decision it cannot apply. Ops on other objects stay, and so does a
+    /// transaction whose commit is being applied (its decision finishes it).
+    /// Returns how many ops it forgot.
+    pub fn forget_tablets(&self, tablets: &[(u64, u64, u64)]) -> usize {
+        let inside = |table_id: u64, hash: u64| {
+            tablets
+                .iter()
+                .any(|&(t, start, end)| t == table_id && (start..=end).contains(&hash))
+        };
+        let mut forgotten = Vec::new();
+        self.prepared.lock().retain(|_, tx| {
+            if tx.applied > 0 {
+                return true;
+            }
+            let recorded = tx.recorded;
+            let mut kept = Vec::with_capacity(tx.ops.len());
+            let mut kept_recorded = 0;
+            for (i, op) in std::mem::take(&mut tx.ops).into_iter().enumerate() {
+                if inside(op.table_id, key_hash(&op.key)) {
+                    forgotten.push(op);
+                } else {
+                    // The kept ops keep their order, so the recorded ones
+                    // still come first.
+                    kept_recorded += usize::from(i < recorded);
+                    kept.push(op);
+                }
+            }
+            tx.ops = kept;
+            tx.recorded = kept_recorded;
+            !tx.ops.is_empty()
+        });
+        self.release(&forgotten);
+        self.held
+            .lock()
+            .retain(|_, h| !inside(h.record.table_id, h.record.key_hash));
+        forgotten.len()
     }
 
     /// Takes the locks of `tx`'s replayed ops.

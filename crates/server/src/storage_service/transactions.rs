@@ -194,4 +194,8 @@ impl crate::recovery_master::ReplaysTransactions for StorageService {
         self.tx
             .replay_tx_records(&self.store, records.iter().map(Vec::as_slice))
     }
+
+    fn forget_tablets(&self, tablets: &[(u64, u64, u64)]) -> usize {
+        self.tx.forget_tablets(tablets)
+    }
 }
