@@ -173,6 +173,31 @@ fn redis_cli_every_command() {
     assert_eq!(d.cli(&["APPEND", "k", "xyz"]), "(integer) 5");
     assert_eq!(d.cli(&["APPEND", "ap", "new"]), "(integer) 3");
     assert_eq!(d.cli(&["GET", "k"]), "\"v4xyz\"");
+    // GETRANGE / SUBSTR (Redis's documented examples), GETDEL, TYPE, TOUCH.
+    assert_eq!(d.cli(&["SET", "s", "This is a string"]), "OK");
+    assert_eq!(d.cli(&["GETRANGE", "s", "0", "3"]), "\"This\"");
+    assert_eq!(d.cli(&["GETRANGE", "s", "-3", "-1"]), "\"ing\"");
+    assert_eq!(d.cli(&["GETRANGE", "s", "0", "-1"]), "\"This is a string\"");
+    assert_eq!(d.cli(&["SUBSTR", "s", "10", "100"]), "\"string\"");
+    assert_eq!(d.cli(&["GETRANGE", "s", "5", "2"]), "\"\"");
+    assert_eq!(d.cli(&["GETRANGE", "nope", "0", "-1"]), "\"\"");
+    assert_eq!(
+        d.cli(&["GETRANGE", "s", "a", "1"]),
+        "(error) ERR value is not an integer or out of range"
+    );
+    assert_eq!(d.cli(&["TYPE", "s"]), "string");
+    assert_eq!(d.cli(&["TYPE", "nope"]), "none");
+    assert_eq!(d.cli(&["TOUCH", "s", "s", "nope"]), "(integer) 2");
+    assert_eq!(d.cli(&["GETDEL", "s"]), "\"This is a string\"");
+    assert_eq!(d.cli(&["GETDEL", "s"]), "(nil)");
+    assert_eq!(d.cli(&["EXISTS", "s"]), "(integer) 0");
+    assert_eq!(
+        d.cli_stdin(
+            &[],
+            "SET t v\nMULTI\nGETRANGE t 0 0\nGETDEL t\nTYPE t\nEXEC\n"
+        ),
+        "OK\nOK\nQUEUED\nQUEUED\nQUEUED\n1) \"v\"\n2) \"v\"\n3) none"
+    );
     assert_eq!(d.cli(&["INCR", "c"]), "(integer) 1");
     assert_eq!(d.cli(&["INCRBY", "c", "10"]), "(integer) 11");
     assert_eq!(d.cli(&["DECR", "c"]), "(integer) 10");
@@ -313,6 +338,12 @@ fn redis_cli_every_command() {
     );
     assert_eq!(d.cli(&["-n", "2", "GET", "k"]), "\"in-db2\"");
     assert_eq!(d.cli(&["GET", "k"]), "(nil)");
+    // FLUSHALL empties every database, not only the current one.
+    assert_eq!(d.cli(&["SET", "k0", "in-db0"]), "OK");
+    assert_eq!(d.cli(&["FLUSHALL", "ASYNC"]), "OK");
+    assert_eq!(d.cli(&["-n", "2", "GET", "k"]), "(nil)");
+    assert_eq!(d.cli(&["GET", "k0"]), "(nil)");
+    assert_eq!(d.cli(&["FLUSHALL", "now"]), "(error) ERR syntax error");
     assert_eq!(
         d.cli(&["SELECT", "16"]),
         "(error) ERR DB index is out of range"

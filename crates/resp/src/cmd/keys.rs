@@ -44,6 +44,17 @@ pub(super) fn parse_exists<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, Pars
     Ok(Command::Exists { keys: rest })
 }
 
+pub(super) fn parse_touch<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    Ok(Command::Touch { keys: rest })
+}
+
+pub(super) fn parse_type<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key] => Ok(Command::Type { key }),
+        _ => Err(ParseError::WrongArity("type")),
+    }
+}
+
 pub(super) fn parse_keys<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
     match rest {
         [pattern] => Ok(Command::Keys { pattern }),
@@ -134,6 +145,15 @@ impl Connection {
         }
         self.finish(sink, join(outcomes), |e, found: Vec<ReadResult>| {
             e.integer(found.iter().filter(|r| r.is_some()).count() as i64)
+        });
+    }
+
+    /// TYPE: `string` for a key that exists (every value is a string so far),
+    /// `none` otherwise, as a simple string.
+    pub(super) async fn key_type(&self, table: u64, key: &[u8], sink: &mut Sink) {
+        let o = self.shared.backend.read(table, key).await;
+        self.finish(sink, o, |e, r: ReadResult| {
+            e.simple(if r.is_some() { "string" } else { "none" })
         });
     }
 

@@ -120,6 +120,18 @@ pub enum Command<'a> {
     StrLen {
         key: &'a [u8],
     },
+    /// GETRANGE (and its old name SUBSTR, `substr`): bytes `start..=end` of
+    /// the value, negative offsets counting from its end.
+    GetRange {
+        key: &'a [u8],
+        start: i64,
+        end: i64,
+        substr: bool,
+    },
+    /// GETDEL: the value, and the key deleted (atomically: a transaction).
+    GetDel {
+        key: &'a [u8],
+    },
     Append {
         key: &'a [u8],
         suffix: &'a [u8],
@@ -165,6 +177,14 @@ pub enum Command<'a> {
     Exists {
         keys: &'a [&'a [u8]],
     },
+    /// TOUCH: how many of the keys exist (keys have no access time to update).
+    Touch {
+        keys: &'a [&'a [u8]],
+    },
+    /// TYPE: `string` or `none` (strings are the only type so far).
+    Type {
+        key: &'a [u8],
+    },
     Scan(Scan<'a>),
     Keys {
         pattern: &'a [u8],
@@ -179,6 +199,7 @@ pub enum Command<'a> {
     },
     DbSize,
     FlushDb,
+    FlushAll,
     // multi.rs
     Multi,
     Exec,
@@ -207,6 +228,9 @@ impl Command<'_> {
             Command::MGet { .. } => "mget",
             Command::MSet { .. } => "mset",
             Command::StrLen { .. } => "strlen",
+            Command::GetRange { substr: false, .. } => "getrange",
+            Command::GetRange { substr: true, .. } => "substr",
+            Command::GetDel { .. } => "getdel",
             Command::Append { .. } => "append",
             Command::GetV { .. } => "rs.getv",
             Command::Cas { .. } => "rs.cas",
@@ -218,6 +242,8 @@ impl Command<'_> {
             Command::Del { .. } => "del",
             Command::Unlink { .. } => "unlink",
             Command::Exists { .. } => "exists",
+            Command::Touch { .. } => "touch",
+            Command::Type { .. } => "type",
             Command::Scan(_) => "scan",
             Command::Keys { .. } => "keys",
             Command::Command(_) => "command",
@@ -225,6 +251,7 @@ impl Command<'_> {
             Command::Info { .. } => "info",
             Command::DbSize => "dbsize",
             Command::FlushDb => "flushdb",
+            Command::FlushAll => "flushall",
             Command::Multi => "multi",
             Command::Exec => "exec",
             Command::Discard => "discard",
@@ -442,6 +469,10 @@ impl Connection {
             Command::MGet { keys } => self.mget(table, keys, sink).await,
             Command::MSet { pairs } => self.mset(table, pairs, sink).await,
             Command::StrLen { key } => self.strlen(table, key, sink).await,
+            Command::GetRange {
+                key, start, end, ..
+            } => self.getrange(table, key, start, end, sink).await,
+            Command::GetDel { key } => self.getdel(table, key, sink).await,
             Command::Append { key, suffix } => self.append(table, key, suffix, sink).await,
             Command::GetV { key } => self.getv(table, key, sink).await,
             Command::Cas {
@@ -455,11 +486,15 @@ impl Connection {
             | Command::DecrBy { key, by } => self.incr_by(table, key, by, sink).await,
             Command::IncrByFloat { key, by } => self.incr_by_float(table, key, by, sink).await,
             Command::Del { keys } | Command::Unlink { keys } => self.del(table, keys, sink).await,
-            Command::Exists { keys } => self.exists(table, keys, sink).await,
+            Command::Exists { keys } | Command::Touch { keys } => {
+                self.exists(table, keys, sink).await
+            }
+            Command::Type { key } => self.key_type(table, key, sink).await,
             Command::Scan(scan) => self.scan(table, scan, sink).await,
             Command::Keys { pattern } => self.keys(table, pattern, sink).await,
             Command::DbSize => self.dbsize(table, sink).await,
             Command::FlushDb => self.flushdb(table, sink).await,
+            Command::FlushAll => self.flushall(sink).await,
             // Run by `run` without a table; not reached.
             other => self.error(sink, &format!("ERR unknown command '{}'", other.name())),
         }

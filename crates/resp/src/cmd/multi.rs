@@ -406,7 +406,10 @@ mod tests {
             .filter(|s| refused_in_transaction(s.name))
             .map(|s| s.name)
             .collect();
-        assert_eq!(refused, ["dbsize", "scan", "keys", "flushdb", "rs.cas"]);
+        assert_eq!(
+            refused,
+            ["dbsize", "scan", "keys", "flushdb", "flushall", "rs.cas"]
+        );
     }
 
     #[test]

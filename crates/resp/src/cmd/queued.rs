@@ -16,7 +16,7 @@
 use ramstore_client::{ClientError, Transaction};
 use ramstore_wire::counter::CounterText;
 
-use super::strings::{Set, SetCondition};
+use super::strings::{byte_range, Set, SetCondition};
 use super::{Command, NOT_INTEGER};
 use crate::long_double::incr_by_float;
 use crate::protocol::{parse_i64, Encoder};
@@ -28,7 +28,10 @@ pub(super) fn refused_in_transaction(name: &str) -> bool {
     // SCAN, KEYS, DBSIZE and FLUSHDB walk a whole table, which a transaction of
     // at most MAX_TX_OBJECTS objects cannot read; RS.CAS answers the new version,
     // which is unknown until the commit.
-    matches!(name, "scan" | "keys" | "dbsize" | "flushdb" | "rs.cas")
+    matches!(
+        name,
+        "scan" | "keys" | "dbsize" | "flushdb" | "flushall" | "rs.cas"
+    )
 }
 
 /// Runs `command` on `table` inside `tx` and encodes its reply with `e`.
@@ -81,6 +84,23 @@ pub(super) async fn run_queued(
         Command::StrLen { key } => {
             let len = tx.read(table, key).await?.map_or(0, |v| v.len());
             e.integer(i64::try_from(len).unwrap_or(i64::MAX));
+        }
+        Command::GetRange {
+            key, start, end, ..
+        } => {
+            let value = tx.read(table, key).await?.unwrap_or_default();
+            e.bulk(&value[byte_range(value.len(), start, end)]);
+        }
+        Command::GetDel { key } => match tx.read(table, key).await? {
+            Some(v) => {
+                tx.remove(table, key)?;
+                e.bulk(&v);
+            }
+            None => e.null(),
+        },
+        Command::Type { key } => {
+            let found = tx.read(table, key).await?.is_some();
+            e.simple(if found { "string" } else { "none" });
         }
         Command::Append { key, suffix } => {
             let mut v = tx.read(table, key).await?.unwrap_or_default();
@@ -135,7 +155,7 @@ pub(super) async fn run_queued(
             }
             e.integer(removed);
         }
-        Command::Exists { keys } => {
+        Command::Exists { keys } | Command::Touch { keys } => {
             let mut found = 0i64;
             for key in keys {
                 found += i64::from(tx.read(table, key).await?.is_some());

@@ -67,6 +67,11 @@ pub(super) fn parse_flushdb<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, Par
     }
 }
 
+pub(super) fn parse_flushall<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    // The same options as FLUSHDB (ASYNC or SYNC: both flush before answering).
+    parse_flushdb(rest).map(|_| Command::FlushAll)
+}
+
 fn command_info(e: &mut Encoder<'_>, s: &Spec) {
     e.array(6);
     e.bulk(s.name.as_bytes());
@@ -219,6 +224,23 @@ impl Connection {
             Ok(()) => sink.reply(self.version, |e| e.ok()),
             Err(e) => self.store_error(sink, &e),
         }
+    }
+
+    /// FLUSHALL: every database's table emptied (`db0` … `db15`); a database
+    /// whose table was never created has nothing to flush.
+    pub(super) async fn flushall(&self, sink: &mut Sink) {
+        let client = self.shared.backend.client();
+        for db in 0..MAX_DATABASES {
+            let table = match client.get_table_id(&format!("db{db}")).await {
+                Ok(table) => table,
+                Err(ramstore_client::ClientError::TableDoesntExist) => continue,
+                Err(e) => return self.store_error(sink, &StoreError::Client(e)),
+            };
+            if let Err(e) = self.flush(table).await {
+                return self.store_error(sink, &e);
+            }
+        }
+        sink.reply(self.version, |e| e.ok());
     }
 
     /// Removes every key of `table`, a batch at a time (the removes of a batch wait

@@ -17,6 +17,7 @@ use super::{
     eq, join, too_big_reply, Command, Connection, ParseError, MAX_CAS_ATTEMPTS, MAX_REPLY_BYTES,
 };
 use crate::backend::{Outcome, ReadInto, ReadResult, StoreError, WriteResult};
+use crate::protocol::parse_i64;
 use crate::sink::Sink;
 
 /// Largest GET value buffer a connection keeps between commands, in bytes.
@@ -106,6 +107,65 @@ pub(super) fn parse_strlen<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, Pars
         [key] => Ok(Command::StrLen { key }),
         _ => Err(ParseError::WrongArity("strlen")),
     }
+}
+
+pub(super) fn parse_getrange<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    range_of(rest, false, "getrange")
+}
+
+pub(super) fn parse_substr<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    range_of(rest, true, "substr")
+}
+
+fn range_of<'a>(
+    rest: &'a [&'a [u8]],
+    substr: bool,
+    name: &'static str,
+) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key, start, end] => Ok(Command::GetRange {
+            key,
+            start: parse_i64(start).ok_or(ParseError::NotInteger)?,
+            end: parse_i64(end).ok_or(ParseError::NotInteger)?,
+            substr,
+        }),
+        _ => Err(ParseError::WrongArity(name)),
+    }
+}
+
+pub(super) fn parse_getdel<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key] => Ok(Command::GetDel { key }),
+        _ => Err(ParseError::WrongArity("getdel")),
+    }
+}
+
+/// The bytes GETRANGE answers of a value of `len` bytes: Redis 7's
+/// `getrangeCommand`, offsets below 0 counting from the end and clamped to
+/// the value, empty when nothing is left (`start > end`).
+pub(super) fn byte_range(len: usize, start: i64, end: i64) -> std::ops::Range<usize> {
+    let len = i64::try_from(len).unwrap_or(i64::MAX);
+    if start < 0 && end < 0 && start > end {
+        return 0..0;
+    }
+    let start = if start < 0 {
+        len.saturating_add(start)
+    } else {
+        start
+    }
+    .max(0);
+    let end = if end < 0 {
+        len.saturating_add(end)
+    } else {
+        end
+    }
+    .max(0)
+    .min(len - 1);
+    if len == 0 || start > end {
+        return 0..0;
+    }
+    // In range by the clamps above: 0 <= start <= end < len.
+    start as usize..end as usize + 1
 }
 
 pub(super) fn parse_append<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
@@ -280,6 +340,52 @@ impl Connection {
         });
     }
 
+    pub(super) async fn getrange(
+        &self,
+        table: u64,
+        key: &[u8],
+        start: i64,
+        end: i64,
+        sink: &mut Sink,
+    ) {
+        let o = self.shared.backend.read(table, key).await;
+        self.finish(sink, o, move |e, r| {
+            let value = r.map(|(v, _)| v).unwrap_or_default();
+            e.bulk(&value[byte_range(value.len(), start, end)]);
+        });
+    }
+
+    /// GETDEL: reads and removes the key in one transaction (a single-object
+    /// commit, one round trip after the read), so no write in between is lost;
+    /// retried when another writer got in between.
+    pub(super) async fn getdel(&self, table: u64, key: &[u8], sink: &mut Sink) {
+        let client = self.shared.backend.client();
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let mut tx = client.transaction();
+            let old = match tx.read(table, key).await {
+                Ok(old) => old,
+                Err(e) => return self.store_error(sink, &StoreError::Client(e)),
+            };
+            if old.is_none() {
+                return sink.reply(self.version, |e| e.null());
+            }
+            if let Err(e) = tx.remove(table, key) {
+                return self.store_error(sink, &StoreError::Client(e));
+            }
+            match tx.commit().await {
+                Ok(()) => return self.reply_read(sink, old.map(|v| (v, 0))),
+                Err(ramstore_client::ClientError::Aborted) => continue,
+                Err(e) => return self.store_error(sink, &StoreError::Client(e)),
+            }
+        }
+        self.store_error(
+            sink,
+            &StoreError::NotDurable(format!(
+                "key changed concurrently {MAX_CAS_ATTEMPTS} times in a row"
+            )),
+        );
+    }
+
     pub(super) async fn append(&self, table: u64, key: &[u8], suffix: &[u8], sink: &mut Sink) {
         let r = self
             .read_modify_write(table, key, |old| {
@@ -428,5 +534,54 @@ mod tests {
             parsed(&["rs.cas", "k", "-1", "v"]),
             Err("ERR value is not an integer or out of range".into())
         );
+    }
+
+    /// Redis 7's `getrangeCommand`, case by case: its documented examples, the
+    /// clamps, and the quirk that two negative offsets past the start still
+    /// answer the first byte.
+    #[test]
+    fn byte_range_matches_redis_getrange() {
+        let v = b"This is a string";
+        let got = |start, end| &v[byte_range(v.len(), start, end)];
+        assert_eq!(got(0, 3), b"This");
+        assert_eq!(got(-3, -1), b"ing");
+        assert_eq!(got(0, -1), &v[..]);
+        assert_eq!(got(10, 100), b"string");
+        assert_eq!(got(5, 2), b"");
+        assert_eq!(got(-1, -5), b"", "both negative, start after end");
+        assert_eq!(got(100, 200), b"");
+        assert_eq!(got(-100, -50), b"T", "both clamp to 0");
+        assert_eq!(got(15, 15), b"g");
+        assert_eq!(got(i64::MIN, i64::MAX), &v[..]);
+        assert_eq!(byte_range(0, 0, -1), 0..0, "an empty value");
+    }
+
+    #[test]
+    fn parse_getrange_substr_getdel() {
+        assert!(matches!(
+            parse(&[b"GETRANGE", b"k", b"-3", b"7"]),
+            Ok(Command::GetRange {
+                start: -3,
+                end: 7,
+                substr: false,
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse(&[b"substr", b"k", b"0", b"1"]),
+            Ok(Command::GetRange { substr: true, .. })
+        ));
+        assert_eq!(
+            parse(&[b"GETRANGE", b"k", b"x", b"1"]).map(|c| c.name()),
+            Err(ParseError::NotInteger)
+        );
+        assert_eq!(
+            parse(&[b"GETRANGE", b"k", b"1"]).map(|c| c.name()),
+            Err(ParseError::WrongArity("getrange"))
+        );
+        assert!(matches!(
+            parse(&[b"getdel", b"k"]),
+            Ok(Command::GetDel { key: b"k" })
+        ));
     }
 }
