@@ -198,6 +198,73 @@ fn redis_cli_every_command() {
         ),
         "OK\nOK\nQUEUED\nQUEUED\nQUEUED\n1) \"v\"\n2) \"v\"\n3) none"
     );
+    // SETRANGE, GETEX, MSETNX, GETBIT / SETBIT, RENAME / RENAMENX, COPY.
+    assert_eq!(d.cli(&["SET", "hw", "Hello World"]), "OK");
+    assert_eq!(d.cli(&["SETRANGE", "hw", "6", "Redis"]), "(integer) 11");
+    assert_eq!(d.cli(&["GET", "hw"]), "\"Hello Redis\"");
+    assert_eq!(d.cli(&["SETRANGE", "pad", "3", "x"]), "(integer) 4");
+    assert_eq!(d.cli(&["GET", "pad"]), "\"\\x00\\x00\\x00x\"");
+    assert_eq!(d.cli(&["SETRANGE", "nokey", "5", ""]), "(integer) 0");
+    assert_eq!(d.cli(&["EXISTS", "nokey"]), "(integer) 0");
+    assert_eq!(
+        d.cli(&["SETRANGE", "hw", "-1", "x"]),
+        "(error) ERR offset is out of range"
+    );
+    assert_eq!(d.cli(&["GETEX", "hw"]), "\"Hello Redis\"");
+    assert_eq!(d.cli(&["GETEX", "hw", "PERSIST"]), "\"Hello Redis\"");
+    assert_eq!(d.cli(&["GETEX", "hw", "BOGUS"]), "(error) ERR syntax error");
+    assert_eq!(d.cli(&["MSETNX", "n1", "a", "n2", "b"]), "(integer) 1");
+    assert_eq!(d.cli(&["MSETNX", "n2", "x", "n3", "y"]), "(integer) 0");
+    assert_eq!(d.cli(&["EXISTS", "n3"]), "(integer) 0");
+    assert_eq!(d.cli(&["GET", "n2"]), "\"b\"");
+    assert_eq!(d.cli(&["SETBIT", "bits", "7", "1"]), "(integer) 0");
+    assert_eq!(d.cli(&["SETBIT", "bits", "7", "0"]), "(integer) 1");
+    assert_eq!(d.cli(&["SETBIT", "bits", "1", "1"]), "(integer) 0");
+    assert_eq!(d.cli(&["GETBIT", "bits", "1"]), "(integer) 1");
+    assert_eq!(d.cli(&["GETBIT", "bits", "100"]), "(integer) 0");
+    assert_eq!(d.cli(&["GET", "bits"]), "\"@\"");
+    assert_eq!(
+        d.cli(&["SETBIT", "bits", "1", "2"]),
+        "(error) ERR bit is not an integer or out of range"
+    );
+    assert_eq!(
+        d.cli(&["GETBIT", "bits", "-1"]),
+        "(error) ERR bit offset is not an integer or out of range"
+    );
+    assert_eq!(d.cli(&["RENAME", "n1", "r1"]), "OK");
+    assert_eq!(d.cli(&["GET", "r1"]), "\"a\"");
+    assert_eq!(d.cli(&["EXISTS", "n1"]), "(integer) 0");
+    assert_eq!(d.cli(&["RENAME", "n1", "r1"]), "(error) ERR no such key");
+    assert_eq!(d.cli(&["RENAME", "r1", "r1"]), "OK");
+    assert_eq!(d.cli(&["RENAMENX", "r1", "n2"]), "(integer) 0");
+    assert_eq!(d.cli(&["RENAMENX", "r1", "r2"]), "(integer) 1");
+    assert_eq!(d.cli(&["COPY", "r2", "c2"]), "(integer) 1");
+    assert_eq!(d.cli(&["COPY", "r2", "n2"]), "(integer) 0");
+    assert_eq!(d.cli(&["COPY", "r2", "n2", "REPLACE"]), "(integer) 1");
+    assert_eq!(
+        d.cli(&["MGET", "r2", "c2", "n2"]),
+        "1) \"a\"\n2) \"a\"\n3) \"a\""
+    );
+    assert_eq!(d.cli(&["COPY", "gone", "c3"]), "(integer) 0");
+    assert_eq!(
+        d.cli(&["COPY", "r2", "r2"]),
+        "(error) ERR source and destination objects are the same"
+    );
+    assert_eq!(
+        d.cli(&["COPY", "r2", "c4", "NOPE"]),
+        "(error) ERR syntax error"
+    );
+    assert_eq!(
+        d.cli_stdin(
+            &[],
+            "MULTI\nRENAME r2 r3\nSETRANGE r3 1 bc\nSETBIT r3 7 0\nGET r3\nEXEC\n"
+        ),
+        "OK\nQUEUED\nQUEUED\nQUEUED\nQUEUED\n1) OK\n2) (integer) 3\n3) (integer) 1\n4) \"`bc\""
+    );
+    assert_eq!(
+        d.cli(&["DEL", "hw", "pad", "n2", "bits", "c2", "r3"]),
+        "(integer) 6"
+    );
     assert_eq!(d.cli(&["INCR", "c"]), "(integer) 1");
     assert_eq!(d.cli(&["INCRBY", "c", "10"]), "(integer) 11");
     assert_eq!(d.cli(&["DECR", "c"]), "(integer) 10");
@@ -622,6 +689,18 @@ fn forwarded_keys_on_another_master() {
     );
     assert_eq!(n(&["DBSIZE"]), "(integer) 4");
     assert_eq!(n(&["DEL", "a", "b"]), "(integer) 2");
+    // The transactional commands, on a forwarded table.
+    assert_eq!(n(&["RENAME", "fk", "fk2"]), "OK");
+    assert_eq!(n(&["GETDEL", "fk2"]), "\"fv\"");
+    assert_eq!(n(&["MSETNX", "m1", "x", "m2", "y"]), "(integer) 1");
+    assert_eq!(n(&["COPY", "m1", "m3"]), "(integer) 1");
+    assert_eq!(n(&["SETRANGE", "m3", "1", "yz"]), "(integer) 3");
+    assert_eq!(
+        n(&["MGET", "m1", "m3", "fk"]),
+        "1) \"x\"\n2) \"xyz\"\n3) (nil)"
+    );
+    assert_eq!(n(&["DEL", "m1", "m2", "m3"]), "(integer) 3");
+    assert_eq!(n(&["SET", "fk", "fv"]), "OK");
     // The native client reads what RESP wrote, as bytes.
     let (value, _) = client.read(db1, b"fc").expect("read fc");
     assert_eq!(value, b"42");

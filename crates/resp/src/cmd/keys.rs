@@ -55,6 +55,55 @@ pub(super) fn parse_type<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseE
     }
 }
 
+pub(super) fn parse_rename<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key, new_key] => Ok(Command::Rename {
+            key,
+            new_key,
+            nx: false,
+        }),
+        _ => Err(ParseError::WrongArity("rename")),
+    }
+}
+
+pub(super) fn parse_renamenx<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key, new_key] => Ok(Command::Rename {
+            key,
+            new_key,
+            nx: true,
+        }),
+        _ => Err(ParseError::WrongArity("renamenx")),
+    }
+}
+
+/// COPY source destination [REPLACE]; `DB n` (another database) is refused
+/// with a clear error until a transaction can span two databases' commands.
+pub(super) fn parse_copy<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    let [source, destination, options @ ..] = rest else {
+        return Err(ParseError::WrongArity("copy"));
+    };
+    let mut replace = false;
+    let mut i = 0;
+    while i < options.len() {
+        if eq(options[i], "replace") {
+            replace = true;
+        } else if eq(options[i], "db") && i + 1 < options.len() {
+            return Err(ParseError::Message(
+                "ERR ramstore's COPY copies within the current database only (no DB option yet)",
+            ));
+        } else {
+            return Err(ParseError::Syntax);
+        }
+        i += 1;
+    }
+    Ok(Command::Copy {
+        source,
+        destination,
+        replace,
+    })
+}
+
 pub(super) fn parse_keys<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
     match rest {
         [pattern] => Ok(Command::Keys { pattern }),

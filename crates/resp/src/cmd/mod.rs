@@ -12,12 +12,15 @@
 //! error line is the one Redis would send first.
 //!
 //! Families, one file each (mini-redis's layout): [`connection`] (PING, ECHO,
-//! HELLO, AUTH, SELECT, CLIENT, QUIT), [`strings`] (GET, SET, SETNX, GETSET, MGET,
-//! MSET, STRLEN, APPEND, RS.GETV, RS.CAS), [`counters`] (INCR, DECR, INCRBY,
-//! DECRBY, INCRBYFLOAT), [`keys`] (DEL, UNLINK, EXISTS, SCAN, KEYS),
-//! [`server`] (COMMAND, CONFIG, INFO, DBSIZE, FLUSHDB) and [`multi`] (MULTI,
-//! EXEC, DISCARD, WATCH, UNWATCH; the queued commands run inside one ramstore
-//! transaction by `queued.rs`).
+//! HELLO, AUTH, SELECT, CLIENT, QUIT), [`strings`] (GET, SET, SETNX, GETSET, GETDEL,
+//! GETEX, GETRANGE, SUBSTR, SETRANGE, MGET, MSET, MSETNX, STRLEN, APPEND, RS.GETV,
+//! RS.CAS), [`bits`] (GETBIT, SETBIT), [`counters`] (INCR, DECR, INCRBY, DECRBY,
+//! INCRBYFLOAT), [`keys`] (DEL, UNLINK, EXISTS, TOUCH, TYPE, RENAME, RENAMENX,
+//! COPY, SCAN, KEYS), [`server`] (COMMAND, CONFIG, INFO, DBSIZE, FLUSHDB,
+//! FLUSHALL) and [`multi`] (MULTI, EXEC, DISCARD, WATCH, UNWATCH; the queued
+//! commands run inside one ramstore transaction by `queued.rs`). Commands that
+//! read then write, or touch several keys, run outside MULTI as a transaction of
+//! their own through the same `queued.rs` forms (`atomic.rs`).
 //!
 //! Parsing neither allocates nor copies: a GET or SET is parsed into slices of the
 //! connection's read buffer (`tests/no_alloc.rs`). Only error replies allocate.
@@ -25,6 +28,8 @@
 //! Thread-safety: a [`Connection`] belongs to the task serving its socket; the
 //! [`Shared`] state it points to is `Send + Sync`.
 
+mod atomic;
+pub mod bits;
 pub mod connection;
 pub mod counters;
 pub mod keys;
@@ -132,6 +137,31 @@ pub enum Command<'a> {
     GetDel {
         key: &'a [u8],
     },
+    /// GETEX without an expiry option (or with PERSIST): GET, since keys have
+    /// no time to live yet.
+    GetEx {
+        key: &'a [u8],
+    },
+    /// SETRANGE: `value` written at byte `offset`, zero-padded.
+    SetRange {
+        key: &'a [u8],
+        offset: u64,
+        value: &'a [u8],
+    },
+    /// MSETNX: every pair written, only if none of the keys exists.
+    MSetNx {
+        pairs: &'a [&'a [u8]],
+    },
+    // bits.rs
+    GetBit {
+        key: &'a [u8],
+        offset: u64,
+    },
+    SetBit {
+        key: &'a [u8],
+        offset: u64,
+        on: bool,
+    },
     Append {
         key: &'a [u8],
         suffix: &'a [u8],
@@ -180,6 +210,18 @@ pub enum Command<'a> {
     /// TOUCH: how many of the keys exist (keys have no access time to update).
     Touch {
         keys: &'a [&'a [u8]],
+    },
+    /// RENAME (`nx`: RENAMENX): the value moved to `new_key`.
+    Rename {
+        key: &'a [u8],
+        new_key: &'a [u8],
+        nx: bool,
+    },
+    /// COPY [REPLACE], within the current database.
+    Copy {
+        source: &'a [u8],
+        destination: &'a [u8],
+        replace: bool,
     },
     /// TYPE: `string` or `none` (strings are the only type so far).
     Type {
@@ -231,6 +273,14 @@ impl Command<'_> {
             Command::GetRange { substr: false, .. } => "getrange",
             Command::GetRange { substr: true, .. } => "substr",
             Command::GetDel { .. } => "getdel",
+            Command::GetEx { .. } => "getex",
+            Command::SetRange { .. } => "setrange",
+            Command::MSetNx { .. } => "msetnx",
+            Command::GetBit { .. } => "getbit",
+            Command::SetBit { .. } => "setbit",
+            Command::Rename { nx: false, .. } => "rename",
+            Command::Rename { nx: true, .. } => "renamenx",
+            Command::Copy { .. } => "copy",
             Command::Append { .. } => "append",
             Command::GetV { .. } => "rs.getv",
             Command::Cas { .. } => "rs.cas",
@@ -282,6 +332,9 @@ pub enum ParseError {
     NotFloat,
     #[error("ERR syntax error")]
     Syntax,
+    /// An error whose whole line is Redis's fixed text for it.
+    #[error("{0}")]
+    Message(&'static str),
     #[error("ERR invalid cursor")]
     InvalidCursor,
     #[error("ERR DB index is out of range")]
@@ -472,7 +525,16 @@ impl Connection {
             Command::GetRange {
                 key, start, end, ..
             } => self.getrange(table, key, start, end, sink).await,
-            Command::GetDel { key } => self.getdel(table, key, sink).await,
+            Command::GetEx { key } => self.get(table, key, sink).await,
+            Command::GetBit { key, offset } => self.getbit(table, key, offset, sink).await,
+            // Read then write, or several keys: as a transaction of their own
+            // (`atomic.rs`), so each is atomic as in Redis.
+            atomic @ (Command::GetDel { .. }
+            | Command::SetRange { .. }
+            | Command::MSetNx { .. }
+            | Command::SetBit { .. }
+            | Command::Rename { .. }
+            | Command::Copy { .. }) => self.run_atomically(table, atomic, sink).await,
             Command::Append { key, suffix } => self.append(table, key, suffix, sink).await,
             Command::GetV { key } => self.getv(table, key, sink).await,
             Command::Cas {

@@ -16,6 +16,7 @@
 use ramstore_client::{ClientError, Transaction};
 use ramstore_wire::counter::CounterText;
 
+use super::bits::{get_bit, set_bit, set_range};
 use super::strings::{byte_range, Set, SetCondition};
 use super::{Command, NOT_INTEGER};
 use crate::long_double::incr_by_float;
@@ -98,6 +99,65 @@ pub(super) async fn run_queued(
             }
             None => e.null(),
         },
+        Command::GetEx { key } => match tx.read(table, key).await? {
+            Some(v) => e.bulk(&v),
+            None => e.null(),
+        },
+        Command::SetRange { key, offset, value } => {
+            let old = tx.read(table, key).await?;
+            match set_range(old.as_deref(), offset, value) {
+                Err(message) => e.error(message),
+                // Nothing to write: the current length (0 if absent).
+                Ok(None) => e.integer(len_of(old.as_deref().unwrap_or_default())),
+                Ok(Some(v)) => {
+                    tx.write(table, key, &v)?;
+                    e.integer(len_of(&v));
+                }
+            }
+        }
+        Command::MSetNx { pairs } => {
+            let mut any = false;
+            for pair in pairs.chunks_exact(2) {
+                any |= tx.read(table, pair[0]).await?.is_some();
+            }
+            if !any {
+                for pair in pairs.chunks_exact(2) {
+                    tx.write(table, pair[0], pair[1])?;
+                }
+            }
+            e.integer(i64::from(!any));
+        }
+        Command::GetBit { key, offset } => {
+            let bit = tx
+                .read(table, key)
+                .await?
+                .is_some_and(|v| get_bit(&v, offset));
+            e.integer(i64::from(bit));
+        }
+        Command::SetBit { key, offset, on } => {
+            let mut v = tx.read(table, key).await?.unwrap_or_default();
+            let old = set_bit(&mut v, offset, on);
+            tx.write(table, key, &v)?;
+            e.integer(i64::from(old));
+        }
+        Command::Rename { key, new_key, nx } => rename(tx, table, key, new_key, nx, e).await?,
+        Command::Copy {
+            source,
+            destination,
+            replace,
+        } => {
+            if source == destination {
+                e.error("ERR source and destination objects are the same");
+            } else if let Some(v) = tx.read(table, source).await? {
+                let blocked = !replace && tx.read(table, destination).await?.is_some();
+                if !blocked {
+                    tx.write(table, destination, &v)?;
+                }
+                e.integer(i64::from(!blocked));
+            } else {
+                e.integer(0);
+            }
+        }
         Command::Type { key } => {
             let found = tx.read(table, key).await?.is_some();
             e.simple(if found { "string" } else { "none" });
@@ -202,4 +262,43 @@ async fn set_in(
         e.null();
     }
     Ok(())
+}
+
+/// RENAME and RENAMENX (`nx`), as Redis 7's `renameGenericCommand`: a missing
+/// key is an error even when both names are the same; the same name otherwise
+/// changes nothing (RENAMENX answers 0); RENAMENX onto an existing key answers
+/// 0; else the value moves (the new key overwritten) and the old key goes.
+async fn rename(
+    tx: &mut Transaction,
+    table: u64,
+    key: &[u8],
+    new_key: &[u8],
+    nx: bool,
+    e: &mut Encoder<'_>,
+) -> Result<(), ClientError> {
+    let Some(v) = tx.read(table, key).await? else {
+        e.error("ERR no such key");
+        return Ok(());
+    };
+    if key == new_key || (nx && tx.read(table, new_key).await?.is_some()) {
+        if nx {
+            e.integer(0);
+        } else {
+            e.ok();
+        }
+        return Ok(());
+    }
+    tx.write(table, new_key, &v)?;
+    tx.remove(table, key)?;
+    if nx {
+        e.integer(1);
+    } else {
+        e.ok();
+    }
+    Ok(())
+}
+
+/// A length as RESP's integer.
+fn len_of(v: &[u8]) -> i64 {
+    i64::try_from(v.len()).unwrap_or(i64::MAX)
 }

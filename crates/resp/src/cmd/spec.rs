@@ -6,7 +6,7 @@
 //! ([`key_first`]). Each row names its family's parse function, so a command is
 //! added in one place and cannot be known to one reader and missing from another.
 
-use super::{connection, counters, keys, multi, server, strings, Command, ParseError};
+use super::{bits, connection, counters, keys, multi, server, strings, Command, ParseError};
 
 /// Parses a command's arguments (after its name), already checked against the
 /// arity, into a typed [`Command`] that borrows them.
@@ -69,6 +69,7 @@ const ONEKEY: (i64, i64, i64) = (1, 1, 1);
 const R: &[&str] = &["readonly", "fast"];
 const W: &[&str] = &["write", "denyoom"];
 const A: &[&str] = &["fast", "noauth"];
+const WF: &[&str] = &["write", "fast"];
 
 /// Every command ramstore answers, in the order COMMAND lists them.
 pub static COMMANDS: &[Spec] = &[
@@ -94,6 +95,9 @@ pub static COMMANDS: &[Spec] = &[
     spec("exists", -2, R, (1, -1, 1), keys::parse_exists),
     spec("touch", -2, R, (1, -1, 1), keys::parse_touch),
     spec("type", 2, R, ONEKEY, keys::parse_type),
+    spec("rename", 3, &["write"], (1, 2, 1), keys::parse_rename),
+    spec("renamenx", 3, WF, (1, 2, 1), keys::parse_renamenx),
+    spec("copy", -3, &["write"], (1, 2, 1), keys::parse_copy),
     spec("strlen", 2, R, ONEKEY, strings::parse_strlen),
     spec(
         "getrange",
@@ -110,6 +114,11 @@ pub static COMMANDS: &[Spec] = &[
         ONEKEY,
         strings::parse_getdel,
     ),
+    spec("getex", -2, WF, ONEKEY, strings::parse_getex),
+    spec("setrange", 4, W, ONEKEY, strings::parse_setrange),
+    spec("msetnx", -3, W, (1, -1, 2), strings::parse_msetnx),
+    spec("getbit", 3, R, ONEKEY, bits::parse_getbit),
+    spec("setbit", 4, W, ONEKEY, bits::parse_setbit),
     spec("append", 3, W, ONEKEY, strings::parse_append),
     spec("incr", 2, W, ONEKEY, counters::parse_incr),
     spec("incrby", 3, W, ONEKEY, counters::parse_incrby),

@@ -140,6 +140,39 @@ pub(super) fn parse_getdel<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, Pars
     }
 }
 
+pub(super) fn parse_getex<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key] => Ok(Command::GetEx { key }),
+        [key, persist] if eq(persist, "persist") => Ok(Command::GetEx { key }),
+        [_, option, _] if ["ex", "px", "exat", "pxat"].iter().any(|o| eq(option, o)) => {
+            Err(ParseError::ExpiryUnsupported)
+        }
+        _ => Err(ParseError::Syntax),
+    }
+}
+
+pub(super) fn parse_setrange<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key, offset, value] => {
+            let offset = parse_i64(offset).ok_or(ParseError::NotInteger)?;
+            Ok(Command::SetRange {
+                key,
+                offset: u64::try_from(offset)
+                    .map_err(|_| ParseError::Message("ERR offset is out of range"))?,
+                value,
+            })
+        }
+        _ => Err(ParseError::WrongArity("setrange")),
+    }
+}
+
+pub(super) fn parse_msetnx<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    if rest.is_empty() || !rest.len().is_multiple_of(2) {
+        return Err(ParseError::WrongArity("msetnx"));
+    }
+    Ok(Command::MSetNx { pairs: rest })
+}
+
 /// The bytes GETRANGE answers of a value of `len` bytes: Redis 7's
 /// `getrangeCommand`, offsets below 0 counting from the end and clamped to
 /// the value, empty when nothing is left (`start > end`).
@@ -355,35 +388,13 @@ impl Connection {
         });
     }
 
-    /// GETDEL: reads and removes the key in one transaction (a single-object
-    /// commit, one round trip after the read), so no write in between is lost;
-    /// retried when another writer got in between.
-    pub(super) async fn getdel(&self, table: u64, key: &[u8], sink: &mut Sink) {
-        let client = self.shared.backend.client();
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let mut tx = client.transaction();
-            let old = match tx.read(table, key).await {
-                Ok(old) => old,
-                Err(e) => return self.store_error(sink, &StoreError::Client(e)),
-            };
-            if old.is_none() {
-                return sink.reply(self.version, |e| e.null());
-            }
-            if let Err(e) = tx.remove(table, key) {
-                return self.store_error(sink, &StoreError::Client(e));
-            }
-            match tx.commit().await {
-                Ok(()) => return self.reply_read(sink, old.map(|v| (v, 0))),
-                Err(ramstore_client::ClientError::Aborted) => continue,
-                Err(e) => return self.store_error(sink, &StoreError::Client(e)),
-            }
-        }
-        self.store_error(
-            sink,
-            &StoreError::NotDurable(format!(
-                "key changed concurrently {MAX_CAS_ATTEMPTS} times in a row"
-            )),
-        );
+    /// GETBIT outside MULTI: one read (nothing to keep atomic).
+    pub(super) async fn getbit(&self, table: u64, key: &[u8], offset: u64, sink: &mut Sink) {
+        let o = self.shared.backend.read(table, key).await;
+        self.finish(sink, o, move |e, r| {
+            let bit = r.is_some_and(|(v, _)| super::bits::get_bit(&v, offset));
+            e.integer(i64::from(bit));
+        });
     }
 
     pub(super) async fn append(&self, table: u64, key: &[u8], suffix: &[u8], sink: &mut Sink) {
