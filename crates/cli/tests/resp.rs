@@ -223,6 +223,14 @@ fn redis_cli_every_command() {
     assert_eq!(d.cli(&["GETBIT", "bits", "1"]), "(integer) 1");
     assert_eq!(d.cli(&["GETBIT", "bits", "100"]), "(integer) 0");
     assert_eq!(d.cli(&["GET", "bits"]), "\"@\"");
+    assert_eq!(d.cli(&["BITCOUNT", "bits"]), "(integer) 1");
+    assert_eq!(d.cli(&["BITCOUNT", "bits", "0", "0", "BIT"]), "(integer) 0");
+    assert_eq!(d.cli(&["BITCOUNT", "bits", "1", "1", "BIT"]), "(integer) 1");
+    assert_eq!(d.cli(&["BITCOUNT", "nope", "x", "y", "z"]), "(integer) 0");
+    assert_eq!(
+        d.cli(&["BITCOUNT", "bits", "0"]),
+        "(error) ERR syntax error"
+    );
     assert_eq!(
         d.cli(&["SETBIT", "bits", "1", "2"]),
         "(error) ERR bit is not an integer or out of range"

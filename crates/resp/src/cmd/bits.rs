@@ -6,7 +6,7 @@
 
 use ramstore_wire::MAX_VALUE_BYTES;
 
-use super::{Command, ParseError};
+use super::{eq, Command, ParseError};
 use crate::protocol::parse_i64;
 
 /// Redis's reply to a bit offset that is not a number in range.
@@ -78,6 +78,90 @@ fn position(offset: u64) -> (usize, u8) {
     ((offset >> 3) as usize, 0x80 >> (offset & 7))
 }
 
+/// BITCOUNT's range: `None` for the whole value, else (start, end, in bits).
+pub type BitRange = Option<(i64, i64, bool)>;
+
+/// BITCOUNT's arguments after the key are checked when it runs, not here: Redis
+/// 7 answers 0 for a missing key whatever they are (it looks the key up
+/// first), so their errors depend on the value ([`bit_count_args`]).
+pub(super) fn parse_bitcount<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    match rest {
+        [key, args @ ..] => Ok(Command::BitCount { key, args }),
+        [] => Err(ParseError::WrongArity("bitcount")),
+    }
+}
+
+/// BITCOUNT of an existing `value` with its arguments after the key, in Redis
+/// 7's order: the integers, then a range of two negative offsets with start
+/// after end answers 0 (before the unit is read), then the unit.
+pub fn bit_count_args(value: &[u8], args: &[&[u8]]) -> Result<i64, &'static str> {
+    let range = match args {
+        [] => None,
+        [start, end, unit @ ..] if unit.len() <= 1 => {
+            let start = parse_i64(start).ok_or(super::NOT_INTEGER)?;
+            let end = parse_i64(end).ok_or(super::NOT_INTEGER)?;
+            if start < 0 && end < 0 && start > end {
+                return Ok(0);
+            }
+            let bits = match unit {
+                [] => false,
+                [u] if eq(u, "byte") => false,
+                [u] if eq(u, "bit") => true,
+                _ => return Err("ERR syntax error"),
+            };
+            Some((start, end, bits))
+        }
+        _ => return Err("ERR syntax error"),
+    };
+    Ok(bit_count(value, range))
+}
+
+/// BITCOUNT of `value` over `range`: Redis 7's `bitcountCommand` (offsets below
+/// 0 count from the end and are clamped as GETRANGE's; in BIT units the first
+/// and last bytes are masked to the range).
+pub fn bit_count(value: &[u8], range: BitRange) -> i64 {
+    let Some((start, end, bits)) = range else {
+        return popcount(value);
+    };
+    if start < 0 && end < 0 && start > end {
+        return 0;
+    }
+    let total = i64::try_from(value.len()).unwrap_or(i64::MAX) << (if bits { 3 } else { 0 });
+    let start = if start < 0 {
+        total.saturating_add(start)
+    } else {
+        start
+    }
+    .max(0);
+    let end = if end < 0 {
+        total.saturating_add(end)
+    } else {
+        end
+    }
+    .max(0)
+    .min(total - 1);
+    if start > end {
+        return 0;
+    }
+    if !bits {
+        // In range: 0 <= start <= end < len.
+        return popcount(&value[start as usize..=end as usize]);
+    }
+    let (first, last) = ((start >> 3) as usize, (end >> 3) as usize);
+    let mut count = popcount(&value[first..=last]);
+    // Bits of the edge bytes outside the range (bit 0 is the top bit).
+    let before = !(0xffu8 >> (start & 7));
+    // A shift by 8 (the range ends on a byte's last bit) leaves no bit after.
+    let after = 0xffu8.checked_shr((end & 7) as u32 + 1).unwrap_or(0);
+    count -= i64::from((value[first] & before).count_ones());
+    count -= i64::from((value[last] & after).count_ones());
+    count
+}
+
+fn popcount(bytes: &[u8]) -> i64 {
+    bytes.iter().map(|b| i64::from(b.count_ones())).sum()
+}
+
 /// SETRANGE's new value: `old` (absent: empty) with `value` written at
 /// `offset`, zero-padded. `Ok(None)` when nothing is written (an empty
 /// `value`: Redis answers the current length and creates nothing); `Err` with
@@ -121,6 +205,40 @@ mod tests {
         assert_eq!(v, [0x01, 0, 0]);
         assert!(set_bit(&mut v, 7, false));
         assert_eq!(v, [0, 0, 0]);
+    }
+
+    /// Redis's documented examples ("foobar": 26 bits; bytes 0..0: 4; 1..1:
+    /// 6; bits 5..30: 17) and the clamps.
+    #[test]
+    fn bit_count_matches_redis_bitcount() {
+        let v = b"foobar";
+        assert_eq!(bit_count(v, None), 26);
+        assert_eq!(bit_count(v, Some((0, 0, false))), 4);
+        assert_eq!(bit_count(v, Some((1, 1, false))), 6);
+        assert_eq!(bit_count(v, Some((1, 1, true))), 1);
+        assert_eq!(bit_count(v, Some((5, 30, true))), 17);
+        assert_eq!(bit_count(v, Some((-1, -2, false))), 0);
+        assert_eq!(bit_count(v, Some((0, -1, true))), 26);
+        assert_eq!(bit_count(v, Some((-100, 100, false))), 26);
+        assert_eq!(bit_count(b"", None), 0);
+        assert_eq!(bit_count(b"", Some((0, -1, false))), 0);
+        let args = |a: &[&'static str]| a.iter().map(|s| s.as_bytes()).collect::<Vec<_>>();
+        assert_eq!(bit_count_args(v, &args(&[])), Ok(26));
+        assert_eq!(bit_count_args(v, &args(&["5", "30", "BIT"])), Ok(17));
+        assert_eq!(
+            bit_count_args(v, &args(&["-1", "-2", "NOPE"])),
+            Ok(0),
+            "Redis's order"
+        );
+        assert_eq!(
+            bit_count_args(v, &args(&["0", "1", "NOPE"])),
+            Err("ERR syntax error")
+        );
+        assert_eq!(bit_count_args(v, &args(&["0"])), Err("ERR syntax error"));
+        assert_eq!(
+            bit_count_args(v, &args(&["a", "1"])),
+            Err(super::super::NOT_INTEGER)
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! Families, one file each (mini-redis's layout): [`connection`] (PING, ECHO,
 //! HELLO, AUTH, SELECT, CLIENT, QUIT), [`strings`] (GET, SET, SETNX, GETSET, GETDEL,
 //! GETEX, GETRANGE, SUBSTR, SETRANGE, MGET, MSET, MSETNX, STRLEN, APPEND, RS.GETV,
-//! RS.CAS), [`bits`] (GETBIT, SETBIT), [`counters`] (INCR, DECR, INCRBY, DECRBY,
+//! RS.CAS), [`bits`] (GETBIT, SETBIT, BITCOUNT), [`counters`] (INCR, DECR, INCRBY, DECRBY,
 //! INCRBYFLOAT), [`keys`] (DEL, UNLINK, EXISTS, TOUCH, TYPE, RENAME, RENAMENX,
 //! COPY, SCAN, KEYS), [`server`] (COMMAND, CONFIG, INFO, DBSIZE, FLUSHDB,
 //! FLUSHALL) and [`multi`] (MULTI, EXEC, DISCARD, WATCH, UNWATCH; the queued
@@ -162,6 +162,12 @@ pub enum Command<'a> {
         offset: u64,
         on: bool,
     },
+    /// BITCOUNT: `args` after the key, checked when it runs (Redis 7 answers 0
+    /// for a missing key whatever they are).
+    BitCount {
+        key: &'a [u8],
+        args: &'a [&'a [u8]],
+    },
     Append {
         key: &'a [u8],
         suffix: &'a [u8],
@@ -278,6 +284,7 @@ impl Command<'_> {
             Command::MSetNx { .. } => "msetnx",
             Command::GetBit { .. } => "getbit",
             Command::SetBit { .. } => "setbit",
+            Command::BitCount { .. } => "bitcount",
             Command::Rename { nx: false, .. } => "rename",
             Command::Rename { nx: true, .. } => "renamenx",
             Command::Copy { .. } => "copy",
@@ -527,6 +534,7 @@ impl Connection {
             } => self.getrange(table, key, start, end, sink).await,
             Command::GetEx { key } => self.get(table, key, sink).await,
             Command::GetBit { key, offset } => self.getbit(table, key, offset, sink).await,
+            Command::BitCount { key, args } => self.bitcount(table, key, args, sink).await,
             // Read then write, or several keys: as a transaction of their own
             // (`atomic.rs`), so each is atomic as in Redis.
             atomic @ (Command::GetDel { .. }

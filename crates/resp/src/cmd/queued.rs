@@ -16,7 +16,7 @@
 use ramstore_client::{ClientError, Transaction};
 use ramstore_wire::counter::CounterText;
 
-use super::bits::{get_bit, set_bit, set_range};
+use super::bits::{bit_count_args, get_bit, set_bit, set_range};
 use super::strings::{byte_range, Set, SetCondition};
 use super::{Command, NOT_INTEGER};
 use crate::long_double::incr_by_float;
@@ -133,6 +133,13 @@ pub(super) async fn run_queued(
                 .await?
                 .is_some_and(|v| get_bit(&v, offset));
             e.integer(i64::from(bit));
+        }
+        Command::BitCount { key, args } => {
+            let value = tx.read(table, key).await?;
+            match value.map_or(Ok(0), |v| bit_count_args(&v, args)) {
+                Ok(n) => e.integer(n),
+                Err(message) => e.error(message),
+            }
         }
         Command::SetBit { key, offset, on } => {
             let mut v = tx.read(table, key).await?.unwrap_or_default();

@@ -119,6 +119,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("msetnx", -3, W, (1, -1, 2), strings::parse_msetnx),
     spec("getbit", 3, R, ONEKEY, bits::parse_getbit),
     spec("setbit", 4, W, ONEKEY, bits::parse_setbit),
+    spec("bitcount", -2, &["readonly"], ONEKEY, bits::parse_bitcount),
     spec("append", 3, W, ONEKEY, strings::parse_append),
     spec("incr", 2, W, ONEKEY, counters::parse_incr),
     spec("incrby", 3, W, ONEKEY, counters::parse_incrby),

@@ -388,6 +388,21 @@ impl Connection {
         });
     }
 
+    /// BITCOUNT: one read.
+    pub(super) async fn bitcount(&self, table: u64, key: &[u8], args: &[&[u8]], sink: &mut Sink) {
+        let o = self.shared.backend.read(table, key).await;
+        // The reply may be encoded after this call returns (a forwarded read):
+        // the few argument bytes go with it.
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+        self.finish(sink, o, move |e, r| {
+            let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            match r.map_or(Ok(0), |(v, _)| super::bits::bit_count_args(&v, &args)) {
+                Ok(n) => e.integer(n),
+                Err(message) => e.error(message),
+            }
+        });
+    }
+
     /// GETBIT outside MULTI: one read (nothing to keep atomic).
     pub(super) async fn getbit(&self, table: u64, key: &[u8], offset: u64, sink: &mut Sink) {
         let o = self.shared.backend.read(table, key).await;
