@@ -882,3 +882,70 @@ fn server_resp_listen_spans_masters() {
     let expected: Vec<String> = (0..100).map(|i| format!("\"v{i}\"")).collect();
     assert_eq!(values.lines().collect::<Vec<_>>(), expected);
 }
+
+/// A `redis-server` on a free port with nothing saved, for the differential
+/// test; stopped when dropped.
+struct RedisServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start() -> RedisServer {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start redis-server ({e}): the differential test needs it \
+                     (scripts/install-test-deps installs Debian's redis-server)"
+                )
+            });
+        let server = RedisServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // Ready once it accepts a connection (it listens only after loading).
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(redis_cli(port, &["PING"], ""), "PONG");
+        server
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 24's differential test: random command sequences over the supported
+/// string and keyspace commands (`tests/python/differential.py`), sent to a
+/// real redis-server and to `ramstore dev`, in RESP2 and RESP3; every reply
+/// must be byte-identical. On a mismatch the script prints a shrunk
+/// reproducer.
+#[test]
+fn differential_against_redis_server() {
+    let redis = RedisServer::start();
+    let d = RespDev::start(1, &["--replicas", "0"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/differential.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args([&redis.port.to_string(), &d.resp_port.to_string()])
+        .args(["--seeds", "40", "--first", "1", "--commands", "250"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3 {}: {e}", script.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "ramstore's replies differ from redis-server's ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(stdout.contains("every reply byte-identical"), "{stdout}");
+}
