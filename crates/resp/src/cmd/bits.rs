@@ -6,6 +6,7 @@
 
 use ramstore_wire::MAX_VALUE_BYTES;
 
+use super::strings::clamp_range;
 use super::{eq, Command, ParseError};
 use crate::protocol::parse_i64;
 
@@ -123,26 +124,10 @@ pub fn bit_count(value: &[u8], range: BitRange) -> i64 {
     let Some((start, end, bits)) = range else {
         return popcount(value);
     };
-    if start < 0 && end < 0 && start > end {
-        return 0;
-    }
     let total = i64::try_from(value.len()).unwrap_or(i64::MAX) << (if bits { 3 } else { 0 });
-    let start = if start < 0 {
-        total.saturating_add(start)
-    } else {
-        start
-    }
-    .max(0);
-    let end = if end < 0 {
-        total.saturating_add(end)
-    } else {
-        end
-    }
-    .max(0)
-    .min(total - 1);
-    if start > end {
+    let Some((start, end)) = clamp_range(total, start, end) else {
         return 0;
-    }
+    };
     if !bits {
         // In range: 0 <= start <= end < len.
         return popcount(&value[start as usize..=end as usize]);
