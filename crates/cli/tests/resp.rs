@@ -213,6 +213,10 @@ fn redis_cli_every_command() {
     assert_eq!(d.cli(&["GETEX", "hw"]), "\"Hello Redis\"");
     assert_eq!(d.cli(&["GETEX", "hw", "PERSIST"]), "\"Hello Redis\"");
     assert_eq!(d.cli(&["GETEX", "hw", "BOGUS"]), "(error) ERR syntax error");
+    assert_eq!(
+        d.cli(&["GETEX", "hw", "EX", "10"]),
+        "(error) ERR GETEX EX/PX/EXAT/PXAT is not supported: ramstore keys do not expire yet"
+    );
     assert_eq!(d.cli(&["MSETNX", "n1", "a", "n2", "b"]), "(integer) 1");
     assert_eq!(d.cli(&["MSETNX", "n2", "x", "n3", "y"]), "(integer) 0");
     assert_eq!(d.cli(&["EXISTS", "n3"]), "(integer) 0");

@@ -347,8 +347,8 @@ pub enum ParseError {
     #[error("ERR DB index is out of range")]
     DbIndexOutOfRange,
     /// SET's EX, PX, EXAT and PXAT: keys have no time to live yet.
-    #[error("ERR SET EX/PX/EXAT/PXAT is not supported: ramstore keys do not expire yet")]
-    ExpiryUnsupported,
+    #[error("ERR {0} EX/PX/EXAT/PXAT is not supported: ramstore keys do not expire yet")]
+    ExpiryUnsupported(&'static str),
     #[error("NOPROTO unsupported protocol version")]
     UnsupportedProtocol,
     #[error("ERR Protocol version is not an integer or out of range")]

@@ -69,7 +69,7 @@ pub(super) fn parse_set<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseEr
         } else if eq(opt, "keepttl") {
             // Keys never expire yet, so there is no time to live to keep.
         } else if ["ex", "px", "exat", "pxat"].iter().any(|w| eq(opt, w)) {
-            return Err(ParseError::ExpiryUnsupported);
+            return Err(ParseError::ExpiryUnsupported("SET"));
         } else {
             return Err(ParseError::Syntax);
         }
@@ -145,7 +145,7 @@ pub(super) fn parse_getex<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, Parse
         [key] => Ok(Command::GetEx { key }),
         [key, persist] if eq(persist, "persist") => Ok(Command::GetEx { key }),
         [_, option, _] if ["ex", "px", "exat", "pxat"].iter().any(|o| eq(option, o)) => {
-            Err(ParseError::ExpiryUnsupported)
+            Err(ParseError::ExpiryUnsupported("GETEX"))
         }
         _ => Err(ParseError::Syntax),
     }
