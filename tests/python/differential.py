@@ -87,6 +87,10 @@ def generate(rng, n):
     key = lambda: rng.choice(KEYS)
     text = lambda: "".join(rng.choice("abc019-. ") for _ in range(rng.randrange(0, 6)))
     num = lambda: str(rng.choice([0, 1, -1, 7, 42, -100, 2**62, "x", "1.5", "007"]))
+    float_text = lambda: rng.choice(
+        ["1.5", "-0.1", "0.1", "3", "1e3", "-1e-5", "inf", "abc", "10.50", "0x10",
+         "5e400", "-0", " 1", "1 ", "", "+.5", "1e-4940", "0.30000000000000004"]
+    )
     small = lambda lo, hi: rng.randrange(lo, hi)
     makers = [
         lambda: ["SET", key(), text()],
@@ -112,6 +116,8 @@ def generate(rng, n):
         lambda: ["DECR", key()],
         lambda: ["INCRBY", key(), num()],
         lambda: ["DECRBY", key(), num()],
+        lambda: ["INCRBYFLOAT", key(), float_text()],
+        lambda: ["SET", key(), float_text()],
         lambda: ["EXISTS", key(), key()],
         lambda: ["TOUCH", key(), key()],
         lambda: ["TYPE", key()],

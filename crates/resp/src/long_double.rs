@@ -75,14 +75,16 @@ impl LongDouble {
         if bytes.is_empty() || bytes.len() >= MAX_LONG_DOUBLE_CHARS {
             return None;
         }
-        // Redis copies the argument into a C string: strtold stops at a NUL,
-        // and a NUL is the end it checks for.
-        let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
-        if text.is_empty() {
-            // A leading NUL: strtold converts nothing and its end pointer is
-            // the string's start, which is the NUL Redis checks for: zero.
-            return Some(LongDouble::ZERO);
+        // Redis copies the text into a C string and requires strtold to have
+        // read all of it (`string2ld`: the end pointer must be the copy's
+        // length), so a NUL anywhere — where strtold stops — is not a float.
+        // Checked against redis-server 7.0.15: `1\0`, `\01` and `\0` are all
+        // refused, as arguments and as stored values (regression: the
+        // differential test found `0` answered for a value with NULs).
+        if bytes.contains(&0) {
+            return None;
         }
+        let text = bytes;
         if text.first().is_some_and(|&b| is_c_space(b)) {
             return None;
         }
