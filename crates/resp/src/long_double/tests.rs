@@ -82,7 +82,7 @@ fn parse_accepts_hex_infinity_and_denormals_and_refuses_any_nul() {
     let value = |s: &[u8]| LongDouble::parse(s).and_then(LongDouble::to_redis_string);
     assert_eq!(value(b"0x1.8p1").as_deref(), Some("3"));
     // redis-server 7.0.15 answers "not a valid float" to each of these.
-    for with_nul in [&b"1\0garbage"[..], b"\0", b"\01", b"1\0", b"\0\0\09."] {
+    for with_nul in [&b"1\0garbage"[..], b"\0", b"\x001", b"1\0", b"\0\0\x009."] {
         assert_eq!(LongDouble::parse(with_nul), None, "{with_nul:?}");
     }
     assert_eq!(value(b"1e-4940").as_deref(), Some("0"), "a denormal");
