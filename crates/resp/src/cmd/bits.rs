@@ -6,7 +6,7 @@
 
 use ramstore_wire::MAX_VALUE_BYTES;
 
-use super::strings::clamp_range;
+use super::offsets::clamp_range;
 use super::{eq, Command, ParseError};
 use crate::protocol::parse_i64;
 

@@ -34,6 +34,7 @@ pub mod connection;
 pub mod counters;
 pub mod keys;
 pub mod multi;
+mod offsets;
 mod queued;
 pub mod server;
 pub mod spec;

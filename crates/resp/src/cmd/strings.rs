@@ -176,35 +176,11 @@ pub(super) fn parse_msetnx<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, Pars
 /// The bytes GETRANGE answers of a value of `len` bytes: Redis 7's
 /// `getrangeCommand` ([`clamp_range`]); empty when nothing is left.
 pub(super) fn byte_range(len: usize, start: i64, end: i64) -> std::ops::Range<usize> {
-    match clamp_range(i64::try_from(len).unwrap_or(i64::MAX), start, end) {
+    match super::offsets::clamp_range(i64::try_from(len).unwrap_or(i64::MAX), start, end) {
         // In range: 0 <= start <= end < len.
         Some((start, end)) => start as usize..end as usize + 1,
         None => 0..0,
     }
-}
-
-/// Redis 7's offset rule for a range of `total` units (GETRANGE's bytes,
-/// BITCOUNT's bytes or bits): two negative offsets with start after end are
-/// empty; an offset below 0 counts from the end; both are clamped into
-/// `0..total`. `None` when nothing is left (`start > end`, or `total` 0).
-pub(super) fn clamp_range(total: i64, start: i64, end: i64) -> Option<(i64, i64)> {
-    if start < 0 && end < 0 && start > end {
-        return None;
-    }
-    let start = if start < 0 {
-        total.saturating_add(start)
-    } else {
-        start
-    }
-    .max(0);
-    let end = if end < 0 {
-        total.saturating_add(end)
-    } else {
-        end
-    }
-    .max(0)
-    .min(total - 1);
-    (total > 0 && start <= end).then_some((start, end))
 }
 
 pub(super) fn parse_append<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
