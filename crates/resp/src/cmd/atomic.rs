@@ -31,9 +31,8 @@ impl Connection {
                 &mut Encoder::new(&mut reply, self.version),
             )
             .await;
-            match ran {
-                Ok(()) => {}
-                Err(e) => return self.store_error(sink, &StoreError::Client(e)),
+            if let Err(e) = ran {
+                return self.store_error(sink, &StoreError::Client(e));
             }
             match tx.commit().await {
                 Ok(()) => return sink.reply(self.version, |e| e.out.extend_from_slice(&reply)),
