@@ -117,6 +117,15 @@ pub enum BackupClientError {
 }
 
 impl BackupClientError {
+    /// Whether this is a backup's refusal for lack of free frames (its disk holds
+    /// all the replicas it can: [`crate::BackupError::FramesFull`]), as opposed to
+    /// the passing lack of open buffers. The status (NO_SPACE) is the same, so the
+    /// backup's message tells them apart; `frames_full_is_recognised_from_the_message`
+    /// pairs this with the text.
+    pub fn is_out_of_frames(&self) -> bool {
+        matches!(self, Self::Full { message, .. } if message.contains("frames hold replicas"))
+    }
+
     fn of_body(addr: &str, body: &ErrorBody<'_>) -> Self {
         let addr = addr.to_string();
         match *body {
@@ -398,6 +407,22 @@ fn unexpected(addr: &str, response: &Response<'_>) -> BackupClientError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_full_is_recognised_from_the_message() {
+        let refusal = |e: crate::BackupError| {
+            let message = e.to_string();
+            BackupClientError::of_body(
+                "b:1",
+                &ErrorBody::Message {
+                    status: Status::NoSpace,
+                    message: &message,
+                },
+            )
+        };
+        assert!(refusal(crate::BackupError::FramesFull { frames: 64 }).is_out_of_frames());
+        assert!(!refusal(crate::BackupError::BuffersFull { limit: 8 }).is_out_of_frames());
+    }
 
     #[test]
     fn of_body_sorts_every_status() {

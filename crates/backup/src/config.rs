@@ -102,6 +102,23 @@ impl BackupConfig {
         Ok(())
     }
 
+    /// Frames an ordinary open may not take: kept for opens that free more than
+    /// they take (`BackupStore::open_reclaiming`: survivors of combined cleaning
+    /// and the heads that let cleaned segments be freed), so a master whose
+    /// backups are full can always clean its way back (docs/design-notes.md "Full
+    /// backups"). A cleaning pass under backup pressure takes one survivor frame,
+    /// the head it rolls one, and a head refused before it one more, so 4 frames
+    /// serve one master; larger stores keep 1/16 for several masters cleaning at
+    /// once, at most 16. Stores of
+    /// fewer than 16 frames (tests) keep none.
+    pub fn reserved_frames(&self) -> u32 {
+        if self.frame_count < 16 {
+            0
+        } else {
+            (self.frame_count / 16).clamp(4, 16)
+        }
+    }
+
     /// Bytes of one frame: segment area plus metadata area.
     pub fn frame_bytes(&self) -> u64 {
         u64::from(self.segment_bytes) + u64::from(METADATA_AREA_BYTES)

@@ -188,7 +188,7 @@ impl ReplicaSink for ThrottledReplicas {
     }
 
     fn opened(&self, segment_id: u64, role: SegmentRole) {
-        if role == SegmentRole::Survivor && self.ns_per_kb != 0 {
+        if role.complete_when_opened() && self.ns_per_kb != 0 {
             lock(&self.survivors).insert(segment_id);
         }
     }

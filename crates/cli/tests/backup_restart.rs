@@ -87,6 +87,7 @@ fn restart_after_sigkill_keeps_closed_replicas_byte_exact() {
             open: true,
             close: true,
             atomic: false,
+            reserve: false,
         };
         client
             .write(addr, MASTER, 2, 0, &full, open_close)

@@ -310,6 +310,7 @@ fn put_replica(
         open: true,
         close: true,
         atomic: false,
+        reserve: false,
     };
     let bytes = format!("segment {segment} of master {master}").into_bytes();
     rt.block_on(backups.write(addr, master, segment, 0, &bytes, flags))

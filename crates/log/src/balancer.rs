@@ -72,6 +72,14 @@ pub const CLEAN_AHEAD_MAX_MEMORY_SHARE: f64 = 1.0 / 64.0;
 /// F ≤ min(0.1, (1−L)/2, clean-ahead); prefer compaction unless tombstones are ≥ 40% of freeable
 /// space or the disk log is near its limit.
 pub fn choose(input: &BalancerInput) -> CleanKind {
+    // The disk log near its limit needs combined cleaning whatever memory is
+    // free: with the configured limit that happens only under memory pressure
+    // (compaction is what makes the disk log outgrow memory), but a budget learned
+    // from full backups (docs/design-notes.md "Full backups") can be reached with
+    // most of memory free, and then only combined cleaning frees frames.
+    if disk_near_limit(input) {
+        return CleanKind::Combined;
+    }
     let freeable = (1.0 - input.live_fraction).max(0.0);
     let threshold = MAX_FREE_FRACTION_TO_CLEAN
         .min(freeable / 2.0)
@@ -100,7 +108,12 @@ pub fn needs_combined(input: &BalancerInput) -> bool {
             && tombstone_share
                 >= TOMBSTONE_SHARE_WHEN_COMPACTION_IS_COSTLY
                     .min(input.tombstone_share_for_combined))
-        || input.disk_log_bytes as f64 >= DISK_SHARE_FOR_COMBINED * input.disk_limit_bytes as f64
+        || disk_near_limit(input)
+}
+
+/// Whether the disk log is at [`DISK_SHARE_FOR_COMBINED`] of its limit or above.
+fn disk_near_limit(input: &BalancerInput) -> bool {
+    input.disk_log_bytes as f64 >= DISK_SHARE_FOR_COMBINED * input.disk_limit_bytes as f64
 }
 
 /// Seglets a combined pass may plan its survivors into, of `available` that the

@@ -173,6 +173,11 @@ pub struct Log {
     pub(crate) counters: CleanerCounters,
     /// Largest entry an append accepts (a segment minus room for its metadata).
     max_entry_bytes: usize,
+    /// The on-disk log's limit learned from full backups (`u64::MAX`: none yet):
+    /// the backups refused a new replica when this master's log held this many
+    /// bytes on disk, so it cleans to stay below it (docs/design-notes.md "Full
+    /// backups").
+    disk_budget_bytes: AtomicU64,
 }
 
 fn digest_bound_bytes(seglets: usize) -> usize {
@@ -265,6 +270,7 @@ impl Log {
             appended_bytes: AtomicU64::new(0),
             counters: CleanerCounters::default(),
             max_entry_bytes,
+            disk_budget_bytes: AtomicU64::new(u64::MAX),
             config,
         };
         {
@@ -294,6 +300,48 @@ impl Log {
     /// Pins the current epoch for an operation that reads log memory.
     pub fn pin(&self) -> EpochGuard<'_> {
         self.epochs.pin()
+    }
+
+    /// Bytes of this log on disk (each segment's length on its replicas): what the
+    /// disk limit (L§5.2) and the disk budget are compared with.
+    pub fn disk_log_bytes(&self) -> u64 {
+        let table = self.segments.lock();
+        table.by_id.values().map(|m| m.disk_length as u64).sum()
+    }
+
+    /// Frames this log's segments take on each backup holding them, in bytes: a
+    /// segment takes a whole frame however short it is.
+    pub fn disk_frame_bytes(&self) -> u64 {
+        let segments = self.segments.lock().by_id.len() as u64;
+        segments * self.config.segment_bytes as u64
+    }
+
+    /// The backups refused a new replica for lack of frames: from now on this
+    /// master's on-disk log is kept two segments below its size then (in frames,
+    /// [`Self::disk_frame_bytes`]) by combined cleaning, instead of below the
+    /// configured multiple of memory (L§5.2). Learned once, at the first refusal,
+    /// and kept until the process restarts: later refusals come while cleaning
+    /// works towards it (docs/design-notes.md "Full backups").
+    pub fn limit_disk_log_at_refusal(&self) {
+        let segment = self.config.segment_bytes as u64;
+        let budget = self
+            .disk_frame_bytes()
+            .saturating_sub(2 * segment)
+            .max(segment);
+        let _ = self.disk_budget_bytes.compare_exchange(
+            u64::MAX,
+            budget,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The budget [`Self::limit_disk_log`] set, if any.
+    pub fn disk_budget_bytes(&self) -> Option<u64> {
+        match self.disk_budget_bytes.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            bytes => Some(bytes),
+        }
     }
 
     /// Largest object/tombstone entry (all bytes) an append accepts.

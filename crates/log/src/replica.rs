@@ -20,6 +20,19 @@ pub enum SegmentRole {
     Head,
     /// A survivor segment of combined cleaning: complete when opened.
     Survivor,
+    /// A migration's side-log segment (Rocksteady, issue 20): complete when opened,
+    /// like a survivor, but it adds to the log where a survivor replaces more than
+    /// it takes — so it may not use a backup's frames reserved for cleaning
+    /// (docs/design-notes.md "Full backups").
+    Side,
+}
+
+impl SegmentRole {
+    /// Whether the segment's bytes are all known when it is opened (a survivor or
+    /// a side-log segment), so it is sent whole and closed with its last bytes.
+    pub fn complete_when_opened(self) -> bool {
+        matches!(self, Self::Survivor | Self::Side)
+    }
 }
 
 /// Receives every byte range the log needs replicated. Implementations are called

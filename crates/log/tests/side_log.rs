@@ -121,7 +121,7 @@ fn append_side_replicates_nothing_until_sealed_then_whole_segments_and_never_tou
     for &id in &ids {
         let mut bytes = Vec::new();
         let len = log.copy_for_replica(id, 0, &mut bytes).unwrap();
-        expected.push(Call::Opened(id, SegmentRole::Survivor));
+        expected.push(Call::Opened(id, SegmentRole::Side));
         expected.push(Call::Replicate(id, 0, len));
         expected.push(Call::Close(id));
     }

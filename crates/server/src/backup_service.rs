@@ -528,7 +528,12 @@ impl BackupService {
             }
         }
         if flags.open {
-            self.store.open(master_id, segment_id, flags.atomic)?;
+            if flags.reserve {
+                self.store
+                    .open_reclaiming(master_id, segment_id, flags.atomic)?;
+            } else {
+                self.store.open(master_id, segment_id, flags.atomic)?;
+            }
         }
         // Also with no bytes: that checks the replica exists and `offset` leaves
         // no gap, so a bare close cannot close a replica that is missing bytes.

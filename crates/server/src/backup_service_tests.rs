@@ -27,11 +27,13 @@ const OPEN: BackupWriteFlags = BackupWriteFlags {
     open: true,
     close: false,
     atomic: false,
+    reserve: false,
 };
 const WRITE: BackupWriteFlags = BackupWriteFlags {
     open: false,
     close: false,
     atomic: false,
+    reserve: false,
 };
 
 /// Sends `req` to the service; returns the status and, for an error, its message.

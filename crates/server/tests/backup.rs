@@ -62,6 +62,7 @@ fn open_atomic() -> BackupWriteFlags {
         open: true,
         close: false,
         atomic: true,
+        reserve: false,
     }
 }
 
@@ -70,6 +71,7 @@ fn open_close() -> BackupWriteFlags {
         open: true,
         close: true,
         atomic: false,
+        reserve: false,
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use ramstore_backup::{BackupClient, BackupReplica};
 use ramstore_backup::{BackupConfig, BackupStore, Disk, MemDisk, SyncMode};
-use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig};
+use ramstore_master::{CleanerMode, ObjectStore, RejectRules, StoreConfig, WriteError};
 use ramstore_rpc::LocalTransport;
 use ramstore_server::backup_service::BackupService;
 use ramstore_server::cold_start::{digest_of, LogReplay};
@@ -42,6 +42,24 @@ struct Fixture {
 /// A master (R = 2) replicating to two in-process backups, started, with replica
 /// checks every `check_interval_ms` (0: off).
 fn fixture(check_interval_ms: u64) -> Fixture {
+    fixture_with(
+        check_interval_ms,
+        SEGMENT_BYTES,
+        16 << 20,
+        64,
+        CleanerMode::Manual,
+    )
+}
+
+/// [`fixture`] with `segment_bytes` segments, `memory_bytes` of log,
+/// `frame_count` frames per backup and the given cleaner.
+fn fixture_with(
+    check_interval_ms: u64,
+    segment_bytes: usize,
+    memory_bytes: usize,
+    frame_count: u32,
+    cleaner: CleanerMode,
+) -> Fixture {
     let transport = Arc::new(LocalTransport::new());
     let manager = ReplicaManager::new(
         2,
@@ -50,16 +68,16 @@ fn fixture(check_interval_ms: u64) -> Fixture {
         ramstore_clock::system_clock(),
     );
     manager.set_replica_check_interval_ms(check_interval_ms);
-    let mut config = StoreConfig::new(16 << 20);
-    config.segment_bytes = SEGMENT_BYTES;
-    config.cleaner = CleanerMode::Manual;
+    let mut config = StoreConfig::new(memory_bytes);
+    config.segment_bytes = segment_bytes;
+    config.cleaner = cleaner;
     config.replicas = manager.clone();
     let store = Arc::new(ObjectStore::new(config).expect("store"));
     store.add_tablet(TABLE, 0, u64::MAX).expect("tablet");
     for addr in BACKUPS {
         let backup_config = BackupConfig {
-            frame_count: 64,
-            segment_bytes: SEGMENT_BYTES as u32,
+            frame_count,
+            segment_bytes: segment_bytes as u32,
             max_open_buffers: 16,
             sync_mode: SyncMode::Buffered,
         };
@@ -68,7 +86,7 @@ fn fixture(check_interval_ms: u64) -> Fixture {
                 .expect("backup store");
         // The backup's own master half is idle: a small log.
         let mut own = StoreConfig::new(2 << 20);
-        own.segment_bytes = SEGMENT_BYTES;
+        own.segment_bytes = segment_bytes;
         own.cleaner = CleanerMode::Manual;
         let service = StorageService::with_backup(
             ObjectStore::new(own).expect("backup's store"),
@@ -99,20 +117,28 @@ fn fixture(check_interval_ms: u64) -> Fixture {
 }
 
 impl Fixture {
-    /// Writes `key` and waits until it is durable, retrying the wait (each one
-    /// ends after `REPLICATION_WAIT_MS`) for at most [`PATIENCE`].
+    /// Writes `key` and waits until it is durable, retrying a full log (the
+    /// cleaner frees memory meanwhile) and the wait (each one ends after
+    /// `REPLICATION_WAIT_MS`) for at most [`PATIENCE`].
     async fn write_durably(&mut self, key: &[u8], value: &[u8]) {
-        let version = self
-            .store
-            .write(TABLE, key, value, &RejectRules::default())
-            .expect("write");
-        let point = self.manager.sync_point();
         let deadline = Instant::now() + PATIENCE;
+        let version = loop {
+            match self.store.write(TABLE, key, value, &RejectRules::default()) {
+                Ok(version) => break version,
+                Err(WriteError::NoSpace) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err(e) => panic!("write of {key:?}: {e:?}; {:?}", self.manager.stats()),
+            }
+        };
+        let point = self.manager.sync_point();
         while let Err(e) = self.manager.wait_durable(point).await {
             assert!(
                 Instant::now() < deadline,
-                "write of {key:?} not durable after {PATIENCE:?}: {e}; {:?}",
-                self.manager.stats()
+                "write of {key:?} not durable after {PATIENCE:?}: {e}; {:?}; disk budget {:?}, balancer {:?}",
+                self.manager.stats(),
+                self.store.log().disk_budget_bytes(),
+                ramstore_log::Cleaner::new(self.store.log()).balancer_input(),
             );
         }
         self.model.insert(key.to_vec(), (value.to_vec(), version));
@@ -341,6 +367,52 @@ async fn replica_check_of_healthy_backups_recreates_nothing() {
     let stats = fx.manager.stats();
     assert_eq!(stats.replicas_found_lost, 0, "{stats:?}");
     assert_eq!(stats.rereplications, 0, "{stats:?}");
+    fx.assert_recoverable().await;
+    fx.stop();
+}
+
+/// Regression (issue 17, docs/design-notes.md "Full backups"): a master whose
+/// on-disk log outgrew its backups (here 24 frames each, 20 of them for ordinary
+/// opens, while the configured disk limit is 2 × 32 segments of memory) had every
+/// new head refused NO_SPACE, and writes waited for good: compaction frees
+/// memory, never frames, and the balancer ran no cleaner with memory free. Now
+/// the refusal sets the log's disk budget, combined cleaning keeps the log below
+/// it using the frames backups keep for cleaning, and writes go on; everything
+/// acknowledged stays readable and recoverable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_go_on_when_the_log_outgrows_full_backups() {
+    const FRAMES: u32 = 24;
+    const SEGMENT: usize = 1 << 20;
+    let mut fx = fixture_with(
+        0,
+        SEGMENT,
+        32 * SEGMENT,
+        FRAMES,
+        CleanerMode::Background { threads: 1 },
+    );
+    // 64 live keys of 1 KiB, overwritten until 3 × the backups' frames' worth
+    // was written.
+    let writes = 3 * FRAMES as usize * SEGMENT / 1024;
+    for i in 0..writes {
+        let value = vec![(i % 251) as u8; 1024];
+        fx.write_durably(format!("k{}", i % 64).as_bytes(), &value)
+            .await;
+    }
+    let budget = fx.store.log().disk_budget_bytes();
+    assert!(
+        budget.is_some(),
+        "the backups never refused a replica: the test did not fill them"
+    );
+    for addr in BACKUPS {
+        let held = fx.replicas_on(addr).await.len();
+        assert!(held <= FRAMES as usize, "{addr} holds {held} replicas");
+    }
+    let mut got = Vec::new();
+    for (key, (value, version)) in &fx.model {
+        let read_version = fx.store.read(TABLE, key, &mut got).expect("read");
+        assert_eq!(read_version, *version, "version of {key:?}");
+        assert!(got == *value, "value of {key:?}");
+    }
     fx.assert_recoverable().await;
     fx.stop();
 }

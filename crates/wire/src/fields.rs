@@ -170,11 +170,14 @@ pub const BACKUP_WRITE_OPEN: u8 = 1 << 0;
 pub const BACKUP_WRITE_CLOSE: u8 = 1 << 1;
 /// Bit of [`BackupWriteFlags::atomic`].
 pub const BACKUP_WRITE_ATOMIC: u8 = 1 << 2;
-const BACKUP_WRITE_KNOWN: u8 = BACKUP_WRITE_OPEN | BACKUP_WRITE_CLOSE | BACKUP_WRITE_ATOMIC;
+/// Bit of [`BackupWriteFlags::reserve`].
+pub const BACKUP_WRITE_RESERVE: u8 = 1 << 3;
+const BACKUP_WRITE_KNOWN: u8 =
+    BACKUP_WRITE_OPEN | BACKUP_WRITE_CLOSE | BACKUP_WRITE_ATOMIC | BACKUP_WRITE_RESERVE;
 
 /// What a BackupWrite does besides writing its bytes (`u8` bit set: bit 0 open,
-/// bit 1 close, bit 2 atomic). One RPC may open, write and close a replica
-/// (RAMCloud's BackupWriteRpc works the same way).
+/// bit 1 close, bit 2 atomic, bit 3 reserve). One RPC may open, write and close a
+/// replica (RAMCloud's BackupWriteRpc works the same way).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct BackupWriteFlags {
     /// Open the replica before writing; opening a replica that is already open in
@@ -185,6 +188,11 @@ pub struct BackupWriteFlags {
     /// Open in atomic mode: the replica is never offered for recovery until it is
     /// closed (R§8, re-replication). Only meaningful, and only allowed, with `open`.
     pub atomic: bool,
+    /// The open may take one of the frames the backup keeps for cleaning: the
+    /// replica frees more than it takes (a survivor of combined cleaning, or the
+    /// head whose durability lets the cleaned segments' replicas be freed).
+    /// Only allowed with `open` (docs/design-notes.md "Full backups").
+    pub reserve: bool,
 }
 
 impl BackupWriteFlags {
@@ -193,18 +201,21 @@ impl BackupWriteFlags {
         open: false,
         close: false,
         atomic: false,
+        reserve: false,
     };
     /// Open (in normal mode), then write.
     pub const OPEN: BackupWriteFlags = BackupWriteFlags {
         open: true,
         close: false,
         atomic: false,
+        reserve: false,
     };
     /// Write, then close.
     pub const CLOSE: BackupWriteFlags = BackupWriteFlags {
         open: false,
         close: true,
         atomic: false,
+        reserve: false,
     };
 
     /// The bit set as sent on the wire; fails for `atomic` without `open`.
@@ -212,9 +223,17 @@ impl BackupWriteFlags {
         if self.atomic && !self.open {
             return Err(WireError::Malformed("backup write ATOMIC without OPEN"));
         }
+        if self.reserve && !self.open {
+            return Err(WireError::Malformed("backup write RESERVE without OPEN"));
+        }
         Ok((if self.open { BACKUP_WRITE_OPEN } else { 0 })
             | (if self.close { BACKUP_WRITE_CLOSE } else { 0 })
-            | (if self.atomic { BACKUP_WRITE_ATOMIC } else { 0 }))
+            | (if self.atomic { BACKUP_WRITE_ATOMIC } else { 0 })
+            | (if self.reserve {
+                BACKUP_WRITE_RESERVE
+            } else {
+                0
+            }))
     }
 
     /// Flags from their wire form. Unknown bits, and ATOMIC without OPEN (the mode
@@ -230,6 +249,7 @@ impl BackupWriteFlags {
             open: bits & BACKUP_WRITE_OPEN != 0,
             close: bits & BACKUP_WRITE_CLOSE != 0,
             atomic: bits & BACKUP_WRITE_ATOMIC != 0,
+            reserve: bits & BACKUP_WRITE_RESERVE != 0,
         };
         flags.bits()?;
         Ok(flags)
@@ -270,8 +290,9 @@ mod tests {
 
     #[test]
     fn backup_write_flags_round_trip_and_reject_bad_combinations() {
-        for bits in 0..8u8 {
-            let atomic_alone = bits & BACKUP_WRITE_ATOMIC != 0 && bits & BACKUP_WRITE_OPEN == 0;
+        for bits in 0..16u8 {
+            let atomic_alone = bits & (BACKUP_WRITE_ATOMIC | BACKUP_WRITE_RESERVE) != 0
+                && bits & BACKUP_WRITE_OPEN == 0;
             match BackupWriteFlags::from_bits(bits) {
                 Ok(flags) => {
                     assert!(!atomic_alone, "{bits:#b}");
@@ -283,7 +304,7 @@ mod tests {
                 }
             }
         }
-        for bits in [8u8, 0x80, 0xff] {
+        for bits in [0x10u8, 0x80, 0xff] {
             assert!(matches!(
                 BackupWriteFlags::from_bits(bits),
                 Err(WireError::BadEnum { .. })

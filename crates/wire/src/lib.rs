@@ -200,7 +200,8 @@ pub use encoder::{
 pub use error::WireError;
 pub use fields::{
     BackupWriteFlags, MigrationMode, NumberKind, ServerStatus, Services, BACKUP_WRITE_ATOMIC,
-    BACKUP_WRITE_CLOSE, BACKUP_WRITE_OPEN, SERVICE_BACKUP, SERVICE_MASTER, SERVICE_REPLICATED_LOG,
+    BACKUP_WRITE_CLOSE, BACKUP_WRITE_OPEN, BACKUP_WRITE_RESERVE, SERVICE_BACKUP, SERVICE_MASTER,
+    SERVICE_REPLICATED_LOG,
 };
 pub use frame::{decode_header, decode_raw_header, frame_len, Header, RawHeader};
 pub use list::{

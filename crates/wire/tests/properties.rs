@@ -54,13 +54,14 @@ fn services() -> impl Strategy<Value = Services> {
 }
 
 fn backup_flags() -> impl Strategy<Value = BackupWriteFlags> {
-    (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(open, close, atomic)| {
-        BackupWriteFlags {
+    (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(open, close, atomic, reserve)| BackupWriteFlags {
             open,
             close,
             atomic: atomic && open,
-        }
-    })
+            reserve: reserve && open,
+        },
+    )
 }
 
 fn encode_req(id: u64, req: &Request<'_>) -> Vec<u8> {

@@ -869,6 +869,7 @@ fn encode_replica_bytes_up_to_one_segment_and_no_more() {
             open: true,
             close: true,
             atomic: true,
+            reserve: false,
         },
         bytes: &segment,
     };
@@ -945,7 +946,12 @@ fn backup_write_flags_are_checked_when_decoding() {
         bytes: b"",
     });
     let at = 20 + 8 + 8 + 4;
-    for (bits, atomic_alone) in [(0x08u8, false), (0x80, false), (BACKUP_WRITE_ATOMIC, true)] {
+    for (bits, atomic_alone) in [
+        (0x10u8, false),
+        (BACKUP_WRITE_RESERVE, true),
+        (0x80, false),
+        (BACKUP_WRITE_ATOMIC, true),
+    ] {
         let mut bad = frame.clone();
         bad[at] = bits;
         let err = decode_request(&bad).expect_err("bad flags");
@@ -966,6 +972,7 @@ fn backup_write_flags_are_checked_when_decoding() {
             offset: 0,
             flags: BackupWriteFlags {
                 atomic: true,
+                reserve: false,
                 ..BackupWriteFlags::WRITE
             },
             bytes: b"x",

@@ -28,8 +28,38 @@ impl<D: Disk> BackupStore<D> {
     /// [`BackupError::AtomicMismatch`] if it is open in the other mode.
     /// A non-atomic open returns once an empty open replica is written to the file:
     /// synced in [`SyncMode::Fsync`], in the page cache in [`SyncMode::Buffered`].
+    /// It never takes the frames kept for cleaning
+    /// ([`crate::BackupConfig::reserved_frames`]).
     pub fn open(&self, master_id: u64, segment_id: u64, atomic: bool) -> Result<(), BackupError> {
+        self.open_in(master_id, segment_id, atomic, false)
+    }
+
+    /// [`Self::open`] for a replica that frees more than it takes — a survivor of
+    /// combined cleaning, or the head whose durability lets the cleaned segments'
+    /// replicas go: it may take the frames an ordinary open leaves (docs/
+    /// design-notes.md "Full backups").
+    pub fn open_reclaiming(
+        &self,
+        master_id: u64,
+        segment_id: u64,
+        atomic: bool,
+    ) -> Result<(), BackupError> {
+        self.open_in(master_id, segment_id, atomic, true)
+    }
+
+    fn open_in(
+        &self,
+        master_id: u64,
+        segment_id: u64,
+        atomic: bool,
+        reclaiming: bool,
+    ) -> Result<(), BackupError> {
         let key = (master_id, segment_id);
+        let kept_frames = if reclaiming {
+            0
+        } else {
+            self.config.reserved_frames() as usize
+        };
         // Each turn of the loop that finds a gone replica follows a free or failed
         // open that completed meanwhile, so the loop makes progress.
         loop {
@@ -58,7 +88,12 @@ impl<D: Disk> BackupStore<D> {
                     limit: self.config.max_open_buffers,
                 });
             };
-            let Some(frame) = catalog.free_frames.pop() else {
+            let frame = if catalog.free_frames.len() > kept_frames {
+                catalog.free_frames.pop()
+            } else {
+                None
+            };
+            let Some(frame) = frame else {
                 catalog.free_buffers.push(buf);
                 return Err(BackupError::FramesFull {
                     frames: self.config.frame_count,

@@ -212,17 +212,22 @@ impl<'a> Cleaner<'a> {
     /// The balancer's view of the log right now.
     pub fn balancer_input(&self) -> BalancerInput {
         let memory = self.log.pool.bytes() as f64;
-        let stats_disk: u64 = {
-            let table = self.log.segments.lock();
-            table.by_id.values().map(|m| m.disk_length as u64).sum()
+        let configured_disk_limit = (self.log.config.disk_expansion_factor * memory) as u64;
+        let budget = self.log.disk_budget_bytes();
+        // Under a budget learned from full backups the measure is frames, whole
+        // segments, as the backups count them (docs/design-notes.md "Full
+        // backups"); otherwise bytes on disk (L§5.2).
+        let (disk_log_bytes, disk_limit_bytes) = match budget {
+            Some(b) => (self.log.disk_frame_bytes(), b.min(configured_disk_limit)),
+            None => (self.log.disk_log_bytes(), configured_disk_limit),
         };
         BalancerInput {
             free_fraction: (self.log.pool.available(AllocClass::Write) * SEGLET_BYTES) as f64
                 / memory,
             live_fraction: self.log.live_object_bytes() as f64 / memory,
             tombstone_fraction: self.log.tombstone_bytes_total() as f64 / memory,
-            disk_log_bytes: stats_disk,
-            disk_limit_bytes: (self.log.config.disk_expansion_factor * memory) as u64,
+            disk_log_bytes,
+            disk_limit_bytes,
             compaction: self.log.config.compaction,
             tombstone_share_for_combined: self.log.config.tombstone_share_for_combined,
             clean_ahead_fraction: match self.log.config.clean_ahead_segments {

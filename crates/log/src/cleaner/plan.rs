@@ -36,13 +36,20 @@ impl Cleaner<'_> {
     /// cleaner may take from the pool, less the reserve compaction needs when
     /// two-level cleaning is on (`balancer::combined_budget_seglets`).
     pub(super) fn combined_budget_seglets(&self) -> usize {
-        balancer::combined_budget_seglets(
+        let budget = balancer::combined_budget_seglets(
             self.log.pool.available(AllocClass::Cleaner),
             self.log
                 .config
                 .compaction
                 .then(|| self.log.pool.reserves().cleaner_seglets),
-        )
+        );
+        // Full backups (docs/design-notes.md "Full backups"): each survivor needs
+        // a replica in the frames backups keep for cleaning, a few per backup, so
+        // a pass writes at most one survivor segment's worth.
+        match self.log.disk_budget_bytes() {
+            Some(_) => budget.min(self.log.config.segment_bytes / SEGLET_BYTES),
+            None => budget,
+        }
     }
 
     /// Chooses victims for combined cleaning by cost-benefit — counting, besides the

@@ -188,7 +188,7 @@ impl Log {
         // migration's CPU and the backups' disks went to the pull alone.
         let sink = &self.config.replicas;
         for &(id, length) in &sealed {
-            sink.opened(id, SegmentRole::Survivor);
+            sink.opened(id, SegmentRole::Side);
             sink.replicate(id, 0, length);
             sink.close(id);
         }

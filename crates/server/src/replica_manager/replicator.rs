@@ -105,7 +105,7 @@ impl ReplicaManager {
         let deadline = Duration::from_millis(ROUND_DEADLINE_MS);
         let mut survivor_rounds = 0;
         for seg in st.segments.values() {
-            if seg.in_flight && seg.role == SegmentRole::Survivor {
+            if seg.in_flight && seg.role.complete_when_opened() {
                 survivor_rounds += 1;
             }
             if let Some((started, cancel)) = &seg.round {
@@ -122,7 +122,7 @@ impl ReplicaManager {
             let survivor = st
                 .segments
                 .get(&id)
-                .is_some_and(|s| s.role == SegmentRole::Survivor && !s.in_flight);
+                .is_some_and(|s| s.role.complete_when_opened() && !s.in_flight);
             if survivor && survivor_rounds >= MAX_SURVIVOR_ROUNDS_IN_FLIGHT {
                 // Its turn comes when a round in flight finishes (which wakes
                 // the replicator); head rounds never wait for these.
@@ -164,6 +164,13 @@ impl ReplicaManager {
 
     pub(super) fn plan_segment(&self, st: &mut State, id: u64) -> Planned {
         let newest_open_head = st.newest_open_head;
+        // Full backups (docs/design-notes.md "Full backups"): a survivor replaces
+        // more than it takes, and while cleaned segments wait to be freed so does
+        // any head (their replicas go once a new head is open durably), so these
+        // opens may take the frames backups keep for cleaning. One pass at a
+        // time: a survivor does not while frees wait, or survivors of passes in a
+        // row take the reserve and leave none for the head that frees them.
+        let frees_wait = !st.pending_frees.is_empty();
         let replicas = self.replicas;
         // Fill empty replica places first (R§7.1).
         let missing = st
@@ -183,7 +190,7 @@ impl ReplicaManager {
         };
         let close_allowed = seg.close_requested
             && match seg.role {
-                SegmentRole::Survivor => true,
+                SegmentRole::Survivor | SegmentRole::Side => true,
                 SegmentRole::Head => newest_open_head.is_some_and(|h| h > id),
             };
         let mut sends = Vec::new();
@@ -208,6 +215,12 @@ impl ReplicaManager {
                     open: !r.opened,
                     close: close_allowed,
                     atomic: r.atomic && !r.opened,
+                    reserve: !r.opened
+                        && match seg.role {
+                            SegmentRole::Survivor => !frees_wait,
+                            SegmentRole::Head => frees_wait,
+                            SegmentRole::Side => false,
+                        },
                 },
                 clear_first: r.clear_first && !r.opened,
             });
@@ -219,7 +232,7 @@ impl ReplicaManager {
         // A segment complete when opened goes in rounds of at most
         // SURVIVOR_ROUND_BYTES, its close with the last (an atomic re-replica
         // is still sent whole, as the backup expects).
-        let until = (seg.role == SegmentRole::Survivor
+        let until = (seg.role.complete_when_opened()
             && sends.iter().all(|s| s.from == from && !s.flags.atomic)
             && seg.appended > from + SURVIVOR_ROUND_BYTES)
             .then_some(from + SURVIVOR_ROUND_BYTES);
@@ -410,11 +423,13 @@ impl ReplicaManager {
     ) {
         let mut replicated = None;
         let replicator_needed;
+        let mut refused_full = false;
         {
             let mut st = self.state.lock();
             st.stats.rounds += 1;
             let mut lost = Vec::new();
             let mut full = Vec::new();
+            let mut out_of_frames = false;
             let mut unknown = Vec::new();
             let mut retry = false;
             let mut fenced = st.fenced;
@@ -448,7 +463,8 @@ impl ReplicaManager {
                     }
                     // R§7.1: a full backup refuses the open; the place is filled
                     // again after a pause, elsewhere if another backup is eligible.
-                    Err(BackupClientError::Full { .. }) if send.flags.open => {
+                    Err(e @ BackupClientError::Full { .. }) if send.flags.open => {
+                        out_of_frames |= e.is_out_of_frames();
                         full.push(send.backup);
                         retry = true;
                     }
@@ -505,6 +521,11 @@ impl ReplicaManager {
             if !full.is_empty() {
                 st.refused_full_at = Some(self.clock.now());
             }
+            // Only a disk out of frames says the log is too large for the
+            // backups; open buffers come back as replicas close.
+            if out_of_frames {
+                refused_full = true;
+            }
             // Excluded for this segment, so the next place goes to a backup
             // with room: placement prefers the backup holding the fewest of
             // this master's replicas, which a full one often is, and would pick
@@ -526,6 +547,12 @@ impl ReplicaManager {
         if let Some(id) = replicated {
             self.with_log(|log| log.segment_replicated(id));
             self.closed.notify_all();
+        }
+        if refused_full {
+            // The backups have no room for this master's log at its present
+            // size: combined cleaning keeps it below that from now on and frees
+            // replicas for the refused one (docs/design-notes.md "Full backups").
+            self.with_log(|log| log.limit_disk_log_at_refusal());
         }
         self.durable_changed.notify_waiters();
         if replicator_needed {

@@ -214,6 +214,7 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
                     open: true,
                     close: true,
                     atomic: true,
+                    reserve: false,
                 },
                 bytes: REPLICA_BYTES,
             },
