@@ -117,16 +117,20 @@ impl Cluster {
     /// Replays the log as a cold start would, from the live backups only.
     async fn recover(&self) -> BTreeMap<Vec<u8>, (Vec<u8>, u64)> {
         let client = BackupClient::new(self.transport.clone());
-        let mut holders: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        // Segment → (holder, length, closed) of every replica offered.
+        let mut holders: BTreeMap<u64, Vec<(String, u32, bool)>> = BTreeMap::new();
         for (_, addr) in &self.live {
             for r in client.get_replicas(addr, MASTER_ID).await.unwrap() {
-                holders.entry(r.segment_id).or_default().push(addr.clone());
+                holders
+                    .entry(r.segment_id)
+                    .or_default()
+                    .push((addr.clone(), r.length, r.closed));
             }
         }
         let mut digest = None;
         for (&id, addrs) in holders.iter().rev() {
             let bytes = client
-                .read_replica(&addrs[0], MASTER_ID, id)
+                .read_replica(&addrs[0].0, MASTER_ID, id)
                 .await
                 .unwrap()
                 .bytes;
@@ -141,10 +145,16 @@ impl Cluster {
             let addrs = holders
                 .get(&id)
                 .unwrap_or_else(|| panic!("segment {id} of the digest is on no live backup"));
-            // Recovery may use any replica offered: replay the shortest, so a
-            // copy lacking acknowledged bytes cannot hide behind a complete one.
+            // Recovery replays a closed replica if there is one, else the
+            // longest open one (`ramstore_coordinator::recovery_log`'s
+            // `usable_holders`): an open copy the master replaced after an RPC
+            // to it failed (a round past its deadline on a loaded machine) is a
+            // stale prefix, freed only once the segment is closed. Of those it
+            // may use, replay the shortest, so a copy lacking acknowledged bytes
+            // cannot hide behind a complete one.
+            let usable = usable_replicas(addrs);
             let mut shortest: Option<bytes::Bytes> = None;
-            for addr in addrs {
+            for addr in usable {
                 // The master keeps running: a copy it has since replaced (and
                 // freed) may be gone by now; the others must still be there.
                 let bytes = match client.read_replica(addr, MASTER_ID, id).await {
@@ -166,6 +176,25 @@ impl Cluster {
             .map(|(_, k, v, value)| (k.to_vec(), (value.to_vec(), v)))
             .collect()
     }
+}
+
+/// The holders of one segment's replicas that recovery may replay: the closed
+/// ones if any, else the longest open ones (the coordinator's rule).
+fn usable_replicas(replicas: &[(String, u32, bool)]) -> Vec<&str> {
+    let closed: Vec<&str> = replicas
+        .iter()
+        .filter(|r| r.2)
+        .map(|r| r.0.as_str())
+        .collect();
+    if !closed.is_empty() {
+        return closed;
+    }
+    let longest = replicas.iter().map(|r| r.1).max().unwrap_or(0);
+    replicas
+        .iter()
+        .filter(|r| r.1 == longest)
+        .map(|r| r.0.as_str())
+        .collect()
 }
 
 /// A master's store replicating through a new manager (R = `replicas`) to the
