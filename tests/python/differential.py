@@ -112,6 +112,10 @@ def generate(rng, n):
         lambda: ["SETBIT", key(), small(0, 70), rng.choice([0, 1, 1, 2])],
         lambda: ["BITCOUNT", key()],
         lambda: ["BITCOUNT", key(), small(-9, 9), small(-9, 9)] + rng.choice([[], ["BIT"], ["BYTE"]]),
+        lambda: ["BITPOS", key(), rng.choice([0, 1, 1, 2])],
+        lambda: ["BITPOS", key(), rng.choice([0, 1]), small(-9, 9)],
+        lambda: ["BITPOS", key(), rng.choice([0, 1]), small(-70, 70), small(-70, 70)]
+        + rng.choice([[], ["BIT"], ["BIT"], ["BYTE"], ["NOPE"]]),
         lambda: ["INCR", key()],
         lambda: ["DECR", key()],
         lambda: ["INCRBY", key(), num()],

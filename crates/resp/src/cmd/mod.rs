@@ -29,6 +29,7 @@
 //! [`Shared`] state it points to is `Send + Sync`.
 
 mod atomic;
+pub mod bitpos;
 pub mod bits;
 pub mod connection;
 pub mod counters;
@@ -169,6 +170,13 @@ pub enum Command<'a> {
         key: &'a [u8],
         args: &'a [&'a [u8]],
     },
+    /// BITPOS: the bit sought; `args` after it, checked when it runs (a
+    /// missing key answers without them).
+    BitPos {
+        key: &'a [u8],
+        bit: bool,
+        args: &'a [&'a [u8]],
+    },
     Append {
         key: &'a [u8],
         suffix: &'a [u8],
@@ -286,6 +294,7 @@ impl Command<'_> {
             Command::GetBit { .. } => "getbit",
             Command::SetBit { .. } => "setbit",
             Command::BitCount { .. } => "bitcount",
+            Command::BitPos { .. } => "bitpos",
             Command::Rename { nx: false, .. } => "rename",
             Command::Rename { nx: true, .. } => "renamenx",
             Command::Copy { .. } => "copy",
@@ -536,6 +545,7 @@ impl Connection {
             Command::GetEx { key } => self.get(table, key, sink).await,
             Command::GetBit { key, offset } => self.getbit(table, key, offset, sink).await,
             Command::BitCount { key, args } => self.bitcount(table, key, args, sink).await,
+            Command::BitPos { key, bit, args } => self.bitpos(table, key, bit, args, sink).await,
             // Read then write, or several keys: as a transaction of their own
             // (`atomic.rs`), so each is atomic as in Redis.
             atomic @ (Command::GetDel { .. }

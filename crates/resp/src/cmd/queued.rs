@@ -16,6 +16,7 @@
 use ramstore_client::{ClientError, Transaction};
 use ramstore_wire::counter::CounterText;
 
+use super::bitpos::{bit_pos_args, bit_pos_missing};
 use super::bits::{bit_count_args, get_bit, set_bit, set_range};
 use super::strings::{byte_range, Set, SetCondition};
 use super::{Command, NOT_INTEGER};
@@ -137,6 +138,14 @@ pub(super) async fn run_queued(
         Command::BitCount { key, args } => {
             let value = tx.read(table, key).await?;
             match value.map_or(Ok(0), |v| bit_count_args(&v, args)) {
+                Ok(n) => e.integer(n),
+                Err(message) => e.error(message),
+            }
+        }
+        Command::BitPos { key, bit, args } => {
+            let value = tx.read(table, key).await?;
+            let answer = value.map_or(Ok(bit_pos_missing(bit)), |v| bit_pos_args(&v, bit, args));
+            match answer {
                 Ok(n) => e.integer(n),
                 Err(message) => e.error(message),
             }

@@ -6,7 +6,9 @@
 //! ([`key_first`]). Each row names its family's parse function, so a command is
 //! added in one place and cannot be known to one reader and missing from another.
 
-use super::{bits, connection, counters, keys, multi, server, strings, Command, ParseError};
+use super::{
+    bitpos, bits, connection, counters, keys, multi, server, strings, Command, ParseError,
+};
 
 /// Parses a command's arguments (after its name), already checked against the
 /// arity, into a typed [`Command`] that borrows them.
@@ -120,6 +122,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("getbit", 3, R, ONEKEY, bits::parse_getbit),
     spec("setbit", 4, W, ONEKEY, bits::parse_setbit),
     spec("bitcount", -2, &["readonly"], ONEKEY, bits::parse_bitcount),
+    spec("bitpos", -3, &["readonly"], ONEKEY, bitpos::parse_bitpos),
     spec("append", 3, W, ONEKEY, strings::parse_append),
     spec("incr", 2, W, ONEKEY, counters::parse_incr),
     spec("incrby", 3, W, ONEKEY, counters::parse_incrby),

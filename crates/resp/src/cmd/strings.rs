@@ -385,6 +385,30 @@ impl Connection {
         });
     }
 
+    /// BITPOS outside MULTI: one read.
+    pub(super) async fn bitpos(
+        &self,
+        table: u64,
+        key: &[u8],
+        bit: bool,
+        args: &[&[u8]],
+        sink: &mut Sink,
+    ) {
+        let o = self.shared.backend.read(table, key).await;
+        // As BITCOUNT's: the reply may be encoded after this call returns.
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+        self.finish(sink, o, move |e, r| {
+            let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            let answer = r.map_or(Ok(super::bitpos::bit_pos_missing(bit)), |(v, _)| {
+                super::bitpos::bit_pos_args(&v, bit, &args)
+            });
+            match answer {
+                Ok(n) => e.integer(n),
+                Err(message) => e.error(message),
+            }
+        });
+    }
+
     /// GETBIT outside MULTI: one read (nothing to keep atomic).
     pub(super) async fn getbit(&self, table: u64, key: &[u8], offset: u64, sink: &mut Sink) {
         let o = self.shared.backend.read(table, key).await;
