@@ -112,6 +112,12 @@ def generate(rng, n):
         lambda: ["SETBIT", key(), small(0, 70), rng.choice([0, 1, 1, 2])],
         lambda: ["BITCOUNT", key()],
         lambda: ["BITCOUNT", key(), small(-9, 9), small(-9, 9)] + rng.choice([[], ["BIT"], ["BYTE"]]),
+        lambda: ["LCS", key(), key()],
+        lambda: ["LCS", key(), key()]
+        + rng.choice(
+            [["LEN"], ["IDX"], ["IDX", "WITHMATCHLEN"], ["IDX", "MINMATCHLEN", small(-1, 4)],
+             ["IDX", "MINMATCHLEN", small(0, 3), "WITHMATCHLEN"], ["LEN", "IDX"], ["MINMATCHLEN"], ["NOPE"]]
+        ),
         lambda: ["BITPOS", key(), rng.choice([0, 1, 1, 2])],
         lambda: ["BITPOS", key(), rng.choice([0, 1]), small(-9, 9)],
         lambda: ["BITPOS", key(), rng.choice([0, 1]), small(-70, 70), small(-70, 70)]

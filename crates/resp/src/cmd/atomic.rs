@@ -1,6 +1,7 @@
 //! Commands that read then write a key, or touch several keys, run outside
 //! MULTI as a transaction of their own (SOSP'15 §6; design notes "Redis
-//! MULTI/EXEC"): GETDEL, SETRANGE, SETBIT, MSETNX, RENAME, RENAMENX, COPY. Redis
+//! MULTI/EXEC"): GETDEL, SETRANGE, SETBIT, MSETNX, RENAME, RENAMENX, COPY, and
+//! LCS (two keys read at one moment). Redis
 //! runs each on one thread, so nothing gets in between; here their MULTI form
 //! (`queued.rs`) runs in a fresh transaction and commits, and a conflicting
 //! writer's abort runs it again. One code path for both: a command behaves the

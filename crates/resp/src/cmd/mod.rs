@@ -34,6 +34,7 @@ pub mod bits;
 pub mod connection;
 pub mod counters;
 pub mod keys;
+pub mod lcs;
 pub mod multi;
 mod offsets;
 mod queued;
@@ -170,6 +171,12 @@ pub enum Command<'a> {
         key: &'a [u8],
         args: &'a [&'a [u8]],
     },
+    /// LCS of the values of `a` and `b` (missing: empty).
+    Lcs {
+        a: &'a [u8],
+        b: &'a [u8],
+        options: lcs::LcsOptions,
+    },
     /// BITPOS: the bit sought; `args` after it, checked when it runs (a
     /// missing key answers without them).
     BitPos {
@@ -295,6 +302,7 @@ impl Command<'_> {
             Command::SetBit { .. } => "setbit",
             Command::BitCount { .. } => "bitcount",
             Command::BitPos { .. } => "bitpos",
+            Command::Lcs { .. } => "lcs",
             Command::Rename { nx: false, .. } => "rename",
             Command::Rename { nx: true, .. } => "renamenx",
             Command::Copy { .. } => "copy",
@@ -553,7 +561,8 @@ impl Connection {
             | Command::MSetNx { .. }
             | Command::SetBit { .. }
             | Command::Rename { .. }
-            | Command::Copy { .. }) => self.run_atomically(table, atomic, sink).await,
+            | Command::Copy { .. }
+            | Command::Lcs { .. }) => self.run_atomically(table, atomic, sink).await,
             Command::Append { key, suffix } => self.append(table, key, suffix, sink).await,
             Command::GetV { key } => self.getv(table, key, sink).await,
             Command::Cas {

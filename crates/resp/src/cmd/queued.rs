@@ -18,6 +18,7 @@ use ramstore_wire::counter::CounterText;
 
 use super::bitpos::{bit_pos_args, bit_pos_missing};
 use super::bits::{bit_count_args, get_bit, set_bit, set_range};
+use super::lcs::encode_lcs;
 use super::strings::{byte_range, Set, SetCondition};
 use super::{Command, NOT_INTEGER};
 use crate::long_double::incr_by_float;
@@ -141,6 +142,11 @@ pub(super) async fn run_queued(
                 Ok(n) => e.integer(n),
                 Err(message) => e.error(message),
             }
+        }
+        Command::Lcs { a, b, options } => {
+            let a = tx.read(table, a).await?.unwrap_or_default();
+            let b = tx.read(table, b).await?.unwrap_or_default();
+            encode_lcs(e, &a, &b, options);
         }
         Command::BitPos { key, bit, args } => {
             let value = tx.read(table, key).await?;

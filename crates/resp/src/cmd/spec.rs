@@ -7,7 +7,7 @@
 //! added in one place and cannot be known to one reader and missing from another.
 
 use super::{
-    bitpos, bits, connection, counters, keys, multi, server, strings, Command, ParseError,
+    bitpos, bits, connection, counters, keys, lcs, multi, server, strings, Command, ParseError,
 };
 
 /// Parses a command's arguments (after its name), already checked against the
@@ -123,6 +123,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("setbit", 4, W, ONEKEY, bits::parse_setbit),
     spec("bitcount", -2, &["readonly"], ONEKEY, bits::parse_bitcount),
     spec("bitpos", -3, &["readonly"], ONEKEY, bitpos::parse_bitpos),
+    spec("lcs", -3, &["readonly"], (1, 2, 1), lcs::parse_lcs),
     spec("append", 3, W, ONEKEY, strings::parse_append),
     spec("incr", 2, W, ONEKEY, counters::parse_incr),
     spec("incrby", 3, W, ONEKEY, counters::parse_incrby),
