@@ -493,6 +493,7 @@ impl ObjectStore {
                 key,
                 version,
                 value,
+                expires_at: None,
             };
             let dead = current.as_ref().map(|c| DeadObject {
                 version: c.version,
