@@ -162,6 +162,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => runtime()?.block_on(cluster::server(ServerOptions {
             replica_check_interval_ms,
             client_lease_check_ms,
+            expire_interval_ms: ramstore_server::key_expiry::DEFAULT_EXPIRE_INTERVAL_MS,
             tx_recovery_timeout_ms,
             resp_poll_us,
             no_space_wait_ms,

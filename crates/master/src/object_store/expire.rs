@@ -16,6 +16,8 @@
 use std::sync::atomic::Ordering;
 
 use ramstore_log::LogRef;
+/// When a change of expiry applies: defined once in `ramstore-wire`.
+pub use ramstore_wire::ExpireCondition;
 use ramstore_wire::RejectRules;
 
 use super::write::NewValue;
@@ -30,39 +32,6 @@ use crate::tablets::Access;
 /// well under a millisecond; deleting what it finds costs one tombstone
 /// append each, and a tick deletes at most this many.
 pub const EXPIRE_SAMPLE_PER_TICK: usize = 4_096;
-
-/// When a change of expiry time applies (EXPIRE's NX/XX/GT/LT, Redis 7).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum ExpireCondition {
-    /// Always.
-    #[default]
-    Always,
-    /// Only if the object has no expiry (NX).
-    Nx,
-    /// Only if the object has an expiry (XX; PERSIST).
-    Xx,
-    /// Only if the new expiry is later than the current one; no expiry counts
-    /// as infinitely late (GT).
-    Gt,
-    /// Only if the new expiry is earlier than the current one; no expiry
-    /// counts as infinitely late (LT).
-    Lt,
-}
-
-impl ExpireCondition {
-    /// Whether an object expiring at `current` may get `new` (`None`: never).
-    pub fn admits(self, current: Option<u64>, new: Option<u64>) -> bool {
-        // `None` is infinity: order the pair as Option<Reverse>-free numbers.
-        let inf = |t: Option<u64>| t.map_or(u128::MAX, u128::from);
-        match self {
-            ExpireCondition::Always => true,
-            ExpireCondition::Nx => current.is_none(),
-            ExpireCondition::Xx => current.is_some(),
-            ExpireCondition::Gt => inf(new) > inf(current),
-            ExpireCondition::Lt => inf(new) < inf(current),
-        }
-    }
-}
 
 /// What one expirer tick did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -177,36 +146,5 @@ impl ObjectStore {
             }
         }
         tick
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn admits_nx_only_without_expiry() {
-        assert!(ExpireCondition::Nx.admits(None, Some(5)));
-        assert!(!ExpireCondition::Nx.admits(Some(1), Some(5)));
-    }
-
-    #[test]
-    fn admits_xx_only_with_expiry() {
-        assert!(ExpireCondition::Xx.admits(Some(1), Some(5)));
-        assert!(!ExpireCondition::Xx.admits(None, Some(5)));
-    }
-
-    #[test]
-    fn admits_gt_treats_no_expiry_as_infinite() {
-        assert!(ExpireCondition::Gt.admits(Some(1), Some(5)));
-        assert!(!ExpireCondition::Gt.admits(Some(5), Some(5)));
-        assert!(!ExpireCondition::Gt.admits(None, Some(5)));
-    }
-
-    #[test]
-    fn admits_lt_treats_no_expiry_as_infinite() {
-        assert!(ExpireCondition::Lt.admits(None, Some(5)));
-        assert!(ExpireCondition::Lt.admits(Some(9), Some(5)));
-        assert!(!ExpireCondition::Lt.admits(Some(5), Some(5)));
     }
 }
