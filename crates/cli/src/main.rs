@@ -8,6 +8,7 @@ mod bench;
 mod cluster;
 mod config;
 mod data;
+mod expiry;
 mod migrate;
 mod migrate_cancel;
 mod output;
@@ -212,6 +213,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             value_file,
             if_version,
             create_only,
+            ttl,
             at,
         } => {
             // Read the value first: a bad file or an oversized input fails before
@@ -225,6 +227,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 data::PutOptions {
                     if_version,
                     create_only,
+                    ttl_secs: ttl,
                 },
                 at.format(),
             )
@@ -236,6 +239,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             at,
         } => data::get(&at.connect(top)?, &table, &key, version, at.format()),
         Command::Del { table, key, at } => data::del(&at.connect(top)?, &table, &key, at.format()),
+        Command::Ttl { table, key, at } => {
+            expiry::ttl(&at.connect(top)?, &table, &key, at.format())
+        }
+        Command::Persist { table, key, at } => {
+            expiry::persist(&at.connect(top)?, &table, &key, at.format())
+        }
         Command::Incr {
             table,
             key,

@@ -274,6 +274,22 @@ impl BlockingClient {
         block!(self, self.client.write_with_ttl(table_id, key, value, ttl))
     }
 
+    /// See [`Client::write_expiring`].
+    pub fn write_expiring(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        rules: &RejectRules,
+        expiry: crate::ExpiryChange,
+    ) -> Result<u64, ClientError> {
+        block!(
+            self,
+            self.client
+                .write_expiring(table_id, key, value, rules, expiry)
+        )
+    }
+
     /// See [`Client::expiry`].
     pub fn expiry(&self, table_id: u64, key: &[u8]) -> Result<Option<u64>, ClientError> {
         block!(self, self.client.expiry(table_id, key))

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! expiry change   tag u8: 0 keep | 1 clear | 2 at, followed by expires_at u64
-//! condition       u8: 0 always | 1 NX | 2 XX | 3 GT | 4 LT
+//! condition       u8: 0 always | 1 NX | 2 XX | 3 GT | 4 LT | 5 XX and LT
 //! ```
 //!
 //! Expiry times are absolute wall-clock milliseconds since the Unix epoch:
@@ -66,6 +66,9 @@ pub enum ExpireCondition {
     /// Only if the new expiry is earlier than the current one; no expiry
     /// counts as infinitely late (LT).
     Lt = 4,
+    /// XX and LT together: only if the object has an expiry, later than the
+    /// new one.
+    XxLt = 5,
 }
 
 impl ExpireCondition {
@@ -80,6 +83,7 @@ impl ExpireCondition {
             ExpireCondition::Xx => current.is_some(),
             ExpireCondition::Gt => rank(new) > rank(current),
             ExpireCondition::Lt => rank(new) < rank(current),
+            ExpireCondition::XxLt => current.is_some() && rank(new) < rank(current),
         }
     }
 }
@@ -94,6 +98,7 @@ impl TryFrom<u8> for ExpireCondition {
             2 => ExpireCondition::Xx,
             3 => ExpireCondition::Gt,
             4 => ExpireCondition::Lt,
+            5 => ExpireCondition::XxLt,
             _ => return Err(WireError::Malformed("unknown expire condition")),
         })
     }
@@ -147,6 +152,13 @@ mod tests {
     }
 
     #[test]
+    fn admits_xx_lt_needs_an_earlier_new_expiry() {
+        assert!(ExpireCondition::XxLt.admits(Some(9), Some(5)));
+        assert!(!ExpireCondition::XxLt.admits(None, Some(5)));
+        assert!(!ExpireCondition::XxLt.admits(Some(5), Some(9)));
+    }
+
+    #[test]
     fn try_from_round_trips_every_condition() {
         for c in [
             ExpireCondition::Always,
@@ -154,9 +166,10 @@ mod tests {
             ExpireCondition::Xx,
             ExpireCondition::Gt,
             ExpireCondition::Lt,
+            ExpireCondition::XxLt,
         ] {
             assert_eq!(ExpireCondition::try_from(c as u8), Ok(c));
         }
-        assert!(ExpireCondition::try_from(5).is_err());
+        assert!(ExpireCondition::try_from(6).is_err());
     }
 }
