@@ -313,7 +313,9 @@ impl ObjectStore {
         // Lazy expiry: an expired object is absent to every reader; the active
         // expirer (`expire`) logs its tombstone later. A migration's pull sees
         // it absent too, so an expired key is never moved.
-        if view.is_expired(self.now_ms()) {
+        // The clock is read only for an object that has an expiry: GET's hot
+        // path stays free of it.
+        if view.expires_at().is_some_and(|at| at <= self.now_ms()) {
             return Err(ReadError::ObjectDoesntExist);
         }
         debug_assert!(view.checksum_ok(), "object entry checksum mismatch");
