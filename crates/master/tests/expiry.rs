@@ -247,8 +247,10 @@ fn clean_now_carries_expiry_into_survivors() {
         }
     }
     let cleaned = s.log().stats().segments_cleaned;
-    for _ in 0..8 {
-        s.clean_now(Some(CleanKind::Combined));
+    // Both cleaners: compaction copies entries within a segment, combined
+    // cleaning into survivor segments (L§4).
+    for kind in [CleanKind::Compaction, CleanKind::Combined].repeat(4) {
+        s.clean_now(Some(kind));
     }
     assert!(
         s.log().stats().segments_cleaned > cleaned,
