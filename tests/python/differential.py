@@ -137,6 +137,16 @@ def generate(rng, n):
         lambda: ["RENAMENX", key(), key()],
         lambda: ["COPY", key(), key()] + rng.choice([[], ["REPLACE"]]),
         lambda: ["DBSIZE"],
+        # Expiry, only where the reply does not depend on a key's TTL or the
+        # clock: times far beyond the run (no key expires during it), no
+        # NX/XX/GT/LT, TTL or PERSIST (ramstore's transactions, which RENAME,
+        # COPY and SETRANGE run as, do not carry a TTL yet: docs/operations.md).
+        lambda: ["SET", key(), text(), rng.choice(["EX", "PX"]), rng.choice(["100000", "0", "x"])],
+        lambda: ["SET", key(), text(), "KEEPTTL"],
+        lambda: ["SETEX", key(), rng.choice(["100000", "0", "-5"]), text()],
+        lambda: ["EXPIRE", key(), rng.choice(["100000", "-1"])],
+        lambda: ["EXPIRE", key(), "100", "NX", "XX"],
+        lambda: ["GETEX", key(), "EX", rng.choice(["100000", "0"])],
     ]
     return [rng.choice(makers)() for _ in range(n)]
 

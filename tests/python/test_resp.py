@@ -9,6 +9,7 @@ exercised over RESP2 and RESP3 clients, with and without pipelines.
 
 import os
 import sys
+import time
 import unittest
 
 import redis
@@ -62,10 +63,45 @@ class Resp2Commands(unittest.TestCase):
         self.assertEqual(self.r.getset(k, "v4"), b"v3")
         self.assertTrue(self.r.setnx(self.k("nx"), "1"))
         self.assertFalse(self.r.setnx(self.k("nx"), "2"))
-        with self.assertRaises(redis.ResponseError) as e:
-            self.r.set(k, "v", ex=10)
-        self.assertIn("not supported", str(e.exception))
         self.assertEqual(self.r.get(k), b"v4")
+
+    def test_expiry(self):
+        k, n = self.k("k"), self.k("n")
+        self.assertTrue(self.r.set(k, "v", ex=100))
+        self.assertEqual(self.r.ttl(k), 100)
+        self.assertTrue(99_000 <= self.r.pttl(k) <= 100_000)
+        self.assertTrue(self.r.set(k, "w", keepttl=True))
+        self.assertEqual(self.r.ttl(k), 100)
+        self.assertTrue(self.r.persist(k))
+        self.assertEqual(self.r.ttl(k), -1)
+        self.assertFalse(self.r.persist(k))
+        self.assertEqual(self.r.ttl(self.k("missing")), -2)
+        self.assertTrue(self.r.expire(k, 50, nx=True))
+        self.assertFalse(self.r.expire(k, 60, lt=True))
+        self.assertTrue(self.r.expire(k, 60, gt=True))
+        self.assertEqual(self.r.ttl(k), 60)
+        self.assertTrue(self.r.pexpireat(k, 99_999_999_999_999))
+        self.assertEqual(self.r.pexpiretime(k), 99_999_999_999_999)
+        self.assertEqual(self.r.expiretime(k), 99_999_999_999)
+        self.assertTrue(self.r.setex(n, 100, "1"))
+        self.assertEqual(self.r.incr(n), 2)
+        self.assertEqual(self.r.ttl(n), 100)
+        self.assertTrue(self.r.psetex(n, 100_000, "1"))
+        self.assertEqual(self.r.getex(n, ex=200), b"1")
+        self.assertEqual(self.r.ttl(n), 200)
+        self.assertEqual(self.r.getex(n, persist=True), b"1")
+        self.assertEqual(self.r.ttl(n), -1)
+        with self.assertRaises(redis.ResponseError) as e:
+            self.r.set(k, "v", ex=0)
+        self.assertEqual(str(e.exception), "invalid expire time in 'set' command")
+        # Expired: absent at once.
+        self.assertTrue(self.r.set(k, "v", px=100))
+        time.sleep(0.3)
+        self.assertIsNone(self.r.get(k))
+        self.assertEqual(self.r.exists(k), 0)
+        self.assertTrue(self.r.set(k, "v"))
+        self.assertTrue(self.r.expire(k, -1))
+        self.assertIsNone(self.r.get(k))
 
     def test_multi_key(self):
         a, b = self.k("a"), self.k("b")

@@ -304,6 +304,28 @@ pub(crate) enum Command {
         /// Only write if the object does not exist yet.
         #[arg(long)]
         create_only: bool,
+        /// The object expires this many seconds from now (reads then find
+        /// nothing); without it the object never expires.
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+        ttl: Option<u64>,
+        #[command(flatten)]
+        at: At,
+    },
+    /// Show how long an object has left before it expires.
+    Ttl {
+        /// The table's name.
+        table: String,
+        /// The object's key.
+        key: String,
+        #[command(flatten)]
+        at: At,
+    },
+    /// Make an object never expire.
+    Persist {
+        /// The table's name.
+        table: String,
+        /// The object's key.
+        key: String,
         #[command(flatten)]
         at: At,
     },

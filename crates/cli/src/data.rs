@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::{bail, Context, Result};
-use ramstore_client::{server_id, BlockingClient, ClientError, RejectRules};
+use ramstore_client::{server_id, BlockingClient, ClientError, ExpiryChange, RejectRules};
 use serde_json::{json, Map, Value};
 
 use crate::output::{escape, json_bytes, print_json, Columns, Format};
@@ -147,6 +147,8 @@ pub fn tables(client: &BlockingClient, coordinator: &str, format: Format) -> Res
 pub struct PutOptions {
     pub if_version: Option<u64>,
     pub create_only: bool,
+    /// Seconds until the object expires (`--ttl`); `None`: never.
+    pub ttl_secs: Option<u64>,
 }
 
 pub fn put(
@@ -166,18 +168,25 @@ pub fn put(
         (None, false) => RejectRules::default(),
     };
     let shown = escape(key.as_bytes());
-    let version = client
-        .write_with_rules(id, key.as_bytes(), value, &rules)
-        .map_err(|e| match e {
-            ClientError::WrongVersion { current } => {
-                anyhow::anyhow!("not written: the object's version is {current}")
-            }
-            ClientError::ObjectExists => anyhow::anyhow!("not written: '{shown}' already exists"),
-            ClientError::ObjectDoesntExist => {
-                anyhow::anyhow!("not written: '{shown}' does not exist")
-            }
-            e => explain(e),
-        })?;
+    let written = match o.ttl_secs {
+        None => client.write_with_rules(id, key.as_bytes(), value, &rules),
+        Some(secs) => {
+            // An absolute time from this client's wall clock (the Clock seam):
+            // the master stores it in the object's log entry.
+            let at = client.wall_ms().saturating_add(secs.saturating_mul(1000));
+            client.write_expiring(id, key.as_bytes(), value, &rules, ExpiryChange::At(at))
+        }
+    };
+    let version = written.map_err(|e| match e {
+        ClientError::WrongVersion { current } => {
+            anyhow::anyhow!("not written: the object's version is {current}")
+        }
+        ClientError::ObjectExists => anyhow::anyhow!("not written: '{shown}' already exists"),
+        ClientError::ObjectDoesntExist => {
+            anyhow::anyhow!("not written: '{shown}' does not exist")
+        }
+        e => explain(e),
+    })?;
     let mut out = std::io::stdout().lock();
     match format {
         Format::Table => writeln!(out, "version {version}")?,

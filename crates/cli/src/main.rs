@@ -8,6 +8,7 @@ mod bench;
 mod cluster;
 mod config;
 mod data;
+mod expiry;
 mod migrate;
 mod migrate_cancel;
 mod output;
@@ -162,6 +163,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => runtime()?.block_on(cluster::server(ServerOptions {
             replica_check_interval_ms,
             client_lease_check_ms,
+            expire_interval_ms: ramstore_server::key_expiry::DEFAULT_EXPIRE_INTERVAL_MS,
             tx_recovery_timeout_ms,
             resp_poll_us,
             no_space_wait_ms,
@@ -211,6 +213,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             value_file,
             if_version,
             create_only,
+            ttl,
             at,
         } => {
             // Read the value first: a bad file or an oversized input fails before
@@ -224,6 +227,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 data::PutOptions {
                     if_version,
                     create_only,
+                    ttl_secs: ttl,
                 },
                 at.format(),
             )
@@ -235,6 +239,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             at,
         } => data::get(&at.connect(top)?, &table, &key, version, at.format()),
         Command::Del { table, key, at } => data::del(&at.connect(top)?, &table, &key, at.format()),
+        Command::Ttl { table, key, at } => {
+            expiry::ttl(&at.connect(top)?, &table, &key, at.format())
+        }
+        Command::Persist { table, key, at } => {
+            expiry::persist(&at.connect(top)?, &table, &key, at.format())
+        }
         Command::Incr {
             table,
             key,

@@ -694,3 +694,38 @@ fn tables_lists_names_with_special_characters() {
         "{created:?}"
     );
 }
+
+/// Key expiry from the command line (issue 24): `put --ttl`, `ttl` (table,
+/// raw and JSON) and `persist`, and an expired object read as absent.
+#[test]
+fn expiry_commands_put_ttl_persist() {
+    let cluster = Cluster::start(1);
+    cluster.cli(&["create-table", "t"]).ok();
+    cluster.cli(&["put", "t", "dave", "1", "--ttl", "100"]).ok();
+    let out = cluster.cli(&["ttl", "t", "dave", "--raw"]);
+    let ms: u64 = out.ok().trim().parse().expect("ms left");
+    assert!((99_000..=100_000).contains(&ms), "{ms}");
+    assert!(cluster
+        .cli(&["ttl", "t", "dave"])
+        .ok()
+        .starts_with("'dave' expires in 99."));
+    assert_eq!(
+        cluster.cli(&["persist", "t", "dave"]).ok(),
+        "'dave' no longer expires\n"
+    );
+    assert_eq!(
+        cluster.cli(&["ttl", "t", "dave"]).ok(),
+        "'dave' never expires\n"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(cluster.cli(&["ttl", "t", "dave", "--json"]).ok()).expect("json");
+    assert_eq!(
+        json,
+        serde_json::json!({"expires_at_ms": null, "ttl_ms": null})
+    );
+    assert_eq!(cluster.cli(&["persist", "t", "dave", "--raw"]).ok(), "0\n");
+    cluster.cli(&["put", "t", "eve", "1", "--ttl", "1"]).ok();
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    assert_ne!(cluster.cli(&["get", "t", "eve"]).code, Some(0));
+    assert_ne!(cluster.cli(&["ttl", "t", "eve"]).code, Some(0));
+}

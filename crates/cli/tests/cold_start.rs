@@ -231,3 +231,53 @@ fn dev_restart_with_a_wiped_coordinator_starts_empty_at_once() {
         .collect();
     assert_eq!(states, ["up", "up"], "{stats}");
 }
+
+/// Expiry survives a cold start (issue 24; R§4: the expiry is in the
+/// object's log entry): after SIGKILL and restart, a key whose time passed
+/// stays gone, one whose time has not keeps its deadline, and one made
+/// persistent never expires.
+#[test]
+fn dev_sigkill_then_restart_keeps_expiry_times() {
+    let dir = tempfile::tempdir().unwrap();
+    // Three servers, so each master's log is on other servers' backups.
+    let extra = [
+        "--servers",
+        "3",
+        "--memory",
+        "64MiB",
+        "--backup-frames",
+        "16",
+    ];
+    let mut dev = Dev::start(dir.path(), 3, &extra);
+    let port = dev.port;
+    let hour = Duration::from_secs(3600);
+    let (table, live_at) = {
+        let c = client(&dev.addr);
+        let table = c.create_table("ttl", 3).expect("create table");
+        c.write_with_ttl(table, b"live", b"v", hour).expect("write");
+        c.write_with_ttl(table, b"short", b"v", Duration::from_millis(300))
+            .expect("write");
+        c.write_with_ttl(table, b"kept", b"v", Duration::from_millis(300))
+            .expect("write");
+        assert!(c.persist(table, b"kept").expect("persist"));
+        c.write(table, b"plain", b"v").expect("write");
+        let live_at = c.expiry(table, b"live").expect("expiry");
+        assert!(live_at.is_some());
+        (table, live_at)
+    };
+    dev.proc.kill();
+    // "short" (300 ms) has expired by the time the cluster is back.
+    std::thread::sleep(Duration::from_millis(400));
+    let dev = Dev::start_on(port, dir.path(), &extra).expect("dev restarts on the same directory");
+    let c = client(&dev.addr);
+    assert_eq!(c.get_table_id("ttl").expect("table survives"), table);
+    assert_eq!(c.expiry(table, b"live"), Ok(live_at));
+    assert_eq!(c.read(table, b"live").expect("live").0, b"v");
+    assert_eq!(
+        c.read(table, b"short").map(|(v, _)| v),
+        Err(ClientError::ObjectDoesntExist),
+        "an expired key came back"
+    );
+    assert_eq!(c.expiry(table, b"kept"), Ok(None));
+    assert_eq!(c.expiry(table, b"plain"), Ok(None));
+}

@@ -142,11 +142,12 @@ fn redis_cli_every_command() {
         d.cli(&["SET", "k", "y", "NX", "XX"]),
         "(error) ERR syntax error"
     );
-    let ex = d.cli(&["SET", "k", "y", "EX", "10"]);
-    assert!(
-        ex.starts_with("(error) ERR") && ex.contains("not supported"),
-        "{ex}"
-    );
+    assert_eq!(d.cli(&["SET", "k", "y", "EX", "100"]), "OK");
+    assert_eq!(d.cli(&["TTL", "k"]), "(integer) 100");
+    assert_eq!(d.cli(&["SET", "k", "v3", "KEEPTTL"]), "OK");
+    assert_eq!(d.cli(&["TTL", "k"]), "(integer) 100");
+    assert_eq!(d.cli(&["SET", "k", "v3"]), "OK");
+    assert_eq!(d.cli(&["TTL", "k"]), "(integer) -1");
     assert_eq!(d.cli(&["GET", "k"]), "\"v3\"");
     assert_eq!(d.cli(&["SETNX", "k", "z"]), "(integer) 0");
     assert_eq!(d.cli(&["SETNX", "nx", "z"]), "(integer) 1");
@@ -213,10 +214,10 @@ fn redis_cli_every_command() {
     assert_eq!(d.cli(&["GETEX", "hw"]), "\"Hello Redis\"");
     assert_eq!(d.cli(&["GETEX", "hw", "PERSIST"]), "\"Hello Redis\"");
     assert_eq!(d.cli(&["GETEX", "hw", "BOGUS"]), "(error) ERR syntax error");
-    assert_eq!(
-        d.cli(&["GETEX", "hw", "EX", "10"]),
-        "(error) ERR GETEX EX/PX/EXAT/PXAT is not supported: ramstore keys do not expire yet"
-    );
+    assert_eq!(d.cli(&["GETEX", "hw", "EX", "100"]), "\"Hello Redis\"");
+    assert_eq!(d.cli(&["TTL", "hw"]), "(integer) 100");
+    assert_eq!(d.cli(&["GETEX", "hw", "PERSIST"]), "\"Hello Redis\"");
+    assert_eq!(d.cli(&["TTL", "hw"]), "(integer) -1");
     assert_eq!(d.cli(&["MSETNX", "n1", "a", "n2", "b"]), "(integer) 1");
     assert_eq!(d.cli(&["MSETNX", "n2", "x", "n3", "y"]), "(integer) 0");
     assert_eq!(d.cli(&["EXISTS", "n3"]), "(integer) 0");
@@ -952,4 +953,159 @@ fn differential_against_redis_server() {
         out.status
     );
     assert!(stdout.contains("every reply byte-identical"), "{stdout}");
+}
+
+/// Key expiry through `redis-cli`, Redis 7's replies: the EXPIRE family with
+/// its conditions, TTL and its family, PERSIST, SETEX/PSETEX, GETEX's options
+/// and SET's, and an expired key absent everywhere (GET, EXISTS, SCAN).
+#[test]
+fn redis_cli_expiry_commands() {
+    let d = RespDev::start(1, &["--replicas", "0"]);
+    let c = |args: &[&str]| d.cli(args);
+    assert_eq!(c(&["TTL", "nokey"]), "(integer) -2");
+    assert_eq!(c(&["PTTL", "nokey"]), "(integer) -2");
+    assert_eq!(c(&["EXPIRETIME", "nokey"]), "(integer) -2");
+    assert_eq!(c(&["EXPIRE", "nokey", "10"]), "(integer) 0");
+    assert_eq!(c(&["PERSIST", "nokey"]), "(integer) 0");
+    assert_eq!(c(&["SET", "k", "v"]), "OK");
+    assert_eq!(c(&["TTL", "k"]), "(integer) -1");
+    assert_eq!(c(&["PEXPIRETIME", "k"]), "(integer) -1");
+    assert_eq!(c(&["PERSIST", "k"]), "(integer) 0");
+    assert_eq!(c(&["EXPIRE", "k", "100", "XX"]), "(integer) 0");
+    assert_eq!(c(&["EXPIRE", "k", "100", "GT"]), "(integer) 0");
+    assert_eq!(c(&["EXPIRE", "k", "100", "NX"]), "(integer) 1");
+    assert_eq!(c(&["TTL", "k"]), "(integer) 100");
+    assert_eq!(c(&["EXPIRE", "k", "200", "LT"]), "(integer) 0");
+    assert_eq!(c(&["EXPIRE", "k", "200", "GT"]), "(integer) 1");
+    assert_eq!(c(&["EXPIRE", "k", "50", "XX", "LT"]), "(integer) 1");
+    assert_eq!(c(&["TTL", "k"]), "(integer) 50");
+    let pttl: i64 = c(&["PTTL", "k"])
+        .trim_start_matches("(integer) ")
+        .parse()
+        .expect("PTTL is an integer");
+    assert!((49_000..=50_000).contains(&pttl), "{pttl}");
+    assert_eq!(c(&["PEXPIREAT", "k", "99999999999999"]), "(integer) 1");
+    assert_eq!(c(&["PEXPIRETIME", "k"]), "(integer) 99999999999999");
+    assert_eq!(c(&["EXPIRETIME", "k"]), "(integer) 99999999999");
+    assert_eq!(c(&["PERSIST", "k"]), "(integer) 1");
+    assert_eq!(c(&["TTL", "k"]), "(integer) -1");
+    // INCR and APPEND keep a key's TTL, SET clears it.
+    assert_eq!(c(&["SET", "n", "1", "EX", "100"]), "OK");
+    assert_eq!(c(&["INCR", "n"]), "(integer) 2");
+    assert_eq!(c(&["APPEND", "n", "0"]), "(integer) 2");
+    assert_eq!(c(&["TTL", "n"]), "(integer) 100");
+    assert_eq!(c(&["SET", "n", "1"]), "OK");
+    assert_eq!(c(&["TTL", "n"]), "(integer) -1");
+    assert_eq!(c(&["SETEX", "s", "100", "v"]), "OK");
+    assert_eq!(c(&["TTL", "s"]), "(integer) 100");
+    assert_eq!(c(&["PSETEX", "s", "100000", "v"]), "OK");
+    assert_eq!(c(&["TTL", "s"]), "(integer) 100");
+    assert_eq!(c(&["SET", "s", "w", "GET", "PX", "100000"]), "\"v\"");
+    assert_eq!(c(&["TTL", "s"]), "(integer) 100");
+    // Errors, in Redis 7's words.
+    let expire_error = |cmd: &str| format!("(error) ERR invalid expire time in '{cmd}' command");
+    assert_eq!(c(&["SET", "k", "v", "EX", "0"]), expire_error("set"));
+    assert_eq!(c(&["SETEX", "k", "-1", "v"]), expire_error("setex"));
+    assert_eq!(c(&["PSETEX", "k", "0", "v"]), expire_error("psetex"));
+    assert_eq!(c(&["GETEX", "k", "PX", "0"]), expire_error("getex"));
+    assert_eq!(
+        c(&["EXPIRE", "k", "9223372036854775807"]),
+        expire_error("expire")
+    );
+    assert_eq!(
+        c(&["SET", "k", "v", "EX", "10", "KEEPTTL"]),
+        "(error) ERR syntax error"
+    );
+    assert_eq!(
+        c(&["EXPIRE", "k", "10", "NX", "XX"]),
+        "(error) ERR NX and XX, GT or LT options at the same time are not compatible"
+    );
+    assert_eq!(
+        c(&["EXPIRE", "k", "10", "GT", "LT"]),
+        "(error) ERR GT and LT options at the same time are not compatible"
+    );
+    assert_eq!(
+        c(&["EXPIRE", "k", "10", "bogus"]),
+        "(error) ERR Unsupported option bogus"
+    );
+    assert_eq!(
+        c(&["EXPIRE", "k", "abc"]),
+        "(error) ERR value is not an integer or out of range"
+    );
+    assert_eq!(c(&["GETEX", "nokey", "EX", "abc"]), "(nil)");
+    // A time in the past: the key is gone at once.
+    assert_eq!(c(&["SET", "gone", "v"]), "OK");
+    assert_eq!(c(&["EXPIRE", "gone", "-1"]), "(integer) 1");
+    assert_eq!(c(&["GET", "gone"]), "(nil)");
+    assert_eq!(c(&["EXISTS", "gone"]), "(integer) 0");
+    assert_eq!(c(&["SET", "gone", "v", "PXAT", "1"]), "OK");
+    assert_eq!(c(&["GET", "gone"]), "(nil)");
+    assert_eq!(c(&["SET", "gone", "v"]), "OK");
+    assert_eq!(c(&["GETEX", "gone", "EXAT", "1"]), "\"v\"");
+    assert_eq!(c(&["GET", "gone"]), "(nil)");
+    // A key that expires while nobody looks is gone for reads and scans.
+    assert_eq!(c(&["SET", "soon", "v", "PX", "200"]), "OK");
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(c(&["GET", "soon"]), "(nil)");
+    assert_eq!(c(&["TTL", "soon"]), "(integer) -2");
+    assert!(!c(&["KEYS", "*"]).contains("soon"));
+    // Inside MULTI the expiry commands are refused while queueing.
+    assert!(
+        d.cli_stdin(&[], "MULTI\nEXPIRE k 10\nEXEC\n")
+            .contains("EXECABORT"),
+        "EXPIRE inside MULTI"
+    );
+}
+
+/// Expiry is in the log (R§4): after the master holding the keys crashes and
+/// is recovered from its backups, a key whose time passed stays gone and one
+/// whose time has not keeps its deadline.
+#[test]
+fn expiry_survives_master_crash() {
+    // R = 1 of 3 servers: after the crash the recovery master still has a
+    // backup, so the expirer's tombstones (and misses waiting on them) become
+    // durable.
+    let d = RespDev::start(3, &["--replicas", "1"]);
+    let replies = d.cli_stdin(
+        &[],
+        "SET live v EX 3600\nSET short v PX 300\nSET plain v\nPEXPIRETIME live\n",
+    );
+    let lines: Vec<&str> = replies.lines().collect();
+    assert_eq!(lines[..3], ["OK", "OK", "OK"], "{replies}");
+    let deadline_before = lines[3].to_string();
+    let client = d.client();
+    let db0 = client.get_table_id("db0").expect("db0");
+    let owner = client
+        .tablet_map()
+        .expect("map")
+        .into_iter()
+        .find(|t| t.table_id == db0)
+        .expect("db0 tablet");
+    let id = owner.server_id.to_string();
+    run_cli(&["crash-server", &id, "--coordinator", &d.dev.addr], &[]).ok();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let moved = client
+            .tablet_map()
+            .map(|m| {
+                m.iter()
+                    .any(|t| t.table_id == db0 && t.server_id != owner.server_id)
+            })
+            .unwrap_or(false);
+        if moved {
+            break;
+        }
+        assert!(Instant::now() < deadline, "db0 was not recovered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(d.cli(&["PEXPIRETIME", "live"]), deadline_before);
+    assert_eq!(d.cli(&["GET", "live"]), "\"v\"");
+    assert_eq!(
+        d.cli(&["GET", "short"]),
+        "(nil)",
+        "an expired key came back"
+    );
+    assert_eq!(d.cli(&["TTL", "short"]), "(integer) -2");
+    assert_eq!(d.cli(&["TTL", "plain"]), "(integer) -1");
 }

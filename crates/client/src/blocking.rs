@@ -263,6 +263,48 @@ impl BlockingClient {
         block!(self, self.client.remove(table_id, key))
     }
 
+    /// See [`Client::write_with_ttl`].
+    pub fn write_with_ttl(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        ttl: std::time::Duration,
+    ) -> Result<u64, ClientError> {
+        block!(self, self.client.write_with_ttl(table_id, key, value, ttl))
+    }
+
+    /// See [`Client::write_expiring`].
+    pub fn write_expiring(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        rules: &RejectRules,
+        expiry: crate::ExpiryChange,
+    ) -> Result<u64, ClientError> {
+        block!(
+            self,
+            self.client
+                .write_expiring(table_id, key, value, rules, expiry)
+        )
+    }
+
+    /// See [`Client::expiry`].
+    pub fn expiry(&self, table_id: u64, key: &[u8]) -> Result<Option<u64>, ClientError> {
+        block!(self, self.client.expiry(table_id, key))
+    }
+
+    /// See [`Client::persist`].
+    pub fn persist(&self, table_id: u64, key: &[u8]) -> Result<bool, ClientError> {
+        block!(self, self.client.persist(table_id, key))
+    }
+
+    /// See [`Client::wall_ms`].
+    pub fn wall_ms(&self) -> u64 {
+        self.client.wall_ms()
+    }
+
     /// See [`Client::remove_with_rules`].
     ///
     /// ```no_run

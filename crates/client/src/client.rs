@@ -20,6 +20,7 @@ use crate::tablet_map::TabletMap;
 // The operations of `Client`, one family per file; each adds `impl` blocks and
 // reaches the client's private state as a child module.
 mod admin;
+mod expiry;
 mod map_refresh;
 mod objects;
 mod retry_loop;

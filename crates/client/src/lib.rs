@@ -139,5 +139,7 @@ pub use ramstore_wire::server_id;
 /// Reject rules (conditional operations, R§3 Fig. 2) and the key hash that places a
 /// key in a tablet: defined once in `ramstore-wire`, shared with the masters.
 pub use ramstore_wire::{key_hash, MigrationMode, RejectRules};
+/// Key expiry: what a write does to an expiry time, and EXPIRE's conditions.
+pub use ramstore_wire::{ExpireCondition, ExpiryChange};
 pub use retry::{BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, RETRY_DELAY_MAX_MS};
 pub use tablet_map::TabletInfo;

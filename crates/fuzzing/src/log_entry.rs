@@ -5,8 +5,8 @@
 //! canonical, so the encoding of an entry is unique).
 
 use ramstore_log::entry::{
-    encode_log_digest, encode_object, encode_safe_version, encode_segment_header,
-    encode_tablet_stats, encode_tombstone, object_entry_len, parse_entry, parse_header,
+    encode_log_digest, encode_object_with_expiry, encode_safe_version, encode_segment_header,
+    encode_tablet_stats, encode_tombstone, object_entry_len_with_expiry, parse_entry, parse_header,
     parse_object_layout, parse_tombstone_layout, tombstone_entry_len, Entry, CRC_BYTES,
     MAX_HEADER_BYTES,
 };
@@ -72,15 +72,30 @@ fn check_one(data: &[u8]) -> Option<usize> {
     let mut out = Vec::new();
     match entry {
         Entry::Object(o) => {
-            encode_object(o.table_id, o.version, o.birth, o.key, o.value, &mut out);
+            encode_object_with_expiry(
+                o.table_id,
+                o.version,
+                o.birth,
+                o.expires_at,
+                o.key,
+                o.value,
+                &mut out,
+            );
             assert_eq!(
                 out.len(),
-                object_entry_len(o.table_id, o.version, o.birth, o.key.len(), o.value.len())
+                object_entry_len_with_expiry(
+                    o.table_id,
+                    o.version,
+                    o.birth,
+                    o.expires_at,
+                    o.key.len(),
+                    o.value.len()
+                )
             );
             let l = object.expect("object entry without layout");
             assert_eq!(
-                (l.table_id, l.version, l.birth),
-                (o.table_id, o.version, o.birth)
+                (l.table_id, l.version, l.birth, l.expires_at),
+                (o.table_id, o.version, o.birth, o.expires_at)
             );
         }
         Entry::Tombstone(t) => {

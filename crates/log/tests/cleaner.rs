@@ -252,6 +252,7 @@ fn put(log: &Log, relocator: &MapRelocator, k: u32, version: u64) {
         key: &key,
         version,
         value: &value,
+        expires_at: None,
     };
     let appended = log.append_object(&object, replaces).expect("append");
     let len = log.object(appended.entry).expect("object").entry_len();

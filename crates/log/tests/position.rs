@@ -21,6 +21,7 @@ fn position_of_matches_the_replica_bytes_across_seglets_and_segments() {
             key: key.as_bytes(),
             version: i + 1,
             value: &value,
+            expires_at: None,
         };
         // Every third object replaces the previous one, so tombstones precede
         // some objects in the same append.

@@ -78,6 +78,7 @@ fn append(log: &Log, side: &SideLog, i: u64) -> ramstore_log::Appended {
         key: key.as_bytes(),
         version: i + 1,
         value: &value,
+        expires_at: None,
     };
     log.append_side(side, &object, None).unwrap()
 }

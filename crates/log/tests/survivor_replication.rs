@@ -160,6 +160,7 @@ fn put(log: &Log, relocator: &MapRelocator, k: u32, version: u64) {
         key: &key,
         version,
         value: &value,
+        expires_at: None,
     };
     let appended = log.append_object(&object, replaces).expect("append");
     if let Some(r) = old {

@@ -74,6 +74,7 @@ impl Store {
             key,
             version,
             value: &value,
+            expires_at: None,
         };
         let replaces = old.map(|(location, _, version)| DeadObject { version, location });
         let appended = self.log.append_object(&object, replaces).expect("append");

@@ -30,6 +30,7 @@
 mod cleaner_thread;
 pub mod config;
 pub mod error;
+pub mod expiry;
 pub mod hashed_key;
 pub mod migration;
 pub mod object_store;
@@ -40,9 +41,11 @@ pub mod tx;
 pub use cleaner_thread::{CLEANER_IDLE_INTERVAL_MS, CLEANER_POLL_INTERVAL_MS};
 pub use config::{CleanerMode, ConfigError, StoreConfig};
 pub use error::{ReadError, WriteError};
+pub use expiry::Expiry;
 pub use hashed_key::HashedKey;
 pub use object_store::{
-    EnumeratedObject, LogHandle, MultiWrite, ObjectStore, OnceUpdate, StoreResident, StoreStats,
+    EnumeratedObject, ExpireCondition, ExpireTick, LogHandle, MultiWrite, ObjectStore, OnceUpdate,
+    StoreResident, StoreStats, EXPIRE_SAMPLE_PER_TICK,
 };
 /// Reject rules and the key hash are defined once in `ramstore-wire`, the crate the
 /// client, the master and the checker all share.

@@ -25,6 +25,7 @@ use ramstore_wire::RejectRules;
 // ObjectStore` block and reaches the store's private state as a child module.
 mod enumerate;
 mod exactly_once;
+mod expire;
 mod multi;
 mod ownership;
 mod relocation;
@@ -34,6 +35,7 @@ pub use tx_records::{replayed_tx_record, ReplayedPrepared, ReplayedTxRecord, TxR
 mod write;
 
 pub use exactly_once::OnceUpdate;
+pub use expire::{ExpireCondition, ExpireTick, EXPIRE_SAMPLE_PER_TICK};
 /// The key hash, defined once in `ramstore-wire` (docs/design.md §4).
 pub use ramstore_wire::key_hash;
 
@@ -167,6 +169,8 @@ pub struct ObjectStore {
     cleaner: Option<CleanerThread>,
     /// The head segment the last write landed in: a new one wakes the cleaner.
     last_head: std::sync::atomic::AtomicU64,
+    /// The hash bucket the active expirer's next tick starts at (`expire`).
+    expire_cursor: std::sync::atomic::AtomicUsize,
 }
 
 impl ObjectStore {
@@ -217,6 +221,7 @@ impl ObjectStore {
             inner,
             cleaner,
             last_head: std::sync::atomic::AtomicU64::new(u64::MAX),
+            expire_cursor: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -305,6 +310,14 @@ impl ObjectStore {
                 _ => false,
             });
         let view = found.ok_or(ReadError::ObjectDoesntExist)?;
+        // Lazy expiry: an expired object is absent to every reader; the active
+        // expirer (`expire`) logs its tombstone later. A migration's pull sees
+        // it absent too, so an expired key is never moved.
+        // The clock is read only for an object that has an expiry: GET's hot
+        // path stays free of it.
+        if view.expires_at().is_some_and(|at| at <= self.now_ms()) {
+            return Err(ReadError::ObjectDoesntExist);
+        }
         debug_assert!(view.checksum_ok(), "object entry checksum mismatch");
         Ok(f(&view))
     }

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ramstore_client::{Client, ClientError, EnumeratedObject};
-use ramstore_wire::{RejectRules, Status};
+use ramstore_wire::{ExpireCondition, ExpiryChange, RejectRules, Status};
 
 /// Why a store operation failed (beyond the outcomes commands handle themselves).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -175,6 +175,39 @@ pub trait LocalObjects: Send + Sync {
     /// Removes `key` of `table_id`: the version removed, or `None` if there was none.
     fn remove_local(&self, table_id: u64, key: &[u8]) -> DirectAnswer<Option<u64>>;
 
+    /// [`Self::write_local`] that changes the expiry time as `expiry` says.
+    /// By default not carried out here: the front end forwards it as a native
+    /// WriteExpiring.
+    fn write_expiring_local(
+        &self,
+        _table_id: u64,
+        _key: &[u8],
+        _value: &[u8],
+        _rules: &RejectRules,
+        _expiry: ExpiryChange,
+    ) -> DirectAnswer<WriteResult> {
+        DirectAnswer::Now(Direct::Elsewhere(Status::Retry, NOT_LOCAL))
+    }
+
+    /// Gives `key` of `table_id` expiry `expires_at` if `condition` admits it:
+    /// whether it changed. By default forwarded (a native SetExpiry).
+    fn set_expiry_local(
+        &self,
+        _table_id: u64,
+        _key: &[u8],
+        _expires_at: Option<u64>,
+        _condition: ExpireCondition,
+    ) -> DirectAnswer<bool> {
+        DirectAnswer::Now(Direct::Elsewhere(Status::Retry, NOT_LOCAL))
+    }
+
+    /// The expiry time of `key` of `table_id`: `None` if there is no such
+    /// object, `Some(None)` if it never expires. By default forwarded (a
+    /// native GetExpiry).
+    fn expiry_local(&self, _table_id: u64, _key: &[u8]) -> DirectAnswer<Option<Option<u64>>> {
+        DirectAnswer::Now(Direct::Elsewhere(Status::Retry, NOT_LOCAL))
+    }
+
     /// A hint that `key` will be read or written soon (a later command of the same
     /// pipeline): the master may start loading what that takes into the cache.
     fn prefetch(&self, _key: &[u8]) {}
@@ -183,6 +216,9 @@ pub trait LocalObjects: Send + Sync {
     /// answers), for `INFO`.
     fn stats_text(&self) -> String;
 }
+
+/// Why a direct operation a master does not implement is forwarded.
+const NOT_LOCAL: &str = "not carried out on the direct path";
 
 /// The master in this process.
 pub struct LocalMaster {
@@ -384,6 +420,81 @@ impl Backend {
             },
         )
         .await
+    }
+
+    /// Writes `key` of `table` unless `rules` refuse it, changing its expiry
+    /// time as `expiry` says (SET's EX/PX/EXAT/PXAT/KEEPTTL, SETEX, and the
+    /// read-modify-writes that keep a TTL, as Redis's APPEND does).
+    pub async fn write_expiring(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        rules: RejectRules,
+        expiry: ExpiryChange,
+    ) -> Outcome<WriteResult> {
+        self.run(
+            |local| local.write_expiring_local(table_id, key, value, &rules, expiry),
+            || async {
+                let r = self
+                    .client
+                    .write_expiring(table_id, key, value, &rules, expiry)
+                    .await;
+                match r {
+                    Ok(version) => Ok(WriteResult::Written(version)),
+                    Err(ClientError::ObjectExists) => Ok(WriteResult::Exists),
+                    Err(ClientError::ObjectDoesntExist) => Ok(WriteResult::Missing),
+                    Err(ClientError::WrongVersion { current }) => {
+                        Ok(WriteResult::WrongVersion(current))
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            },
+        )
+        .await
+    }
+
+    /// Gives `key` of `table` expiry `expires_at` (wall-clock ms; `None`:
+    /// never) if `condition` admits it: whether it changed (EXPIRE, PERSIST).
+    pub async fn set_expiry(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        expires_at: Option<u64>,
+        condition: ExpireCondition,
+    ) -> Outcome<bool> {
+        self.run(
+            |local| local.set_expiry_local(table_id, key, expires_at, condition),
+            || async {
+                Ok(self
+                    .client
+                    .set_expiry(table_id, key, expires_at, condition)
+                    .await?)
+            },
+        )
+        .await
+    }
+
+    /// The expiry time of `key` of `table`: `None` if there is no such key,
+    /// `Some(None)` if it never expires (TTL and its family).
+    pub async fn expiry(&self, table_id: u64, key: &[u8]) -> Outcome<Option<Option<u64>>> {
+        self.run(
+            |local| local.expiry_local(table_id, key),
+            || async {
+                match self.client.expiry(table_id, key).await {
+                    Ok(at) => Ok(Some(at)),
+                    Err(ClientError::ObjectDoesntExist) => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            },
+        )
+        .await
+    }
+
+    /// The wall-clock time expiry times are computed from, in ms since the
+    /// Unix epoch (the client's clock, which the server shares in-process).
+    pub fn now_ms(&self) -> u64 {
+        self.client.wall_ms()
     }
 
     /// Removes `key` of `table`: the version removed, or `None` if there was none.

@@ -66,6 +66,7 @@ pub mod cold_start;
 pub mod failure_monitor;
 pub mod full_log;
 pub mod in_process;
+pub mod key_expiry;
 pub mod membership_guard;
 pub mod metrics;
 mod parts;

@@ -48,8 +48,10 @@ const OPS: [(Op, &str); 15] = [
 impl From<Opcode> for Op {
     fn from(op: Opcode) -> Self {
         match op {
-            Opcode::Read => Op::Read,
-            Opcode::Write => Op::Write,
+            // An expiry read is a read; an expiry change is a write (the object
+            // is appended again).
+            Opcode::Read | Opcode::GetExpiry => Op::Read,
+            Opcode::Write | Opcode::WriteExpiring | Opcode::SetExpiry => Op::Write,
             Opcode::Remove => Op::Remove,
             Opcode::Increment => Op::Increment,
             Opcode::MultiRead => Op::MultiRead,

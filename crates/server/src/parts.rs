@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use crate::replica_manager::{ReplicaManager, MAX_REPLICAS};
 use crate::server_options::{ServerError, ServerOptions, ENLIST_TIMEOUT_MS};
 use crate::storage_service::StorageService;
-use crate::{client_lease_expiry, failure_monitor, tx_recovery};
+use crate::{client_lease_expiry, failure_monitor, key_expiry, tx_recovery};
 
 /// Checks the options and builds the master's store (`store_config` with the
 /// options' clock) and replica manager (whose BackupWrites go over `transport`): the first step of [`start`] and of
@@ -48,7 +48,8 @@ pub(crate) fn build_store(
 }
 
 /// What a server does once enlisted as `server_id`: records its id, starts
-/// replicating (R§4.2), its lease-expiry loop (RIFL §4.2), its transaction
+/// replicating (R§4.2), its lease-expiry loop (RIFL §4.2), its active key
+/// expirer (`key_expiry`), its transaction
 /// recovery manager (SOSP'15 §6.4) and its failure
 /// monitor (pings and zombie detection, R§7.2, R§7.11, over `transport`);
 /// returns the tasks it started.
@@ -74,6 +75,10 @@ pub(crate) fn run_enlisted(
         transport.clone(),
         options.coordinator.clone(),
         options.client_lease_check_ms,
+    ));
+    tasks.extend(key_expiry::start(
+        service.clone(),
+        options.expire_interval_ms,
     ));
     tasks.extend(tx_recovery::start(
         service.clone(),

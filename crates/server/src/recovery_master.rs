@@ -280,8 +280,17 @@ impl Replay {
                     if self.tombstoned(o.table_id, o.key, o.version) {
                         continue;
                     }
+                    // The expiry is replayed with the object (R§4: the log
+                    // is the truth): an expired key stays absent after
+                    // recovery, an unexpired one keeps its deadline.
                     let applied = with_space(store.clock(), || {
-                        store.replay_object(o.table_id, o.key, o.value, o.version)
+                        store.replay_object_expiring(
+                            o.table_id,
+                            o.key,
+                            o.value,
+                            o.version,
+                            o.expires_at,
+                        )
                     })?;
                     self.counts.applied += u64::from(applied);
                 }
@@ -679,6 +688,23 @@ mod tests {
             assert_eq!(replay.max_version(), 40);
             assert_eq!(replay.counts().entries, 5);
         }
+    }
+
+    #[test]
+    fn apply_replays_expiry_so_an_expired_key_never_comes_back() {
+        use ramstore_log::entry::encode_object_with_expiry;
+        let store = store();
+        let now = store.now_ms();
+        let mut bucket = Vec::new();
+        encode_object_with_expiry(1, 3, 0, Some(now - 1), b"expired", b"x", &mut bucket);
+        encode_object_with_expiry(1, 4, 0, Some(now + 3_600_000), b"kept", b"y", &mut bucket);
+        encode_object(1, 5, 0, b"plain", b"z", &mut bucket);
+        let mut replay = Replay::default();
+        replay.apply(&store, 1, &bucket).unwrap();
+        assert_eq!(value(&store, b"expired"), None, "an expired key came back");
+        assert_eq!(value(&store, b"kept"), Some((4, b"y".to_vec())));
+        assert_eq!(store.expiry_of(1, b"kept"), Ok(Some(now + 3_600_000)));
+        assert_eq!(store.expiry_of(1, b"plain"), Ok(None));
     }
 
     #[test]

@@ -101,6 +101,10 @@ pub struct ServerOptions {
     /// records of expired ones dropped (RIFL §4.2;
     /// [`crate::client_lease_expiry`]; `--client-lease-check-ms`; 0: off).
     pub client_lease_check_ms: u64,
+    /// Pause between the active expirer's rounds, in ms
+    /// ([`crate::key_expiry`]; 0: off, expired objects then go only when
+    /// written over or deleted, though reads never see them).
+    pub expire_interval_ms: u64,
     /// How long a transaction may stay prepared here, undecided, before this
     /// master recovers it as a recovery manager, in ms (SOSP'15 §6.4;
     /// [`crate::tx_recovery`]; `--tx-recovery-timeout-ms`; 0: off).
@@ -150,6 +154,7 @@ impl ServerOptions {
             no_space_wait_ms: crate::DEFAULT_NO_SPACE_WAIT_MS,
             replica_check_interval_ms: crate::replica_manager::DEFAULT_REPLICA_CHECK_INTERVAL_MS,
             client_lease_check_ms: crate::client_lease_expiry::DEFAULT_CLIENT_LEASE_CHECK_MS,
+            expire_interval_ms: crate::key_expiry::DEFAULT_EXPIRE_INTERVAL_MS,
             tx_recovery_timeout_ms: crate::tx_recovery::DEFAULT_TX_RECOVERY_TIMEOUT_MS,
             request_timeout_ms: ramstore_rpc::conns::DEFAULT_REQUEST_TIMEOUT_MS,
             idle_timeout_ms: ramstore_rpc::conns::DEFAULT_IDLE_TIMEOUT_MS,

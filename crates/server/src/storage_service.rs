@@ -47,6 +47,8 @@ use crate::replica_manager::ReplicaManager;
 /// The Redis front end's direct path onto this master (no native wire format).
 mod direct;
 mod exactly_once;
+/// Key expiry for both front ends: store calls and native answers.
+mod expiry_ops;
 /// Zombie state, lease and pings: the service's side of membership.
 mod membership;
 /// Live tablet migration, as source and as target (K§2.3).

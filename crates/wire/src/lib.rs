@@ -114,6 +114,24 @@
 //! CancelMigration response   (empty; the cancel is recorded, the range returns)
 //! ```
 //!
+//! # Key expiry (`expiry.rs`; R§4: the expiry lives in the object's log entry)
+//!
+//! ```text
+//! SetExpiry request          table_id u64 | condition u8 | has_expiry u8
+//!                            [| expires_at u64] | key ([`ExpireCondition`]; no
+//!                            expiry: the object never expires, as PERSIST)
+//! SetExpiry response         changed u8 (0: no such object, or the condition
+//!                            refused)
+//! GetExpiry request          table_id u64 | key
+//! GetExpiry response         has_expiry u8 [| expires_at u64];
+//!                            OBJECT_DOESNT_EXIST if absent or expired
+//! WriteExpiring request      table_id u64 | rules | expiry change | key | value
+//!                            ([`ExpiryChange`]; at-least-once: no rpc id)
+//! WriteExpiring response     version u64
+//! ```
+//!
+//! Expiry times are absolute wall-clock ms since the Unix epoch.
+//!
 //! # Failure detection (R§7.2, R§7.11, C§4.1)
 //!
 //! ```text
@@ -175,6 +193,7 @@ mod codec;
 pub mod counter;
 pub mod encoder;
 mod error;
+mod expiry;
 mod fields;
 mod frame;
 mod list;
@@ -198,6 +217,7 @@ pub use encoder::{
     TabletMapEncoder,
 };
 pub use error::WireError;
+pub use expiry::{ExpireCondition, ExpiryChange};
 pub use fields::{
     BackupWriteFlags, MigrationMode, NumberKind, ServerStatus, Services, BACKUP_WRITE_ATOMIC,
     BACKUP_WRITE_CLOSE, BACKUP_WRITE_OPEN, BACKUP_WRITE_RESERVE, SERVICE_BACKUP, SERVICE_MASTER,

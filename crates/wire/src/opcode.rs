@@ -95,11 +95,18 @@ pub enum Opcode {
     /// Participant → participant masters: the same decision for many
     /// transactions at once (a held commit's release, `tx_vote.rs`).
     TxDecisions = 51,
+    /// Client → master: change an object's expiry time (`expiry.rs`). Codes
+    /// 52–59 are left for other messages.
+    SetExpiry = 60,
+    /// Client → master: an object's expiry time.
+    GetExpiry = 61,
+    /// Client → master: a write that also sets or keeps the expiry time.
+    WriteExpiring = 62,
 }
 
 impl Opcode {
     /// Every opcode, in code order (for tests and tables).
-    pub const ALL: [Opcode; 45] = [
+    pub const ALL: [Opcode; 48] = [
         Opcode::Ping,
         Opcode::CreateTable,
         Opcode::GetTableId,
@@ -145,6 +152,9 @@ impl Opcode {
         Opcode::TxDecision,
         Opcode::TxRequestVote,
         Opcode::TxDecisions,
+        Opcode::SetExpiry,
+        Opcode::GetExpiry,
+        Opcode::WriteExpiring,
     ];
 
     /// The code sent on the wire.

@@ -6,6 +6,7 @@ use crate::codec::{
     put_u8, put_value, Reader,
 };
 use crate::error::WireError;
+use crate::expiry::{put_optional_time, read_optional_time, ExpireCondition, ExpiryChange};
 use crate::fields::{BackupWriteFlags, MigrationMode, NumberKind, Services};
 use crate::frame::{atomically, begin_frame, end_frame, split_frame, Header};
 use crate::list::{
@@ -293,6 +294,27 @@ pub enum Request<'a> {
     TxRequestVote(TxRequestVote<'a>),
     /// One decision for many transactions (`tx_vote.rs`).
     TxDecisions(TxDecisions<'a>),
+    /// Give an object expiry time `expires_at` (`None`: never expires) if
+    /// `condition` admits it (`expiry.rs`).
+    SetExpiry {
+        table_id: u64,
+        condition: ExpireCondition,
+        expires_at: Option<u64>,
+        key: &'a [u8],
+    },
+    /// An object's expiry time.
+    GetExpiry {
+        table_id: u64,
+        key: &'a [u8],
+    },
+    /// A write that also changes the object's expiry time as `expiry` says.
+    WriteExpiring {
+        table_id: u64,
+        rules: RejectRules,
+        expiry: ExpiryChange,
+        key: &'a [u8],
+        value: &'a [u8],
+    },
 }
 
 impl Request<'_> {
@@ -343,6 +365,9 @@ impl Request<'_> {
             Request::CancelMigration { .. } => Opcode::CancelMigration,
             Request::TxRequestVote(_) => Opcode::TxRequestVote,
             Request::TxDecisions(_) => Opcode::TxDecisions,
+            Request::SetExpiry { .. } => Opcode::SetExpiry,
+            Request::GetExpiry { .. } => Opcode::GetExpiry,
+            Request::WriteExpiring { .. } => Opcode::WriteExpiring,
         }
     }
 }
@@ -503,6 +528,23 @@ fn decode_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Request<'a>, Wi
         Opcode::TxPrepare => Request::TxPrepare(read_prepare(r)?),
         Opcode::TxRequestVote => Request::TxRequestVote(read_request_vote(r)?),
         Opcode::TxDecisions => Request::TxDecisions(read_decisions(r)?),
+        Opcode::SetExpiry => Request::SetExpiry {
+            table_id: r.u64()?,
+            condition: ExpireCondition::try_from(r.u8()?)?,
+            expires_at: read_optional_time(r)?,
+            key: r.key()?,
+        },
+        Opcode::GetExpiry => Request::GetExpiry {
+            table_id: r.u64()?,
+            key: r.key()?,
+        },
+        Opcode::WriteExpiring => Request::WriteExpiring {
+            table_id: r.u64()?,
+            rules: r.rules()?,
+            expiry: ExpiryChange::read(r)?,
+            key: r.key()?,
+            value: r.value()?,
+        },
         Opcode::TxDecision => Request::TxDecision {
             lease_id: r.u64()?,
             tx_seq: r.u64()?,
@@ -769,6 +811,34 @@ fn encode_body(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
         Request::TxPrepare(p) => write_prepare(p, out),
         Request::TxRequestVote(v) => write_request_vote(v, out),
         Request::TxDecisions(d) => write_decisions(d, out),
+        Request::SetExpiry {
+            table_id,
+            condition,
+            expires_at,
+            key,
+        } => {
+            put_u64(out, *table_id);
+            put_u8(out, *condition as u8);
+            put_optional_time(out, *expires_at);
+            put_key(out, key)?;
+        }
+        Request::GetExpiry { table_id, key } => {
+            put_u64(out, *table_id);
+            put_key(out, key)?;
+        }
+        Request::WriteExpiring {
+            table_id,
+            rules,
+            expiry,
+            key,
+            value,
+        } => {
+            put_u64(out, *table_id);
+            put_rules(out, rules);
+            expiry.write(out);
+            put_key(out, key)?;
+            put_value(out, value)?;
+        }
         Request::TxDecision {
             lease_id,
             tx_seq,

@@ -7,6 +7,7 @@ use crate::codec::{
     put_u8, put_value, Reader,
 };
 use crate::error::WireError;
+use crate::expiry::{put_optional_time, read_optional_time};
 use crate::frame::{atomically, begin_frame, end_frame, split_frame, Header};
 use crate::list::{
     EnumeratedObjects, List, MultiReadResults, MultiRemoveResults, MultiWriteResults,
@@ -42,6 +43,17 @@ pub enum Response<'a> {
         value: &'a [u8],
     },
     Write {
+        version: u64,
+    },
+    /// Whether the expiry time changed (`expiry.rs`).
+    SetExpiry {
+        changed: bool,
+    },
+    /// The object's expiry time (`None`: never expires).
+    GetExpiry {
+        expires_at: Option<u64>,
+    },
+    WriteExpiring {
         version: u64,
     },
     /// Whether the object existed and its removed version (0 if none).
@@ -242,6 +254,9 @@ impl Response<'_> {
             Response::DropTable => Opcode::DropTable,
             Response::Read { .. } => Opcode::Read,
             Response::Write { .. } => Opcode::Write,
+            Response::SetExpiry { .. } => Opcode::SetExpiry,
+            Response::GetExpiry { .. } => Opcode::GetExpiry,
+            Response::WriteExpiring { .. } => Opcode::WriteExpiring,
             Response::Remove { .. } => Opcode::Remove,
             Response::Increment { .. } => Opcode::Increment,
             Response::MultiRead(_) => Opcode::MultiRead,
@@ -331,6 +346,13 @@ fn decode_ok_body<'a>(opcode: Opcode, r: &mut Reader<'a>) -> Result<Response<'a>
             value: r.value()?,
         },
         Opcode::Write => Response::Write { version: r.u64()? },
+        Opcode::SetExpiry => Response::SetExpiry {
+            changed: r.bool("changed")?,
+        },
+        Opcode::GetExpiry => Response::GetExpiry {
+            expires_at: read_optional_time(r)?,
+        },
+        Opcode::WriteExpiring => Response::WriteExpiring { version: r.u64()? },
         Opcode::Remove => Response::Remove {
             existed: r.bool("existed")?,
             version: r.u64()?,
@@ -535,7 +557,9 @@ fn encode_ok_body(resp: &Response<'_>, out: &mut Vec<u8>) -> Result<(), WireErro
             put_u64(out, *version);
             put_value(out, value)?;
         }
-        Response::Write { version } => put_u64(out, *version),
+        Response::Write { version } | Response::WriteExpiring { version } => put_u64(out, *version),
+        Response::SetExpiry { changed } => put_bool(out, *changed),
+        Response::GetExpiry { expires_at } => put_optional_time(out, *expires_at),
         Response::Remove { existed, version } => {
             put_bool(out, *existed);
             put_u64(out, *version);

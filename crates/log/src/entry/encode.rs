@@ -2,7 +2,7 @@
 //! encoders, which let key and value be copied straight into the log, and whole-entry
 //! encoders for metadata, recovery and tests.
 
-use super::format::{EntryType, CRC_BYTES, MAX_HEADER_BYTES};
+use super::format::{EntryType, CRC_BYTES, MAX_HEADER_BYTES, OBJECT_WITH_EXPIRY_BYTE};
 use super::parse::TabletStat;
 use crate::varint::{self, MAX_VARINT_BYTES};
 use crate::{MAX_KEY_BYTES, MAX_VALUE_BYTES, SEGMENT_BYTES};
@@ -17,11 +17,15 @@ pub struct EncodedHeader {
 
 impl EncodedHeader {
     fn new(entry_type: EntryType, body_len: usize) -> Self {
+        Self::with_type_byte(entry_type as u8, body_len)
+    }
+
+    fn with_type_byte(type_byte: u8, body_len: usize) -> Self {
         let mut h = EncodedHeader {
             bytes: [0; MAX_HEADER_BYTES],
             len: 1,
         };
-        h.bytes[0] = entry_type as u8;
+        h.bytes[0] = type_byte;
         h.push_varint(body_len as u64);
         h
     }
@@ -77,12 +81,39 @@ pub fn object_header(
     key_len: usize,
     value_len: usize,
 ) -> EncodedHeader {
+    object_header_with_expiry(table_id, version, birth, None, key_len, value_len)
+}
+
+/// [`object_header`] of an object that expires at `expires_at` (wall-clock ms)
+/// when given: then the type byte is [`OBJECT_WITH_EXPIRY_BYTE`] and the expiry
+/// follows `birth`. Without an expiry the bytes are exactly [`object_header`]'s,
+/// so objects that never expire pay nothing for the feature.
+///
+/// # Panics
+/// As [`object_header`].
+pub fn object_header_with_expiry(
+    table_id: u64,
+    version: u64,
+    birth: u64,
+    expires_at: Option<u64>,
+    key_len: usize,
+    value_len: usize,
+) -> EncodedHeader {
     check_object_limits(key_len, value_len);
-    let body_len = fields_len(table_id, version, birth, key_len) + key_len + value_len;
-    let mut h = EncodedHeader::new(EntryType::Object, body_len);
+    let body_len = fields_len(table_id, version, birth, key_len)
+        + expires_at.map_or(0, varint::encoded_len)
+        + key_len
+        + value_len;
+    let mut h = match expires_at {
+        None => EncodedHeader::new(EntryType::Object, body_len),
+        Some(_) => EncodedHeader::with_type_byte(OBJECT_WITH_EXPIRY_BYTE, body_len),
+    };
     h.push_varint(table_id);
     h.push_varint(version);
     h.push_varint(birth);
+    if let Some(at) = expires_at {
+        h.push_varint(at);
+    }
     h.push_varint(key_len as u64);
     h
 }
@@ -139,6 +170,19 @@ pub fn object_entry_len(
     )
 }
 
+/// [`object_entry_len`] of an object stored with expiry `expires_at`.
+pub fn object_entry_len_with_expiry(
+    table_id: u64,
+    version: u64,
+    birth: u64,
+    expires_at: Option<u64>,
+    key_len: usize,
+    value_len: usize,
+) -> usize {
+    object_entry_len(table_id, version, birth, key_len, value_len)
+        .saturating_add(expires_at.map_or(0, varint::encoded_len))
+}
+
 /// Total encoded length of a tombstone entry (header + key + crc).
 pub fn tombstone_entry_len(table_id: u64, version: u64, segment_id: u64, key_len: usize) -> usize {
     framed_len(fields_len(table_id, version, segment_id, key_len).saturating_add(key_len))
@@ -193,7 +237,25 @@ pub fn encode_object(
     value: &[u8],
     out: &mut Vec<u8>,
 ) {
-    let header = object_header(table_id, version, birth, key.len(), value.len());
+    encode_object_with_expiry(table_id, version, birth, None, key, value, out)
+}
+
+/// [`encode_object`] of an object that expires at `expires_at` (wall-clock ms)
+/// when given ([`object_header_with_expiry`]).
+///
+/// # Panics
+/// If the key or value exceeds its limit.
+pub fn encode_object_with_expiry(
+    table_id: u64,
+    version: u64,
+    birth: u64,
+    expires_at: Option<u64>,
+    key: &[u8],
+    value: &[u8],
+    out: &mut Vec<u8>,
+) {
+    let header =
+        object_header_with_expiry(table_id, version, birth, expires_at, key.len(), value.len());
     let crc = entry_crc(&[header.as_bytes(), key, value]);
     out.reserve(header.as_bytes().len() + key.len() + value.len() + CRC_BYTES);
     out.extend_from_slice(header.as_bytes());

@@ -5,10 +5,10 @@ use crate::varint::{self, MAX_VARINT_BYTES};
 use crate::{MAX_KEY_BYTES, MAX_VALUE_BYTES, SEGMENT_BYTES};
 
 /// Upper bound on the bytes of an object or tombstone entry before its key (type,
-/// body_len, the three fixed fields, key_len).
+/// body_len, the three fixed fields, an object's optional expiry, key_len).
 ///
 /// Any entry that parses fits: body_len ≤ [`SEGMENT_BYTES`] takes at most 4 bytes,
-/// each u64 field at most 10 and key_len ≤ [`MAX_KEY_BYTES`] at most 3, so a prefix of
+/// each u64 field (four with an expiry) at most 10 and key_len ≤ [`MAX_KEY_BYTES`] at most 3, so a prefix of
 /// this many bytes is always enough for [`parse_object_layout`](crate::entry::parse_object_layout) and
 /// [`parse_tombstone_layout`](crate::entry::parse_tombstone_layout).
 pub const MAX_HEADER_BYTES: usize = 48;
@@ -18,12 +18,12 @@ pub const CRC_BYTES: usize = 4;
 /// Longest object or tombstone header any parseable entry can have.
 const LONGEST_HEADER: usize = 1
     + varint::encoded_len(SEGMENT_BYTES as u64)
-    + 3 * MAX_VARINT_BYTES
+    + 4 * MAX_VARINT_BYTES
     + varint::encoded_len(MAX_KEY_BYTES as u64);
 const _: () = assert!(LONGEST_HEADER <= MAX_HEADER_BYTES);
 // The largest object the encoders accept must also be parseable.
 const _: () = assert!(
-    3 * MAX_VARINT_BYTES
+    4 * MAX_VARINT_BYTES
         + varint::encoded_len(MAX_KEY_BYTES as u64)
         + MAX_KEY_BYTES
         + MAX_VALUE_BYTES
@@ -32,13 +32,21 @@ const _: () = assert!(
 // `EncodedHeader::len` is a u8.
 const _: () = assert!(MAX_HEADER_BYTES <= u8::MAX as usize);
 
+/// The type byte of an object that carries an expiry time (module doc of
+/// `entry`): the object's byte with the high bit set. It parses as
+/// [`EntryType::Object`], whose layout then has `expires_at`, so every reader of
+/// objects (cleaner, scans, recovery) handles both without a second case, and an
+/// object without expiry keeps the bytes it always had.
+pub const OBJECT_WITH_EXPIRY_BYTE: u8 = 0x80 | EntryType::Object as u8;
+
 /// The kind of a log entry, stored in its first byte.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EntryType {
     /// First entry of every segment: which master and segment it belongs to.
     SegmentHeader = 1,
-    /// A live or dead object version: key and value.
+    /// A live or dead object version: key and value (and an expiry time when
+    /// stored with [`OBJECT_WITH_EXPIRY_BYTE`]).
     Object = 2,
     /// A record that an object version was deleted or overwritten.
     Tombstone = 3,
@@ -61,7 +69,7 @@ impl EntryType {
     pub const fn from_u8(b: u8) -> Option<Self> {
         Some(match b {
             1 => Self::SegmentHeader,
-            2 => Self::Object,
+            2 | OBJECT_WITH_EXPIRY_BYTE => Self::Object,
             3 => Self::Tombstone,
             4 => Self::LogDigest,
             5 => Self::SafeVersion,
@@ -129,6 +137,9 @@ pub struct ObjectLayout {
     pub table_id: u64,
     pub version: u64,
     pub birth: u64,
+    /// Absolute wall-clock time (ms since the Unix epoch) from which the object
+    /// reads as absent; `None` for an object that never expires.
+    pub expires_at: Option<u64>,
     pub key_offset: usize,
     pub key_len: usize,
     pub value_offset: usize,

@@ -13,7 +13,7 @@
 //! |<------------- covered by the crc ----------->|
 //! ```
 //!
-//! Types: 1 SegmentHeader, 2 Object, 3 Tombstone, 4 LogDigest, 5 SafeVersion,
+//! Types: 1 SegmentHeader, 2 Object (0x82 for an object with expiry), 3 Tombstone, 4 LogDigest, 5 SafeVersion,
 //! 6 TabletStats, 7 RpcResult (a RIFL completion record; its body is documented in
 //! `rpc_result`), 8 TxRecord (a transaction's prepared op or its decided mark;
 //! documented in `tx_record`). Type 0 is invalid because unwritten log memory is zero: a scan that
@@ -43,6 +43,23 @@
 //!
 //! `birth` is a logical age stamp: the cleaner uses it to judge how long the data has
 //! lived, which survives copying an object into a new segment.
+//!
+//! Object with expiry (type byte 0x82, [`OBJECT_WITH_EXPIRY_BYTE`]: the object's
+//! byte with the high bit set); it parses as an Object whose layout carries
+//! `expires_at`, and its body has one more varint after `birth`:
+//!
+//! ```text
+//! +----------+---------+-------+------------+---------+-----------+-----------+
+//! | table_id | version | birth | expires_at | key_len | key       | value     |
+//! | varint   | varint  | varint| varint     | varint  | key_len B | rest      |
+//! +----------+---------+-------+------------+---------+-----------+-----------+
+//! ```
+//!
+//! `expires_at` is an absolute wall-clock time in ms since the Unix epoch, from
+//! the `Clock` seam. The expiry lives in the object's own entry (R§4: the log is
+//! the truth), so whatever copies or replays the entry (cleaner, recovery, cold
+//! start) carries it without knowing about it; objects that never expire keep
+//! type 2 and pay no byte for the feature.
 //!
 //! Tombstone (type 3); the body ends exactly after the key:
 //!

@@ -11,6 +11,8 @@ pub struct ObjectEntry<'a> {
     pub table_id: u64,
     pub version: u64,
     pub birth: u64,
+    /// Absolute wall-clock expiry in ms since the Unix epoch, if any.
+    pub expires_at: Option<u64>,
     pub key: &'a [u8],
     pub value: &'a [u8],
 }
@@ -301,6 +303,13 @@ fn object_layout(prefix: &[u8], header: &EntryHeader) -> Result<ObjectLayout, En
     let table_id = r.varint()?;
     let version = r.varint()?;
     let birth = r.varint()?;
+    // Only an entry of type Object gets here, so the first byte is present and
+    // is one of the two object bytes.
+    let expires_at = if prefix.first() == Some(&OBJECT_WITH_EXPIRY_BYTE) {
+        Some(r.varint()?)
+    } else {
+        None
+    };
     let key_len = read_key_len(&mut r)?;
     let value_len = r.remaining() - key_len;
     if value_len > MAX_VALUE_BYTES {
@@ -311,6 +320,7 @@ fn object_layout(prefix: &[u8], header: &EntryHeader) -> Result<ObjectLayout, En
         table_id,
         version,
         birth,
+        expires_at,
         key_offset,
         key_len,
         value_offset: key_offset + key_len,
@@ -459,6 +469,7 @@ pub fn parse_entry(buf: &[u8]) -> Result<(Entry<'_>, usize), EntryError> {
                 table_id: l.table_id,
                 version: l.version,
                 birth: l.birth,
+                expires_at: l.expires_at,
                 key: slice(buf, l.key_offset, l.key_len)?,
                 value: slice(buf, l.value_offset, l.value_len)?,
             })

@@ -11,7 +11,15 @@ fn reencode(entry: &Entry<'_>) -> Vec<u8> {
     let mut out = Vec::new();
     match entry {
         Entry::SegmentHeader(e) => encode_segment_header(e.master_id, e.segment_id, &mut out),
-        Entry::Object(e) => encode_object(e.table_id, e.version, e.birth, e.key, e.value, &mut out),
+        Entry::Object(e) => encode_object_with_expiry(
+            e.table_id,
+            e.version,
+            e.birth,
+            e.expires_at,
+            e.key,
+            e.value,
+            &mut out,
+        ),
         Entry::Tombstone(e) => {
             encode_tombstone(e.table_id, e.version, e.segment_id, e.key, &mut out)
         }
@@ -131,6 +139,7 @@ fn encode_object_round_trip() {
             table_id: t,
             version: v,
             birth: b,
+            expires_at: None,
             key,
             value: &value,
         };
@@ -703,7 +712,14 @@ fn entry_type_from_u8_matches_repr() {
         assert_eq!(EntryType::from_u8(t as u8), Some(t));
     }
     assert_eq!(EntryType::from_u8(0), None);
-    assert!((9..=255).all(|b| EntryType::from_u8(b).is_none()));
+    // The one other byte: an object with an expiry time.
+    assert_eq!(
+        EntryType::from_u8(OBJECT_WITH_EXPIRY_BYTE),
+        Some(EntryType::Object)
+    );
+    assert!((9..=255)
+        .filter(|&b| b != OBJECT_WITH_EXPIRY_BYTE)
+        .all(|b| EntryType::from_u8(b).is_none()));
 }
 
 fn check_parsers_total(bytes: &[u8]) {
@@ -775,12 +791,45 @@ proptest! {
         );
         let (entry, len) = parse_entry(entry_bytes).expect("valid object");
         prop_assert_eq!(len, entry_bytes.len());
-        let expected = ObjectEntry { table_id, version, birth, key: &key, value: &value };
+        let expected = ObjectEntry { table_id, version, birth, expires_at: None, key: &key, value: &value };
         prop_assert_eq!(entry, Entry::Object(expected));
         let prefix = &entry_bytes[..len.min(MAX_HEADER_BYTES)];
         let layout = parse_object_layout(prefix).expect("layout");
         prop_assert_eq!(&entry_bytes[layout.key_offset..][..layout.key_len], &key[..]);
         prop_assert_eq!(&entry_bytes[layout.value_offset..][..layout.value_len], &value[..]);
+    }
+
+    #[test]
+    fn encode_object_with_expiry_round_trip_any(
+        table_id: u64,
+        version: u64,
+        birth: u64,
+        expires_at: Option<u64>,
+        key in proptest::collection::vec(any::<u8>(), 0..200),
+        value in proptest::collection::vec(any::<u8>(), 0..2_000),
+    ) {
+        let mut out = Vec::new();
+        encode_object_with_expiry(table_id, version, birth, expires_at, &key, &value, &mut out);
+        prop_assert_eq!(
+            out.len(),
+            object_entry_len_with_expiry(table_id, version, birth, expires_at, key.len(), value.len())
+        );
+        let (entry, len) = parse_entry(&out).expect("valid object");
+        prop_assert_eq!(len, out.len());
+        let expected = ObjectEntry { table_id, version, birth, expires_at, key: &key, value: &value };
+        prop_assert_eq!(entry, Entry::Object(expected));
+        prop_assert_eq!(reencode(&entry), out.clone());
+        let layout = parse_object_layout(&out[..len.min(MAX_HEADER_BYTES)]).expect("layout");
+        prop_assert_eq!(layout.expires_at, expires_at);
+        prop_assert_eq!(&out[layout.key_offset..][..layout.key_len], &key[..]);
+        prop_assert_eq!(&out[layout.value_offset..][..layout.value_len], &value[..]);
+        match parse_scanned(&out) {
+            Ok((h, ScannedLayout::Object(l))) => {
+                prop_assert_eq!(h.entry_type, EntryType::Object);
+                prop_assert_eq!(l, layout);
+            }
+            other => prop_assert!(false, "scanned as {:?}", other),
+        }
     }
 
     #[test]
@@ -1041,4 +1090,56 @@ fn parse_scanned_reads_the_ids_of_a_record_longer_than_the_scan_prefix() {
             seq: u64::MAX - 1
         }
     );
+}
+
+#[test]
+fn encode_object_with_expiry_none_is_the_plain_object() {
+    let (mut plain, mut none) = (Vec::new(), Vec::new());
+    encode_object(1, 2, 3, b"k", b"v", &mut plain);
+    encode_object_with_expiry(1, 2, 3, None, b"k", b"v", &mut none);
+    assert_eq!(plain, none);
+    assert_eq!(plain[0], EntryType::Object as u8);
+}
+
+#[test]
+fn encode_object_with_expiry_uses_type_byte_0x82() {
+    let mut out = Vec::new();
+    encode_object_with_expiry(1, 2, 3, Some(1_700_000_000_000), b"k", b"v", &mut out);
+    assert_eq!(out[0], 0x82);
+    assert_eq!(OBJECT_WITH_EXPIRY_BYTE, 0x82);
+    // The expiry costs its varint and nothing more.
+    assert_eq!(
+        out.len(),
+        object_entry_len(1, 2, 3, 1, 1) + crate::varint::encoded_len(1_700_000_000_000)
+    );
+}
+
+#[test]
+fn parse_object_layout_with_expiry_longest_header_fits_prefix() {
+    let key = vec![7u8; MAX_KEY_BYTES];
+    let mut out = Vec::new();
+    encode_object_with_expiry(
+        u64::MAX,
+        u64::MAX,
+        u64::MAX,
+        Some(u64::MAX),
+        &key,
+        b"",
+        &mut out,
+    );
+    let layout = parse_object_layout(&out[..MAX_HEADER_BYTES]).expect("header fits the prefix");
+    assert_eq!(layout.expires_at, Some(u64::MAX));
+    assert_eq!(layout.key_len, MAX_KEY_BYTES);
+}
+
+#[test]
+fn parse_entry_with_expiry_every_truncation_is_an_error() {
+    let mut out = Vec::new();
+    encode_object_with_expiry(5, 6, 7, Some(123_456), b"key", b"value", &mut out);
+    for n in 0..out.len() {
+        assert!(
+            parse_entry(&out[..n]).is_err(),
+            "prefix of {n} bytes parsed"
+        );
+    }
 }

@@ -40,6 +40,9 @@ pub struct NewObject<'a> {
     pub key: &'a [u8],
     pub version: u64,
     pub value: &'a [u8],
+    /// Wall-clock ms since the Unix epoch from which the object reads as absent
+    /// (stored in its entry, type 0x82); `None` never expires.
+    pub expires_at: Option<u64>,
 }
 
 /// An object (and the tombstone of the version it replaces) ready to be written:
@@ -327,10 +330,11 @@ impl Log {
         replaces: Option<DeadObject>,
     ) -> Result<EncodedObject, AppendError> {
         let birth = self.clock();
-        let obj_header = entry::object_header(
+        let obj_header = entry::object_header_with_expiry(
             object.table_id,
             object.version,
             birth,
+            object.expires_at,
             object.key.len(),
             object.value.len(),
         );

@@ -107,6 +107,16 @@ impl<'a> ObjectView<'a> {
     pub fn birth(&self) -> u64 {
         self.layout.birth
     }
+    /// Wall-clock ms since the Unix epoch from which the object reads as absent.
+    pub fn expires_at(&self) -> Option<u64> {
+        self.layout.expires_at
+    }
+    /// Whether the object has expired at wall-clock time `now_ms`: an expiry
+    /// time is the first instant the object is gone (Redis: a key with 0 ms
+    /// left no longer exists).
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.layout.expires_at.is_some_and(|at| at <= now_ms)
+    }
     pub fn key_len(&self) -> usize {
         self.layout.key_len
     }

@@ -81,6 +81,9 @@ impl ObjectStore {
         let mut refs: Vec<LogRef> = Vec::with_capacity(2 * PREFETCH_REFS);
         let mut runs: Vec<(usize, usize)> = Vec::with_capacity(PREFETCH_BUCKETS);
         let (mut key_buf, mut value_buf) = (Vec::new(), Vec::new());
+        // One clock read per batch: an object expiring during the batch may
+        // still be listed, as Redis's SCAN may list a key that expires during it.
+        let now_ms = self.now_ms();
         loop {
             refs.clear();
             runs.clear();
@@ -101,7 +104,8 @@ impl ObjectStore {
             for &(b, to) in &runs {
                 for &r in &refs[from..to] {
                     let Ok(view) = log.object(r) else { continue };
-                    if view.table_id() != table_id {
+                    // An expired object is absent (lazy expiry).
+                    if view.table_id() != table_id || view.is_expired(now_ms) {
                         continue;
                     }
                     let key = match view.key_slice() {

@@ -13,6 +13,7 @@ use ramstore_wire::{RejectRules, RpcId};
 use super::write::{incremented_f64, incremented_i64, AppendedRecord, NewValue};
 use super::ObjectStore;
 use crate::error::WriteError;
+use crate::expiry::Expiry;
 use crate::hashed_key::HashedKey;
 use crate::rifl::{Check, MovedRecord, RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::tablets::Access;
@@ -139,16 +140,19 @@ impl ObjectStore {
                     return Err(WriteError::ValueTooLarge(value.len()));
                 }
                 self.once(id, place, |rpc| {
-                    let (version, record) =
-                        self.update_recorded(object, rules, access, rpc, |_| {
-                            Ok(NewValue::Borrowed(value))
-                        })?;
+                    let (version, record) = self.update_recorded(
+                        object,
+                        rules,
+                        (access, Expiry::Set(None)),
+                        rpc,
+                        |_| Ok(NewValue::Borrowed(value)),
+                    )?;
                     Ok((RpcOutcome::Write { version }, record))
                 })
             }
             OnceUpdate::Remove => self.once(id, place, |rpc| {
                 let (removed, record) =
-                    self.remove_full(table_id, hashed, rules, access, Some(rpc))?;
+                    self.remove_full(table_id, hashed, rules, access, Some(rpc), false)?;
                 let outcome = RpcOutcome::Remove {
                     existed: removed.is_some(),
                     version: removed.unwrap_or(0),
@@ -156,15 +160,17 @@ impl ObjectStore {
                 Ok((outcome, record))
             }),
             OnceUpdate::IncrementI64(delta) => self.once(id, place, |rpc| {
-                let (_, record) = self.update_recorded(object, rules, access, rpc, |current| {
-                    incremented_i64(current, delta)
-                })?;
+                let (_, record) =
+                    self.update_recorded(object, rules, (access, Expiry::Keep), rpc, |current| {
+                        incremented_i64(current, delta)
+                    })?;
                 recorded(record)
             }),
             OnceUpdate::IncrementF64(delta) => self.once(id, place, |rpc| {
-                let (_, record) = self.update_recorded(object, rules, access, rpc, |current| {
-                    incremented_f64(current, delta)
-                })?;
+                let (_, record) =
+                    self.update_recorded(object, rules, (access, Expiry::Keep), rpc, |current| {
+                        incremented_f64(current, delta)
+                    })?;
                 recorded(record)
             }),
         }

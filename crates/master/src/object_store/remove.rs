@@ -55,13 +55,16 @@ impl ObjectStore {
         rules: &RejectRules,
         access: Access,
     ) -> Result<Option<u64>, WriteError> {
-        self.remove_full(table_id, HashedKey::new(key), rules, access, None)
+        self.remove_full(table_id, HashedKey::new(key), rules, access, None, false)
             .map(|(v, _)| v)
     }
 
     /// [`Self::remove_as`], appending the completion record of exactly-once RPC
     /// `rpc` (lease id, sequence number) with the tombstone when an object died
     /// (RIFL §4.1). A delete of nothing changes nothing and logs no record.
+    /// With `only_expired` (the active expirer's deletes), an object that has
+    /// not expired, checked under the bucket lock, is left alone: a key
+    /// rewritten since it was sampled is never deleted.
     pub(super) fn remove_full(
         &self,
         table_id: u64,
@@ -69,6 +72,7 @@ impl ObjectStore {
         rules: &RejectRules,
         access: Access,
         rpc: Option<(u64, u64)>,
+        only_expired: bool,
     ) -> Result<(Option<u64>, Option<AppendedRecord>), WriteError> {
         let key = hashed.key();
         if key.len() > MAX_KEY_BYTES {
@@ -78,7 +82,7 @@ impl ObjectStore {
         let inner = &*self.inner;
         let log = &inner.log;
         let _pin = log.pin();
-        let (appended, version, record): (Appended, u64, Option<AppendedRecord>) = {
+        let (appended, version, record, expired): (Appended, u64, Option<AppendedRecord>, bool) = {
             let mut guard = inner.index.lock(hash);
             let tablets = inner.shared.tablets.load();
             let tablet = tablets
@@ -86,14 +90,22 @@ impl ObjectStore {
                 .ok_or(WriteError::UnknownTablet)?;
             tablet.admits(access).map_err(WriteError::from)?;
             let mut current = None;
+            let mut expired = false;
             let found = guard.find(|r| match log.object(LogRef(r)) {
                 Ok(view) if view.table_id() == table_id && view.key_eq(key) => {
                     current = Some((view.version(), view.entry_len()));
+                    // Replay's tombstones compare versions with whatever is
+                    // there; clients see an expired object as absent.
+                    expired = access != Access::Replay
+                        && view.expires_at().is_some_and(|at| at <= self.now_ms());
                     true
                 }
                 _ => false,
             });
-            rules.check(current.map(|(v, _)| v))?;
+            if only_expired && !expired {
+                return Ok((None, None));
+            }
+            rules.check(current.filter(|_| !expired).map(|(v, _)| v))?;
             let (Some((slot, r)), Some((version, len))) = (found, current) else {
                 return Ok((None, None));
             };
@@ -118,7 +130,7 @@ impl ObjectStore {
                 (None, None) => log.append_tombstone(table_id, key, dead),
                 (hold, Some((lease_id, seq))) => {
                     let outcome = RpcOutcome::Remove {
-                        existed: true,
+                        existed: !expired,
                         version,
                     };
                     let mut buf = [0; MAX_OUTCOME_BYTES];
@@ -161,10 +173,17 @@ impl ObjectStore {
             guard.remove(slot);
             log.object_died(LogRef(r), len);
             tablet.object_removed(len);
-            (appended, version, record)
+            (appended, version, record, expired)
         };
         log.replicate(&appended);
         self.note_head(appended.segment_id);
+        // A delete of an expired object logs its tombstone (the object is
+        // gone from memory and the log's story alike) but answers that there
+        // was nothing, as Redis's DEL of an expired key answers 0 (the
+        // expirer, `only_expired`, is told what it deleted).
+        if expired && !only_expired {
+            return Ok((None, record));
+        }
         Ok((Some(version), record))
     }
 }

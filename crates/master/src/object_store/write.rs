@@ -14,6 +14,7 @@ use ramstore_log::entry::encode_rpc_result;
 
 use super::ObjectStore;
 use crate::error::WriteError;
+use crate::expiry::{self, Expiry};
 use crate::hashed_key::HashedKey;
 use crate::rifl::{RpcOutcome, MAX_OUTCOME_BYTES};
 use crate::tablets::Access;
@@ -33,6 +34,8 @@ struct Current {
 pub(super) enum NewValue<'a> {
     Borrowed(&'a [u8]),
     Counter(CounterText, Number),
+    /// A copy of the current value, rewritten with a new expiry time.
+    Owned(Vec<u8>),
 }
 
 /// The number an increment stored (what its completion record saves).
@@ -47,13 +50,14 @@ impl NewValue<'_> {
         match self {
             NewValue::Borrowed(b) => b,
             NewValue::Counter(t, _) => t.as_bytes(),
+            NewValue::Owned(v) => v,
         }
     }
 
     /// What an exactly-once RPC that stored this value at `version` answers.
     fn outcome(&self, version: u64) -> RpcOutcome {
         match *self {
-            NewValue::Borrowed(_) => RpcOutcome::Write { version },
+            NewValue::Borrowed(_) | NewValue::Owned(_) => RpcOutcome::Write { version },
             NewValue::Counter(_, Number::I64(value)) => RpcOutcome::IncrementI64 { value, version },
             NewValue::Counter(_, Number::F64(value)) => RpcOutcome::IncrementF64 { value, version },
         }
@@ -132,6 +136,14 @@ pub(super) fn counter_text<T>(
     parse(&buf[..at]).ok_or(WriteError::NotNumeric(len))
 }
 
+impl ObjectStore {
+    /// Wall-clock ms of the store's clock, what expiry times are compared
+    /// with ([`expiry::wall_ms`]).
+    pub fn now_ms(&self) -> u64 {
+        expiry::wall_ms(&**self.clock())
+    }
+}
+
 fn object_len(log: &Log, at: LogRef) -> usize {
     // The entry was just appended by this thread: it parses.
     log.object(at).map_or(0, |v| v.entry_len())
@@ -185,9 +197,52 @@ impl ObjectStore {
         if value.len() > MAX_VALUE_BYTES {
             return Err(WriteError::ValueTooLarge(value.len()));
         }
-        self.update_full(None, table_id, key, rules, (access, None), None, |_| {
-            Ok(NewValue::Borrowed(value))
-        })
+        self.write_expiring_as(table_id, key, value, rules, access, Expiry::Set(None))
+    }
+
+    /// [`Self::write`] that also sets the object's expiry time (wall-clock ms;
+    /// [`Expiry::Keep`] keeps the current one, as Redis's `SET … KEEPTTL`).
+    /// A plain write clears any expiry, as Redis's SET does.
+    pub fn write_expiring(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        rules: &RejectRules,
+        expiry: Expiry,
+    ) -> Result<u64, WriteError> {
+        self.write_expiring_as(
+            table_id,
+            HashedKey::new(key),
+            value,
+            rules,
+            Access::Client,
+            expiry,
+        )
+    }
+
+    /// [`Self::write_expiring`] of a hashed key for `access`.
+    pub(crate) fn write_expiring_as(
+        &self,
+        table_id: u64,
+        key: HashedKey<'_>,
+        value: &[u8],
+        rules: &RejectRules,
+        access: Access,
+        expiry: Expiry,
+    ) -> Result<u64, WriteError> {
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(WriteError::ValueTooLarge(value.len()));
+        }
+        self.update_full(
+            None,
+            table_id,
+            key,
+            rules,
+            (access, None, expiry),
+            None,
+            |_| Ok(NewValue::Borrowed(value)),
+        )
         .map(|(version, _)| version)
     }
 
@@ -202,6 +257,21 @@ impl ObjectStore {
         value: &[u8],
         version: u64,
     ) -> Result<(), WriteError> {
+        self.restore_expiring(table_id, key, value, version, None)
+    }
+
+    /// [`Self::restore`] of an object that expires at `expires_at` (wall-clock
+    /// ms), as its logged entry says: an object already expired is put back
+    /// too (it reads as absent, and the active expirer deletes it with a
+    /// tombstone), so the reloaded log tells the same story as the old one.
+    pub fn restore_expiring(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        version: u64,
+        expires_at: Option<u64>,
+    ) -> Result<(), WriteError> {
         if value.len() > MAX_VALUE_BYTES {
             return Err(WriteError::ValueTooLarge(value.len()));
         }
@@ -209,7 +279,7 @@ impl ObjectStore {
             table_id,
             key,
             &RejectRules::default(),
-            (Access::Replay, Some(version)),
+            (Access::Replay, Some(version), Expiry::Set(expires_at)),
             |_| Ok(NewValue::Borrowed(value)),
         )
         .map(|_| ())
@@ -227,7 +297,21 @@ impl ObjectStore {
         value: &[u8],
         version: u64,
     ) -> Result<bool, WriteError> {
-        self.replay_in(None, table_id, key, value, version, || false)
+        self.replay_in(None, table_id, (key, value, None), version, || false)
+    }
+
+    /// [`Self::replay_object`] of an object logged with expiry `expires_at`
+    /// (wall-clock ms): the expiry is replayed with it, so an expired key
+    /// never comes back after recovery (R§4: the log is the truth).
+    pub fn replay_object_expiring(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        version: u64,
+        expires_at: Option<u64>,
+    ) -> Result<bool, WriteError> {
+        self.replay_in(None, table_id, (key, value, expires_at), version, || false)
     }
 
     /// [`Self::replay_object`] into side log `side` instead of the head: a
@@ -241,7 +325,7 @@ impl ObjectStore {
         value: &[u8],
         version: u64,
     ) -> Result<bool, WriteError> {
-        self.replay_in(Some(side), table_id, key, value, version, || false)
+        self.replay_in(Some(side), table_id, (key, value, None), version, || false)
     }
 
     /// [`Self::replay_object_into`] unless `skip` says otherwise: `skip` is
@@ -255,15 +339,14 @@ impl ObjectStore {
         (table_id, key, value, version): (u64, &[u8], &[u8], u64),
         skip: impl FnOnce() -> bool,
     ) -> Result<bool, WriteError> {
-        self.replay_in(Some(side), table_id, key, value, version, skip)
+        self.replay_in(Some(side), table_id, (key, value, None), version, skip)
     }
 
     fn replay_in(
         &self,
         side: Option<&SideLog>,
         table_id: u64,
-        key: &[u8],
-        value: &[u8],
+        (key, value, expires_at): (&[u8], &[u8], Option<u64>),
         version: u64,
         skip: impl FnOnce() -> bool,
     ) -> Result<bool, WriteError> {
@@ -275,7 +358,7 @@ impl ObjectStore {
             table_id,
             key,
             &RejectRules::default(),
-            (Access::Replay, Some(version)),
+            (Access::Replay, Some(version), Expiry::Set(expires_at)),
             |current| match current {
                 Some(c) if c.version() >= version => Err(WriteError::WrongVersion {
                     current: c.version(),
@@ -321,13 +404,19 @@ impl ObjectStore {
         access: Access,
     ) -> Result<(i64, u64), WriteError> {
         let mut new = 0;
-        let version = self.update(table_id, key, rules, (access, None), |current| {
-            let next = incremented_i64(current, delta)?;
-            if let NewValue::Counter(_, Number::I64(n)) = next {
-                new = n;
-            }
-            Ok(next)
-        })?;
+        let version = self.update(
+            table_id,
+            key,
+            rules,
+            (access, None, Expiry::Keep),
+            |current| {
+                let next = incremented_i64(current, delta)?;
+                if let NewValue::Counter(_, Number::I64(n)) = next {
+                    new = n;
+                }
+                Ok(next)
+            },
+        )?;
         Ok((new, version))
     }
 
@@ -355,13 +444,19 @@ impl ObjectStore {
         access: Access,
     ) -> Result<(f64, u64), WriteError> {
         let mut new = 0.0;
-        let version = self.update(table_id, key, rules, (access, None), |current| {
-            let next = incremented_f64(current, delta)?;
-            if let NewValue::Counter(_, Number::F64(n)) = next {
-                new = n;
-            }
-            Ok(next)
-        })?;
+        let version = self.update(
+            table_id,
+            key,
+            rules,
+            (access, None, Expiry::Keep),
+            |current| {
+                let next = incremented_f64(current, delta)?;
+                if let NewValue::Counter(_, Number::F64(n)) = next {
+                    new = n;
+                }
+                Ok(next)
+            },
+        )?;
         Ok((new, version))
     }
 
@@ -373,7 +468,7 @@ impl ObjectStore {
         table_id: u64,
         key: &[u8],
         rules: &RejectRules,
-        how: (Access, Option<u64>),
+        how: (Access, Option<u64>, Expiry),
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<u64, WriteError> {
         self.update_in(None, table_id, key, rules, how, compute)
@@ -387,7 +482,7 @@ impl ObjectStore {
         &self,
         (table_id, key): (u64, HashedKey<'_>),
         rules: &RejectRules,
-        access: Access,
+        (access, expiry): (Access, Expiry),
         rpc: (u64, u64),
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<(u64, Option<AppendedRecord>), WriteError> {
@@ -396,7 +491,7 @@ impl ObjectStore {
             table_id,
             key,
             rules,
-            (access, None),
+            (access, None, expiry),
             Some(rpc),
             compute,
         )
@@ -406,13 +501,13 @@ impl ObjectStore {
     /// given (a migration's pulled records, K§2.3): then nothing is reported for
     /// replication here; the side log replicates whole segments and is committed
     /// later ([`ramstore_log::SideLog`]).
-    fn update_in<'v>(
+    pub(super) fn update_in<'v>(
         &self,
         side: Option<&SideLog>,
         table_id: u64,
         key: &[u8],
         rules: &RejectRules,
-        how: (Access, Option<u64>),
+        how: (Access, Option<u64>, Expiry),
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<u64, WriteError> {
         self.update_full(
@@ -436,7 +531,7 @@ impl ObjectStore {
         table_id: u64,
         hashed: HashedKey<'_>,
         rules: &RejectRules,
-        (access, forced_version): (Access, Option<u64>),
+        (access, forced_version, expiry): (Access, Option<u64>, Expiry),
         rpc: Option<(u64, u64)>,
         compute: impl FnOnce(Option<&ObjectView<'_>>) -> Result<NewValue<'v>, WriteError>,
     ) -> Result<(u64, Option<AppendedRecord>), WriteError> {
@@ -472,9 +567,22 @@ impl ObjectStore {
                         len: v.entry_len(),
                     })
                 });
-            rules.check(current.as_ref().map(|c| c.version))?;
-            let new_value = compute(current_view.as_ref())?;
+            // An expired object is absent to clients (lazy expiry): the rules
+            // and the new value see no object, though it still dies as any
+            // replaced version does (its tombstone is logged below). Replay
+            // (a forced version) compares versions with whatever is there.
+            let expired = forced_version.is_none()
+                && current_view
+                    .as_ref()
+                    .is_some_and(|v| v.expires_at().is_some_and(|at| at <= self.now_ms()));
+            let live_view = current_view.as_ref().filter(|_| !expired);
+            rules.check(current.as_ref().filter(|_| !expired).map(|c| c.version))?;
+            let new_value = compute(live_view)?;
             let value = new_value.bytes();
+            let expires_at = match expiry {
+                Expiry::Keep => live_view.and_then(|v| v.expires_at()),
+                Expiry::Set(at) => at,
+            };
             let version = match (&current, forced_version) {
                 (_, Some(v)) => v,
                 (Some(c), None) => c.version + 1,
@@ -493,6 +601,7 @@ impl ObjectStore {
                 key,
                 version,
                 value,
+                expires_at,
             };
             let dead = current.as_ref().map(|c| DeadObject {
                 version: c.version,

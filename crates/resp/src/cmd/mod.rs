@@ -14,7 +14,9 @@
 //! Families, one file each (mini-redis's layout): [`connection`] (PING, ECHO,
 //! HELLO, AUTH, SELECT, CLIENT, QUIT), [`strings`] (GET, SET, SETNX, GETSET, GETDEL,
 //! GETEX, GETRANGE, SUBSTR, SETRANGE, MGET, MSET, MSETNX, STRLEN, APPEND, RS.GETV,
-//! RS.CAS), [`bits`] (GETBIT, SETBIT, BITCOUNT), [`counters`] (INCR, DECR, INCRBY, DECRBY,
+//! RS.CAS), [`expiry`] (EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL,
+//! EXPIRETIME, PEXPIRETIME, PERSIST, SETEX, PSETEX, and the expiry options of
+//! SET and GETEX), [`bits`] (GETBIT, SETBIT, BITCOUNT), [`counters`] (INCR, DECR, INCRBY, DECRBY,
 //! INCRBYFLOAT), [`keys`] (DEL, UNLINK, EXISTS, TOUCH, TYPE, RENAME, RENAMENX,
 //! COPY, SCAN, KEYS), [`server`] (COMMAND, CONFIG, INFO, DBSIZE, FLUSHDB,
 //! FLUSHALL) and [`multi`] (MULTI, EXEC, DISCARD, WATCH, UNWATCH; the queued
@@ -33,6 +35,7 @@ pub mod bitpos;
 pub mod bits;
 pub mod connection;
 pub mod counters;
+pub mod expiry;
 pub mod keys;
 pub mod lcs;
 pub mod multi;
@@ -45,7 +48,7 @@ pub mod strings;
 use std::sync::Arc;
 
 use futures_util::future::join_all;
-use ramstore_client::RejectRules;
+use ramstore_client::{ExpiryChange, RejectRules};
 
 use crate::backend::{Outcome, ReadResult, StoreError, WriteResult};
 use crate::long_double::LongDouble;
@@ -54,6 +57,7 @@ use crate::shared::Shared;
 use crate::sink::Sink;
 
 pub use connection::{ClientSub, Hello, MAX_CLIENT_NAME_BYTES};
+pub use expiry::{Deadline, Expire, GetExOption, SetExpiry, TtlKind};
 pub use keys::{Scan, MAX_KEYS_REPLY, MAX_SCAN_BATCHES};
 pub use multi::{MultiState, MAX_EXEC_ATTEMPTS, MAX_QUEUED_COMMANDS, MAX_WATCHED_KEYS};
 pub use server::CommandSub;
@@ -140,9 +144,28 @@ pub enum Command<'a> {
     GetDel {
         key: &'a [u8],
     },
-    /// GETEX without an expiry option (or with PERSIST): GET, since keys have
-    /// no time to live yet.
+    /// GETEX: GET, then the key's expiry changed as `option` says
+    /// (`expiry.rs`).
     GetEx {
+        key: &'a [u8],
+        option: GetExOption<'a>,
+    },
+    // expiry.rs
+    /// SETEX (`name` "setex") and PSETEX: SET with a time to live.
+    SetEx {
+        key: &'a [u8],
+        value: &'a [u8],
+        when: Deadline,
+        name: &'static str,
+    },
+    /// EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT.
+    Expire(Expire<'a>),
+    /// TTL, PTTL, EXPIRETIME, PEXPIRETIME.
+    Ttl {
+        key: &'a [u8],
+        kind: TtlKind,
+    },
+    Persist {
         key: &'a [u8],
     },
     /// SETRANGE: `value` written at byte `offset`, zero-padded.
@@ -296,6 +319,10 @@ impl Command<'_> {
             Command::GetRange { substr: true, .. } => "substr",
             Command::GetDel { .. } => "getdel",
             Command::GetEx { .. } => "getex",
+            Command::SetEx { name, .. } => name,
+            Command::Expire(e) => e.name,
+            Command::Ttl { kind, .. } => kind.name(),
+            Command::Persist { .. } => "persist",
             Command::SetRange { .. } => "setrange",
             Command::MSetNx { .. } => "msetnx",
             Command::GetBit { .. } => "getbit",
@@ -364,9 +391,12 @@ pub enum ParseError {
     InvalidCursor,
     #[error("ERR DB index is out of range")]
     DbIndexOutOfRange,
-    /// SET's EX, PX, EXAT and PXAT: keys have no time to live yet.
-    #[error("ERR {0} EX/PX/EXAT/PXAT is not supported: ramstore keys do not expire yet")]
-    ExpiryUnsupported(&'static str),
+    /// A time that is not positive or overflows, for command `{0}`.
+    #[error("ERR invalid expire time in '{0}' command")]
+    InvalidExpireTime(&'static str),
+    /// EXPIRE's option that is none of NX, XX, GT, LT (Redis 7's text).
+    #[error("ERR Unsupported option {0}")]
+    UnsupportedOption(String),
     #[error("NOPROTO unsupported protocol version")]
     UnsupportedProtocol,
     #[error("ERR Protocol version is not an integer or out of range")]
@@ -550,7 +580,16 @@ impl Connection {
             Command::GetRange {
                 key, start, end, ..
             } => self.getrange(table, key, start, end, sink).await,
-            Command::GetEx { key } => self.get(table, key, sink).await,
+            Command::GetEx { key, option } => self.getex(table, key, option, sink).await,
+            Command::SetEx {
+                key,
+                value,
+                when,
+                name,
+            } => self.setex(table, (key, value), when, name, sink).await,
+            Command::Expire(e) => self.expire(table, e, sink).await,
+            Command::Ttl { key, kind } => self.ttl(table, key, kind, sink).await,
+            Command::Persist { key } => self.persist(table, key, sink).await,
             Command::GetBit { key, offset } => self.getbit(table, key, offset, sink).await,
             Command::BitCount { key, args } => self.bitcount(table, key, args, sink).await,
             Command::BitPos { key, bit, args } => self.bitpos(table, key, bit, args, sink).await,
@@ -673,8 +712,9 @@ impl Connection {
                 Some((_, version)) => RejectRules::version_must_equal(*version),
                 None => RejectRules::must_not_exist(),
             };
+            // The key keeps its time to live, as Redis's APPEND keeps it.
             match backend
-                .write(table, key, &next, rules)
+                .write_expiring(table, key, &next, rules, ExpiryChange::Keep)
                 .await
                 .resolve()
                 .await?

@@ -400,7 +400,7 @@ mod tests {
     }
 
     #[test]
-    fn refused_in_transaction_only_table_walks_and_cas() {
+    fn refused_in_transaction_only_table_walks_cas_and_expiry() {
         let refused: Vec<&str> = crate::cmd::COMMANDS
             .iter()
             .filter(|s| refused_in_transaction(s.name))
@@ -408,7 +408,25 @@ mod tests {
             .collect();
         assert_eq!(
             refused,
-            ["dbsize", "scan", "keys", "flushdb", "flushall", "rs.cas"]
+            [
+                "setex",
+                "psetex",
+                "expire",
+                "pexpire",
+                "expireat",
+                "pexpireat",
+                "ttl",
+                "pttl",
+                "expiretime",
+                "pexpiretime",
+                "persist",
+                "dbsize",
+                "scan",
+                "keys",
+                "flushdb",
+                "flushall",
+                "rs.cas"
+            ]
         );
     }
 

@@ -31,9 +31,27 @@ pub(super) fn refused_in_transaction(name: &str) -> bool {
     // SCAN, KEYS, DBSIZE and FLUSHDB walk a whole table, which a transaction of
     // at most MAX_TX_OBJECTS objects cannot read; RS.CAS answers the new version,
     // which is unknown until the commit.
+    // The expiry commands change or read an object's expiry time, which a
+    // transaction's buffered writes do not carry (`expiry.rs`).
     matches!(
         name,
-        "scan" | "keys" | "dbsize" | "flushdb" | "flushall" | "rs.cas"
+        "scan"
+            | "keys"
+            | "dbsize"
+            | "flushdb"
+            | "flushall"
+            | "rs.cas"
+            | "setex"
+            | "psetex"
+            | "expire"
+            | "pexpire"
+            | "expireat"
+            | "pexpireat"
+            | "ttl"
+            | "pttl"
+            | "expiretime"
+            | "pexpiretime"
+            | "persist"
     )
 }
 
@@ -49,6 +67,9 @@ pub(super) async fn run_queued(
             Some(v) => e.bulk(&v),
             None => e.null(),
         },
+        Command::Set(set) if set.expiry != super::SetExpiry::Clear => {
+            e.error("ERR 'set' with an expiry option cannot run inside MULTI on ramstore")
+        }
         Command::Set(set) => set_in(tx, table, set, e).await?,
         Command::SetNx { key, value } => {
             let absent = tx.read(table, key).await?.is_none();
@@ -101,7 +122,10 @@ pub(super) async fn run_queued(
             }
             None => e.null(),
         },
-        Command::GetEx { key } => match tx.read(table, key).await? {
+        Command::GetEx { option, .. } if option != super::GetExOption::None => {
+            e.error("ERR 'getex' with an expiry option cannot run inside MULTI on ramstore")
+        }
+        Command::GetEx { key, .. } => match tx.read(table, key).await? {
             Some(v) => e.bulk(&v),
             None => e.null(),
         },

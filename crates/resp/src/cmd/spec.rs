@@ -7,7 +7,8 @@
 //! added in one place and cannot be known to one reader and missing from another.
 
 use super::{
-    bitpos, bits, connection, counters, keys, lcs, multi, server, strings, Command, ParseError,
+    bitpos, bits, connection, counters, expiry, keys, lcs, multi, server, strings, Command,
+    ParseError,
 };
 
 /// Parses a command's arguments (after its name), already checked against the
@@ -116,7 +117,18 @@ pub static COMMANDS: &[Spec] = &[
         ONEKEY,
         strings::parse_getdel,
     ),
-    spec("getex", -2, WF, ONEKEY, strings::parse_getex),
+    spec("getex", -2, WF, ONEKEY, expiry::parse_getex),
+    spec("setex", 4, W, ONEKEY, expiry::parse_setex),
+    spec("psetex", 4, W, ONEKEY, expiry::parse_psetex),
+    spec("expire", -3, WF, ONEKEY, expiry::parse_expire),
+    spec("pexpire", -3, WF, ONEKEY, expiry::parse_pexpire),
+    spec("expireat", -3, WF, ONEKEY, expiry::parse_expireat),
+    spec("pexpireat", -3, WF, ONEKEY, expiry::parse_pexpireat),
+    spec("ttl", 2, R, ONEKEY, expiry::parse_ttl),
+    spec("pttl", 2, R, ONEKEY, expiry::parse_pttl),
+    spec("expiretime", 2, R, ONEKEY, expiry::parse_expiretime),
+    spec("pexpiretime", 2, R, ONEKEY, expiry::parse_pexpiretime),
+    spec("persist", 2, WF, ONEKEY, expiry::parse_persist),
     spec("setrange", 4, W, ONEKEY, strings::parse_setrange),
     spec("msetnx", -3, W, (1, -1, 2), strings::parse_msetnx),
     spec("getbit", 3, R, ONEKEY, bits::parse_getbit),

@@ -2,9 +2,10 @@
 //! extensions RS.GETV and RS.CAS, each one or a few object operations on the
 //! current database's table.
 //!
-//! Where ramstore differs from Redis: keys never expire, so SET's EX, PX, EXAT
-//! and PXAT are refused (KEEPTTL is accepted: there is no time to live to keep).
-//! SET … GET, GETSET and APPEND read, compute and write with a version check,
+//! SET's expiry options (EX, PX, EXAT, PXAT, KEEPTTL) are parsed in
+//! `expiry.rs`, with the other expiry commands.
+//!
+//! Where ramstore differs from Redis: SET … GET, GETSET and APPEND read, compute and write with a version check,
 //! retried on a lost race (Redis runs them atomically on its one thread); MGET
 //! and MSET are one operation per key, so MSET is not atomic across keys. RS.GETV
 //! and RS.CAS expose ramstore's object versions (R§4: every object has one).
@@ -13,12 +14,14 @@
 
 use ramstore_client::RejectRules;
 
+use super::expiry::{deadline, SetExpiry, Word};
 use super::{
     eq, join, too_big_reply, Command, Connection, ParseError, MAX_CAS_ATTEMPTS, MAX_REPLY_BYTES,
 };
 use crate::backend::{Outcome, ReadInto, ReadResult, StoreError, WriteResult};
 use crate::protocol::parse_i64;
 use crate::sink::Sink;
+use ramstore_client::ExpiryChange;
 
 /// Largest GET value buffer a connection keeps between commands, in bytes.
 pub const MAX_KEPT_VALUE_BUFFER: usize = 64 * 1024;
@@ -40,6 +43,8 @@ pub struct Set<'a> {
     pub condition: Option<SetCondition>,
     /// GET: reply with the old value.
     pub get: bool,
+    /// EX/PX/EXAT/PXAT, KEEPTTL, or neither (the TTL is cleared).
+    pub expiry: SetExpiry,
 }
 
 pub(super) fn parse_get<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
@@ -53,28 +58,55 @@ pub(super) fn parse_set<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseEr
     let [key, value, options @ ..] = rest else {
         return Err(ParseError::WrongArity("set"));
     };
-    let mut set = Set {
+    let (condition, get, expiry) = parse_set_options(options)?;
+    Ok(Command::Set(Set {
         key,
         value,
-        condition: None,
-        get: false,
-    };
-    for opt in options {
-        if eq(opt, "nx") && set.condition != Some(SetCondition::Present) {
-            set.condition = Some(SetCondition::Absent);
-        } else if eq(opt, "xx") && set.condition != Some(SetCondition::Absent) {
-            set.condition = Some(SetCondition::Present);
+        condition,
+        get,
+        expiry,
+    }))
+}
+
+/// SET's options after key and value, as Redis 7 parses them: every word is
+/// checked for syntax first (a time word may repeat, the last wins; KEEPTTL
+/// and a time exclude each other), then the time. Returns the condition, GET
+/// and the expiry.
+fn parse_set_options(
+    options: &[&[u8]],
+) -> Result<(Option<SetCondition>, bool, SetExpiry), ParseError> {
+    let (mut condition, mut get, mut keep) = (None, false, false);
+    let mut time: Option<(Word, &[u8])> = None;
+    let mut j = 0;
+    while j < options.len() {
+        let opt = options[j];
+        let next = options.get(j + 1);
+        if eq(opt, "nx") && condition != Some(SetCondition::Present) {
+            condition = Some(SetCondition::Absent);
+        } else if eq(opt, "xx") && condition != Some(SetCondition::Absent) {
+            condition = Some(SetCondition::Present);
         } else if eq(opt, "get") {
-            set.get = true;
-        } else if eq(opt, "keepttl") {
-            // Keys never expire yet, so there is no time to live to keep.
-        } else if ["ex", "px", "exat", "pxat"].iter().any(|w| eq(opt, w)) {
-            return Err(ParseError::ExpiryUnsupported("SET"));
+            get = true;
+        } else if eq(opt, "keepttl") && time.is_none() {
+            keep = true;
+        } else if let (Some(word), Some(&arg)) = (Word::of(opt), next) {
+            // Another kind of time word, or KEEPTTL, already given: syntax.
+            if keep || time.is_some_and(|(w, _)| w != word) {
+                return Err(ParseError::Syntax);
+            }
+            time = Some((word, arg));
+            j += 1;
         } else {
             return Err(ParseError::Syntax);
         }
+        j += 1;
     }
-    Ok(Command::Set(set))
+    let expiry = match time {
+        Some((word, arg)) => SetExpiry::At(deadline(arg, word.unit_ms(), !word.absolute(), "set")?),
+        None if keep => SetExpiry::Keep,
+        None => SetExpiry::Clear,
+    };
+    Ok((condition, get, expiry))
 }
 
 pub(super) fn parse_setnx<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
@@ -137,17 +169,6 @@ pub(super) fn parse_getdel<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, Pars
     match rest {
         [key] => Ok(Command::GetDel { key }),
         _ => Err(ParseError::WrongArity("getdel")),
-    }
-}
-
-pub(super) fn parse_getex<'a>(rest: &'a [&'a [u8]]) -> Result<Command<'a>, ParseError> {
-    match rest {
-        [key] => Ok(Command::GetEx { key }),
-        [key, persist] if eq(persist, "persist") => Ok(Command::GetEx { key }),
-        [_, option, _] if ["ex", "px", "exat", "pxat"].iter().any(|o| eq(option, o)) => {
-            Err(ParseError::ExpiryUnsupported("GETEX"))
-        }
-        _ => Err(ParseError::Syntax),
     }
 }
 
@@ -234,8 +255,19 @@ impl Connection {
     }
 
     pub(super) async fn set(&self, table: u64, set: Set<'_>, sink: &mut Sink) {
+        let backend = &self.shared.backend;
+        let expiry = match set.expiry {
+            SetExpiry::Clear => ExpiryChange::Clear,
+            SetExpiry::Keep => ExpiryChange::Keep,
+            SetExpiry::At(d) => match d.at(backend.now_ms()) {
+                Some(at) => ExpiryChange::At(u64::try_from(at).unwrap_or(0)),
+                None => return self.error(sink, "ERR invalid expire time in 'set' command"),
+            },
+        };
         if set.get {
-            let r = self.set_get(table, set.key, set.value, set.condition).await;
+            let r = self
+                .set_get(table, (set.key, set.value), set.condition, expiry)
+                .await;
             return match r {
                 Ok(old) => self.reply_read(sink, old),
                 Err(e) => self.store_error(sink, &e),
@@ -246,11 +278,16 @@ impl Connection {
             Some(SetCondition::Present) => RejectRules::must_exist(),
             None => RejectRules::default(),
         };
-        let o = self
-            .shared
-            .backend
-            .write(table, set.key, set.value, rules)
-            .await;
+        // A plain SET takes the write path every other write takes; only an
+        // expiry option needs the expiring one.
+        let o = match expiry {
+            ExpiryChange::Clear => backend.write(table, set.key, set.value, rules).await,
+            other => {
+                backend
+                    .write_expiring(table, set.key, set.value, rules, other)
+                    .await
+            }
+        };
         self.finish(sink, o, |e, r| match r {
             WriteResult::Written(_) => e.ok(),
             _ => e.null(),
@@ -266,20 +303,23 @@ impl Connection {
     }
 
     pub(super) async fn getset(&self, table: u64, key: &[u8], value: &[u8], sink: &mut Sink) {
-        match self.set_get(table, key, value, None).await {
+        match self
+            .set_get(table, (key, value), None, ExpiryChange::Clear)
+            .await
+        {
             Ok(old) => self.reply_read(sink, old),
             Err(e) => self.store_error(sink, &e),
         }
     }
 
-    /// SET key value with GET: writes `value` unless `condition` fails, and
-    /// returns the old value either way.
+    /// SET key value with GET: writes `value` (with `expiry`) unless
+    /// `condition` fails, and returns the old value either way.
     async fn set_get(
         &self,
         table: u64,
-        key: &[u8],
-        value: &[u8],
+        (key, value): (&[u8], &[u8]),
         condition: Option<SetCondition>,
+        expiry: ExpiryChange,
     ) -> Result<ReadResult, StoreError> {
         let backend = &self.shared.backend;
         for _ in 0..MAX_CAS_ATTEMPTS {
@@ -297,7 +337,7 @@ impl Connection {
                 None => RejectRules::must_not_exist(),
             };
             if let WriteResult::Written(_) = backend
-                .write(table, key, value, rules)
+                .write_expiring(table, key, value, rules, expiry)
                 .await
                 .resolve()
                 .await?
@@ -488,6 +528,7 @@ mod tests {
                 value: b"v",
                 condition: Some(SetCondition::Present),
                 get: true,
+                expiry: SetExpiry::Keep,
             }))
         );
         assert_eq!(
@@ -497,6 +538,7 @@ mod tests {
                 value: b"v",
                 condition: Some(SetCondition::Absent),
                 get: false,
+                expiry: SetExpiry::Clear,
             }))
         );
         assert!(
@@ -559,8 +601,8 @@ mod tests {
             Err("ERR syntax error".into())
         );
         assert_eq!(
-            parsed(&["set", "k", "v", "EX", "10"]),
-            Err("ERR SET EX/PX/EXAT/PXAT is not supported: ramstore keys do not expire yet".into())
+            parsed(&["set", "k", "v", "EX", "0"]),
+            Err("ERR invalid expire time in 'set' command".into())
         );
         assert_eq!(
             parsed(&["rs.cas", "k", "-1", "v"]),

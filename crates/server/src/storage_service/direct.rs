@@ -28,7 +28,7 @@ use std::marker::PhantomData;
 
 use ramstore_master::{ReadError, WriteError};
 use ramstore_resp::backend::{Direct, DirectAnswer, LocalObjects, WriteResult};
-use ramstore_wire::{ErrorBody, Opcode, RejectRules, Status};
+use ramstore_wire::{ErrorBody, ExpireCondition, ExpiryChange, Opcode, RejectRules, Status};
 
 use super::object_ops::{read_status, write_status, LOG_FULL_MESSAGE};
 use super::request_path::{Durability, DurabilityWait, FrontEnd, Step, FENCED_MESSAGE};
@@ -229,6 +229,63 @@ impl LocalObjects for StorageService {
 
     fn remove_local(&self, table_id: u64, key: &[u8]) -> DirectAnswer<Option<u64>> {
         StorageService::remove_local(self, table_id, key)
+    }
+
+    fn write_expiring_local(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        value: &[u8],
+        rules: &RejectRules,
+        expiry: ExpiryChange,
+    ) -> DirectAnswer<WriteResult> {
+        let op = Opcode::WriteExpiring;
+        let expiry = super::expiry_ops::expiry_of(expiry);
+        self.serve(op, Local::new(), |_| {
+            let written = self.write_object_expiring(table_id, key, value, rules, expiry);
+            let answer = match written {
+                Ok(version) => Direct::Done(WriteResult::Written(version)),
+                Err(WriteError::ObjectExists) => Direct::Done(WriteResult::Exists),
+                Err(WriteError::ObjectDoesntExist) => Direct::Done(WriteResult::Missing),
+                Err(WriteError::WrongVersion { current }) => {
+                    Direct::Done(WriteResult::WrongVersion(current))
+                }
+                Err(e) => self.update_refused(op, e),
+            };
+            Step::Answered(answer, Durability::LogEnd)
+        })
+    }
+
+    fn set_expiry_local(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        expires_at: Option<u64>,
+        condition: ExpireCondition,
+    ) -> DirectAnswer<bool> {
+        let op = Opcode::SetExpiry;
+        self.serve(op, Local::new(), |_| {
+            let answer = match self.set_object_expiry(table_id, key, expires_at, condition) {
+                Ok(changed) => Direct::Done(changed),
+                Err(e) => self.update_refused(op, e),
+            };
+            Step::Answered(answer, Durability::LogEnd)
+        })
+    }
+
+    fn expiry_local(&self, table_id: u64, key: &[u8]) -> DirectAnswer<Option<Option<u64>>> {
+        self.serve(Opcode::GetExpiry, Local::new(), |_| {
+            let (result, durability) = self.object_expiry(table_id, key);
+            let answer = match result {
+                Ok(at) => Direct::Done(Some(at)),
+                Err(ReadError::ObjectDoesntExist) => Direct::Done(None),
+                Err(e) => match read_status(e) {
+                    s if is_elsewhere(s) => Direct::Elsewhere(s, ""),
+                    s => Direct::Failed(s),
+                },
+            };
+            Step::Answered(answer, durability)
+        })
     }
 
     fn prefetch(&self, key: &[u8]) {

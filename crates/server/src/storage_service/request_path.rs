@@ -130,12 +130,18 @@ pub(crate) fn is_object_op(op: Opcode) -> bool {
             | Opcode::Enumerate
             | Opcode::Pull
             | Opcode::PriorityPull
+            | Opcode::SetExpiry
+            | Opcode::GetExpiry
+            | Opcode::WriteExpiring
     )
 }
 
 /// Whether `op` only reads objects (checked against the lease again after it read).
 fn is_read_only(op: Opcode) -> bool {
-    matches!(op, Opcode::Read | Opcode::MultiRead | Opcode::Enumerate)
+    matches!(
+        op,
+        Opcode::Read | Opcode::MultiRead | Opcode::Enumerate | Opcode::GetExpiry
+    )
 }
 
 impl StorageService {
@@ -400,6 +406,9 @@ mod tests {
         assert!(is_object_op(Opcode::Read));
         assert!(is_object_op(Opcode::MultiWrite));
         assert!(is_object_op(Opcode::Enumerate));
+        assert!(is_object_op(Opcode::SetExpiry));
+        assert!(is_object_op(Opcode::GetExpiry));
+        assert!(is_object_op(Opcode::WriteExpiring));
         assert!(!is_object_op(Opcode::Ping));
         assert!(!is_object_op(Opcode::GetServerStats));
         assert!(!is_object_op(Opcode::BackupWrite));

@@ -99,6 +99,51 @@ pub fn simple_requests() -> Vec<(&'static str, Request<'static>)> {
             },
         ),
         (
+            "set_expiry_request",
+            Request::SetExpiry {
+                table_id: TABLE,
+                condition: ExpireCondition::Gt,
+                expires_at: Some(0x0000_018c_1234_5678),
+                key: b"k1",
+            },
+        ),
+        (
+            "persist_request",
+            Request::SetExpiry {
+                table_id: TABLE,
+                condition: ExpireCondition::Xx,
+                expires_at: None,
+                key: b"k1",
+            },
+        ),
+        (
+            "get_expiry_request",
+            Request::GetExpiry {
+                table_id: TABLE,
+                key: b"k1",
+            },
+        ),
+        (
+            "write_expiring_request",
+            Request::WriteExpiring {
+                table_id: TABLE,
+                rules: rules_cas(5),
+                expiry: ExpiryChange::At(0x0000_018c_1234_5678),
+                key: b"k1",
+                value: b"hello",
+            },
+        ),
+        (
+            "write_keep_ttl_request",
+            Request::WriteExpiring {
+                table_id: TABLE,
+                rules: RejectRules::default(),
+                expiry: ExpiryChange::Keep,
+                key: b"k1",
+                value: b"hello",
+            },
+        ),
+        (
             "remove_exactly_once_request",
             Request::Remove {
                 table_id: TABLE,
@@ -672,6 +717,28 @@ pub fn simple_responses() -> Vec<(&'static str, Opcode, Response<'static>)> {
             "write_response",
             Opcode::Write,
             Response::Write { version: 6 },
+        ),
+        (
+            "set_expiry_response",
+            Opcode::SetExpiry,
+            Response::SetExpiry { changed: true },
+        ),
+        (
+            "get_expiry_response",
+            Opcode::GetExpiry,
+            Response::GetExpiry {
+                expires_at: Some(0x0000_018c_1234_5678),
+            },
+        ),
+        (
+            "get_expiry_none_response",
+            Opcode::GetExpiry,
+            Response::GetExpiry { expires_at: None },
+        ),
+        (
+            "write_expiring_response",
+            Opcode::WriteExpiring,
+            Response::WriteExpiring { version: 6 },
         ),
         (
             "remove_response",

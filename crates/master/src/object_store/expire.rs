@@ -1,0 +1,150 @@
+//! Key expiry on an object store: reading and changing an object's expiry time
+//! (Redis's EXPIRE family, the native `ttl`/`persist`), and the active
+//! expirer's sampled pass.
+//!
+//! Expiry is lazy first: a read of an expired object answers "no such object"
+//! (`read_with_as`), and a write over one treats it as absent. The active
+//! expirer makes the memory and the log agree with that: it deletes expired
+//! objects through the normal delete path, so each gets a tombstone that is
+//! replicated like any delete's (R§4: the log is the truth). Like Redis's
+//! active expiry it samples: one tick examines at most
+//! [`EXPIRE_SAMPLE_PER_TICK`] hash-table entries, walking the buckets
+//! round-robin from where the last tick stopped, so its CPU per tick is
+//! bounded whatever the table holds, and every entry is examined once per
+//! `entries / EXPIRE_SAMPLE_PER_TICK` ticks.
+
+use std::sync::atomic::Ordering;
+
+use ramstore_log::LogRef;
+/// When a change of expiry applies: defined once in `ramstore-wire`.
+pub use ramstore_wire::ExpireCondition;
+use ramstore_wire::RejectRules;
+
+use super::write::NewValue;
+use super::ObjectStore;
+use crate::error::{ReadError, WriteError};
+use crate::expiry::Expiry;
+use crate::hashed_key::HashedKey;
+use crate::tablets::Access;
+
+/// The most hash-table entries one expirer tick examines (its CPU bound): at
+/// roughly 100 ns an entry (a cache miss on the entry's header) a tick costs
+/// well under a millisecond; deleting what it finds costs one tombstone
+/// append each, and a tick deletes at most this many.
+pub const EXPIRE_SAMPLE_PER_TICK: usize = 4_096;
+
+/// What one expirer tick did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExpireTick {
+    /// Hash-table entries examined (at most the tick's bound).
+    pub examined: usize,
+    /// Expired objects deleted (a tombstone logged for each).
+    pub deleted: usize,
+}
+
+impl ObjectStore {
+    /// The expiry time of an object (wall-clock ms; `None`: it never expires),
+    /// or `ObjectDoesntExist` if it is absent or expired.
+    pub fn expiry_of(&self, table_id: u64, key: &[u8]) -> Result<Option<u64>, ReadError> {
+        self.read_with(table_id, key, |view| view.expires_at())
+    }
+
+    /// Gives an object expiry time `expires_at` (`None`: never expires) if it
+    /// exists and `condition` admits the change; returns whether it changed.
+    /// The object is rewritten with its value and the new expiry (a new
+    /// version), so the change is in the log like any write. A time already
+    /// past makes the object expire at once.
+    pub fn set_expiry(
+        &self,
+        table_id: u64,
+        key: &[u8],
+        expires_at: Option<u64>,
+        condition: ExpireCondition,
+    ) -> Result<bool, WriteError> {
+        let mut refused = false;
+        let result = self.update_in(
+            None,
+            table_id,
+            key,
+            &RejectRules {
+                doesnt_exist: true,
+                ..RejectRules::default()
+            },
+            (Access::Client, None, Expiry::Set(expires_at)),
+            |current| {
+                let view = current.ok_or(WriteError::ObjectDoesntExist)?;
+                if !condition.admits(view.expires_at(), expires_at) {
+                    refused = true;
+                    return Err(WriteError::WrongVersion {
+                        current: view.version(),
+                    });
+                }
+                let mut value = Vec::with_capacity(view.value_len());
+                view.copy_value(&mut value);
+                Ok(NewValue::Owned(value))
+            },
+        );
+        match result {
+            Ok(_) => Ok(true),
+            Err(WriteError::ObjectDoesntExist) => Ok(false),
+            Err(WriteError::WrongVersion { .. }) if refused => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One tick of the active expirer: examines at most `max_entries`
+    /// hash-table entries from where the previous tick stopped (round-robin
+    /// over the buckets) and deletes the expired objects among them through
+    /// the delete path (each gets a tombstone, replicated as any delete's).
+    /// An object rewritten since it was examined is left alone (the delete
+    /// checks expiry again under the bucket lock). Objects of tablets this
+    /// master may not change now (recovering, migrating) wait for a later tick.
+    pub fn expire_tick(&self, max_entries: usize) -> ExpireTick {
+        let index = &self.inner.index;
+        let log = &self.inner.log;
+        let buckets = index.bucket_count();
+        let mut tick = ExpireTick::default();
+        let mut expired: Vec<(u64, Vec<u8>)> = Vec::new();
+        {
+            let _pin = log.pin();
+            let now_ms = self.now_ms();
+            let mut bucket = self.expire_cursor.load(Ordering::Relaxed) % buckets;
+            // Every bucket at most once per tick, so a sparse table ends the
+            // tick after one sweep rather than spinning.
+            for _ in 0..buckets {
+                if tick.examined >= max_entries {
+                    break;
+                }
+                index.for_each_in_bucket(bucket, |r| {
+                    tick.examined += 1;
+                    let Ok(view) = log.object(LogRef(r)) else {
+                        return;
+                    };
+                    if view.is_expired(now_ms) {
+                        let mut key = Vec::with_capacity(view.key_len());
+                        view.copy_key(&mut key);
+                        expired.push((view.table_id(), key));
+                    }
+                });
+                bucket = (bucket + 1) % buckets;
+            }
+            self.expire_cursor.store(bucket, Ordering::Relaxed);
+        }
+        for (table_id, key) in expired {
+            let removed = self.remove_full(
+                table_id,
+                HashedKey::new(&key),
+                &RejectRules::default(),
+                Access::Client,
+                None,
+                true,
+            );
+            // A refusal (a tablet not ours to change now) waits for a later
+            // tick; `None` is an object rewritten since it was examined.
+            if matches!(removed, Ok((Some(_), _))) {
+                tick.deleted += 1;
+            }
+        }
+        tick
+    }
+}
