@@ -179,8 +179,16 @@ pub fn object_entry_len_with_expiry(
     key_len: usize,
     value_len: usize,
 ) -> usize {
-    object_entry_len(table_id, version, birth, key_len, value_len)
-        .saturating_add(expires_at.map_or(0, varint::encoded_len))
+    // The expiry lengthens the body, which may lengthen the body-length varint
+    // of the frame too: frame the whole body, never add to a framed length
+    // (regression: a body of 126 bytes plus a 9-byte expiry was predicted one
+    // byte short).
+    framed_len(
+        fields_len(table_id, version, birth, key_len)
+            .saturating_add(expires_at.map_or(0, varint::encoded_len))
+            .saturating_add(key_len)
+            .saturating_add(value_len),
+    )
 }
 
 /// Total encoded length of a tombstone entry (header + key + crc).

@@ -1143,3 +1143,21 @@ fn parse_entry_with_expiry_every_truncation_is_an_error() {
         );
     }
 }
+
+/// Regression: the predicted length of an object with expiry added the expiry's
+/// varint to the framed length, one byte short whenever the longer body needs a
+/// longer body-length varint (found by `encode_object_with_expiry_round_trip_any`).
+#[test]
+fn object_entry_len_with_expiry_counts_a_longer_frame() {
+    let at = Some(1u64 << 56);
+    for value_len in 100..140 {
+        let value = vec![7u8; value_len];
+        let mut out = Vec::new();
+        encode_object_with_expiry(1, 2, 3, at, b"k", &value, &mut out);
+        assert_eq!(
+            out.len(),
+            object_entry_len_with_expiry(1, 2, 3, at, 1, value_len),
+            "value of {value_len} bytes"
+        );
+    }
+}
