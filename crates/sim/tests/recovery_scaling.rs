@@ -120,6 +120,7 @@ fn point_line_round_trips() {
         charged_s: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
         disk_read_max_s: 0.9,
         disk_read_mean_s: 0.8,
+        phases_s: [0.01, 1.0, 0.2, 0.25, 0.04],
     };
     let back = Point::from_line(&p.to_line()).expect("parsed");
     assert_eq!(back.to_line(), p.to_line());
