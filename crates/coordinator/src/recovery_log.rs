@@ -342,18 +342,81 @@ pub(crate) fn fetch_order(
         .collect();
     out.sort_by_key(|(pos, id, _)| (*pos, *id));
     let mut assigned: HashMap<String, usize> = HashMap::new();
-    out.into_iter()
+    let mut rounds: Vec<(usize, u64, Vec<String>)> = out
+        .into_iter()
         .map(|(_, id, mut holders)| {
             // `min_by_key` keeps the first of equals: the shuffled order breaks ties.
+            let mut round = 0;
             if let Some(first) =
                 (0..holders.len()).min_by_key(|&i| assigned.get(&holders[i]).copied().unwrap_or(0))
             {
                 holders.swap(0, first);
-                *assigned.entry(holders[0].clone()).or_insert(0) += 1;
+                let n = assigned.entry(holders[0].clone()).or_insert(0);
+                round = *n;
+                *n += 1;
             }
-            (id, holders)
+            (round, id, holders)
+        })
+        .collect();
+    // Rounds: every backup's first segment to serve, then every backup's
+    // second, … (stable: the published order within a round). A backup reads
+    // in its published order, so round k is ready at about the same time at
+    // every backup; recovery masters that walk the list in this order wait
+    // for the disks only at the end of a round, instead of filling their
+    // outstanding fetches with segments read last while segments already read
+    // elsewhere wait behind them (issue 22: at 100 simulated servers that
+    // tail took 2.6 s of a 7.4 s recovery).
+    rounds.sort_by_key(|(round, _, _)| *round);
+    rounds
+        .into_iter()
+        .map(|(_, id, holders)| (id, holders))
+        .collect()
+}
+
+/// The round of each entry of a fetch order (see [`fetch_order`]): how many
+/// earlier entries have the same first holder.
+pub(crate) fn fetch_rounds(sources: &[(u64, Vec<String>)]) -> Vec<usize> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    sources
+        .iter()
+        .map(|(_, holders)| {
+            let n = seen
+                .entry(holders.first().map_or("", String::as_str))
+                .or_insert(0);
+            *n += 1;
+            *n - 1
         })
         .collect()
+}
+
+/// `sources` (the fetch order) as partition `i` of `parts` walks it: round by
+/// round ([`fetch_rounds`]), starting each round `i / parts` of the way along
+/// it and wrapping around.
+///
+/// R§7.5–7.6: if every recovery master walked a round from the same start,
+/// they would all ask the same few backups for the same segments at once and
+/// queue there while the other backups' buckets wait; starting each master at
+/// a different place spreads the requests over every backup (issue 22:
+/// recovery time grew with the cluster, docs/bench-notes/scale22-session39.md).
+pub(crate) fn staggered(
+    sources: &[(u64, Vec<String>)],
+    i: usize,
+    parts: usize,
+) -> Vec<&(u64, Vec<String>)> {
+    let rounds = fetch_rounds(sources);
+    let mut out = Vec::with_capacity(sources.len());
+    let mut start = 0;
+    while start < sources.len() {
+        let len = rounds[start..]
+            .iter()
+            .take_while(|&&r| r == rounds[start])
+            .count();
+        let round = &sources[start..start + len];
+        let offset = i * len / parts.max(1) % len;
+        out.extend(round[offset..].iter().chain(&round[..offset]));
+        start += len;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -442,6 +505,56 @@ mod tests {
             hub_first <= 8,
             "hub is first holder of {hub_first} of 20 segments"
         );
+    }
+
+    /// Regression (issue 22): recovery masters filled their outstanding fetches
+    /// with segments their backups read last while segments already read
+    /// waited. The order now goes round by round: every backup's first
+    /// segment, then every backup's second, …
+    #[test]
+    fn fetch_order_goes_round_by_round() {
+        let names = ["a", "b", "c"].map(String::from);
+        let segments: Vec<u64> = (1..=12).collect();
+        let log = FoundLog {
+            holders: segments.iter().map(|&s| (s, names.to_vec())).collect(),
+            digest: segments.clone(),
+            stats: Vec::new(),
+            log_bytes: 0,
+        };
+        let published: HashMap<String, Vec<u64>> = names
+            .iter()
+            .map(|n| (n.clone(), segments.clone()))
+            .collect();
+        let order = fetch_order(&log, &published, &ramstore_clock::SeededRng::new(3));
+        let rounds = fetch_rounds(&order);
+        assert_eq!(rounds, [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]);
+        // Within a round, the published order.
+        for round in order.chunks(3) {
+            assert!(round.windows(2).all(|w| w[0].0 < w[1].0), "{order:?}");
+        }
+    }
+
+    /// Each partition walks every round from its own start: 4 partitions over a
+    /// round of 8 segments start at 0, 2, 4 and 6; every walk holds each
+    /// segment once, rounds in order.
+    #[test]
+    fn staggered_starts_each_partition_elsewhere_in_each_round() {
+        let holder = |h: &str| vec![h.to_string()];
+        let sources: Vec<(u64, Vec<String>)> = (0..8u64)
+            .map(|s| (s, holder(&format!("b{s}"))))
+            .chain((8..12u64).map(|s| (s, holder(&format!("b{}", s - 8)))))
+            .collect();
+        for i in 0..4 {
+            let walk: Vec<u64> = staggered(&sources, i, 4).iter().map(|s| s.0).collect();
+            let first = (i * 2) as u64;
+            assert_eq!(walk[0], first, "{walk:?}");
+            assert_eq!(walk[8], 8 + i as u64, "round 1 starts at {i}: {walk:?}");
+            let mut sorted = walk.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..12).collect::<Vec<_>>());
+            assert!(walk[..8].iter().all(|&s| s < 8), "{walk:?}");
+        }
+        assert!(staggered(&[], 0, 4).is_empty());
     }
 
     /// A backup buckets every replica it holds, stale ones too; recovery masters
