@@ -58,9 +58,15 @@ use tokio::task::JoinSet;
 use crate::blocking::Blocking;
 use crate::replica_manager::ReplicaManager;
 
-/// Bucket fetches a recovery master keeps outstanding (R§7.6: several, so the
-/// network and the backups' disks stay busy while it replays).
-pub const MAX_FETCHES_IN_FLIGHT: usize = 4;
+/// Bucket fetches a recovery master keeps outstanding (R§7.6: many, so the
+/// network and the backups' disks stay busy while it replays). A master
+/// fetches a bucket of every segment of the crashed log, 2(N − 1) of them in
+/// a cluster of N recovering one partition each, so the count grows with the
+/// cluster while each bucket shrinks: with 4 outstanding, recovery time grew
+/// with N in the simulator (issue 22); 16 keeps it flat to 500 servers
+/// (docs/bench-notes/scale22-session39.md). Each is at most one bucket of one
+/// segment in memory.
+pub const MAX_FETCHES_IN_FLIGHT: usize = 64;
 /// How long a fetch keeps asking a backup that is still reading the replica.
 const FETCH_PATIENCE_MS: u64 = 120_000;
 /// How long a recovered partition may wait to become durable (too few backups,
