@@ -63,9 +63,11 @@ use crate::replica_manager::ReplicaManager;
 /// fetches a bucket of every segment of the crashed log, 2(N − 1) of them in
 /// a cluster of N recovering one partition each, so the count grows with the
 /// cluster while each bucket shrinks: with 4 outstanding, recovery time grew
-/// with N in the simulator (issue 22); 16 keeps it flat to 500 servers
-/// (docs/bench-notes/scale22-session39.md). Each is at most one bucket of one
-/// segment in memory.
+/// with N in the simulator (issue 22: 4.6 s at 10 servers, 9.7 s at 200).
+/// With 64 (and the coordinator's round-by-round, staggered fetch order) it
+/// stays within 1.25× from 10 to 500 servers
+/// (docs/bench-notes/scale22-session39.md). Memory: each outstanding fetch
+/// holds at most one bucket, a piece of the partition being recovered anyway.
 pub const MAX_FETCHES_IN_FLIGHT: usize = 64;
 /// How long a fetch keeps asking a backup that is still reading the replica.
 const FETCH_PATIENCE_MS: u64 = 120_000;

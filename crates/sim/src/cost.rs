@@ -439,6 +439,39 @@ mod tests {
         });
     }
 
+    /// R§7.4–7.5: the second recovery master asking for a bucket of the same
+    /// replica waits for the one read, not for a second one; another replica
+    /// queues behind it on the disk; a newer recovery reads again.
+    #[test]
+    fn buckets_ready_reads_each_replica_once() {
+        paused().block_on(async {
+            let costs = Costs::new(
+                CostModel {
+                    disk_read_bytes_per_sec: 1_000_000,
+                    bucket_ps_per_byte: 1_000_000,
+                    ..model()
+                },
+                true,
+            );
+            let t0 = Instant::now();
+            costs.replicas_announced("b1", 7, &[(1, 1_000), (2, 1_000)]);
+            // 1 ms to read 1,000 bytes, then 1 ms to bucket them.
+            let first = costs.buckets_ready("b1", 7, 1, 10);
+            assert_eq!(first - t0, Duration::from_millis(2));
+            assert_eq!(costs.buckets_ready("b1", 7, 1, 10), first, "read once");
+            let second = costs.buckets_ready("b1", 7, 2, 10);
+            assert_eq!(
+                second - t0,
+                Duration::from_millis(3),
+                "after the first read"
+            );
+            assert_eq!(costs.charged()[2], Duration::from_millis(2), "two reads");
+            assert_eq!(costs.marks().last_read, Some(second));
+            costs.replicas_announced("b1", 7, &[(1, 1_000)]);
+            assert!(costs.buckets_ready("b1", 7, 1, 10) > second, "read again");
+        });
+    }
+
     #[test]
     fn reserve_spreads_cpu_work_over_the_cores() {
         paused().block_on(async {
