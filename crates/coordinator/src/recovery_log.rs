@@ -388,8 +388,9 @@ pub(crate) fn fetch_order(
 /// of its holders, that holder becomes its first. Each move lowers the sum of
 /// squared shares, so the loop ends. Greedy alone is "balls into bins with
 /// three choices": its busiest backup grows slowly with the cluster (at 1,000
-/// simulated servers one backup was first for 4 segments where the mean was 2,
-/// and its disk set the recovery time; issue 22, session 39).
+/// simulated servers the busiest backup read 4 replicas where the mean share
+/// was 2, and its disk set the recovery time; issue 22, session 39 — greedy's
+/// imbalance the likely cause, not yet told apart from fall-backs).
 fn refine_first_holders(order: &mut [(u64, Vec<String>)], assigned: &mut HashMap<String, usize>) {
     loop {
         let mut moved = false;

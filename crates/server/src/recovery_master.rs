@@ -64,8 +64,9 @@ use crate::replica_manager::ReplicaManager;
 /// a cluster of N recovering one partition each, so the count grows with the
 /// cluster while each bucket shrinks: with 4 outstanding, recovery time grew
 /// with N in the simulator (issue 22: 4.6 s at 10 servers, 9.7 s at 200).
-/// With 64 (and the coordinator's round-by-round, staggered fetch order) it
-/// stays within 1.25× from 10 to 500 servers
+/// With 64 (and the coordinator's round-by-round, staggered fetch order) 500
+/// servers recover within 1.22× of the 50-server time (1,000: 1.47×, the
+/// busiest disk and read gaps)
 /// (docs/bench-notes/scale22-session39.md). Memory: each outstanding fetch
 /// holds at most one bucket, a piece of the partition being recovered anyway.
 pub const MAX_FETCHES_IN_FLIGHT: usize = 64;
