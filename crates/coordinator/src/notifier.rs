@@ -17,6 +17,7 @@ use ramstore_wire::{
     decode_response, encode_request, Request, ServerListEntry, ServerListUpdateEncoder,
     ServerStatus as WireStatus, Services, Status,
 };
+use tokio::task::JoinSet;
 
 use crate::cluster::Cluster;
 use crate::coordinator::Action;
@@ -26,6 +27,13 @@ use crate::server_list::{ServerEntry, ServerStatus};
 pub const NOTIFY_DEADLINE_MS: u64 = 2_000;
 /// How often failed notifications are retried.
 pub const RETRY_INTERVAL_MS: u64 = 500;
+/// Server-list pushes in flight at once. One at a time, a push took N round
+/// trips, and every membership change (a crash, the end of a recovery) waits
+/// for its push: at 200 simulated servers the push after a recovery took 1.2 s,
+/// growing linearly with N (issue 22, docs/bench-notes/scale22-session39.md).
+/// Bounded, not all N at once, so a 1,000-server cluster's push does not hold
+/// a thousand calls (and copies of the list) at once.
+pub const PUSH_IN_FLIGHT: usize = 64;
 
 /// Sends the core's actions and retries those that failed. Thread-safe.
 pub struct Notifier {
@@ -196,20 +204,32 @@ impl Notifier {
         }
     }
 
-    /// Sends the server list to every UP server; a server that misses it gets the
-    /// next one (lists are versioned and complete).
+    /// Sends the server list to every UP server, [`PUSH_IN_FLIGHT`] at a time; a
+    /// server that misses it gets the next one (lists are versioned and
+    /// complete, and a server applies only a newer one, so pushes that overlap
+    /// or arrive out of order change nothing).
     async fn push_server_list(&self) {
         let (version, servers) = self.cluster.core().server_list();
         let Some(frame) = server_list_frame(version, &servers) else {
             return;
         };
         let deadline = Duration::from_millis(NOTIFY_DEADLINE_MS);
-        for s in servers.iter().filter(|s| s.status == ServerStatus::Up) {
-            let _ = self
-                .cluster
-                .transport
-                .call(&s.address, frame.clone(), deadline)
-                .await;
+        let mut up = servers
+            .iter()
+            .filter(|s| s.status == ServerStatus::Up)
+            .map(|s| s.address.clone());
+        let mut sending = JoinSet::new();
+        loop {
+            while sending.len() < PUSH_IN_FLIGHT {
+                let Some(address) = up.next() else { break };
+                let (transport, frame) = (self.cluster.transport.clone(), frame.clone());
+                sending.spawn(async move {
+                    let _ = transport.call(&address, frame, deadline).await;
+                });
+            }
+            if sending.join_next().await.is_none() {
+                break;
+            }
         }
     }
 }

@@ -58,9 +58,18 @@ use tokio::task::JoinSet;
 use crate::blocking::Blocking;
 use crate::replica_manager::ReplicaManager;
 
-/// Bucket fetches a recovery master keeps outstanding (R§7.6: several, so the
-/// network and the backups' disks stay busy while it replays).
-pub const MAX_FETCHES_IN_FLIGHT: usize = 4;
+/// Bucket fetches a recovery master keeps outstanding (R§7.6: many, so the
+/// network and the backups' disks stay busy while it replays). A master
+/// fetches a bucket of every segment of the crashed log, 2(N − 1) of them in
+/// a cluster of N recovering one partition each, so the count grows with the
+/// cluster while each bucket shrinks: with 4 outstanding, recovery time grew
+/// with N in the simulator (issue 22: 4.6 s at 10 servers, 9.7 s at 200).
+/// With 64 (and the coordinator's round-by-round, staggered fetch order) 500
+/// servers recover within 1.22× of the 50-server time (1,000: 1.47×, the
+/// busiest disk and read gaps)
+/// (docs/bench-notes/scale22-session39.md). Memory: each outstanding fetch
+/// holds at most one bucket, a piece of the partition being recovered anyway.
+pub const MAX_FETCHES_IN_FLIGHT: usize = 64;
 /// How long a fetch keeps asking a backup that is still reading the replica.
 const FETCH_PATIENCE_MS: u64 = 120_000;
 /// How long a recovered partition may wait to become durable (too few backups,

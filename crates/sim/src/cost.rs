@@ -154,6 +154,31 @@ struct Host {
     cores: Vec<Instant>,
 }
 
+/// Moments of a recovery the model notes while it is on, so an experiment can
+/// split the recovery into phases (issue 22: which term grows with N).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Marks {
+    /// The first bucket request reaching a backup: the coordinator's set-up
+    /// (finding the log, announcing partitions, R§7.3–7.5) ends.
+    pub first_fetch: Option<Instant>,
+    /// The last replica read and bucketed at its backup (R§7.4–7.5).
+    pub last_read: Option<Instant>,
+    /// The last bucket replayed (R§7.6).
+    pub last_replay: Option<Instant>,
+    /// The last replication write received by a backup (R§7.6: the
+    /// recovered data made durable).
+    pub last_replication: Option<Instant>,
+}
+
+/// Which moment [`Costs::note`] records.
+#[derive(Debug, Clone, Copy)]
+pub enum Mark {
+    FirstFetch,
+    Read,
+    Replay,
+    Replication,
+}
+
 /// The model's state: per host, when each resource frees up.
 #[derive(Debug)]
 pub struct Costs {
@@ -166,6 +191,13 @@ pub struct Costs {
     /// Disk read time charged per host (ns): R Fig. 16's slowest and average
     /// backup.
     read_ns: Mutex<BTreeMap<String, u64>>,
+    marks: Mutex<Marks>,
+    /// Replica lengths each backup published when a recovery was announced
+    /// (BackupStartPartitioning's answer), by (backup host, master, segment).
+    replica_bytes: Mutex<BTreeMap<(String, u64, u64), usize>>,
+    /// When each replica's buckets are ready at its backup, by (backup host,
+    /// master, segment): set by the first bucket request (R§7.4).
+    buckets_ready: Mutex<BTreeMap<(String, u64, u64), Instant>>,
 }
 
 impl Costs {
@@ -177,7 +209,84 @@ impl Costs {
             hosts: Mutex::default(),
             charged_ns: Mutex::new([0; 7]),
             read_ns: Mutex::default(),
+            marks: Mutex::default(),
+            replica_bytes: Mutex::default(),
+            buckets_ready: Mutex::default(),
         }
+    }
+
+    /// Backup `host` announced it will bucket `replicas` (segment id, bytes)
+    /// of `master` for a new recovery: their lengths, and no buckets ready yet
+    /// (a newer recovery buckets again, R§7.5).
+    pub fn replicas_announced(&self, host: &str, master: u64, replicas: &[(u64, usize)]) {
+        let mut lengths = self.replica_bytes.lock();
+        let mut ready = self.buckets_ready.lock();
+        for &(segment, bytes) in replicas {
+            let key = (host.to_string(), master, segment);
+            ready.remove(&key);
+            lengths.insert(key, bytes);
+        }
+    }
+
+    /// When backup `host` has `master`'s replica `segment` bucketed, reading
+    /// and bucketing it now if no earlier request did (`bucket_bytes`: the
+    /// answer's size, the replica's if the backup never announced it).
+    ///
+    /// R§7.4–7.5: a backup reads each replica from disk once and splits it into
+    /// every partition's bucket; every recovery master's request for a bucket
+    /// of it is then served from memory. The read and the bucketing are
+    /// charged once, for the whole replica, when the first recovery master asks
+    /// for it: a fall-back holder nobody asks is not charged (RAMCloud reads
+    /// secondary replicas only when needed; ramstore's backup reads them all,
+    /// which the model leaves out — docs/design-notes.md "Simulator cost
+    /// model").
+    pub fn buckets_ready(
+        &self,
+        host: &str,
+        master: u64,
+        segment: u64,
+        bucket_bytes: usize,
+    ) -> Instant {
+        let key = (host.to_string(), master, segment);
+        if let Some(&at) = self.buckets_ready.lock().get(&key) {
+            return at;
+        }
+        let bytes = self
+            .replica_bytes
+            .lock()
+            .get(&key)
+            .copied()
+            .unwrap_or(bucket_bytes);
+        let read = self.reserve(host, Charge::DiskRead(bytes));
+        let at = self.reserve_from(host, Charge::Bucket(bytes), read);
+        self.buckets_ready.lock().insert(key, at);
+        self.note(Mark::Read, at);
+        at
+    }
+
+    /// Records `mark` at `at` (the first fetch keeps the earliest, the others
+    /// the latest); nothing while the model is off.
+    pub fn note(&self, mark: Mark, at: Instant) {
+        if !self.is_on() {
+            return;
+        }
+        let mut m = self.marks.lock();
+        let (slot, keep_earliest) = match mark {
+            Mark::FirstFetch => (&mut m.first_fetch, true),
+            Mark::Read => (&mut m.last_read, false),
+            Mark::Replay => (&mut m.last_replay, false),
+            Mark::Replication => (&mut m.last_replication, false),
+        };
+        *slot = Some(match *slot {
+            Some(t) if keep_earliest => t.min(at),
+            Some(t) => t.max(at),
+            None => at,
+        });
+    }
+
+    /// The moments noted so far.
+    pub fn marks(&self) -> Marks {
+        *self.marks.lock()
     }
 
     /// Starts (or stops) charging: an experiment loads its data for free and
@@ -208,7 +317,13 @@ impl Costs {
     /// caller sleeps until then (or not, for write-behind). Nothing (now) when
     /// the model is off.
     pub fn reserve(&self, host: &str, charge: Charge) -> Instant {
-        let now = Instant::now();
+        self.reserve_from(host, charge, Instant::now())
+    }
+
+    /// As [`Costs::reserve`], for work that cannot start before `start` (the
+    /// bucketing of a replica still being read). `start` itself when off.
+    pub fn reserve_from(&self, host: &str, charge: Charge, start: Instant) -> Instant {
+        let now = start.max(Instant::now());
         if !self.is_on() {
             return now;
         }
@@ -229,13 +344,14 @@ impl Costs {
             Charge::Control(_) => return now,
         };
         let mut hosts = self.hosts.lock();
+        let first = Instant::now();
         let h = hosts.entry(host.to_string()).or_insert_with(|| Host {
-            tx: now,
-            rx: now,
-            disk: now,
-            disk_write: now,
-            replay: now,
-            cores: vec![now; m.cores.max(1)],
+            tx: first,
+            rx: first,
+            disk: first,
+            disk_write: first,
+            replay: first,
+            cores: vec![first; m.cores.max(1)],
         });
         let slot = match kind {
             0 => &mut h.tx,
@@ -320,6 +436,39 @@ mod tests {
             assert_eq!(bulk - t0, Duration::from_secs(1), "scaled and queued");
             let ping = costs.reserve("s1", Charge::Control(100));
             assert_eq!(ping - t0, Duration::from_micros(100), "unscaled, no queue");
+        });
+    }
+
+    /// R§7.4–7.5: the second recovery master asking for a bucket of the same
+    /// replica waits for the one read, not for a second one; another replica
+    /// queues behind it on the disk; a newer recovery reads again.
+    #[test]
+    fn buckets_ready_reads_each_replica_once() {
+        paused().block_on(async {
+            let costs = Costs::new(
+                CostModel {
+                    disk_read_bytes_per_sec: 1_000_000,
+                    bucket_ps_per_byte: 1_000_000,
+                    ..model()
+                },
+                true,
+            );
+            let t0 = Instant::now();
+            costs.replicas_announced("b1", 7, &[(1, 1_000), (2, 1_000)]);
+            // 1 ms to read 1,000 bytes, then 1 ms to bucket them.
+            let first = costs.buckets_ready("b1", 7, 1, 10);
+            assert_eq!(first - t0, Duration::from_millis(2));
+            assert_eq!(costs.buckets_ready("b1", 7, 1, 10), first, "read once");
+            let second = costs.buckets_ready("b1", 7, 2, 10);
+            assert_eq!(
+                second - t0,
+                Duration::from_millis(3),
+                "after the first read"
+            );
+            assert_eq!(costs.charged()[2], Duration::from_millis(2), "two reads");
+            assert_eq!(costs.marks().last_read, Some(second));
+            costs.replicas_announced("b1", 7, &[(1, 1_000)]);
+            assert!(costs.buckets_ready("b1", 7, 1, 10) > second, "read again");
         });
     }
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::cost::CostModel;
-use crate::scaling::Point;
+use crate::scaling::{Point, PHASES};
 
 /// Why an experiment could not be run.
 #[derive(Debug, thiserror::Error)]
@@ -103,12 +103,14 @@ pub fn recovery_scaling(exe: &Path, plan: &ScalingPlan) -> Result<Vec<Point>, Ex
 pub fn table(points: &[Point], bytes_scale: u64) -> String {
     let mut s = String::from(
         "servers | data per server (simulated) | represents | detection s | recovery s | \
-         busiest / mean disk read s | violations | wall s | max RSS MiB\n",
+         busiest / mean disk read s | setup / reading / replay tail / re-replication / finish s | \
+         violations | wall s | max RSS MiB\n",
     );
     for p in points {
         let _ = writeln!(
             s,
-            "{:>7} | {:>10} B | {:>8.1} MB | {:>11.3} | {:>10.3} | {:>6.2} / {:>5.2} | {:>10} | {:>6.1} | {:>7}",
+            "{:>7} | {:>10} B | {:>8.1} MB | {:>11.3} | {:>10.3} | {:>6.2} / {:>5.2} | \
+             {:.3} / {:.3} / {:.3} / {:.3} / {:.3} | {:>10} | {:>6.1} | {:>7}",
             p.servers,
             p.data_per_server_bytes,
             (p.data_per_server_bytes * bytes_scale) as f64 / 1e6,
@@ -116,6 +118,11 @@ pub fn table(points: &[Point], bytes_scale: u64) -> String {
             p.recovery_s,
             p.disk_read_max_s,
             p.disk_read_mean_s,
+            p.phases_s[0],
+            p.phases_s[1],
+            p.phases_s[2],
+            p.phases_s[3],
+            p.phases_s[4],
             p.violations,
             p.wall_s,
             p.max_rss_bytes >> 20
@@ -135,6 +142,7 @@ pub fn json(points: &[Point], bytes_scale: u64) -> String {
                 "{{\"servers\":{},\"data_per_server_bytes\":{},\"recovery_s\":{:.6},\
                  \"detection_s\":{:.6},\"simulated_data_per_server_bytes\":{},\
                  \"bytes_scale\":{},\"disk_read_max_s\":{:.4},\"disk_read_mean_s\":{:.4},\
+                 \"phases_s\":{{{}}},\
                  \"violations\":{},\"wall_s\":{:.2},\"max_rss_bytes\":{}}}",
                 p.servers,
                 p.data_per_server_bytes * bytes_scale,
@@ -144,6 +152,12 @@ pub fn json(points: &[Point], bytes_scale: u64) -> String {
                 bytes_scale,
                 p.disk_read_max_s,
                 p.disk_read_mean_s,
+                PHASES
+                    .iter()
+                    .zip(&p.phases_s)
+                    .map(|(name, t)| format!("\"{name}\":{t:.6}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
                 p.violations,
                 p.wall_s,
                 p.max_rss_bytes

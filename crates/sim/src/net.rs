@@ -25,7 +25,7 @@ use ramstore_wire::{decode_request, encode_response, Request, Response};
 use tracing::Instrument;
 
 use crate::clock::SimClock;
-use crate::cost::{Charge, Costs};
+use crate::cost::{Charge, Costs, Mark};
 use crate::trace::{hash_bytes, Kind, Trace};
 
 /// The host part of an address ("s3" of "s3.2"): partitions cut hosts.
@@ -385,6 +385,25 @@ impl SimNet {
         let opcode = ramstore_wire::decode_raw_header(&frame).map_or(0, |h| h.opcode);
         let replication = opcode == ramstore_wire::Opcode::BackupWrite as u16;
         let recovery_data = opcode == ramstore_wire::Opcode::BackupGetRecoveryData as u16;
+        // Which crashed master's replicas (and which segment) a recovery
+        // request is about, for the cost model's read-once accounting; read
+        // before the handler takes the frame.
+        let about_replicas =
+            recovery_data || opcode == ramstore_wire::Opcode::BackupStartPartitioning as u16;
+        let replica_key = match about_replicas.then(|| decode_request(&frame)) {
+            Some(Ok((_, Request::BackupStartPartitioning { master_id, .. }))) => {
+                Some((master_id, None))
+            }
+            Some(Ok((
+                _,
+                Request::BackupGetRecoveryData {
+                    master_id,
+                    segment_id,
+                    ..
+                },
+            ))) => Some((master_id, Some(segment_id))),
+            _ => None,
+        };
         // The cost model (crate::cost): nothing is charged or awaited while it
         // is off, so runs without it keep their schedules and traces.
         let costs = self.costs.is_on().then_some(&self.costs);
@@ -410,6 +429,9 @@ impl SimNet {
             if replication {
                 // Written behind the acknowledgement (R§4.2): occupies the disk.
                 c.reserve(host(to), Charge::DiskWrite(frame.len()));
+                c.note(Mark::Replication, tokio::time::Instant::now());
+            } else if recovery_data {
+                c.note(Mark::FirstFetch, tokio::time::Instant::now());
             }
         }
         let slow = (opcode == ramstore_wire::Opcode::BackupWrite as u16)
@@ -470,10 +492,18 @@ impl SimNet {
         };
         let costs = self.costs.is_on().then_some(&self.costs);
         if let Some(c) = costs {
+            let answered = ramstore_wire::decode_raw_header(&bytes)
+                .is_ok_and(|h| h.status == ramstore_wire::Status::Ok as u16);
+            if let (true, Some((master_id, None))) = (answered, replica_key) {
+                announced(c, host(to), master_id, &bytes);
+            }
             if recovery_data {
-                // The backup reads the replica and buckets it (R§7.5).
-                c.pay(host(to), Charge::DiskRead(bytes.len())).await;
-                c.pay(host(to), Charge::Bucket(bytes.len())).await;
+                // The backup reads the replica once and buckets it (R§7.4–7.5);
+                // this bucket leaves once that is done.
+                if let Some((master_id, Some(segment_id))) = replica_key {
+                    let ready = c.buckets_ready(host(to), master_id, segment_id, bytes.len());
+                    tokio::time::sleep_until(ready).await;
+                }
                 c.pay(host(to), Charge::Send(bytes.len())).await;
             } else {
                 c.pay(host(to), Charge::Control(bytes.len())).await;
@@ -493,6 +523,7 @@ impl SimNet {
             if recovery_data {
                 // The recovery master replays the bucket (R§7.6).
                 c.pay(host(from), Charge::Replay(bytes.len())).await;
+                c.note(Mark::Replay, tokio::time::Instant::now());
             }
         }
         if !self.sender_alive(from, incarnation) {
@@ -501,6 +532,20 @@ impl SimNet {
         self.trace
             .event(self.now_ns(), Kind::Respond, to, from, response_hash);
         Some(Ok(bytes))
+    }
+}
+
+/// Tells the cost model which replicas (and how long) a backup will bucket,
+/// from the OK answer to a BackupStartPartitioning about `master_id`.
+fn announced(costs: &Costs, backup: &str, master_id: u64, answer: &[u8]) {
+    if let Ok((_, Response::BackupStartPartitioning { replicas })) =
+        ramstore_wire::decode_response(answer)
+    {
+        let list: Vec<(u64, usize)> = replicas
+            .iter()
+            .map(|r| (r.segment_id, r.length as usize))
+            .collect();
+        costs.replicas_announced(backup, master_id, &list);
     }
 }
 

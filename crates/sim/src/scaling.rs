@@ -32,7 +32,7 @@ use ramstore_coordinator::server_list::{ServerId, ServerStatus};
 
 use crate::clock::SimClock;
 use crate::cluster::{Cluster, ServerShape};
-use crate::cost::{CostModel, Costs};
+use crate::cost::{CostModel, Costs, Marks};
 use crate::run::{connect, paused_runtime, SimError};
 use crate::trace::Trace;
 
@@ -79,7 +79,18 @@ pub struct Point {
     /// that read (simulated seconds; R Fig. 16's disk curves).
     pub disk_read_max_s: f64,
     pub disk_read_mean_s: f64,
+    /// The recovery split into phases (simulated seconds, summing to
+    /// `recovery_s`): set-up (marked crashed → the first bucket request
+    /// reaches a backup: finding the log, announcing the partitions, R§7.3–7.5),
+    /// reading (→ the last replica read and bucketed at its backup, R§7.4),
+    /// replay tail (→ the last bucket replayed, R§7.6), re-replication (→ the
+    /// last replication write received, if later), finish (→ the coordinator
+    /// records the recovery finished, R§7.8).
+    pub phases_s: [f64; 5],
 }
+
+/// Names of [`Point::phases_s`], in order.
+pub const PHASES: [&str; 5] = ["setup", "reading", "replay_tail", "rereplication", "finish"];
 
 impl Point {
     /// The one line a point process prints and the experiment parses.
@@ -89,7 +100,8 @@ impl Point {
             "point servers={} data_per_server_bytes={} detection_s={:.6} recovery_s={:.6} \
              objects={} violations={} wall_s={:.2} max_rss_bytes={} \
              charged_s={:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4} \
-             disk_read_max_s={:.4} disk_read_mean_s={:.4}",
+             disk_read_max_s={:.4} disk_read_mean_s={:.4} \
+             phases_s={:.4},{:.4},{:.4},{:.4},{:.4}",
             self.servers,
             self.data_per_server_bytes,
             self.detection_s,
@@ -106,7 +118,12 @@ impl Point {
             c[5],
             c[6],
             self.disk_read_max_s,
-            self.disk_read_mean_s
+            self.disk_read_mean_s,
+            self.phases_s[0],
+            self.phases_s[1],
+            self.phases_s[2],
+            self.phases_s[3],
+            self.phases_s[4]
         )
     }
 
@@ -127,6 +144,10 @@ impl Point {
                 "max_rss_bytes" => p.max_rss_bytes = value.parse().ok()?,
                 "disk_read_max_s" => p.disk_read_max_s = value.parse().ok()?,
                 "disk_read_mean_s" => p.disk_read_mean_s = value.parse().ok()?,
+                "phases_s" => {
+                    let v: Vec<f64> = value.split(',').filter_map(|x| x.parse().ok()).collect();
+                    p.phases_s = v.try_into().ok()?;
+                }
                 "charged_s" => {
                     let v: Vec<f64> = value.split(',').filter_map(|x| x.parse().ok()).collect();
                     p.charged_s = v.try_into().ok()?;
@@ -290,6 +311,7 @@ async fn point(config: PointConfig) -> Result<Point, SimError> {
     )
     .await?;
     let detected_at = clock.elapsed();
+    let detected_instant = tokio::time::Instant::now();
     wait_for(
         &cluster,
         "the recovery finishes",
@@ -298,6 +320,11 @@ async fn point(config: PointConfig) -> Result<Point, SimError> {
     )
     .await?;
     let recovered_at = clock.elapsed();
+    let phases_s = phases(
+        &costs.marks(),
+        detected_instant,
+        tokio::time::Instant::now(),
+    );
     costs.set_on(false);
     let charged = costs.charged().map(|d| d.as_secs_f64());
     let (read_max, read_mean) = costs.disk_reads();
@@ -314,7 +341,35 @@ async fn point(config: PointConfig) -> Result<Point, SimError> {
         charged_s: charged,
         disk_read_max_s: read_max.as_secs_f64(),
         disk_read_mean_s: read_mean.as_secs_f64(),
+        phases_s,
     })
+}
+
+/// Splits `detected → recovered` at the noted moments (see
+/// [`Point::phases_s`]); a moment never noted, or noted out of order, makes its
+/// phase 0 and the next one longer.
+fn phases(
+    marks: &Marks,
+    detected: tokio::time::Instant,
+    recovered: tokio::time::Instant,
+) -> [f64; 5] {
+    let clamp = |t: Option<tokio::time::Instant>, after: tokio::time::Instant| {
+        t.unwrap_or(after).clamp(after, recovered.max(after))
+    };
+    let fetching = clamp(marks.first_fetch, detected);
+    let read = clamp(marks.last_read, fetching);
+    let replayed = clamp(marks.last_replay, read);
+    let replicated = clamp(marks.last_replication, replayed);
+    let s = |a: tokio::time::Instant, b: tokio::time::Instant| {
+        b.saturating_duration_since(a).as_secs_f64()
+    };
+    [
+        s(detected, fetching),
+        s(fetching, read),
+        s(read, replayed),
+        s(replayed, replicated),
+        s(replicated, recovered),
+    ]
 }
 
 /// Writes objects `0..objects` in MultiWrite batches.

@@ -32,15 +32,19 @@ fn point(servers: usize, seed: u64) -> Point {
 }
 
 /// How much slower a 50-server recovery may be than a 10-server one with the
-/// same data per recovery master: 50%, loose on purpose. R Fig. 16 grew 12%
-/// from 6 to 80 nodes. Seed 1 reads 4.47 s at 10 servers and 6.18 s at 50
-/// (1.38×): the busiest backup's disk is now flat (3.69 s and 3.87 s) since the
-/// coordinator balances each segment's first holder (before: a random holder,
-/// 5.44 s and 7.78 s, busiest disk 5.11 s and 6.44 s); what still grows is that
-/// every recovery master fetches from every segment (2(N−1) fetches). Issue
-/// 22's Must (±20% from 50 to 1,000) needs that next; this bound catches a
-/// recovery that stops scaling at all.
-const TOLERANCE: f64 = 1.5;
+/// same data per recovery master: 25%. R Fig. 16 grew 12% from 6 to 80 nodes;
+/// issue 22's Must is ±20% from 50 to 1,000 servers, too large for CI. Seed 1
+/// reads 4.83 s at 10 servers and 5.28 s at 50 (1.09×) since session 39:
+/// staggered round-by-round fetch orders, refined first holders, 64 fetches in
+/// flight, each replica read once per backup, concurrent hand-outs and
+/// server-list pushes (before:
+/// 4.57 s and 6.56 s, 1.44×, with the tolerance at 50%). The 10-server point
+/// spends a larger share in its fixed costs, so 25% leaves room for the seed.
+const TOLERANCE: f64 = 1.25;
+
+/// The phases of a point sum to its recovery time: five phases printed to
+/// 0.1 ms each.
+const PHASE_SUM_SLACK_S: f64 = 0.001;
 
 /// The busiest backup's disk reads may take this much longer than the mean's:
 /// each backup holds a few replicas of the crashed log, so its share as first
@@ -80,6 +84,13 @@ fn recovery_point_50_servers_is_not_slower_than_10_beyond_the_tolerance() {
     // `fetch_order`; a random first holder gave 2.0–2.3×).
     for p in [&small, &large] {
         assert!(p.recovery_s >= p.disk_read_max_s, "{p:?}");
+        let phases: f64 = p.phases_s.iter().sum();
+        assert!(
+            (phases - p.recovery_s).abs() <= PHASE_SUM_SLACK_S,
+            "phases {:?} sum to {phases:.4} s, recovery {:.4} s",
+            p.phases_s,
+            p.recovery_s
+        );
         assert!(
             p.disk_read_max_s <= p.disk_read_mean_s * BUSIEST_DISK_TOLERANCE,
             "{p:?}"
@@ -101,8 +112,20 @@ fn recovery_point_same_seed_gives_the_same_times() {
     // Wall time and resident memory come from the OS; everything simulated
     // is a function of the arguments.
     assert_eq!(
-        (a.detection_s, a.recovery_s, a.objects, a.charged_s),
-        (b.detection_s, b.recovery_s, b.objects, b.charged_s)
+        (
+            a.detection_s,
+            a.recovery_s,
+            a.objects,
+            a.charged_s,
+            a.phases_s
+        ),
+        (
+            b.detection_s,
+            b.recovery_s,
+            b.objects,
+            b.charged_s,
+            b.phases_s
+        )
     );
 }
 
@@ -120,6 +143,7 @@ fn point_line_round_trips() {
         charged_s: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
         disk_read_max_s: 0.9,
         disk_read_mean_s: 0.8,
+        phases_s: [0.01, 1.0, 0.2, 0.25, 0.04],
     };
     let back = Point::from_line(&p.to_line()).expect("parsed");
     assert_eq!(back.to_line(), p.to_line());
