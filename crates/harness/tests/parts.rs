@@ -178,7 +178,10 @@ fn free_port_hands_out_distinct_ports_below_the_ephemeral_range() {
     let first = ramstore_harness::local::free_port_run(3);
     let run: Vec<u16> = (first..=first + 3).collect();
     for &p in &run {
-        assert!(p < ephemeral_start, "run port {p} is in the ephemeral range");
+        assert!(
+            p < ephemeral_start,
+            "run port {p} is in the ephemeral range"
+        );
         assert!(seen.insert(p), "run port {p} was handed out before");
     }
     for _ in 0..200 {
