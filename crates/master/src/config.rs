@@ -51,6 +51,10 @@ pub struct StoreConfig {
     /// Expired client lease ids each of the 16 shards of the completion-record
     /// table remembers before its floor rises (`crate::rifl::expired`).
     pub expired_leases_per_shard: usize,
+    /// Most deadlines the active expirer's index holds (8 bytes each; default
+    /// one per 256 bytes of memory, so at most 1/32 of it); beyond it the
+    /// expirer falls back on sampled sweeps (`crate::deadlines`).
+    pub max_deadline_notes: usize,
 }
 
 impl StoreConfig {
@@ -70,6 +74,7 @@ impl StoreConfig {
             replicas: Arc::new(NoReplicas),
             clock: system_clock(),
             expired_leases_per_shard: crate::rifl::DEFAULT_EXPIRED_PER_SHARD,
+            max_deadline_notes: memory_bytes / DEFAULT_MEMORY_BYTES_PER_DEADLINE,
         }
     }
 }
@@ -90,6 +95,7 @@ impl std::fmt::Debug for StoreConfig {
             )
             .field("clean_ahead_segments", &self.clean_ahead_segments)
             .field("cleaner", &self.cleaner)
+            .field("max_deadline_notes", &self.max_deadline_notes)
             .finish_non_exhaustive()
     }
 }
@@ -124,3 +130,9 @@ pub enum ConfigError {
 /// memory rather than 12.5% at one bucket per 512 bytes — what let a server stay
 /// within 1.5 × its live data in issue 17's memory benchmark.
 pub const DEFAULT_MEMORY_BYTES_PER_BUCKET: usize = 640;
+
+/// Default bytes of memory per deadline the expirer's index may hold (8 bytes
+/// a note: at most 1/32 of memory; the smallest object with an expiry takes
+/// about 40 bytes of log, so the bound is reached only when most of the log
+/// is such objects, and then sampling covers the rest).
+pub const DEFAULT_MEMORY_BYTES_PER_DEADLINE: usize = 256;

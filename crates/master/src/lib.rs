@@ -29,6 +29,7 @@
 
 mod cleaner_thread;
 pub mod config;
+pub mod deadlines;
 pub mod error;
 pub mod expiry;
 pub mod hashed_key;

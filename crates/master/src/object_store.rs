@@ -82,6 +82,8 @@ pub(crate) struct Inner {
     pub rpc_results: crate::rifl::UnackedRpcResults,
     /// Undecided prepared ops of transactions (SOSP'15 §6.2).
     pub tx_records: tx_records::TxRecordRefs,
+    /// Deadlines of objects with an expiry, for the active expirer.
+    pub deadlines: crate::deadlines::DeadlineIndex,
 }
 
 impl Cleanable for Inner {
@@ -209,6 +211,7 @@ impl ObjectStore {
                 config.expired_leases_per_shard.max(1),
             ),
             tx_records: tx_records::TxRecordRefs::default(),
+            deadlines: crate::deadlines::DeadlineIndex::new(config.max_deadline_notes),
         });
         let cleaner = match config.cleaner {
             CleanerMode::Background { threads } => {

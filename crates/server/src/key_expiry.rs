@@ -2,26 +2,34 @@
 //! the log's story agree with what reads already answer (lazy expiry,
 //! `ramstore_master::ObjectStore::expire_tick`).
 //!
-//! Like Redis's active expiry it samples instead of keeping a sorted index of
-//! deadlines (which every write would have to maintain): every `interval_ms`
-//! of the server's clock it runs a round of ticks, each examining at most
-//! [`EXPIRE_SAMPLE_PER_TICK`] hash-table entries round-robin and deleting the
-//! expired ones through the delete path (each gets a tombstone, replicated as
-//! any delete's, R§4). A round goes on to another tick while the last one
-//! found anything expired, for at most [`MAX_TICKS_PER_ROUND`] ticks: so while
-//! keys expire the expirer sweeps the whole table every `entries / 655,360` s
-//! (1.5 s for a million objects), and a round with nothing expired costs one
-//! tick. Redis's rule, going on only while more than a quarter of a sample had
-//! expired, suits its index of keys with a TTL; here a tick examines every
-//! object, most of them never expiring, and with a million keys expiring evenly
-//! over a minute a tick found far less than a quarter: deletions lagged their
-//! deadlines by 10 s (docs/benchmarks.md, issue 24, `scripts/bench-expiry`).
+//! Every `interval_ms` of the server's clock it runs a round:
 //!
-//! **CPU bound:** a round examines at most `MAX_TICKS_PER_ROUND ×
-//! EXPIRE_SAMPLE_PER_TICK` = 65,536 entries and deletes at most as many; with
-//! the default 100 ms interval that is at most 655,360 entries examined a
-//! second, and a round with nothing expired costs one tick (4,096 entries,
-//! well under a millisecond).
+//! 1. **Due deadlines.** Every write of an object with an expiry notes its key
+//!    hash under its deadline's slot (`ramstore_master::deadlines`); the round
+//!    takes the notes of slots that have ended, at most
+//!    [`MAX_DUE_PER_ROUND`], and deletes the expired objects under them
+//!    through the delete path (each gets a tombstone, replicated as any
+//!    delete's, R§4). So an object is deleted within a slot (64 ms) and an
+//!    interval of its deadline, at one hash-table lookup each.
+//! 2. **A sampled sweep**, Redis's way: ticks examining at most
+//!    [`EXPIRE_SAMPLE_PER_TICK`] hash-table entries round-robin. While the
+//!    index holds every deadline, one tick a round is the safety net; once it
+//!    has dropped notes (full: it is bounded) the round goes on to another
+//!    tick while the last one found anything expired, for at most
+//!    [`MAX_TICKS_PER_ROUND`], until two whole sweeps have passed.
+//!
+//! Why not sampling alone: here a tick examines every object, most of them
+//! never expiring, and with a million keys expiring evenly over a minute
+//! Redis's rule (another tick while a quarter of a sample expired) let
+//! deletions lag their deadlines by 10 s, while sweeping until nothing was
+//! found kept them within 0.8 s but took a quarter of a GET load's throughput
+//! (docs/benchmarks.md, issue 24, `scripts/bench-expiry`).
+//!
+//! **CPU bound:** a round takes at most `MAX_DUE_PER_ROUND` notes (a lookup
+//! each) and examines at most `MAX_TICKS_PER_ROUND × EXPIRE_SAMPLE_PER_TICK`
+//! entries; with the default 100 ms interval at most 655,360 of each a second.
+//! A round with nothing due and a complete index costs one tick (4,096
+//! entries, well under a millisecond).
 //!
 //! It runs on the Clock seam, so the simulator and tests drive it too; a
 //! zombie (R§7.11) stops, since its tablets are being recovered elsewhere.
@@ -40,6 +48,9 @@ pub const DEFAULT_EXPIRE_INTERVAL_MS: u64 = 100;
 
 /// Most ticks in one round (see the module doc's CPU bound).
 pub const MAX_TICKS_PER_ROUND: usize = 16;
+
+/// Most due deadline notes one round takes (see the module doc's CPU bound).
+pub const MAX_DUE_PER_ROUND: usize = 65_536;
 
 /// Starts the expirer for `service`, one round every `interval_ms`; 0 starts
 /// nothing. Abort the task to stop.
@@ -67,14 +78,16 @@ pub fn start(
     Some(tokio::spawn(task.in_current_span()))
 }
 
-/// One round of ticks on `store` (module doc); what they did in total.
+/// One round on `store` (module doc): due deadlines, then the sweep; what
+/// they did in total.
 pub fn round(store: &ObjectStore) -> ExpireTick {
-    let mut total = ExpireTick::default();
+    let mut total = store.expire_due(MAX_DUE_PER_ROUND);
+    let earnest = !store.deadlines_complete();
     for _ in 0..MAX_TICKS_PER_ROUND {
         let t = store.expire_tick(EXPIRE_SAMPLE_PER_TICK);
         total.examined += t.examined;
         total.deleted += t.deleted;
-        if t.deleted == 0 {
+        if !earnest || t.deleted == 0 {
             break;
         }
     }
@@ -85,15 +98,41 @@ pub fn round(store: &ObjectStore) -> ExpireTick {
 mod tests {
     use super::*;
     use ramstore_clock::ManualClock;
+    use ramstore_master::deadlines::DEADLINE_SLOT_MS;
     use ramstore_master::{CleanerMode, Expiry, RejectRules, StoreConfig};
 
-    fn store(clock: &ManualClock) -> ObjectStore {
+    fn store_with(clock: &ManualClock, max_deadline_notes: Option<usize>) -> ObjectStore {
         let mut cfg = StoreConfig::new(64 << 20);
         cfg.cleaner = CleanerMode::Manual;
         cfg.clock = clock.handle();
+        if let Some(n) = max_deadline_notes {
+            cfg.max_deadline_notes = n;
+        }
         let s = ObjectStore::new(cfg).expect("store");
         s.add_tablet(1, 0, u64::MAX).expect("tablet");
         s
+    }
+
+    fn store(clock: &ManualClock) -> ObjectStore {
+        store_with(clock, None)
+    }
+
+    fn put(s: &ObjectStore, key: &str, expires_at: Option<u64>) {
+        s.write_expiring(
+            1,
+            key.as_bytes(),
+            b"v",
+            &RejectRules::default(),
+            Expiry::Set(expires_at),
+        )
+        .expect("write");
+    }
+
+    /// Writes `n` keys `k{i}`, every `every`-th expiring at `at`.
+    fn fill(s: &ObjectStore, n: usize, every: usize, at: u64) {
+        for i in 0..n {
+            put(s, &format!("k{i}"), (i % every == 0).then_some(at));
+        }
     }
 
     #[test]
@@ -101,22 +140,16 @@ mod tests {
         let clock = ManualClock::new();
         let s = store(&clock);
         let at = s.now_ms() + 1;
-        let n = 20 * EXPIRE_SAMPLE_PER_TICK;
-        for i in 0..n {
-            s.write_expiring(
-                1,
-                format!("k{i}").as_bytes(),
-                b"v",
-                &RejectRules::default(),
-                Expiry::Set(Some(at)),
-            )
-            .expect("write");
-        }
-        clock.advance(Duration::from_millis(1));
+        let n = MAX_DUE_PER_ROUND + 20 * EXPIRE_SAMPLE_PER_TICK;
+        fill(&s, n, 1, at);
+        clock.advance(Duration::from_millis(DEADLINE_SLOT_MS + 1));
         let r = round(&s);
         // Each tick may finish the bucket that reaches its bound (a few
-        // entries more); the round stops after MAX_TICKS_PER_ROUND ticks.
-        assert!(r.examined <= MAX_TICKS_PER_ROUND * (EXPIRE_SAMPLE_PER_TICK + 64));
+        // entries more); the index gives at most MAX_DUE_PER_ROUND notes.
+        assert!(
+            r.examined <= MAX_DUE_PER_ROUND + MAX_TICKS_PER_ROUND * (EXPIRE_SAMPLE_PER_TICK + 64),
+            "{r:?}"
+        );
         assert!(r.deleted < n, "a round deleted everything: unbounded");
         let mut rounds = 1;
         while s.stats().objects > 0 {
@@ -130,49 +163,82 @@ mod tests {
     fn round_with_nothing_expired_is_one_tick() {
         let clock = ManualClock::new();
         let s = store(&clock);
+        fill(&s, 10_000, 1, u64::MAX);
         for i in 0..10_000u32 {
-            s.write(1, format!("k{i}").as_bytes(), b"v", &RejectRules::default())
+            s.write(1, format!("n{i}").as_bytes(), b"v", &RejectRules::default())
                 .expect("write");
         }
         let r = round(&s);
         assert_eq!(r.deleted, 0);
         assert!(r.examined <= EXPIRE_SAMPLE_PER_TICK + 64);
-        assert_eq!(s.stats().objects, 10_000);
+        assert_eq!(s.stats().objects, 20_000);
     }
 
-    /// Regression (issue 24, `scripts/bench-expiry`): with Redis's "more than a
-    /// quarter expired" rule a round whose ticks found a few expired objects
-    /// among many others stopped after one tick, and deletions lagged their
-    /// deadlines by 10 s. A round goes on while it finds any.
+    /// Issue 24 (`scripts/bench-expiry`): a few expiring keys among many are
+    /// all deleted by one round from the deadline index, and the round
+    /// examines about as many entries as there were deadlines, not the table.
     #[test]
-    fn round_goes_on_while_a_few_expired_are_found() {
+    fn round_deletes_due_objects_without_sweeping_the_table() {
         let clock = ManualClock::new();
         let s = store(&clock);
         let at = s.now_ms() + 1;
-        for i in 0..(8 * EXPIRE_SAMPLE_PER_TICK) {
-            let expiry = if i % 50 == 0 {
-                Expiry::Set(Some(at))
-            } else {
-                Expiry::Set(None)
-            };
-            s.write_expiring(
-                1,
-                format!("k{i}").as_bytes(),
-                b"v",
-                &RejectRules::default(),
-                expiry,
-            )
-            .expect("write");
-        }
-        clock.advance(Duration::from_millis(1));
+        let n = 8 * EXPIRE_SAMPLE_PER_TICK;
+        fill(&s, n, 50, at);
+        let expiring = n.div_ceil(50);
+        // Not yet: the deadline's slot has not ended.
+        assert_eq!(round(&s).deleted, 0);
+        clock.advance(Duration::from_millis(DEADLINE_SLOT_MS + 1));
+        let r = round(&s);
+        assert_eq!(r.deleted, expiring, "{r:?}");
+        assert!(
+            r.examined <= expiring + EXPIRE_SAMPLE_PER_TICK + 64,
+            "the round swept the table: {r:?}"
+        );
+        assert_eq!(s.stats().objects, n - expiring);
+        assert_eq!(s.deadline_notes(), 0);
+    }
+
+    /// A note outlives what it noted: the key rewritten without an expiry, or
+    /// with a later one, is not deleted when the old deadline passes.
+    #[test]
+    fn round_leaves_a_key_rewritten_after_its_note() {
+        let clock = ManualClock::new();
+        let s = store(&clock);
+        let now = s.now_ms();
+        put(&s, "forever", Some(now + 1));
+        put(&s, "forever", None);
+        put(&s, "later", Some(now + 1));
+        put(&s, "later", Some(now + 10_000));
+        clock.advance(Duration::from_millis(2 * DEADLINE_SLOT_MS));
+        assert_eq!(round(&s).deleted, 0);
+        assert_eq!(s.stats().objects, 2);
+        clock.advance(Duration::from_millis(10_000));
+        assert_eq!(round(&s).deleted, 1);
+        assert_eq!(s.stats().objects, 1);
+    }
+
+    /// When the index is full it drops notes, and the sweep then goes on
+    /// while it finds expired objects (the sampled fallback), so the dropped
+    /// ones are still deleted within a round or two.
+    #[test]
+    fn round_sweeps_in_earnest_after_the_index_dropped_notes() {
+        let clock = ManualClock::new();
+        let s = store_with(&clock, Some(10));
+        let at = s.now_ms() + 1;
+        let n = 8 * EXPIRE_SAMPLE_PER_TICK;
+        fill(&s, n, 50, at);
+        assert!(!s.deadlines_complete());
+        clock.advance(Duration::from_millis(DEADLINE_SLOT_MS + 1));
         let r = round(&s);
         assert!(
             r.examined >= 4 * EXPIRE_SAMPLE_PER_TICK,
             "the round stopped early: {r:?}"
         );
-        assert!(
-            r.deleted * 4 < r.examined,
-            "the test expects a sparse sample"
-        );
+        let mut rounds = 1;
+        while s.stats().objects > n - n.div_ceil(50) {
+            round(&s);
+            rounds += 1;
+            assert!(rounds < 5, "dropped notes were never swept");
+        }
     }
 }

@@ -1,17 +1,17 @@
 //! Key expiry on an object store: reading and changing an object's expiry time
 //! (Redis's EXPIRE family, the native `ttl`/`persist`), and the active
-//! expirer's sampled pass.
+//! expirer's two ways of finding expired objects.
 //!
 //! Expiry is lazy first: a read of an expired object answers "no such object"
 //! (`read_with_as`), and a write over one treats it as absent. The active
 //! expirer makes the memory and the log agree with that: it deletes expired
 //! objects through the normal delete path, so each gets a tombstone that is
-//! replicated like any delete's (R§4: the log is the truth). Like Redis's
-//! active expiry it samples: one tick examines at most
-//! [`EXPIRE_SAMPLE_PER_TICK`] hash-table entries, walking the buckets
-//! round-robin from where the last tick stopped, so its CPU per tick is
-//! bounded whatever the table holds, and every entry is examined once per
-//! `entries / EXPIRE_SAMPLE_PER_TICK` ticks.
+//! replicated like any delete's (R§4: the log is the truth). It finds them in
+//! the deadline index ([`ObjectStore::expire_due`], `crate::deadlines`), and,
+//! as a safety net, like Redis's active expiry by sampling: one tick
+//! ([`ObjectStore::expire_tick`]) examines at most [`EXPIRE_SAMPLE_PER_TICK`]
+//! hash-table entries, walking the buckets round-robin from where the last
+//! tick stopped, so its CPU per tick is bounded whatever the table holds.
 
 use std::sync::atomic::Ordering;
 
@@ -127,24 +127,93 @@ impl ObjectStore {
                     }
                 });
                 bucket = (bucket + 1) % buckets;
+                if bucket == 0 {
+                    self.inner.deadlines.sweep_finished();
+                }
             }
             self.expire_cursor.store(bucket, Ordering::Relaxed);
         }
+        tick.deleted = self.remove_expired(expired, None);
+        tick
+    }
+
+    /// Deletes the expired objects whose key hashes the deadline index says
+    /// are due (`crate::deadlines`): at most `max_hashes` notes taken, each
+    /// one hash-table lookup; the objects under them that are expired now
+    /// are deleted as in [`Self::expire_tick`]. Notes whose object was since
+    /// rewritten, deleted or moved cost the lookup and nothing else.
+    pub fn expire_due(&self, max_hashes: usize) -> ExpireTick {
+        let inner = &*self.inner;
+        let log = &inner.log;
+        let mut hashes = Vec::new();
+        let now_ms = self.now_ms();
+        inner.deadlines.take_due(now_ms, max_hashes, &mut hashes);
+        let mut tick = ExpireTick {
+            examined: hashes.len(),
+            deleted: 0,
+        };
+        let mut expired: Vec<(u64, Vec<u8>)> = Vec::new();
+        {
+            let _pin = log.pin();
+            for &hash in &hashes {
+                // Every object under this hash (a key may live in several
+                // tables), so the closure never claims a match.
+                inner.index.lookup(hash, |r| {
+                    if let Ok(view) = log.object(LogRef(r)) {
+                        if view.is_expired(now_ms) {
+                            let mut key = Vec::with_capacity(view.key_len());
+                            view.copy_key(&mut key);
+                            if HashedKey::new(&key).hash() == hash {
+                                expired.push((view.table_id(), key));
+                            }
+                        }
+                    }
+                    false
+                });
+            }
+        }
+        // A tablet not serving now (recovering) is asked again a second later.
+        tick.deleted = self.remove_expired(expired, Some(now_ms + 1_000));
+        tick
+    }
+
+    /// Deletes each `(table, key)` if it is still expired; returns how many
+    /// were deleted. `None` is an object rewritten since it was seen. A
+    /// refusal by a tablet this master owns but may not change now
+    /// (recovering, migrating in) is noted again for `retry_at_ms` when
+    /// given, else left for a later sweep; a tablet no longer here is
+    /// forgotten (its new owner replayed the expiry and noted it).
+    fn remove_expired(&self, expired: Vec<(u64, Vec<u8>)>, retry_at_ms: Option<u64>) -> usize {
+        let mut deleted = 0;
         for (table_id, key) in expired {
+            let hashed = HashedKey::new(&key);
+            let hash = hashed.hash();
             let removed = self.remove_full(
                 table_id,
-                HashedKey::new(&key),
+                hashed,
                 &RejectRules::default(),
                 Access::Client,
                 None,
                 true,
             );
-            // A refusal (a tablet not ours to change now) waits for a later
-            // tick; `None` is an object rewritten since it was examined.
-            if matches!(removed, Ok((Some(_), _))) {
-                tick.deleted += 1;
+            match (removed, retry_at_ms) {
+                (Ok((Some(_), _)), _) => deleted += 1,
+                (Err(WriteError::UnknownTablet) | Ok(_), _) | (Err(_), None) => {}
+                (Err(_), Some(at)) => self.inner.deadlines.note(hash, at),
             }
         }
-        tick
+        deleted
+    }
+
+    /// Whether the deadline index holds every object with an expiry not yet
+    /// covered by a whole sweep (`crate::deadlines::DeadlineIndex::is_complete`):
+    /// while it does not, the expirer sweeps in earnest.
+    pub fn deadlines_complete(&self) -> bool {
+        self.inner.deadlines.is_complete()
+    }
+
+    /// Deadlines the expirer's index holds now.
+    pub fn deadline_notes(&self) -> usize {
+        self.inner.deadlines.len()
     }
 }

@@ -648,6 +648,10 @@ impl ObjectStore {
                 }
             }
             tablet.object_added(new_len);
+            if let Some(at) = expires_at {
+                // The active expirer finds it by this note (crate::deadlines).
+                inner.deadlines.note(hash, at);
+            }
             (appended, version, record)
         };
         if side.is_none() {
