@@ -499,23 +499,30 @@ mod tests {
         assert_eq!(usable_holders(&[offered("only", 10, false)]), vec!["only"]);
     }
 
-    /// Each segment's first holder is the least loaded so far: 30 segments held
-    /// by the same three backups give each backup 10 first places, and a backup
-    /// that holds every segment is not first for all of them.
-    #[test]
-    fn fetch_order_balances_first_holders() {
-        let names = ["a", "b", "c"].map(String::from);
-        let segments: Vec<u64> = (1..=30).collect();
+    /// A log of segments 1..=`count`, each held by every one of `names`, and
+    /// each backup publishing them all in order.
+    fn held_by_all(names: &[String], count: u64) -> (FoundLog, HashMap<String, Vec<u64>>) {
+        let segments: Vec<u64> = (1..=count).collect();
         let log = FoundLog {
             holders: segments.iter().map(|&s| (s, names.to_vec())).collect(),
             digest: segments.clone(),
             stats: Vec::new(),
             log_bytes: 0,
         };
-        let published: HashMap<String, Vec<u64>> = names
+        let published = names
             .iter()
             .map(|n| (n.clone(), segments.clone()))
             .collect();
+        (log, published)
+    }
+
+    /// Each segment's first holder is the least loaded so far: 30 segments held
+    /// by the same three backups give each backup 10 first places, and a backup
+    /// that holds every segment is not first for all of them.
+    #[test]
+    fn fetch_order_balances_first_holders() {
+        let names = ["a", "b", "c"].map(String::from);
+        let (log, published) = held_by_all(&names, 30);
         let order = fetch_order(&log, &published, &ramstore_clock::SeededRng::new(7));
         assert_eq!(order.len(), 30);
         for name in &names {
@@ -556,17 +563,7 @@ mod tests {
     #[test]
     fn fetch_order_goes_round_by_round() {
         let names = ["a", "b", "c"].map(String::from);
-        let segments: Vec<u64> = (1..=12).collect();
-        let log = FoundLog {
-            holders: segments.iter().map(|&s| (s, names.to_vec())).collect(),
-            digest: segments.clone(),
-            stats: Vec::new(),
-            log_bytes: 0,
-        };
-        let published: HashMap<String, Vec<u64>> = names
-            .iter()
-            .map(|n| (n.clone(), segments.clone()))
-            .collect();
+        let (log, published) = held_by_all(&names, 12);
         let order = fetch_order(&log, &published, &ramstore_clock::SeededRng::new(3));
         let rounds = fetch_rounds(&order);
         assert_eq!(rounds, [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]);
