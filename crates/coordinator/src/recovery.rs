@@ -43,7 +43,7 @@
 //! lives in [`Recoveries`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,6 +60,7 @@ use crate::migration_recovery::{fence_new_source, Lineage};
 use crate::notifier::Notifier;
 use crate::partition::{partition, PartitionLimits};
 use crate::recovery_log::{announce, fetch_order, find_log, staggered, tablet_loads, FoundLog};
+use crate::recovery_near::{add_fallbacks, Near};
 use crate::server_list::{ServerEntry, ServerId, ServerStatus};
 use crate::tables::TabletEntry;
 
@@ -91,6 +92,9 @@ pub struct Recoveries {
     running: Mutex<BTreeMap<u64, RecoveryProgress>>,
     completed: AtomicU64,
     limits: Mutex<PartitionLimits>,
+    /// Recover onto masters near the crashed log's holders (issue 22, C§4.2;
+    /// `recovery_near`); off: any master, any holder (R§7.4).
+    near: AtomicBool,
 }
 
 impl Recoveries {
@@ -107,6 +111,17 @@ impl Recoveries {
     /// Sets the partition bounds used from the next attempt on.
     pub fn set_limits(&self, limits: PartitionLimits) {
         *self.limits.lock() = limits;
+    }
+
+    /// Chooses recovery masters near the data (C§3.2, §4.2) from the next
+    /// attempt on, or anywhere (R§7.4, the default).
+    pub fn set_near(&self, near: bool) {
+        self.near.store(near, Ordering::Relaxed);
+    }
+
+    /// Whether recovery masters are chosen near the data.
+    pub fn near(&self) -> bool {
+        self.near.load(Ordering::Relaxed)
     }
 
     fn update(&self, id: ServerId, f: impl FnOnce(&mut RecoveryProgress)) {
@@ -143,6 +158,8 @@ struct Snapshot {
     backups: Vec<String>,
     /// The UP masters, candidates to recover onto.
     masters: Vec<ServerEntry>,
+    /// Every UP server (their failure-domain fields place them, C§3).
+    up: Vec<ServerEntry>,
 }
 
 /// An attempt's replay plan (R§7.5): the partitions, who replays each, and
@@ -400,13 +417,14 @@ impl RecoveryDriver {
             .filter(|e| e.is_backup())
             .map(|e| e.address.clone())
             .collect();
-        let masters: Vec<ServerEntry> = up.into_iter().filter(|e| e.is_master()).collect();
+        let masters: Vec<ServerEntry> = up.iter().filter(|e| e.is_master()).cloned().collect();
         Some(Snapshot {
             entry,
             tablets,
             lineage,
             backups,
             masters,
+            up,
         })
     }
 
@@ -425,7 +443,14 @@ impl RecoveryDriver {
         let limits = *self.recoveries.limits.lock();
         let parts = partition(&loads, limits, &mut rng.as_rand());
         let recovery_id: u64 = rng.next_u64();
-        let mut masters = view.masters.clone();
+        let near = self
+            .recoveries
+            .near()
+            .then(|| Near::choose(&view.entry, &view.up, log))
+            .flatten();
+        let mut masters = near
+            .as_ref()
+            .map_or_else(|| view.masters.clone(), |n| n.masters(&view.masters));
         masters.shuffle(&mut rng.as_rand());
         let mut parts: Vec<Vec<(u64, u64, u64)>> = parts
             .iter()
@@ -474,7 +499,20 @@ impl RecoveryDriver {
         holder_addresses.sort();
         holder_addresses.dedup();
         let published = announce(client, crashed, recovery_id, &announced, holder_addresses).await;
-        let sources = fetch_order(log, &published, &**rng);
+        let sources = match &near {
+            Some(n) => {
+                let mut sources = fetch_order(&n.restrict(log), &published, &**rng);
+                add_fallbacks(&mut sources, log);
+                tracing::info!(
+                    crashed_id = crashed.0,
+                    switch = %n.switch,
+                    recovery_masters = masters.len(),
+                    "recovery: near the data (C§4.2)"
+                );
+                sources
+            }
+            None => fetch_order(log, &published, &**rng),
+        };
         if let Some(missing) = log
             .digest
             .iter()
