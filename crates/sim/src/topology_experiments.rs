@@ -349,7 +349,15 @@ pub fn traffic_table(rows: &[TrafficRow]) -> String {
         );
     }
     for (t, n, x) in reductions(rows) {
-        let _ = writeln!(s, "{t} {n} servers: >1-hop shuffle bytes reduced {x:.1}× (scattered → proximity + near recovery)");
+        let by = if x.is_finite() {
+            format!("{x:.1}×")
+        } else {
+            "to 0 bytes".to_string()
+        };
+        let _ = writeln!(
+            s,
+            "{t} {n} servers: >1-hop shuffle bytes reduced {by} (scattered → proximity + near recovery)"
+        );
     }
     let _ = writeln!(
         s,
