@@ -196,8 +196,11 @@ impl LayoutArgs {
     }
 
     fn layout(&self, servers: usize) -> Result<Layout, TopologyError> {
+        let topology = self.topology(servers)?;
+        // R = min(3, N − 1), as the cluster gives its servers.
+        topology.check_domains(servers.saturating_sub(1).min(3))?;
         Ok(Layout {
-            topology: self.topology(servers)?,
+            topology,
             placement: match self.placement {
                 PlacementArg::Scattered => Placement::Scattered,
                 PlacementArg::Proximity => Placement::Proximity,

@@ -155,6 +155,28 @@ impl Topology {
         }
     }
 
+    /// Whether `replicas` copies of a segment and their master can each have
+    /// a failure domain of their own (the placement rule, R§7.1): otherwise
+    /// no segment ever gets all its replicas and writes wait for good.
+    pub fn check_domains(&self, replicas: usize) -> Result<(), TopologyError> {
+        let mut named: Vec<&str> = self.hosts.iter().map(|h| h.domain.as_str()).collect();
+        let unnamed = named.iter().filter(|d| d.is_empty()).count();
+        named.retain(|d| !d.is_empty());
+        named.sort_unstable();
+        named.dedup();
+        let domains = named.len() + unnamed;
+        if self.hosts.is_empty() || domains > replicas {
+            Ok(())
+        } else {
+            Err(TopologyError::Bad(format!(
+                "{} has {domains} failure domains; {replicas} replicas and their master \
+                 need {}",
+                self.name,
+                replicas + 1
+            )))
+        }
+    }
+
     /// Host `i`'s failure domain (empty when flat or unnamed).
     pub fn domain(&self, i: usize) -> &str {
         self.hosts.get(i).map_or("", |h| h.domain.as_str())

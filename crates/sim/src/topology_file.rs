@@ -109,7 +109,7 @@ fn host(v: &toml::Value) -> Result<HostPlace, TopologyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::Hops;
+    use crate::topology::{Hops, Topology};
 
     #[test]
     fn parse_tree_deals_racks_of_consecutive_hosts() {
@@ -126,6 +126,14 @@ mod tests {
         assert_eq!(t.field(4), "g1@l0-1,l1-1");
         assert_eq!(t.hops(0, 3), Hops::One, "same level-1 switch");
         assert_eq!(t.hops(0, 4), Hops::More);
+    }
+
+    #[test]
+    fn check_domains_wants_one_per_replica_and_the_master() {
+        let small = parse("kind = \"bcube\"\n", 9).expect("parses");
+        assert!(small.check_domains(3).is_err(), "BCube(3, 1) has 3 groups");
+        assert!(small.check_domains(2).is_ok());
+        assert!(Topology::flat().check_domains(3).is_ok());
     }
 
     #[test]

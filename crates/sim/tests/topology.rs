@@ -130,3 +130,30 @@ fn recovery_point_with_a_topology_same_seed_gives_the_same_traffic() {
         (b.recovery_s, b.hops_buckets, b.hops_replication, b.phases_s)
     );
 }
+
+/// The fault schedule (crashes, partitions, loss, full and slow disks,
+/// coordinator failover) with proximity placement and near recovery: the
+/// checker finds no violation, and the seed gives its trace again.
+#[test]
+fn run_with_proximity_and_near_recovery_under_faults_has_no_violations() {
+    let args = [
+        "--servers",
+        "12",
+        "--seed",
+        "3",
+        "--sim-seconds",
+        "20",
+        "--topology",
+        "tree",
+        "--racks",
+        "4",
+        "--placement",
+        "proximity",
+        "--recovery-masters",
+        "near",
+    ];
+    let last = |out: String| out.lines().last().unwrap_or_default().to_string();
+    let a = last(run(&args));
+    assert!(a.contains(" violations=0 "), "{a}");
+    assert_eq!(a, last(run(&args)));
+}
