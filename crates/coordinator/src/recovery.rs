@@ -71,6 +71,9 @@ pub const RETRY_INTERVAL_MS: u64 = 200;
 /// lists, the head's bytes): a backup slower than this (frozen, overloaded) is
 /// left out of the attempt rather than hold up the recovery.
 const FIND_LOG_DEADLINE_MS: u64 = 2_000;
+/// Attempts of one recovery made near the data (`--recovery-masters near`)
+/// before the next ones recover anywhere (C§4.3).
+const NEAR_ATTEMPTS: u64 = 2;
 /// How often a running partition checks that its recovery master is still UP.
 const WATCH_INTERVAL_MS: u64 = 100;
 
@@ -247,7 +250,12 @@ impl RecoveryDriver {
                 p.partitions_total = 0;
                 p.partitions_done = 0;
             });
-            match self.attempt(crashed).await {
+            // C§4.3: when the one-hop structure cannot take the data, RAMCube
+            // "performs similar to RAMCloud" — after NEAR_ATTEMPTS failed near
+            // attempts the next ones recover anywhere (a rack whose only
+            // survivor cannot place its replicas retried for good).
+            let near = self.recoveries.near() && attempt <= NEAR_ATTEMPTS;
+            match self.attempt(crashed, near).await {
                 Attempt::Done => break,
                 Attempt::Again(why) => {
                     // After a clean stop the backups holding the log are often
@@ -303,7 +311,7 @@ impl RecoveryDriver {
     }
 
     /// One attempt (see the module doc).
-    async fn attempt(self: &Arc<Self>, crashed: ServerId) -> Attempt {
+    async fn attempt(self: &Arc<Self>, crashed: ServerId, near: bool) -> Attempt {
         // A migration from the crashed master still `Preparing` may yet have
         // its target drop an orphan copy of the range (`migration_orphans`);
         // the migrator resolves it soon (PrepareMigration finds the source
@@ -360,7 +368,7 @@ impl RecoveryDriver {
             Ok(log) => log,
             Err(why) => return Attempt::Again(why),
         };
-        let plan = match self.plan(&client, crashed, &view, &log).await {
+        let plan = match self.plan(&client, crashed, &view, &log, near).await {
             Ok(plan) => plan,
             Err(why) => return Attempt::Again(why),
         };
@@ -437,15 +445,14 @@ impl RecoveryDriver {
         crashed: ServerId,
         view: &Snapshot,
         log: &FoundLog,
+        near: bool,
     ) -> Result<Plan, String> {
         let rng = &self.cluster.rng;
         let loads = tablet_loads(&view.tablets, &log.stats, log.log_bytes);
         let limits = *self.recoveries.limits.lock();
         let parts = partition(&loads, limits, &mut rng.as_rand());
         let recovery_id: u64 = rng.next_u64();
-        let near = self
-            .recoveries
-            .near()
+        let near = near
             .then(|| Near::choose(&view.entry, &view.up, log))
             .flatten();
         let mut masters = near
