@@ -70,6 +70,59 @@ pub(crate) struct RecoveryArgs {
     /// [default: 4000000].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) recovery_partition_entries: Option<u64>,
+    /// Which masters recover a crashed master's log: anywhere (R§7.4), or
+    /// near the data — masters on the crashed master's switch holding most of
+    /// its replicas, each segment read from a holder on that switch (C§4.2;
+    /// needs servers started with --rack or --switches).
+    #[arg(long, value_enum, default_value_t = RecoveryMasters::Anywhere)]
+    pub(crate) recovery_masters: RecoveryMasters,
+}
+
+/// `--recovery-masters`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RecoveryMasters {
+    Anywhere,
+    Near,
+}
+
+/// `--placement` (issue 22).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PlacementArg {
+    /// Over the whole cluster at random, with refinement (R§7.1).
+    Scattered,
+    /// One hop from the master where the failure domains allow (C§3.2).
+    Proximity,
+}
+
+impl From<PlacementArg> for ramstore_server::placement::Placement {
+    fn from(p: PlacementArg) -> Self {
+        match p {
+            PlacementArg::Scattered => Self::Scattered,
+            PlacementArg::Proximity => Self::Proximity,
+        }
+    }
+}
+
+/// The failure-domain field a server enlists with (`DOMAIN@SWITCH,…`,
+/// `ramstore_wire::location`): `--failure-domain` (or else `--rack`) as the
+/// domain, and `--rack` (its ToR switch) and `--switches` as the switches.
+pub(crate) fn location_field(
+    failure_domain: &str,
+    rack: Option<&str>,
+    switches: &[String],
+) -> Result<String, String> {
+    let domain = match (failure_domain, rack) {
+        ("", Some(r)) => r,
+        (d, _) => d,
+    };
+    let mut all: Vec<&str> = rack.into_iter().collect();
+    all.extend(switches.iter().map(String::as_str));
+    let clean = |s: &str| !s.is_empty() && !s.contains(['@', ',']);
+    if domain.contains('@') || !all.iter().all(|s| clean(s)) {
+        return Err("rack, switch and domain names may not hold '@' or ','".into());
+    }
+    let field = ramstore_wire::location::location_field(domain, &all);
+    parse_failure_domain(&field).map_err(|e| format!("--rack/--switches/--failure-domain: {e}"))
 }
 
 impl From<RecoveryArgs> for PartitionLimits {
@@ -174,5 +227,23 @@ pub(crate) fn parse_replica_check_interval(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
         Ok(ms) if ms == 0 || (MIN..=MAX).contains(&ms) => Ok(ms),
         _ => Err(format!("0 (off) or {MIN} to {MAX} milliseconds")),
+    }
+}
+
+#[cfg(test)]
+mod location_tests {
+    use super::location_field;
+
+    #[test]
+    fn location_field_rack_is_domain_and_switch() {
+        assert_eq!(location_field("", Some("r3"), &[]).as_deref(), Ok("r3@r3"));
+        let extra = vec!["l1-2".to_string()];
+        assert_eq!(
+            location_field("g1", Some("l0-1"), &extra).as_deref(),
+            Ok("g1@l0-1,l1-2")
+        );
+        assert_eq!(location_field("rack-a", None, &[]).as_deref(), Ok("rack-a"));
+        assert!(location_field("", Some("a@b"), &[]).is_err());
+        assert!(location_field("", Some(&"x".repeat(40)), &[]).is_err());
     }
 }

@@ -13,7 +13,7 @@ use ramstore_server::{
 
 use crate::arg_groups::{
     parse_failure_domain, parse_lease_ttl_ms, parse_replica_check_interval, parse_store,
-    BackupSync, DetectorArgs, MonitorArgs, RecoveryArgs, TimeoutArgs,
+    BackupSync, DetectorArgs, MonitorArgs, PlacementArg, RecoveryArgs, TimeoutArgs,
 };
 use crate::{bench, migrate, output, reach, size};
 
@@ -188,6 +188,20 @@ pub(crate) enum Command {
         #[arg(long, value_name = "NAME", default_value = "", hide_default_value = true,
               value_parser = parse_failure_domain)]
         failure_domain: String,
+        /// The rack this server sits in (issue 22): its failure domain (unless
+        /// --failure-domain names one) and its ToR switch, so servers of one
+        /// rack are one hop apart (C§3.2).
+        #[arg(long, value_name = "ID")]
+        rack: Option<String>,
+        /// Further switches this server is attached to (a multi-homed,
+        /// BCube-like network, C§2.2: e.g. its level-1 switch), comma-separated.
+        #[arg(long, value_name = "SWITCH", value_delimiter = ',')]
+        switches: Vec<String>,
+        /// How this master places its replicas: scattered (R§7.1) or proximity
+        /// (one hop away where failure domains allow, C§3.2; needs --rack or
+        /// --switches on the servers).
+        #[arg(long, value_enum, default_value_t = PlacementArg::Scattered)]
+        placement: PlacementArg,
         /// Replicas of each segment of this master's log, on other servers'
         /// backups (R§4.2). A write is acknowledged once all of them hold it; 0
         /// keeps data in this process's DRAM only.

@@ -435,6 +435,8 @@ pub struct CoordinatorArgs {
     pub detector: FailureDetectorConfig,
     /// How crash recovery partitions a crashed master's tablets.
     pub recovery: ramstore_coordinator::partition::PartitionLimits,
+    /// Recovery masters near the crashed log's holders (C§4.2).
+    pub recovery_near: bool,
 }
 
 /// Runs a coordinator until stopped; it declares crashed the servers that stop
@@ -486,6 +488,7 @@ pub async fn coordinator(a: CoordinatorArgs) -> Result<()> {
     };
     let c = started.with_context(|| format!("starting the coordinator on {}", a.listen))?;
     c.service.recoveries().set_limits(a.recovery);
+    c.service.recoveries().set_near(a.recovery_near);
     println!(
         "ramstore coordinator listening on {} (store {})",
         c.addr, a.store

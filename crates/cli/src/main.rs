@@ -134,6 +134,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             client_lease_term_ms,
             detector: detector.into(),
             recovery: recovery.into(),
+            recovery_near: recovery.recovery_masters == arg_groups::RecoveryMasters::Near,
         })),
         Command::Server {
             config: _,
@@ -147,6 +148,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             backup_frames,
             backup_open_buffers,
             failure_domain,
+            rack,
+            switches,
+            placement,
             replicas,
             monitor,
             prefault_memory,
@@ -189,7 +193,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             backup_sync: backup_sync.into(),
             backup_frames,
             backup_open_buffers,
-            failure_domain,
+            failure_domain: arg_groups::location_field(&failure_domain, rack.as_deref(), &switches)
+                .map_err(reach::Exit::Usage)?,
+            placement: placement.into(),
             monitor: monitor.into(),
             // R§7.11: a server declared crashed exits.
             on_zombie: Some(cluster::exit_as_zombie()),

@@ -98,6 +98,7 @@ pub mod process;
 pub mod rebalance;
 pub mod recovery;
 pub mod recovery_log;
+mod recovery_near;
 pub mod server_list;
 pub mod service;
 pub mod state;

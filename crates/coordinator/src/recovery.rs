@@ -43,7 +43,7 @@
 //! lives in [`Recoveries`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,6 +60,7 @@ use crate::migration_recovery::{fence_new_source, Lineage};
 use crate::notifier::Notifier;
 use crate::partition::{partition, PartitionLimits};
 use crate::recovery_log::{announce, fetch_order, find_log, staggered, tablet_loads, FoundLog};
+use crate::recovery_near::{add_fallbacks, Near};
 use crate::server_list::{ServerEntry, ServerId, ServerStatus};
 use crate::tables::TabletEntry;
 
@@ -70,6 +71,9 @@ pub const RETRY_INTERVAL_MS: u64 = 200;
 /// lists, the head's bytes): a backup slower than this (frozen, overloaded) is
 /// left out of the attempt rather than hold up the recovery.
 const FIND_LOG_DEADLINE_MS: u64 = 2_000;
+/// Attempts of one recovery made near the data (`--recovery-masters near`)
+/// before the next ones recover anywhere (C§4.3).
+const NEAR_ATTEMPTS: u64 = 2;
 /// How often a running partition checks that its recovery master is still UP.
 const WATCH_INTERVAL_MS: u64 = 100;
 
@@ -91,6 +95,9 @@ pub struct Recoveries {
     running: Mutex<BTreeMap<u64, RecoveryProgress>>,
     completed: AtomicU64,
     limits: Mutex<PartitionLimits>,
+    /// Recover onto masters near the crashed log's holders (issue 22, C§4.2;
+    /// `recovery_near`); off: any master, any holder (R§7.4).
+    near: AtomicBool,
 }
 
 impl Recoveries {
@@ -107,6 +114,17 @@ impl Recoveries {
     /// Sets the partition bounds used from the next attempt on.
     pub fn set_limits(&self, limits: PartitionLimits) {
         *self.limits.lock() = limits;
+    }
+
+    /// Chooses recovery masters near the data (C§3.2, §4.2) from the next
+    /// attempt on, or anywhere (R§7.4, the default).
+    pub fn set_near(&self, near: bool) {
+        self.near.store(near, Ordering::Relaxed);
+    }
+
+    /// Whether recovery masters are chosen near the data.
+    pub fn near(&self) -> bool {
+        self.near.load(Ordering::Relaxed)
     }
 
     fn update(&self, id: ServerId, f: impl FnOnce(&mut RecoveryProgress)) {
@@ -143,6 +161,8 @@ struct Snapshot {
     backups: Vec<String>,
     /// The UP masters, candidates to recover onto.
     masters: Vec<ServerEntry>,
+    /// Every UP server (their failure-domain fields place them, C§3).
+    up: Vec<ServerEntry>,
 }
 
 /// An attempt's replay plan (R§7.5): the partitions, who replays each, and
@@ -230,7 +250,12 @@ impl RecoveryDriver {
                 p.partitions_total = 0;
                 p.partitions_done = 0;
             });
-            match self.attempt(crashed).await {
+            // C§4.3: when the one-hop structure cannot take the data, RAMCube
+            // "performs similar to RAMCloud" — after NEAR_ATTEMPTS failed near
+            // attempts the next ones recover anywhere (a rack whose only
+            // survivor cannot place its replicas retried for good).
+            let near = self.recoveries.near() && attempt <= NEAR_ATTEMPTS;
+            match self.attempt(crashed, near).await {
                 Attempt::Done => break,
                 Attempt::Again(why) => {
                     // After a clean stop the backups holding the log are often
@@ -286,7 +311,7 @@ impl RecoveryDriver {
     }
 
     /// One attempt (see the module doc).
-    async fn attempt(self: &Arc<Self>, crashed: ServerId) -> Attempt {
+    async fn attempt(self: &Arc<Self>, crashed: ServerId, near: bool) -> Attempt {
         // A migration from the crashed master still `Preparing` may yet have
         // its target drop an orphan copy of the range (`migration_orphans`);
         // the migrator resolves it soon (PrepareMigration finds the source
@@ -343,7 +368,7 @@ impl RecoveryDriver {
             Ok(log) => log,
             Err(why) => return Attempt::Again(why),
         };
-        let plan = match self.plan(&client, crashed, &view, &log).await {
+        let plan = match self.plan(&client, crashed, &view, &log, near).await {
             Ok(plan) => plan,
             Err(why) => return Attempt::Again(why),
         };
@@ -400,13 +425,14 @@ impl RecoveryDriver {
             .filter(|e| e.is_backup())
             .map(|e| e.address.clone())
             .collect();
-        let masters: Vec<ServerEntry> = up.into_iter().filter(|e| e.is_master()).collect();
+        let masters: Vec<ServerEntry> = up.iter().filter(|e| e.is_master()).cloned().collect();
         Some(Snapshot {
             entry,
             tablets,
             lineage,
             backups,
             masters,
+            up,
         })
     }
 
@@ -419,13 +445,19 @@ impl RecoveryDriver {
         crashed: ServerId,
         view: &Snapshot,
         log: &FoundLog,
+        near: bool,
     ) -> Result<Plan, String> {
         let rng = &self.cluster.rng;
         let loads = tablet_loads(&view.tablets, &log.stats, log.log_bytes);
         let limits = *self.recoveries.limits.lock();
         let parts = partition(&loads, limits, &mut rng.as_rand());
         let recovery_id: u64 = rng.next_u64();
-        let mut masters = view.masters.clone();
+        let near = near
+            .then(|| Near::choose(&view.entry, &view.up, log))
+            .flatten();
+        let mut masters = near
+            .as_ref()
+            .map_or_else(|| view.masters.clone(), |n| n.masters(&view.masters));
         masters.shuffle(&mut rng.as_rand());
         let mut parts: Vec<Vec<(u64, u64, u64)>> = parts
             .iter()
@@ -474,7 +506,20 @@ impl RecoveryDriver {
         holder_addresses.sort();
         holder_addresses.dedup();
         let published = announce(client, crashed, recovery_id, &announced, holder_addresses).await;
-        let sources = fetch_order(log, &published, &**rng);
+        let sources = match &near {
+            Some(n) => {
+                let mut sources = fetch_order(&n.restrict(log), &published, &**rng);
+                add_fallbacks(&mut sources, log);
+                tracing::info!(
+                    crashed_id = crashed.0,
+                    switch = %n.switch,
+                    recovery_masters = masters.len(),
+                    "recovery: near the data (C§4.2)"
+                );
+                sources
+            }
+            None => fetch_order(log, &published, &**rng),
+        };
         if let Some(missing) = log
             .digest
             .iter()

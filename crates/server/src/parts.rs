@@ -38,6 +38,7 @@ pub(crate) fn build_store(
         let seed = options.rng.next_u64();
         let manager = ReplicaManager::new(options.replicas, client, seed, clock.clone());
         manager.set_replica_check_interval_ms(options.replica_check_interval_ms);
+        manager.set_placement(options.placement);
         manager
     });
     store_config.clock = clock;

@@ -14,11 +14,16 @@
 //! failure domain is neither the master's nor that of a backup already holding a
 //! replica of the segment — so one failure cause (a rack, a power supply) never takes
 //! a segment's every copy. An empty domain means "the server is its own domain":
-//! it conflicts with no other server.
+//! it conflicts with no other server. The domain is the part of the field before
+//! any `@` (the rest names the server's switches, `ramstore_wire::location`).
+//!
+//! [`Placement::Proximity`] (issue 22, C§3) prefers backups one hop from the
+//! master under the same domain rules; see [`choose_backup_with`].
 //!
 //! This module is pure (no I/O, no clock): the caller passes the UP backups it knows
 //! of (from the coordinator's server list) and a random number generator.
 
+use ramstore_wire::location::Location;
 use rand::seq::index::sample;
 use rand::Rng;
 
@@ -40,9 +45,23 @@ pub struct Candidate<'a> {
 pub const PLACEMENT_CANDIDATES: usize = 5;
 
 /// Whether two servers share a failure domain: the same server always does; two
-/// servers do when their domain names are equal and not empty.
-fn same_domain(a_id: u64, a_domain: &str, b_id: u64, b_domain: &str) -> bool {
-    a_id == b_id || (!a_domain.is_empty() && a_domain == b_domain)
+/// servers do when the domain parts of their fields (before any `@switches`,
+/// [`Location`]) are equal and not empty.
+fn same_domain(a_id: u64, a_field: &str, b_id: u64, b_field: &str) -> bool {
+    let (a, b) = (
+        Location::parse(a_field).domain,
+        Location::parse(b_field).domain,
+    );
+    a_id == b_id || (!a.is_empty() && a == b)
+}
+
+/// The rules a replica's backup must keep: besides the segment's own
+/// exclusions, whether the master's failure domain is allowed (only for the
+/// one near replica of [`Placement::Proximity`] in a tree) and which
+/// candidates are wanted at all.
+struct Rule<'r> {
+    allow_master_domain: bool,
+    wanted: &'r dyn Fn(&Candidate<'_>) -> bool,
 }
 
 /// Whether `c` may hold the replica (see the module documentation). The failure
@@ -51,15 +70,18 @@ fn same_domain(a_id: u64, a_domain: &str, b_id: u64, b_domain: &str) -> bool {
 fn eligible(
     c: &Candidate<'_>,
     candidates: &[Candidate<'_>],
-    master_id: u64,
-    master_domain: &str,
+    master: (u64, &str),
     taken: &[u64],
     excluded: &[u64],
+    rule: &Rule<'_>,
 ) -> bool {
-    if taken.contains(&c.server_id) || excluded.contains(&c.server_id) {
+    if taken.contains(&c.server_id) || excluded.contains(&c.server_id) || !(rule.wanted)(c) {
         return false;
     }
-    if same_domain(c.server_id, c.failure_domain, master_id, master_domain) {
+    if c.server_id == master.0
+        || (!rule.allow_master_domain
+            && same_domain(c.server_id, c.failure_domain, master.0, master.1))
+    {
         return false;
     }
     !taken.iter().any(|&t| {
@@ -80,6 +102,18 @@ fn finishes_sooner(a: &Candidate<'_>, b: &Candidate<'_>, segment_bytes: u64) -> 
     work(a) * speed(b) < work(b) * speed(a)
 }
 
+/// How a master chooses backups for its replicas (issue 22).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// RAMCloud's: scattered over the whole cluster at random, with
+    /// refinement (R§7.1). The default.
+    #[default]
+    Scattered,
+    /// RAMCube's: replicas one hop from the master (C§3.2, §4.2), still in
+    /// distinct failure domains (C§4.3); see [`choose_backup_with`].
+    Proximity,
+}
+
 /// Picks a backup for one replica: PLACEMENT_CANDIDATES random eligible candidates, keep the one whose disk would finish reading its share of this master's replicas (replica_bytes + segment_bytes)/read speed soonest.
 ///
 /// `candidates` holds only UP servers with a backup service (the caller filters);
@@ -96,20 +130,117 @@ pub fn choose_backup<R: Rng>(
     segment_bytes: u64,
     rng: &mut R,
 ) -> Option<u64> {
-    let eligible: Vec<&Candidate<'_>> = candidates
+    let rule = Rule {
+        allow_master_domain: false,
+        wanted: &|_| true,
+    };
+    let request = Request {
+        candidates,
+        master: (master_id, master_domain),
+        taken,
+        excluded,
+        segment_bytes,
+    };
+    choose_under(&request, &rule, rng)
+}
+
+/// One replica's placement question: who may hold it and who already does.
+struct Request<'q, 'a> {
+    candidates: &'q [Candidate<'a>],
+    master: (u64, &'q str),
+    taken: &'q [u64],
+    excluded: &'q [u64],
+    segment_bytes: u64,
+}
+
+/// Randomization with refinement (R§7.1) among the candidates `rule` admits.
+fn choose_under<R: Rng>(q: &Request<'_, '_>, rule: &Rule<'_>, rng: &mut R) -> Option<u64> {
+    let eligible: Vec<&Candidate<'_>> = q
+        .candidates
         .iter()
-        .filter(|c| eligible(c, candidates, master_id, master_domain, taken, excluded))
+        .filter(|c| eligible(c, q.candidates, q.master, q.taken, q.excluded, rule))
         .collect();
     let drawn = PLACEMENT_CANDIDATES.min(eligible.len());
     let mut best: Option<&Candidate<'_>> = None;
     for i in sample(rng, eligible.len(), drawn) {
         let c = eligible[i];
-        if best.is_none_or(|b| finishes_sooner(c, b, segment_bytes)) {
+        if best.is_none_or(|b| finishes_sooner(c, b, q.segment_bytes)) {
             best = Some(c);
         }
     }
     best.map(|c| c.server_id)
 }
+
+/// [`choose_backup`] under `placement`. [`Placement::Proximity`] tries, in
+/// order (C§3.2, §4.2–4.3; docs/design-notes.md, "Topology and
+/// proximity-aware placement"):
+///
+/// 1. a backup one hop from the master (sharing a switch with it, [`Location`])
+///    that keeps every failure-domain rule: in a BCube(n, 1) whose failure
+///    domains are the level-0 groups, the master's level-1 neighbours — every
+///    replica one hop away and in a domain of its own, as C§3 asks;
+/// 2. if no replica of the segment is one hop away yet, a backup one hop away
+///    in the master's own domain: in a tree of racks (the rack is the domain
+///    and its ToR the only switch) no one-hop backup is outside the master's
+///    domain, so one replica stays in the rack — recovery reads one replica
+///    per segment (R§7.4, C§4.3's dominant copy), and this one can be read
+///    within one hop — while the others still leave it;
+/// 3. otherwise any eligible backup, as [`Placement::Scattered`] would: a
+///    replica is never refused a place scattered placement would give it.
+///
+/// The price of step 2: a segment survives R − 1 failure-domain losses, not R
+/// (the master's rack holds the master and one replica).
+pub fn choose_backup_with<R: Rng>(
+    placement: Placement,
+    candidates: &[Candidate<'_>],
+    master: (u64, &str),
+    taken: &[u64],
+    excluded: &[u64],
+    segment_bytes: u64,
+    rng: &mut R,
+) -> Option<u64> {
+    let q = Request {
+        candidates,
+        master,
+        taken,
+        excluded,
+        segment_bytes,
+    };
+    let anyone = |_: &Candidate<'_>| true;
+    let scattered = Rule {
+        allow_master_domain: false,
+        wanted: &anyone,
+    };
+    if placement == Placement::Scattered {
+        return choose_under(&q, &scattered, rng);
+    }
+    let home = Location::parse(master.1);
+    let near = |c: &Candidate<'_>| home.shares_switch(&Location::parse(c.failure_domain));
+    let one_hop = Rule {
+        allow_master_domain: false,
+        wanted: &near,
+    };
+    if let Some(id) = choose_under(&q, &one_hop, rng) {
+        return Some(id);
+    }
+    let has_near = taken
+        .iter()
+        .filter_map(|t| candidates.iter().find(|c| c.server_id == *t))
+        .any(&near);
+    let in_home_domain = Rule {
+        allow_master_domain: true,
+        wanted: &near,
+    };
+    if !has_near {
+        if let Some(id) = choose_under(&q, &in_home_domain, rng) {
+            return Some(id);
+        }
+    }
+    choose_under(&q, &scattered, rng)
+}
+
+#[cfg(test)]
+mod proximity_tests;
 
 #[cfg(test)]
 mod tests {

@@ -55,6 +55,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::placement::Placement;
 use parking_lot::{Condvar, Mutex};
 use ramstore_backup::BackupClient;
 use ramstore_clock::Clock;
@@ -263,6 +264,8 @@ struct Round {
 struct State {
     master_id: u64,
     master_domain: String,
+    /// Scattered (R§7.1) or proximity-aware (C§3.2) placement, issue 22.
+    placement: Placement,
     segments: BTreeMap<u64, Segment>,
     /// Segments that may have work.
     dirty: BTreeSet<u64>,
@@ -375,6 +378,22 @@ impl ReplicaManager {
         self.check_interval_ms.store(interval_ms, Ordering::Relaxed);
         self.state.lock().next_check_at = None;
         self.wake.notify_one();
+    }
+
+    /// Chooses how new replicas are placed (scattered by default; issue 22).
+    /// Replicas already placed stay where they are.
+    pub fn set_placement(&self, placement: Placement) {
+        self.state.lock().placement = placement;
+    }
+
+    /// Each segment's replica places, in the order they were filled (the
+    /// first is the one placed first): what the placement experiment counts.
+    pub fn replica_places(&self) -> Vec<(u64, Vec<u64>)> {
+        let st = self.state.lock();
+        st.segments
+            .iter()
+            .map(|(id, s)| (*id, s.replicas.iter().map(|r| r.backup).collect()))
+            .collect()
     }
 
     /// Replicas per segment.

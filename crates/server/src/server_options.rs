@@ -5,6 +5,7 @@
 
 use crate::cold_start;
 use crate::failure_monitor::{MonitorConfig, ZombieHook};
+use crate::placement::Placement;
 use crate::replica_manager::MAX_REPLICAS;
 use ramstore_backup::{BackupConfig, BackupError, SyncMode, FRAME_SEGMENT_BYTES};
 use ramstore_clock::{system_clock, system_rng, Clock, Rng};
@@ -46,6 +47,11 @@ pub struct ServerOptions {
     /// placed in one domain. Empty (the default): the server is its own domain.
     /// At most [`ramstore_wire::MAX_FAILURE_DOMAIN_BYTES`] bytes.
     pub failure_domain: String,
+    /// How this master places its replicas: scattered over the cluster
+    /// (R§7.1, the default) or one hop away where the failure domains allow
+    /// (C§3.2; needs switches in the failure-domain field,
+    /// `ramstore_wire::location`). Issue 22.
+    pub placement: Placement,
     /// Replicas of each segment of this master's log on other servers' backups
     /// (R§4.2); 0 keeps the log in DRAM only. `ramstore server` defaults to
     /// [`crate::replica_manager::DEFAULT_REPLICAS`].
@@ -141,6 +147,7 @@ impl ServerOptions {
             backup_frames: DEFAULT_BACKUP_FRAMES,
             backup_open_buffers: ramstore_backup::DEFAULT_OPEN_BUFFERS,
             failure_domain: String::new(),
+            placement: Placement::Scattered,
             replicas: 0,
             monitor: MonitorConfig::default(),
             on_zombie: None,

@@ -14,8 +14,8 @@ use ramstore_coordinator::{
 };
 use ramstore_master::{CleanerMode, StoreConfig};
 use ramstore_server::{
-    start_in_process, BackupService, Blocking, InProcessParts, InProcessServer, ServerOptions,
-    ZombieHook,
+    placement::Placement, start_in_process, BackupService, Blocking, InProcessParts,
+    InProcessServer, ServerOptions, ZombieHook,
 };
 use tokio::task::JoinHandle;
 use tracing::Instrument;
@@ -24,6 +24,7 @@ use crate::clock::SimClock;
 use crate::cost::Costs;
 use crate::disk::SparseDisk;
 use crate::net::SimNet;
+use crate::topology::Topology;
 use crate::trace::{Kind, Trace};
 
 /// The coordinator's address.
@@ -184,6 +185,23 @@ pub struct Cluster {
     pub replicas: usize,
     pub stats: ClusterStats,
     shape: ServerShape,
+    /// Where each host sits and how its master places replicas (issue 22);
+    /// flat and scattered unless [`Cluster::set_layout`] says otherwise.
+    layout: Mutex<Layout>,
+}
+
+/// One master's replica places: its host, its server id, and each segment's
+/// backups by server id (first placed first).
+pub type MasterPlaces = (usize, u64, Vec<(u64, Vec<u64>)>);
+
+/// The network topology and the placement rule servers start with.
+#[derive(Debug, Clone, Default)]
+pub struct Layout {
+    pub topology: Topology,
+    pub placement: Placement,
+    /// Recovery masters chosen near the crashed log's holders (C§4.2); the
+    /// coordinator and its successors are told at start.
+    pub recovery_near: bool,
 }
 
 impl Cluster {
@@ -225,7 +243,19 @@ impl Cluster {
             replicas: servers.saturating_sub(1).min(3),
             stats: ClusterStats::default(),
             shape,
+            layout: Mutex::new(Layout::default()),
         })
+    }
+
+    /// Sets the topology and placement rule for servers started from now on
+    /// (each enlists with its host's failure-domain field, C§3).
+    pub fn set_layout(&self, layout: Layout) {
+        *self.layout.lock() = layout;
+    }
+
+    /// The topology servers are placed in.
+    pub fn topology(&self) -> Topology {
+        self.layout.lock().topology.clone()
     }
 
     fn child_rng(&self) -> Arc<dyn Rng> {
@@ -248,6 +278,9 @@ impl Cluster {
         let endpoint = self.net.endpoint(COORDINATOR, epoch);
         let clock: Arc<dyn Clock> = self.clock.clone();
         let service = CoordinatorService::new(core, endpoint, clock, self.child_rng());
+        service
+            .recoveries()
+            .set_near(self.layout.lock().recovery_near);
         self.net.register(COORDINATOR, epoch, service.clone());
         let tasks = vec![
             tokio::spawn(service.clone().retry_loop()),
@@ -394,6 +427,11 @@ impl Cluster {
         let mut options = ServerOptions::new(COORDINATOR);
         options.memory_bytes = memory_bytes;
         options.replicas = self.replicas;
+        {
+            let layout = self.layout.lock();
+            options.failure_domain = layout.topology.field(host);
+            options.placement = layout.placement;
+        }
         options.clock = clock.clone();
         options.rng = self.child_rng();
         options.on_zombie = Some(ZombieHook(Arc::new(move || {
@@ -402,7 +440,7 @@ impl Cluster {
         let config = BackupConfig {
             frame_count: shape.backup_frames,
             segment_bytes: u32::try_from(shape.segment_bytes).unwrap_or(u32::MAX),
-            max_open_buffers: shape.backup_frames,
+            max_open_buffers: shape.backup_frames.min(ramstore_backup::MAX_OPEN_BUFFERS),
             sync_mode: SyncMode::Buffered,
         };
         let store =
@@ -484,6 +522,19 @@ impl Cluster {
                 .find(|t| t.table_id == table_id && t.start_hash == start && t.end_hash == end)
                 .map(|t| t.server_id.0)
         })
+    }
+
+    /// Every running master's replica places: (host, its server id, each
+    /// segment's backups by server id, first placed first).
+    pub fn replica_places(&self) -> Vec<MasterPlaces> {
+        let slots = self.slots.lock();
+        (0..slots.len())
+            .filter_map(|i| {
+                let server = slots[i].running.as_ref()?;
+                let places = server.service.replicas()?.replica_places();
+                Some((i, server.service.server_id(), places))
+            })
+            .collect()
     }
 
     /// Hosts whose server runs now.

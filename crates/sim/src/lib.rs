@@ -36,10 +36,15 @@ pub mod cluster;
 pub mod cost;
 pub mod disk;
 pub mod experiment;
+pub mod hops;
 pub mod migrate;
 pub mod net;
 pub mod run;
 pub mod scaling;
+pub mod spread;
+pub mod topology;
+pub mod topology_experiments;
+pub mod topology_file;
 pub mod trace;
 pub mod workload;
 

@@ -7,10 +7,15 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use ramstore_sim::cluster::ServerShape;
+use ramstore_server::placement::Placement;
+use ramstore_sim::cluster::{Layout, ServerShape};
 use ramstore_sim::cost::CostModel;
 use ramstore_sim::experiment::{self, ScalingPlan};
 use ramstore_sim::scaling::{self, PointConfig};
+use ramstore_sim::spread::{self, SpreadConfig};
+use ramstore_sim::topology::{default_racks, Topology, TopologyError};
+use ramstore_sim::topology_experiments::{self, PlacementPlan, TrafficPlan};
+use ramstore_sim::topology_file;
 use ramstore_sim::{run, SimConfig};
 
 /// Seed of the process's `getrandom` stream (set from `--seed` before anything
@@ -101,6 +106,8 @@ struct Args {
     shape: ShapeArgs,
     #[command(flatten)]
     cost: CostArgs,
+    #[command(flatten)]
+    layout: LayoutArgs,
     /// Charge simulated NIC, disk and CPU time (crates/sim/src/cost.rs); off
     /// by default, so seeds keep their traces.
     #[arg(long)]
@@ -143,6 +150,91 @@ impl ShapeArgs {
     }
 }
 
+/// Where servers sit and how replicas and recoveries use it (issue 22;
+/// docs/operations.md, "Network topology").
+#[derive(clap::Args, Debug, Clone)]
+struct LayoutArgs {
+    /// flat (default: no switches named), tree (racks behind ToR switches),
+    /// bcube (BCube(n, 1): two switches per server, C§2.2) or a TOML file.
+    #[arg(long, default_value = "flat", global = true)]
+    topology: String,
+    /// Racks of a tree (default: racks of about 10 servers, at least 4).
+    #[arg(long, global = true)]
+    racks: Option<usize>,
+    /// n of a BCube(n, 1) (default: ⌈√servers⌉).
+    #[arg(long, global = true)]
+    bcube_n: Option<usize>,
+    /// Replica placement: scattered (R§7.1) or proximity (C§3.2).
+    #[arg(long, value_enum, default_value_t = PlacementArg::Scattered, global = true)]
+    placement: PlacementArg,
+    /// Recovery masters: anywhere (R§7.4) or near the crashed log's holders
+    /// (C§4.2).
+    #[arg(long, value_enum, default_value_t = RecoveryMastersArg::Anywhere, global = true)]
+    recovery_masters: RecoveryMastersArg,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum PlacementArg {
+    Scattered,
+    Proximity,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum RecoveryMastersArg {
+    Anywhere,
+    Near,
+}
+
+impl LayoutArgs {
+    fn topology(&self, servers: usize) -> Result<Topology, TopologyError> {
+        match self.topology.as_str() {
+            "flat" => Ok(Topology::flat()),
+            "tree" => Topology::tree(servers, self.racks.unwrap_or(default_racks(servers))),
+            "bcube" => Topology::bcube(servers, self.bcube_n.unwrap_or(0)),
+            path => topology_file::read(std::path::Path::new(path), servers),
+        }
+    }
+
+    fn layout(&self, servers: usize) -> Result<Layout, TopologyError> {
+        let topology = self.topology(servers)?;
+        // R = min(3, N − 1), as the cluster gives its servers.
+        topology.check_domains(servers.saturating_sub(1).min(3))?;
+        Ok(Layout {
+            topology,
+            placement: match self.placement {
+                PlacementArg::Scattered => Placement::Scattered,
+                PlacementArg::Proximity => Placement::Proximity,
+            },
+            recovery_near: self.recovery_masters == RecoveryMastersArg::Near,
+        })
+    }
+
+    /// The flags that give a point process this topology (`default` when
+    /// flat was left as is).
+    fn topology_args(&self, default: &str) -> Vec<String> {
+        let topology = if self.topology == "flat" {
+            default
+        } else {
+            &self.topology
+        };
+        let mut out = vec!["--topology".to_string(), topology.to_string()];
+        out.extend(self.sizing_args());
+        out
+    }
+
+    /// The racks and BCube n flags, if given.
+    fn sizing_args(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(r) = self.racks {
+            out.extend(["--racks".to_string(), r.to_string()]);
+        }
+        if let Some(n) = self.bcube_n {
+            out.extend(["--bcube-n".to_string(), n.to_string()]);
+        }
+        out
+    }
+}
+
 /// The cost model's knobs (the rest keep their calibrated defaults).
 #[derive(clap::Args, Debug, Clone)]
 struct CostArgs {
@@ -180,9 +272,27 @@ enum Cmd {
         /// Cluster sizes instead of the default ones (comma-separated).
         #[arg(long, value_delimiter = ',')]
         sizes: Option<Vec<usize>>,
-        /// Simulated bytes of values each recovery master recovers.
-        #[arg(long, default_value_t = DATA_PER_SERVER)]
-        data_per_server_bytes: u64,
+        /// Simulated bytes of values each recovery master recovers
+        /// (recovery-scaling: 256 KiB; recovery-traffic: 64 KiB).
+        #[arg(long)]
+        data_per_server_bytes: Option<u64>,
+        /// placement: host 0's replicas per backup on average (default 20).
+        #[arg(long, default_value_t = 20)]
+        per_backup: u64,
+        /// placement: bytes of values every other master writes.
+        #[arg(long, default_value_t = 512 << 10)]
+        other_bytes: u64,
+        /// recovery-traffic: topologies to compare (default tree,bcube).
+        #[arg(long, value_delimiter = ',')]
+        topologies: Option<Vec<String>>,
+    },
+    /// One point of the placement experiment.
+    #[command(hide = true)]
+    SpreadPoint {
+        #[arg(long, default_value_t = 20)]
+        per_backup: u64,
+        #[arg(long, default_value_t = 512 << 10)]
+        other_bytes: u64,
     },
     /// One point of recovery-scaling (what `experiment` runs per size).
     #[command(hide = true)]
@@ -196,6 +306,10 @@ enum Cmd {
 enum ExperimentName {
     /// Recovery time vs cluster size, data per server fixed (R Fig. 16).
     RecoveryScaling,
+    /// Replica spread over backups, scattered vs proximity (R Fig. 17).
+    Placement,
+    /// Recovery bytes crossing more than one hop (C§4.2).
+    RecoveryTraffic,
 }
 
 /// Simulated bytes each recovery master recovers by default: 256 KiB, so a
@@ -225,7 +339,15 @@ fn run_command(args: &Args, cmd: &Cmd) -> i32 {
         Cmd::RecoveryPoint {
             data_per_server_bytes,
         } => {
+            let layout = match args.layout.layout(args.servers) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return 2;
+                }
+            };
             let config = PointConfig {
+                layout,
                 servers: args.servers,
                 data_per_server: *data_per_server_bytes,
                 seed: args.seed,
@@ -245,16 +367,91 @@ fn run_command(args: &Args, cmd: &Cmd) -> i32 {
                 }
             }
         }
+        Cmd::SpreadPoint {
+            per_backup,
+            other_bytes,
+        } => spread_point(args, *per_backup, *other_bytes),
+        Cmd::Experiment {
+            name: ExperimentName::Placement,
+            quick,
+            json,
+            sizes,
+            per_backup,
+            other_bytes,
+            ..
+        } => {
+            let plan = PlacementPlan {
+                servers: sizes.clone().unwrap_or_else(|| {
+                    if *quick {
+                        vec![20, 50]
+                    } else {
+                        vec![50, 100, 200]
+                    }
+                }),
+                seed: args.seed,
+                per_backup: *per_backup,
+                other_bytes: *other_bytes,
+                common: args.layout.topology_args("tree"),
+            };
+            finish(
+                topology_experiments::placement(&exe_or_exit(), &plan),
+                json.as_deref(),
+                topology_experiments::placement_table,
+                topology_experiments::placement_json,
+                topology_experiments::placement_csv,
+                topology_experiments::placement_svg,
+                topology_experiments::placement_must,
+            )
+        }
+        Cmd::Experiment {
+            name: ExperimentName::RecoveryTraffic,
+            quick,
+            json,
+            sizes,
+            data_per_server_bytes,
+            topologies,
+            ..
+        } => {
+            let plan = TrafficPlan {
+                servers: sizes.clone().unwrap_or_else(|| {
+                    if *quick {
+                        vec![50]
+                    } else {
+                        vec![100, 200]
+                    }
+                }),
+                topologies: topologies.clone().unwrap_or_else(|| {
+                    if *quick {
+                        vec!["tree".into()]
+                    } else {
+                        vec!["tree".into(), "bcube".into()]
+                    }
+                }),
+                seed: args.seed,
+                data_per_server: data_per_server_bytes.unwrap_or(TRAFFIC_DATA_PER_SERVER),
+                common: args.layout.sizing_args(),
+            };
+            finish(
+                topology_experiments::recovery_traffic(&exe_or_exit(), &plan),
+                json.as_deref(),
+                topology_experiments::traffic_table,
+                topology_experiments::traffic_json,
+                topology_experiments::traffic_csv,
+                topology_experiments::traffic_svg,
+                topology_experiments::traffic_must,
+            )
+        }
         Cmd::Experiment {
             name: ExperimentName::RecoveryScaling,
             quick,
             json,
             sizes,
             data_per_server_bytes,
+            ..
         } => {
             let plan = ScalingPlan {
                 servers: sizes.clone().unwrap_or_else(|| ScalingPlan::sizes(*quick)),
-                data_per_server: *data_per_server_bytes,
+                data_per_server: data_per_server_bytes.unwrap_or(DATA_PER_SERVER),
                 seed: args.seed,
                 cost,
                 memory_bytes: shape.memory_bytes,
@@ -297,6 +494,86 @@ fn run_command(args: &Args, cmd: &Cmd) -> i32 {
     }
 }
 
+/// Simulated bytes each recovery master recovers in recovery-traffic: 64
+/// KiB, so the few near recovery masters of a rack (C§4.2) hold what the
+/// whole cluster's would with room in their 4 MiB logs.
+const TRAFFIC_DATA_PER_SERVER: u64 = 64 << 10;
+
+/// This binary, to run points with; exits 2 if it cannot be found.
+fn exe_or_exit() -> std::path::PathBuf {
+    std::env::current_exe().unwrap_or_else(|e| {
+        eprintln!("error: cannot find this binary: {e}");
+        std::process::exit(2)
+    })
+}
+
+/// Prints an experiment's table and writes its JSON, CSV and SVG; exit 0
+/// when `must` holds, 1 when it does not, 2 when it could not run.
+fn finish<T>(
+    points: Result<Vec<T>, experiment::ExperimentError>,
+    json: Option<&std::path::Path>,
+    table: impl Fn(&[T]) -> String,
+    to_json: impl Fn(&[T]) -> String,
+    csv: impl Fn(&[T]) -> String,
+    svg: impl Fn(&[T]) -> String,
+    must: impl Fn(&[T]) -> bool,
+) -> i32 {
+    let points = match points {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    print!("{}", table(&points));
+    if let Some(path) = json {
+        let written = experiment::write(path, &to_json(&points))
+            .and_then(|()| experiment::write(&path.with_extension("csv"), &csv(&points)))
+            .and_then(|()| experiment::write(&path.with_extension("svg"), &svg(&points)));
+        if let Err(e) = written {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    }
+    i32::from(!must(&points))
+}
+
+/// `spread-point`: one point of the placement experiment.
+fn spread_point(args: &Args, per_backup: u64, other_bytes: u64) -> i32 {
+    let layout = match args.layout.layout(args.servers) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let mut shape = args.shape.shape(scaling_shape());
+    // Host 0's near backups hold far more of its replicas under proximity
+    // placement (a rack's share, not the cluster's): frames are cheap, only
+    // the chunks written are held (`SparseDisk`).
+    if args.shape.backup_frames.is_none() {
+        shape.backup_frames = 512;
+    }
+    let config = SpreadConfig {
+        servers: args.servers,
+        seed: args.seed,
+        per_backup,
+        other_bytes,
+        shape,
+        layout,
+    };
+    match spread::run_spread(&config) {
+        Ok(p) => {
+            println!("{}", p.to_line());
+            i32::from(p.violations > 0 || p.domain_breaks > 0)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            2
+        }
+    }
+}
+
 fn main() {
     let args = Args::parse();
     // RUST_LOG=info shows the servers' and coordinator's logs, stamped with
@@ -330,6 +607,13 @@ fn main() {
         clients: args.clients.max(1),
         verbose: args.verbose,
         shape: args.shape.shape(ServerShape::default()),
+        layout: match args.layout.layout(args.servers.max(1)) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(2);
+            }
+        },
         cost: args
             .cost_model
             .then(|| args.cost.model(CostModel::default().bytes_scale)),

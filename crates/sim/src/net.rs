@@ -26,6 +26,7 @@ use tracing::Instrument;
 
 use crate::clock::SimClock;
 use crate::cost::{Charge, Costs, Mark};
+use crate::hops::{HopMeter, Traffic};
 use crate::trace::{hash_bytes, Kind, Trace};
 
 /// The host part of an address ("s3" of "s3.2"): partitions cut hosts.
@@ -121,6 +122,9 @@ pub struct SimNet {
     in_flight: Mutex<BTreeMap<(String, String, u16), u64>>,
     /// The cost model (issue 22; charges nothing while off).
     pub costs: Arc<Costs>,
+    /// Recovery traffic by network distance (issue 22; counts nothing while
+    /// off).
+    pub hops: HopMeter,
 }
 
 /// Counts a call in progress while it lives.
@@ -175,6 +179,7 @@ impl SimNet {
             lying_backups,
             in_flight: Mutex::default(),
             costs,
+            hops: HopMeter::default(),
         })
     }
 
@@ -415,6 +420,10 @@ impl SimNet {
                 c.pay(host(from), Charge::Control(frame.len())).await;
             }
         }
+        if replication {
+            self.hops
+                .count(Traffic::Replication, host(from), host(to), frame.len());
+        }
         self.carry(from, to, frame_hash).await;
         if let Some(c) = costs {
             c.pay(
@@ -490,6 +499,13 @@ impl SimNet {
         } else {
             hash_bytes(&bytes)
         };
+        if recovery_data
+            && ramstore_wire::decode_raw_header(&bytes)
+                .is_ok_and(|h| h.status == ramstore_wire::Status::Ok as u16)
+        {
+            self.hops
+                .count(Traffic::Buckets, host(to), host(from), bytes.len());
+        }
         let costs = self.costs.is_on().then_some(&self.costs);
         if let Some(c) = costs {
             let answered = ramstore_wire::decode_raw_header(&bytes)

@@ -14,7 +14,7 @@ use ramstore_client::{Client, ClientOptions};
 use ramstore_clock::{Clock, Rng, SeededRng};
 
 use crate::clock::SimClock;
-use crate::cluster::{Cluster, ServerShape, COORDINATOR};
+use crate::cluster::{Cluster, Layout, ServerShape, COORDINATOR};
 use crate::cost::{CostModel, Costs};
 use crate::migrate::MigrationStats;
 use crate::trace::{Kind, Trace};
@@ -44,6 +44,9 @@ pub struct SimConfig {
     pub shape: ServerShape,
     /// Charge simulated NIC, disk and CPU time ([`crate::cost`]); `None`: off.
     pub cost: Option<CostModel>,
+    /// Topology, placement rule and recovery masters (issue 22); the default
+    /// (flat, scattered, anywhere) keeps every seed's trace.
+    pub layout: Layout,
 }
 
 /// What a run did and found.
@@ -174,6 +177,7 @@ async fn simulate(config: SimConfig) -> Result<Summary, SimError> {
             config.cost.is_some(),
         )),
     );
+    cluster.set_layout(config.layout.clone());
     cluster.start_coordinator();
     for i in 0..config.servers {
         cluster.start_server(i);

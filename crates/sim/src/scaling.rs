@@ -31,7 +31,7 @@ use ramstore_coordinator::partition::PartitionLimits;
 use ramstore_coordinator::server_list::{ServerId, ServerStatus};
 
 use crate::clock::SimClock;
-use crate::cluster::{Cluster, ServerShape};
+use crate::cluster::{Cluster, Layout, ServerShape};
 use crate::cost::{CostModel, Costs, Marks};
 use crate::run::{connect, paused_runtime, SimError};
 use crate::trace::Trace;
@@ -54,6 +54,9 @@ pub struct PointConfig {
     pub memory_bytes: usize,
     pub segment_bytes: usize,
     pub backup_frames: u32,
+    /// Topology, placement rule and recovery masters (issue 22; flat,
+    /// scattered and anywhere by default).
+    pub layout: Layout,
 }
 
 /// One point's results.
@@ -87,6 +90,10 @@ pub struct Point {
     /// last replication write received, if later), finish (→ the coordinator
     /// records the recovery finished, R§7.8).
     pub phases_s: [f64; 5],
+    /// Bytes of buckets (backup → recovery master) and of replication during
+    /// the recovery, by distance (local, one hop, more; [`crate::hops`]).
+    pub hops_buckets: [u64; 3],
+    pub hops_replication: [u64; 3],
 }
 
 /// Names of [`Point::phases_s`], in order.
@@ -101,7 +108,8 @@ impl Point {
              objects={} violations={} wall_s={:.2} max_rss_bytes={} \
              charged_s={:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4} \
              disk_read_max_s={:.4} disk_read_mean_s={:.4} \
-             phases_s={:.4},{:.4},{:.4},{:.4},{:.4}",
+             phases_s={:.4},{:.4},{:.4},{:.4},{:.4} \
+             hops_buckets={},{},{} hops_replication={},{},{}",
             self.servers,
             self.data_per_server_bytes,
             self.detection_s,
@@ -123,7 +131,13 @@ impl Point {
             self.phases_s[1],
             self.phases_s[2],
             self.phases_s[3],
-            self.phases_s[4]
+            self.phases_s[4],
+            self.hops_buckets[0],
+            self.hops_buckets[1],
+            self.hops_buckets[2],
+            self.hops_replication[0],
+            self.hops_replication[1],
+            self.hops_replication[2]
         )
     }
 
@@ -148,6 +162,8 @@ impl Point {
                     let v: Vec<f64> = value.split(',').filter_map(|x| x.parse().ok()).collect();
                     p.phases_s = v.try_into().ok()?;
                 }
+                "hops_buckets" => p.hops_buckets = counts(value)?,
+                "hops_replication" => p.hops_replication = counts(value)?,
                 "charged_s" => {
                     let v: Vec<f64> = value.split(',').filter_map(|x| x.parse().ok()).collect();
                     p.charged_s = v.try_into().ok()?;
@@ -157,6 +173,12 @@ impl Point {
         }
         Some(p)
     }
+}
+
+/// Three comma-separated counts.
+fn counts(value: &str) -> Option<[u64; 3]> {
+    let v: Vec<u64> = value.split(',').filter_map(|x| x.parse().ok()).collect();
+    v.try_into().ok()
 }
 
 /// Runs one point on a fresh single-threaded runtime with paused time.
@@ -205,7 +227,7 @@ fn value(i: u64) -> Vec<u8> {
     v
 }
 
-async fn wait_for(
+pub(crate) async fn wait_for(
     cluster: &Cluster,
     what: &str,
     within: Duration,
@@ -246,10 +268,16 @@ async fn point(config: PointConfig) -> Result<Point, SimError> {
         shape,
         costs.clone(),
     );
+    cluster.set_layout(config.layout.clone());
+    cluster
+        .net
+        .hops
+        .set_topology(config.layout.topology.clone());
     cluster.start_coordinator();
     let coordinator = cluster
         .coordinator()
         .ok_or_else(|| SimError::Setup("no coordinator".into()))?;
+
     // Each recovery master gets one partition of about `data_per_server`
     // (R§7.5): the bound sits 10% above a share of values, headers included.
     coordinator.recoveries().set_limits(PartitionLimits {
@@ -292,6 +320,7 @@ async fn point(config: PointConfig) -> Result<Point, SimError> {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     costs.set_on(true);
+    cluster.net.hops.set_on(true);
     let crashed_at = clock.elapsed();
     let completed_before = cluster.recoveries_completed();
     cluster.crash_server(0);
@@ -326,6 +355,8 @@ async fn point(config: PointConfig) -> Result<Point, SimError> {
         tokio::time::Instant::now(),
     );
     costs.set_on(false);
+    cluster.net.hops.set_on(false);
+    let (buckets, replication) = cluster.net.hops.counts();
     let charged = costs.charged().map(|d| d.as_secs_f64());
     let (read_max, read_mean) = costs.disk_reads();
     let violations = verify(&admin, table, objects).await;
@@ -342,6 +373,12 @@ async fn point(config: PointConfig) -> Result<Point, SimError> {
         disk_read_max_s: read_max.as_secs_f64(),
         disk_read_mean_s: read_mean.as_secs_f64(),
         phases_s,
+        hops_buckets: [buckets.local, buckets.one_hop, buckets.multi_hop],
+        hops_replication: [
+            replication.local,
+            replication.one_hop,
+            replication.multi_hop,
+        ],
     })
 }
 
@@ -373,7 +410,7 @@ fn phases(
 }
 
 /// Writes objects `0..objects` in MultiWrite batches.
-async fn load(admin: &Client, table: u64, objects: u64) -> Result<(), SimError> {
+pub(crate) async fn load(admin: &Client, table: u64, objects: u64) -> Result<(), SimError> {
     let mut next = 0u64;
     while next < objects {
         let end = (next + LOAD_BATCH as u64).min(objects);
@@ -393,7 +430,7 @@ async fn load(admin: &Client, table: u64, objects: u64) -> Result<(), SimError> 
 }
 
 /// Reads every object back; how many are missing or wrong.
-async fn verify(admin: &Client, table: u64, objects: u64) -> u64 {
+pub(crate) async fn verify(admin: &Client, table: u64, objects: u64) -> u64 {
     let mut bad = 0u64;
     let mut next = 0u64;
     while next < objects {

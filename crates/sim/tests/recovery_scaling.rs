@@ -144,6 +144,8 @@ fn point_line_round_trips() {
         disk_read_max_s: 0.9,
         disk_read_mean_s: 0.8,
         phases_s: [0.01, 1.0, 0.2, 0.25, 0.04],
+        hops_buckets: [1, 2, 3],
+        hops_replication: [4, 5, 6],
     };
     let back = Point::from_line(&p.to_line()).expect("parsed");
     assert_eq!(back.to_line(), p.to_line());

@@ -197,6 +197,7 @@ mod expiry;
 mod fields;
 mod frame;
 mod list;
+pub mod location;
 mod moved_record;
 mod multi_rpc_ids;
 mod opcode;

@@ -3,7 +3,7 @@
 //! the answers and frees what is no longer needed. Methods of [`ReplicaManager`]
 //! over its state; the parent never names this module.
 
-use crate::placement::{choose_backup, Candidate};
+use crate::placement::{choose_backup_with, Candidate};
 use futures_util::future::join_all;
 use ramstore_backup::BackupClientError;
 use ramstore_log::{SegmentRole, SEGMENT_BYTES};
@@ -270,10 +270,10 @@ impl ReplicaManager {
                 replica_bytes: st.bytes_on.get(&b.server_id).copied().unwrap_or(0),
             })
             .collect();
-        let mut chosen = choose_backup(
+        let mut chosen = choose_backup_with(
+            st.placement,
             &candidates,
-            st.master_id,
-            &st.master_domain,
+            (st.master_id, &st.master_domain),
             &taken,
             &seg.excluded,
             SEGMENT_BYTES as u64,
@@ -300,10 +300,10 @@ impl ReplicaManager {
             if chosen.is_some() {
                 break;
             }
-            chosen = choose_backup(
+            chosen = choose_backup_with(
+                st.placement,
                 &candidates,
-                st.master_id,
-                &st.master_domain,
+                (st.master_id, &st.master_domain),
                 &taken,
                 &seg.excluded[lifted..],
                 SEGMENT_BYTES as u64,
