@@ -161,7 +161,8 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn connect(options: ClientOptions) -> Result<Client, ClientError> {
-        let transport = TcpTransport::with_clock(options.clock.clone());
+        let transport =
+            TcpTransport::with_clock(options.clock.clone()).with_reply_poll(options.reply_poll_us);
         Self::with_transport(options, Arc::new(transport)).await
     }
 

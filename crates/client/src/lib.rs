@@ -128,7 +128,7 @@ pub use migration::MigrationInfo;
 pub use multi::{MultiRemoveOp, MultiWriteOp};
 pub use options::{
     ClientOptions, DEFAULT_EXACTLY_ONCE, DEFAULT_NO_SPACE_PATIENCE_MS,
-    DEFAULT_OPERATION_DEADLINE_MS, DEFAULT_RPC_DEADLINE_MS,
+    DEFAULT_OPERATION_DEADLINE_MS, DEFAULT_REPLY_POLL_US, DEFAULT_RPC_DEADLINE_MS,
 };
 /// How counters are stored (decimal text, as Redis stores them): to read a counter
 /// written by `increment_i64` or Redis's INCR, `counter::parse_i64(&value)`.

@@ -16,6 +16,10 @@ pub const DEFAULT_NO_SPACE_PATIENCE_MS: u64 = 3_000;
 /// Whether mutations are exactly-once RPCs by default ([`ClientOptions::exactly_once`]).
 pub const DEFAULT_EXACTLY_ONCE: bool = true;
 
+/// Default reply-polling window ([`ClientOptions::reply_poll_us`]): none, so an
+/// idle client costs no CPU; latency-sensitive callers turn it on.
+pub const DEFAULT_REPLY_POLL_US: u64 = 0;
+
 const _: () = assert!(DEFAULT_RPC_DEADLINE_MS <= DEFAULT_OPERATION_DEADLINE_MS);
 const _: () = assert!(DEFAULT_NO_SPACE_PATIENCE_MS <= DEFAULT_OPERATION_DEADLINE_MS);
 
@@ -63,6 +67,14 @@ pub struct ClientOptions {
     /// run twice. Off: no RPC ids, at-least-once (a retried increment may apply
     /// twice). Multi-ops (multi-write, multi-remove) are still at-least-once.
     pub exactly_once: bool,
+    /// How long each RPC polls for its reply before the calling thread may sleep,
+    /// in µs (default 0: never; capped at 10,000). A reply that takes longer
+    /// than a few µs otherwise costs a wake-up of the caller's core — tens of µs
+    /// on a VM whose idle vCPUs halt — which a durable write (three round trips
+    /// behind it) pays where a read does not (R§5.1; `ramstore_rpc::reply_wait`).
+    /// Polling spends up to this much CPU per call; worth it on a client thread
+    /// that waits on one operation at a time, and only with a core to spare.
+    pub reply_poll_us: u64,
 }
 
 impl ClientOptions {
@@ -91,6 +103,7 @@ impl ClientOptions {
             clock: system_clock(),
             rng: system_rng(),
             exactly_once: DEFAULT_EXACTLY_ONCE,
+            reply_poll_us: DEFAULT_REPLY_POLL_US,
         }
     }
 

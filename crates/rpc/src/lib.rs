@@ -15,6 +15,9 @@
 //! - [`poller`]: keeps an event loop polling its sockets for a moment after the
 //!   last read instead of sleeping at once (R§5.1, R§5.3); the native server
 //!   reports to one with [`serve_with_poller`], the Redis front end always does.
+//! - [`reply_wait`]: the client side of the same idea — a call polls for its reply
+//!   for a bounded window before its thread sleeps
+//!   ([`TcpTransport::with_reply_poll`]).
 //! - [`Transport`]: the client-side seam. [`TcpTransport`] keeps one connection per
 //!   server with many requests in flight, answered out of order and matched by
 //!   request id, each with its own deadline. [`LocalTransport`] calls services in
@@ -35,6 +38,7 @@ pub mod conns;
 pub mod frame_pool;
 pub mod local;
 pub mod poller;
+pub mod reply_wait;
 pub mod server;
 pub mod tcp;
 pub mod transport;

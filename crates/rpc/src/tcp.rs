@@ -15,6 +15,7 @@ use tokio::sync::{oneshot, Mutex};
 use ramstore_clock::{system_clock, Clock};
 
 use crate::frame_pool::FramePool;
+use crate::reply_wait::{await_polling, MAX_REPLY_POLL_US};
 use crate::transport::{CallFuture, RpcError, Transport};
 use crate::{frame_len, request_id, set_request_id};
 
@@ -75,13 +76,16 @@ impl Connection {
         mut frame: Vec<u8>,
         deadline: Duration,
         clock: &Arc<dyn Clock>,
+        reply_poll: Duration,
     ) -> Result<Bytes, RpcError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         set_request_id(&mut frame, id);
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id, tx);
         if deadline >= crate::NO_DEADLINE {
-            return self.call_without_deadline(id, &frame, rx).await;
+            return self
+                .call_without_deadline(id, &frame, rx, clock, reply_poll)
+                .await;
         }
         let sent = clock
             .timeout(deadline, async {
@@ -100,7 +104,8 @@ impl Connection {
                 return Err(RpcError::DeadlineExceeded);
             }
         }
-        match clock.timeout(deadline, rx).await {
+        let reply = await_polling(rx, reply_poll, clock.as_ref());
+        match clock.timeout(deadline, reply).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(_)) => Err(RpcError::ConnectionClosed(self.addr.clone())),
             Err(_) => {
@@ -120,6 +125,8 @@ impl Connection {
         id: u64,
         frame: &[u8],
         rx: oneshot::Receiver<Bytes>,
+        clock: &Arc<dyn Clock>,
+        reply_poll: Duration,
     ) -> Result<Bytes, RpcError> {
         if self.writer.lock().await.write_all(frame).await.is_err() {
             self.pending.lock().remove(&id);
@@ -130,7 +137,7 @@ impl Connection {
             pending: &self.pending,
             id,
         };
-        let result = rx
+        let result = await_polling(rx, reply_poll, clock.as_ref())
             .await
             .map_err(|_| RpcError::ConnectionClosed(self.addr.clone()));
         drop(answer);
@@ -245,6 +252,9 @@ pub struct TcpTransport {
     slots: parking_lot::Mutex<HashMap<String, Arc<Slot>>>,
     /// The clock call deadlines and connect timeouts run on.
     clock: Arc<dyn Clock>,
+    /// How long a call polls for its reply before its thread may sleep
+    /// ([`crate::reply_wait`]); zero by default.
+    reply_poll: Duration,
 }
 
 impl Default for TcpTransport {
@@ -264,7 +274,16 @@ impl TcpTransport {
         Self {
             slots: parking_lot::Mutex::default(),
             clock,
+            reply_poll: Duration::ZERO,
         }
+    }
+
+    /// This transport with calls that poll for their replies for up to
+    /// `window_us` µs (capped at [`MAX_REPLY_POLL_US`]) before their thread may
+    /// sleep; 0 (the default) never polls. See [`crate::reply_wait`].
+    pub fn with_reply_poll(mut self, window_us: u64) -> Self {
+        self.reply_poll = Duration::from_micros(window_us.min(MAX_REPLY_POLL_US));
+        self
     }
 
     async fn connection(&self, addr: &str) -> Result<Arc<Connection>, RpcError> {
@@ -293,7 +312,9 @@ impl Transport for TcpTransport {
         Box::pin(async move {
             let connection = self.connection(addr).await?;
             // A closed connection is replaced on the next call (`Slot::live`).
-            connection.call(frame, deadline, &self.clock).await
+            connection
+                .call(frame, deadline, &self.clock, self.reply_poll)
+                .await
         })
     }
 }

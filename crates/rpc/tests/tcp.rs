@@ -294,3 +294,23 @@ async fn serve_with_limit_refuses_connections_over_the_limit_when_none_is_idle()
         }
     }
 }
+
+/// Issue 17: a transport whose calls poll for their replies still gets every
+/// answer — a fast one while it polls, a slow one (200 ms, far past the
+/// window) after it went back to sleeping, with and without a call deadline —
+/// on the current-thread runtime a client thread uses.
+#[tokio::test(flavor = "current_thread")]
+async fn call_with_reply_poll_gets_fast_and_slow_answers() {
+    let addr = start().await;
+    let t = TcpTransport::new().with_reply_poll(200);
+    for deadline in [Duration::from_secs(5), ramstore_rpc::NO_DEADLINE] {
+        let fast = t.call(&addr, frame(b"fast"), deadline).await.unwrap();
+        assert_eq!(&fast[20..], b"fast");
+        let slow = t.call(&addr, frame(b"slow"), deadline).await.unwrap();
+        assert_eq!(&slow[20..], b"slow");
+    }
+    let r = t
+        .call(&addr, frame(b"hang"), Duration::from_millis(50))
+        .await;
+    assert!(matches!(r, Err(RpcError::DeadlineExceeded)), "{r:?}");
+}

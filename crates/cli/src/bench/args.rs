@@ -73,6 +73,10 @@ pub struct BenchArgs {
     /// Send them without an RPC id (at-least-once), to measure what RIFL costs.
     #[arg(long, overrides_with = "exactly_once")]
     pub(super) at_least_once: bool,
+    /// µs each RPC polls for its reply before the client's thread may sleep
+    /// (0: never, the client's default; see `ClientOptions::reply_poll_us`).
+    #[arg(long, default_value_t = ramstore_client::DEFAULT_REPLY_POLL_US)]
+    pub(super) reply_poll_us: u64,
 }
 impl BenchArgs {
     /// The coordinator's address (`main` resolves the default).

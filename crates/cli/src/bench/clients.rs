@@ -329,6 +329,7 @@ pub(super) fn client_options(args: &BenchArgs) -> ClientOptions {
     ClientOptions {
         operation_deadline: OPERATION_DEADLINE,
         exactly_once: args.exactly_once(),
+        reply_poll_us: args.reply_poll_us,
         ..ClientOptions::new(args.coordinator().to_string())
     }
 }
