@@ -46,7 +46,7 @@ pub use expiry::Expiry;
 pub use hashed_key::HashedKey;
 pub use object_store::{
     EnumeratedObject, ExpireCondition, ExpireTick, LogHandle, MultiWrite, ObjectStore, OnceUpdate,
-    StoreResident, StoreStats, EXPIRE_SAMPLE_PER_TICK,
+    StoreResident, StoreStats, EXPIRE_BUCKETS_PER_TICK, EXPIRE_SAMPLE_PER_TICK,
 };
 /// Reject rules and the key hash are defined once in `ramstore-wire`, the crate the
 /// client, the master and the checker all share.

@@ -35,7 +35,7 @@ pub use tx_records::{replayed_tx_record, ReplayedPrepared, ReplayedTxRecord, TxR
 mod write;
 
 pub use exactly_once::OnceUpdate;
-pub use expire::{ExpireCondition, ExpireTick, EXPIRE_SAMPLE_PER_TICK};
+pub use expire::{ExpireCondition, ExpireTick, EXPIRE_BUCKETS_PER_TICK, EXPIRE_SAMPLE_PER_TICK};
 /// The key hash, defined once in `ramstore-wire` (docs/design.md §4).
 pub use ramstore_wire::key_hash;
 

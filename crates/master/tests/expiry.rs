@@ -186,7 +186,7 @@ fn expire_tick_deletes_only_expired_objects() {
             .expect("write");
     }
     clock.advance(Duration::from_millis(100));
-    let tick = s.expire_tick(usize::MAX);
+    let tick = s.expire_tick(usize::MAX, usize::MAX);
     assert_eq!(tick.deleted, 100);
     assert_eq!(s.stats().objects, 200);
     for i in 0..100u32 {
@@ -196,7 +196,7 @@ fn expire_tick_deletes_only_expired_objects() {
             Some(b"v".to_vec())
         );
     }
-    assert_eq!(s.expire_tick(usize::MAX).deleted, 0);
+    assert_eq!(s.expire_tick(usize::MAX, usize::MAX).deleted, 0);
 }
 
 #[test]
@@ -211,7 +211,7 @@ fn expire_tick_examines_at_most_its_bound() {
     let mut ticks = 0;
     let mut deleted = 0;
     while s.stats().objects > 0 {
-        let tick = s.expire_tick(EXPIRE_SAMPLE_PER_TICK);
+        let tick = s.expire_tick(EXPIRE_SAMPLE_PER_TICK, usize::MAX);
         // A tick stops after the bucket that reaches the bound: at most a
         // bucket's chain more (8 entries a bucket; chains are short).
         assert!(
@@ -360,7 +360,7 @@ proptest! {
                 }
                 Op::Advance(ms) => clock.advance(Duration::from_millis(u64::from(ms))),
                 Op::Tick => {
-                    s.expire_tick(EXPIRE_SAMPLE_PER_TICK);
+                    s.expire_tick(EXPIRE_SAMPLE_PER_TICK, usize::MAX);
                 }
                 Op::Clean => {
                     s.clean_now(None);
@@ -377,4 +377,17 @@ proptest! {
             }
         }
     }
+}
+
+/// A tick visits at most its bucket bound even when it has examined far
+/// fewer entries than its sample (a large table holding few objects).
+#[test]
+fn expire_tick_visits_at_most_its_bucket_bound() {
+    let clock = ManualClock::new();
+    let s = store(&clock, 64 << 20);
+    put_ttl(&s, b"k", b"v", 1);
+    assert!(s.hash_table_buckets() > 100);
+    let tick = s.expire_tick(EXPIRE_SAMPLE_PER_TICK, 100);
+    assert_eq!(tick.buckets, 100);
+    assert!(tick.examined <= 1);
 }
