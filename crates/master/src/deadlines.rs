@@ -19,8 +19,17 @@
 //!
 //! **Bound:** at most `max_entries` entries (8 bytes each, in per-slot
 //! vectors); a note beyond it is dropped and counted, and the store then falls
-//! back on sampled sweeps until a whole sweep has passed since the last drop
-//! ([`DeadlineIndex::is_complete`]), so no expired object is missed for long.
+//! back on sampled sweeps in earnest ([`DeadlineIndex::is_complete`] false),
+//! which note again every expiring object they pass. The index is complete
+//! once two whole sweeps have passed since the last drop: the second began
+//! after it, and noted every expiring object written before it (one written
+//! since was noted by its write) — unless a note was dropped meanwhile, which
+//! starts the count again. Those notes may duplicate ones still held
+//! (harmless, see above); while expiring objects outnumber half the bound the
+//! index may stay incomplete, and the sweeps keep deleting in its stead.
+//! (Regression, session 41: the sweeps did not note, so the index called
+//! itself complete with the dropped objects still unnoted, and the slow
+//! safety-net sweep left them up to 5 s past their deadlines.)
 //!
 //! **Thread safety:** `Send + Sync`. Notes and takes lock one of
 //! [`DEADLINE_SHARDS`] mutexes, chosen by key hash, so writers of different
@@ -144,9 +153,9 @@ impl DeadlineIndex {
         self.sweeps.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Whether every object with an expiry is either noted here or was
-    /// written before a whole sampled sweep began (so the sweeps need not
-    /// hurry): false from a dropped note until two sweeps later.
+    /// Whether every live object with an expiry is noted here: false from a
+    /// dropped note until two whole sweeps later (the sweeps note what they
+    /// pass while this is false; module documentation).
     pub fn is_complete(&self) -> bool {
         self.sweeps.load(Ordering::Relaxed) >= self.complete_at_sweep.load(Ordering::Relaxed)
     }

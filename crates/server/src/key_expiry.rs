@@ -226,6 +226,37 @@ mod tests {
         assert_eq!(rounds, buckets.div_ceil(SAFETY_NET_BUCKETS_PER_ROUND));
     }
 
+    /// Regression (session 41, `MEMORY=200MiB scripts/bench-expiry`: lag
+    /// 5.3 s): objects whose notes were dropped stayed unnoted while two
+    /// sweeps passed before their deadline; the index then called itself
+    /// complete, and only the slow safety net could find them. The sweeps now
+    /// note what they pass, so past the deadline they go within a few rounds.
+    #[test]
+    fn round_deletes_objects_whose_notes_were_dropped_long_before_their_deadline() {
+        let clock = ManualClock::new();
+        let s = store_with(&clock, Some(100));
+        let at = s.now_ms() + 60_000;
+        let n = 1_000;
+        fill(&s, n, 1, at);
+        assert!(!s.deadlines_complete());
+        // Many whole sweeps before the deadline: nothing is expired yet.
+        let sweep_rounds = s.hash_table_buckets().div_ceil(EXPIRE_BUCKETS_PER_TICK);
+        for _ in 0..10 * sweep_rounds {
+            assert_eq!(round(&s).deleted, 0);
+        }
+        clock.advance(Duration::from_millis(60_000 + DEADLINE_SLOT_MS));
+        let mut rounds = 0;
+        while s.stats().objects > 0 {
+            round(&s);
+            rounds += 1;
+            assert!(
+                rounds <= 2 * sweep_rounds + 2,
+                "{} objects left after {rounds} rounds",
+                s.stats().objects
+            );
+        }
+    }
+
     /// Issue 24 (`scripts/bench-expiry`): a few expiring keys among many are
     /// all deleted by one round from the deadline index, and the round
     /// examines about as many entries as there were deadlines, not the table.

@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use ramstore_log::LogRef;
 /// When a change of expiry applies: defined once in `ramstore-wire`.
 pub use ramstore_wire::ExpireCondition;
-use ramstore_wire::RejectRules;
+use ramstore_wire::{key_hash, RejectRules};
 
 use super::write::NewValue;
 use super::ObjectStore;
@@ -116,6 +116,12 @@ impl ObjectStore {
         let buckets = index.bucket_count();
         let mut tick = ExpireTick::default();
         let mut expired: Vec<(u64, Vec<u8>)> = Vec::new();
+        // While the deadline index is missing notes, the sweep notes again
+        // every expiring object it passes, so that one whole sweep begun
+        // after the last drop leaves every such object noted (or the index
+        // full again, which keeps it incomplete): see `crate::deadlines`.
+        let renote = !self.inner.deadlines.is_complete();
+        let mut key_buf = Vec::new();
         {
             let _pin = log.pin();
             let now_ms = self.now_ms();
@@ -137,6 +143,10 @@ impl ObjectStore {
                         let mut key = Vec::with_capacity(view.key_len());
                         view.copy_key(&mut key);
                         expired.push((view.table_id(), key));
+                    } else if let Some(at) = view.expires_at().filter(|_| renote) {
+                        key_buf.clear();
+                        view.copy_key(&mut key_buf);
+                        self.inner.deadlines.note(key_hash(&key_buf), at);
                     }
                 });
                 bucket = (bucket + 1) % buckets;
