@@ -24,9 +24,11 @@
 //! once two whole sweeps have passed since the last drop: the second began
 //! after it, and noted every expiring object written before it (one written
 //! since was noted by its write) — unless a note was dropped meanwhile, which
-//! starts the count again. Those notes may duplicate ones still held
-//! (harmless, see above); while expiring objects outnumber half the bound the
-//! index may stay incomplete, and the sweeps keep deleting in its stead.
+//! starts the count again. A sweep re-notes only objects due in a slot that
+//! lost notes ([`DeadlineIndex::slot_lost_notes`]): re-noting every expiring
+//! object would duplicate the notes still held, keep a full index full and
+//! the sweep in earnest for good (measured: 16% of a GET load's throughput).
+//! Re-notes may still duplicate the notes a slot kept (harmless, see above).
 //! (Regression, session 41: the sweeps did not note, so the index called
 //! itself complete with the dropped objects still unnoted, and the slow
 //! safety-net sweep left them up to 5 s past their deadlines.)
@@ -62,6 +64,23 @@ pub struct DeadlineIndex {
     /// The index is complete again once `sweeps` reaches this (two sweeps
     /// after a drop: the one under way may have passed the dropped key).
     complete_at_sweep: AtomicU64,
+    /// The slots that lost notes since the index was last complete, so a
+    /// sweep re-notes only objects due in them (re-noting every expiring
+    /// object duplicates the notes still held, and a full index never
+    /// becomes complete; module doc). Bounded by [`MAX_DROPPED_SLOTS`].
+    dropped_slots: Mutex<DroppedSlots>,
+}
+
+/// Most slots [`DeadlineIndex`] remembers as having lost notes (about 70
+/// minutes of deadlines, 512 KiB); beyond it every slot counts as one.
+pub const MAX_DROPPED_SLOTS: usize = 65_536;
+
+/// Which slots lost notes since the index was last complete.
+#[derive(Default)]
+struct DroppedSlots {
+    slots: std::collections::BTreeSet<u64>,
+    /// More slots lost notes than are remembered: treat every slot as one.
+    all: bool,
 }
 
 impl DeadlineIndex {
@@ -76,6 +95,7 @@ impl DeadlineIndex {
             dropped: AtomicU64::new(0),
             sweeps: AtomicU64::new(0),
             complete_at_sweep: AtomicU64::new(0),
+            dropped_slots: Mutex::default(),
         }
     }
 
@@ -90,6 +110,15 @@ impl DeadlineIndex {
         if self.entries.fetch_add(1, Ordering::Relaxed) >= self.max_entries {
             self.entries.fetch_sub(1, Ordering::Relaxed);
             self.dropped.fetch_add(1, Ordering::Relaxed);
+            // Under the dropped-slots lock, which `sweep_finished` takes to
+            // clear the record: a drop is never cleared by a completion it
+            // postponed.
+            let mut dropped = self.dropped_slots.lock();
+            if dropped.slots.len() < MAX_DROPPED_SLOTS {
+                dropped.slots.insert(expires_at_ms / DEADLINE_SLOT_MS);
+            } else {
+                dropped.all = true;
+            }
             let after = self.sweeps.load(Ordering::Relaxed) + 2;
             self.complete_at_sweep.fetch_max(after, Ordering::Relaxed);
             return;
@@ -150,7 +179,19 @@ impl DeadlineIndex {
 
     /// Records that a sampled sweep of the whole hash table finished.
     pub fn sweep_finished(&self) {
+        let mut dropped = self.dropped_slots.lock();
         self.sweeps.fetch_add(1, Ordering::Relaxed);
+        if self.is_complete() {
+            dropped.slots.clear();
+            dropped.all = false;
+        }
+    }
+
+    /// Whether a note with deadline `expires_at_ms` may have been dropped
+    /// since the index was last complete: what a sweep re-notes.
+    pub fn slot_lost_notes(&self, expires_at_ms: u64) -> bool {
+        let dropped = self.dropped_slots.lock();
+        dropped.all || dropped.slots.contains(&(expires_at_ms / DEADLINE_SLOT_MS))
     }
 
     /// Whether every live object with an expiry is noted here: false from a
@@ -195,6 +236,25 @@ mod tests {
         assert_eq!(d.take_due(DEADLINE_SLOT_MS, 1_000, &mut out), 70);
         out.sort_unstable();
         assert_eq!(out, (0..100).collect::<Vec<_>>());
+    }
+
+    /// Only the slots that lost notes are re-noted, and the record is
+    /// forgotten once the index is complete again.
+    #[test]
+    fn slot_lost_notes_names_the_slots_of_dropped_notes_until_complete() {
+        let d = DeadlineIndex::new(1);
+        let (kept, lost) = (0, 5 * DEADLINE_SLOT_MS);
+        d.note(1, kept);
+        d.note(2, lost);
+        assert!(!d.slot_lost_notes(kept));
+        assert!(d.slot_lost_notes(lost));
+        assert!(d.slot_lost_notes(lost + DEADLINE_SLOT_MS - 1), "same slot");
+        assert!(!d.slot_lost_notes(lost + DEADLINE_SLOT_MS));
+        d.sweep_finished();
+        assert!(d.slot_lost_notes(lost));
+        d.sweep_finished();
+        assert!(d.is_complete());
+        assert!(!d.slot_lost_notes(lost));
     }
 
     #[test]

@@ -117,9 +117,10 @@ impl ObjectStore {
         let mut tick = ExpireTick::default();
         let mut expired: Vec<(u64, Vec<u8>)> = Vec::new();
         // While the deadline index is missing notes, the sweep notes again
-        // every expiring object it passes, so that one whole sweep begun
-        // after the last drop leaves every such object noted (or the index
-        // full again, which keeps it incomplete): see `crate::deadlines`.
+        // every expiring object it passes whose slot lost notes, so that one
+        // whole sweep begun after the last drop leaves every such object
+        // noted (or the index full again, which keeps it incomplete): see
+        // `crate::deadlines`.
         let renote = !self.inner.deadlines.is_complete();
         let mut key_buf = Vec::new();
         {
@@ -143,7 +144,10 @@ impl ObjectStore {
                         let mut key = Vec::with_capacity(view.key_len());
                         view.copy_key(&mut key);
                         expired.push((view.table_id(), key));
-                    } else if let Some(at) = view.expires_at().filter(|_| renote) {
+                    } else if let Some(at) = view
+                        .expires_at()
+                        .filter(|&at| renote && self.inner.deadlines.slot_lost_notes(at))
+                    {
                         key_buf.clear();
                         view.copy_key(&mut key_buf);
                         self.inner.deadlines.note(key_hash(&key_buf), at);
