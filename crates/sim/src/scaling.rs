@@ -243,6 +243,31 @@ pub(crate) async fn wait_for(
     Ok(())
 }
 
+/// Starts host 0, waits for it to enlist, then starts the other `servers - 1`
+/// and waits for them all: host 0 has the lowest id, so a one-tablet table
+/// created next lands on it (the coordinator places tablets on the least
+/// loaded master, ties by id).
+pub(crate) async fn start_host0_first(
+    cluster: &Arc<Cluster>,
+    servers: usize,
+) -> Result<(), SimError> {
+    cluster.start_server(0);
+    wait_for(cluster, "host 0 enlists", Duration::from_secs(30), || {
+        cluster.running().contains(&0)
+    })
+    .await?;
+    for i in 1..servers {
+        cluster.start_server(i);
+    }
+    wait_for(
+        cluster,
+        "every server enlists",
+        Duration::from_secs(60),
+        || cluster.running().len() == servers,
+    )
+    .await
+}
+
 async fn point(config: PointConfig) -> Result<Point, SimError> {
     if config.servers < 4 {
         return Err(SimError::Setup(
@@ -284,23 +309,7 @@ async fn point(config: PointConfig) -> Result<Point, SimError> {
         max_bytes: config.data_per_server + config.data_per_server / 10,
         max_entries: u64::MAX,
     });
-    // Host 0 enlists first: the lowest id, so the one-tablet table lands on it
-    // (the coordinator places tablets on the least loaded master, ties by id).
-    cluster.start_server(0);
-    wait_for(&cluster, "host 0 enlists", Duration::from_secs(30), || {
-        cluster.running().contains(&0)
-    })
-    .await?;
-    for i in 1..config.servers {
-        cluster.start_server(i);
-    }
-    wait_for(
-        &cluster,
-        "every server enlists",
-        Duration::from_secs(60),
-        || cluster.running().len() == config.servers,
-    )
-    .await?;
+    start_host0_first(&cluster, config.servers).await?;
     let admin = connect(&cluster, rng.as_ref(), "client-admin").await?;
     let table = admin
         .create_table("scaling", 1)

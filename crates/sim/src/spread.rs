@@ -31,7 +31,7 @@ use crate::clock::SimClock;
 use crate::cluster::{Cluster, Layout, ServerShape};
 use crate::cost::{CostModel, Costs};
 use crate::run::{connect, paused_runtime, SimError};
-use crate::scaling::{load, max_rss_bytes, verify, wait_for, VALUE_BYTES};
+use crate::scaling::{load, max_rss_bytes, start_host0_first, verify, VALUE_BYTES};
 use crate::topology::Hops;
 use crate::trace::Trace;
 
@@ -214,22 +214,7 @@ async fn spread(config: SpreadConfig) -> Result<SpreadPoint, SimError> {
     );
     cluster.set_layout(config.layout.clone());
     cluster.start_coordinator();
-    // Host 0 enlists first, so the first table's one tablet lands on it.
-    cluster.start_server(0);
-    wait_for(&cluster, "host 0 enlists", Duration::from_secs(30), || {
-        cluster.running().contains(&0)
-    })
-    .await?;
-    for i in 1..config.servers {
-        cluster.start_server(i);
-    }
-    wait_for(
-        &cluster,
-        "every server enlists",
-        Duration::from_secs(60),
-        || cluster.running().len() == config.servers,
-    )
-    .await?;
+    start_host0_first(&cluster, config.servers).await?;
     let admin = connect(&cluster, rng.as_ref(), "client-admin").await?;
     let setup = |e: ramstore_client::ClientError| SimError::Setup(format!("create table: {e}"));
     let first = admin.create_table("loaded", 1).await.map_err(setup)?;
